@@ -1,0 +1,154 @@
+"""Reading problems from disk with errors that name the file, the line (JSONL) and the field.
+
+A problem directory holds `definition.json`, `workload.jsonl` and optionally `reference.py`
+(the reference is also inside the definition; the file wins only where the JSON has none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InputError
+from .definition import Definition
+from .workload import ResolvedWorkload, Workload, WorkloadMismatch, resolve
+
+M = TypeVar("M", bound=BaseModel)
+
+DEFINITION_FILE = "definition.json"
+WORKLOAD_FILE = "workload.jsonl"
+REFERENCE_FILE = "reference.py"
+
+
+def _field_of(err: dict) -> str:
+    # pydantic locs include discriminator tags ("random") and union member names; keep user keys.
+    parts = [str(p) for p in err.get("loc", ())]
+    return ".".join(parts)
+
+
+def validation_to_input_error(e: ValidationError, file: Path | str, line: Optional[int] = None,
+                              prefix: str | None = None) -> InputError:
+    err = e.errors()[0]
+    fld = _field_of(err)
+    if prefix:
+        fld = f"{prefix}.{fld}" if fld else prefix
+    msg = err.get("msg", str(e))
+    if len(e.errors()) > 1:
+        msg += f" (and {len(e.errors()) - 1} more error(s))"
+    return InputError(msg, file=file, line=line, field=fld or None)
+
+
+def parse_json_text(text: str, file: Path | str, line: Optional[int] = None):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        return _raise(InputError(f"invalid JSON: {e.msg} (column {e.colno})", file=file,
+                                 line=line if line is not None else e.lineno))
+
+
+def _raise(e: Exception):
+    raise e
+
+
+def parse_model(model: type[M], data, file: Path | str, line: Optional[int] = None,
+                prefix: str | None = None) -> M:
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", file=file, line=line,
+                         field=prefix)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise validation_to_input_error(e, file, line, prefix) from None
+
+
+def load_definition(path: Path, reference_file: Optional[Path] = None) -> Definition:
+    text = _read_text(path)
+    data = parse_json_text(text, path)
+    if isinstance(data, dict) and not data.get("reference") and reference_file and reference_file.exists():
+        data["reference"] = reference_file.read_text()
+    return parse_model(Definition, data, path)
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line."""
+    for lineno, line in enumerate(_read_text(path).splitlines(), start=1):
+        if line.strip():
+            yield lineno, parse_json_text(line, path, lineno)
+
+
+def load_workloads(path: Path, defn: Definition) -> list[ResolvedWorkload]:
+    """Every workload in a JSONL file, resolved against its definition. Uuids must be unique."""
+    out: list[ResolvedWorkload] = []
+    seen: dict[str, int] = {}
+    for lineno, obj in iter_jsonl(path):
+        wl = parse_model(Workload, obj, path, lineno)
+        out.append(resolve_at(defn, wl, path, lineno))
+        if wl.uuid in seen:
+            raise InputError(f"duplicate uuid {wl.uuid!r} (first on line {seen[wl.uuid]})",
+                             file=path, line=lineno, field="uuid")
+        seen[wl.uuid] = lineno
+    if not out:
+        raise InputError("no workloads", file=path)
+    return out
+
+
+def resolve_at(defn: Definition, wl: Workload, path: Path, lineno: Optional[int],
+               prefix: str | None = None) -> ResolvedWorkload:
+    try:
+        return resolve(defn, wl)
+    except WorkloadMismatch as e:
+        fld = f"{prefix}.{e.field}" if prefix else e.field
+        raise InputError(str(e), file=path, line=lineno, field=fld) from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", file=path) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text: {e.reason}", file=path) from None
+
+
+@dataclass
+class Problem:
+    """A definition with its workloads, as loaded from one place."""
+
+    definition: Definition
+    workloads: list[ResolvedWorkload]
+    source: str  # where it came from: a directory, a file, or hf://...
+    subset: Optional[str] = None
+    warnings: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # e.g. published B200 reference numbers
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def content_hash(self) -> str:
+        """Hash over what defines the problem (definition and workloads), not where it lives."""
+        h = hashlib.sha256()
+        h.update(self.definition.model_dump_json().encode())
+        for w in self.workloads:
+            h.update(w.workload.model_dump_json().encode())
+        return h.hexdigest()
+
+
+def load_problem_dir(path: Path, subset: Optional[str] = None) -> Problem:
+    path = Path(path)
+    defn = load_definition(path / DEFINITION_FILE, path / REFERENCE_FILE)
+    workloads = load_workloads(path / WORKLOAD_FILE, defn)
+    warnings = []
+    for w in workloads:
+        warnings.extend(f"{path / WORKLOAD_FILE} [{w.uuid}]: {m}" for m in w.warnings)
+    extra = {}
+    ref = path / "b200_reference.json"
+    if ref.exists():
+        extra["b200_reference"] = parse_json_text(_read_text(ref), ref)
+    return Problem(defn, workloads, str(path), subset, warnings, extra)
