@@ -1,0 +1,7 @@
+"""CLI: evaluate, baseline, replay (owner: evaluator)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Not built yet."""

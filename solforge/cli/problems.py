@@ -1,0 +1,7 @@
+"""CLI: ingest, problems, show (owner: core/ingest)."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Not built yet."""

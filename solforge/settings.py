@@ -1,0 +1,65 @@
+"""Configuration with defaults in one place. Every value can be overridden by an environment variable
+SOLFORGE_<NAME> (upper case), so a Prefect worker, a CI job and a user's shell agree on the same knobs.
+Import-light on purpose: the GPU evaluator imports this module too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_shared() -> Path:
+    # The shared dataset copy sits beside the checkout in this workplace; users point elsewhere.
+    return REPO_ROOT.parent / "shared"
+
+
+@dataclass
+class Settings:
+    db_path: Path = Path("solforge.duckdb")
+    cache_dir: Path = Path.home() / ".cache" / "solforge"
+    shared_dir: Path = field(default_factory=_default_shared)
+    hardware_dir: Path = REPO_ROOT / "data" / "hardware"
+    gpu_profile: str = "h200"
+    # compile
+    arch: str = "sm_90a"
+    # evaluation (SOL-ExecBench's defaults where it has them)
+    eval_timeout_s: float = 300.0
+    warmup_ms: float = 25.0
+    rep_count: int = 50
+    correctness_rounds: int = 3
+    # a candidate faster than this fraction of T_sol is rejected as impossible
+    sol_floor_fraction: float = 0.5
+    # LLM
+    llm_model: str = ""
+
+    @classmethod
+    def load(cls, **overrides) -> "Settings":
+        s = cls()
+        for f in fields(cls):
+            env = os.environ.get(f"SOLFORGE_{f.name.upper()}")
+            if env is not None:
+                setattr(s, f.name, _coerce(f.type, env, getattr(s, f.name)))
+        for k, v in overrides.items():
+            if v is not None:
+                setattr(s, k, _coerce("", v, getattr(s, k)) if isinstance(v, str) else v)
+        return s
+
+
+def _coerce(_type, raw: str, current):
+    if isinstance(current, Path):
+        return Path(raw).expanduser()
+    if isinstance(current, bool):
+        return raw.lower() in ("1", "true", "yes", "on")
+    if isinstance(current, int):
+        return int(raw)
+    if isinstance(current, float):
+        return float(raw)
+    return raw
+
+
+def get() -> Settings:
+    return Settings.load()
