@@ -3,6 +3,10 @@
 Grammar (Python syntax, parsed by `ast`): integer/float literals, axis names, `+ - * / // % **`,
 unary `+ -`, parentheses, comparisons (`== != < <= > >=`, chained), `and`/`or`/`not`, and the
 functions min, max, abs, ceil_div. Anything else is rejected with a message naming the construct.
+
+Constraints (FlashInfer-Trace definitions) may also state facts about tensors, in exactly two forms:
+`T.shape[i]` (a dimension, checkable from the definition's shapes) and `T[i].item()` (an element,
+checkable only once the data exists). `parse_constraint` accepts those; `parse` never does.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ class ExprError(ValueError):
     pass
 
 
+class NeedsData(ExprError):
+    """The constraint reads a tensor element (`T[i].item()`) and only shapes are known."""
+
+
 @lru_cache(maxsize=4096)
 def parse(expr: str) -> ast.Expression:
     if not isinstance(expr, str) or not expr.strip():
@@ -43,20 +51,72 @@ def parse(expr: str) -> ast.Expression:
     return tree
 
 
-def _check(node: ast.AST, expr: str) -> None:
-    ok = (ast.Constant, ast.Name, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.Call,
-          ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
-    for n in ast.walk(node):
-        if not isinstance(n, ok):
-            raise ExprError(f"{type(n).__name__} is not allowed in axis expression {expr!r}")
-        if isinstance(n, ast.Constant) and (isinstance(n.value, bool) or
-                                            not isinstance(n.value, (int, float))):
+@lru_cache(maxsize=4096)
+def parse_constraint(expr: str) -> ast.Expression:
+    """Like `parse`, but also accepts the tensor facts `T.shape[i]` and `T[i].item()`."""
+    if not isinstance(expr, str) or not expr.strip():
+        raise ExprError("empty expression")
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"cannot parse expression {expr!r}: {e.msg}") from None
+    _check(tree.body, expr, tensors=True)
+    return tree
+
+
+def _int_index(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        node = node.operand
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _tensor_dim(node: ast.AST) -> bool:
+    """`T.shape[i]` with T a bare name and i an integer literal."""
+    return (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape" and isinstance(node.value.value, ast.Name)
+            and _int_index(node.slice))
+
+
+def _tensor_item(node: ast.AST) -> bool:
+    """`T[i].item()` with T a bare name and i an integer literal."""
+    return (isinstance(node, ast.Call) and not node.args and not node.keywords
+            and isinstance(node.func, ast.Attribute) and node.func.attr == "item"
+            and isinstance(node.func.value, ast.Subscript)
+            and isinstance(node.func.value.value, ast.Name) and _int_index(node.func.value.slice))
+
+
+def _check(node: ast.AST, expr: str, tensors: bool = False) -> None:
+    # Recursive rather than ast.walk: the two tensor forms are allowed only as whole shapes,
+    # never their parts (`T.shape` alone, `x.__class__`, `f()[0]` stay rejected).
+    if tensors and (_tensor_dim(node) or _tensor_item(node)):
+        return
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
             raise ExprError(f"only numbers are allowed as literals in {expr!r}")
-        if isinstance(n, ast.BinOp) and type(n.op) not in _BINOPS:
-            raise ExprError(f"operator {type(n.op).__name__} is not allowed in {expr!r}")
-        if isinstance(n, ast.Call):
-            if not isinstance(n.func, ast.Name) or n.func.id not in _FUNCS or n.keywords:
-                raise ExprError(f"only {sorted(_FUNCS)} may be called in {expr!r}")
+        return
+    if isinstance(node, ast.Name):
+        if node.id.startswith("__"):
+            raise ExprError(f"name {node.id!r} is not allowed in {expr!r}")
+        return
+    if isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise ExprError(f"operator {type(node.op).__name__} is not allowed in {expr!r}")
+        children = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        children = [node.operand]
+    elif isinstance(node, ast.Compare):
+        children = [node.left, *node.comparators]
+    elif isinstance(node, ast.BoolOp):
+        children = list(node.values)
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+            raise ExprError(f"only {sorted(_FUNCS)} may be called in {expr!r}")
+        children = list(node.args)
+    else:
+        kind = "tensor constraint" if tensors else "axis expression"
+        raise ExprError(f"{type(node).__name__} is not allowed in {kind} {expr!r}")
+    for c in children:
+        _check(c, expr, tensors)
 
 
 def names(expr: str) -> set[str]:
@@ -65,12 +125,59 @@ def names(expr: str) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_FUNCS)
 
 
+def constraint_names(expr: str) -> tuple[set[str], set[str]]:
+    """(axis or scalar names, tensor names) a constraint refers to."""
+    tree = parse_constraint(expr)
+    tensors: set[str] = set()
+    for n in ast.walk(tree):
+        if _tensor_dim(n):
+            tensors.add(n.value.value.id)
+        elif _tensor_item(n):
+            tensors.add(n.func.value.value.id)
+    plain = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_FUNCS) - tensors
+    return plain, tensors
+
+
 def evaluate(expr: str, env: Mapping[str, int | float]):
     """Evaluate an expression over axis values. Raises ExprError on unknown names or math errors."""
-    return _eval(parse(expr).body, env, expr)
+    return _eval(parse(expr).body, env, expr, None)
 
 
-def _eval(node: ast.AST, env: Mapping[str, int | float], expr: str):
+def evaluate_constraint(expr: str, env: Mapping[str, int | float], tensors: Mapping | None = None):
+    """Evaluate a constraint. `tensors` maps a tensor name to its shape (a tuple) or to the tensor
+    itself (anything with `.shape` and indexing). An element read on a shape raises NeedsData."""
+    return _eval(parse_constraint(expr).body, env, expr, tensors or {})
+
+
+def _tensor(name: str, tensors: Mapping | None, expr: str):
+    if tensors is None or name not in tensors:
+        raise ExprError(f"unknown tensor {name!r} in {expr!r}")
+    return tensors[name]
+
+
+def _index(node: ast.AST) -> int:
+    if isinstance(node, ast.UnaryOp):
+        return -node.operand.value
+    return node.value
+
+
+def _eval(node: ast.AST, env: Mapping[str, int | float], expr: str, tensors: Mapping | None):
+    if tensors is not None and _tensor_dim(node):
+        t = _tensor(node.value.value.id, tensors, expr)
+        shape = tuple(t) if isinstance(t, (tuple, list)) else tuple(t.shape)
+        try:
+            return int(shape[_index(node.slice)])
+        except IndexError:
+            raise ExprError(f"{node.value.value.id} has rank {len(shape)} in {expr!r}") from None
+    if tensors is not None and _tensor_item(node):
+        sub = node.func.value
+        t = _tensor(sub.value.id, tensors, expr)
+        if isinstance(t, (tuple, list)):
+            raise NeedsData(f"{expr!r} reads data of {sub.value.id}")
+        try:
+            return t[_index(sub.slice)].item()
+        except IndexError:
+            raise ExprError(f"index out of range for {sub.value.id} in {expr!r}") from None
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -78,7 +185,7 @@ def _eval(node: ast.AST, env: Mapping[str, int | float], expr: str):
             raise ExprError(f"unknown axis {node.id!r} in {expr!r}")
         return env[node.id]
     if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left, env, expr), _eval(node.right, env, expr)
+        a, b = _eval(node.left, env, expr, tensors), _eval(node.right, env, expr, tensors)
         if isinstance(node.op, ast.Pow) and abs(b) > _MAX_POW:
             raise ExprError(f"exponent {b} too large in {expr!r}")
         try:
@@ -86,20 +193,20 @@ def _eval(node: ast.AST, env: Mapping[str, int | float], expr: str):
         except ZeroDivisionError:
             raise ExprError(f"division by zero in {expr!r}") from None
     if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_eval(node.operand, env, expr))
+        return _UNARY[type(node.op)](_eval(node.operand, env, expr, tensors))
     if isinstance(node, ast.Compare):
-        left = _eval(node.left, env, expr)
+        left = _eval(node.left, env, expr, tensors)
         for op, comp in zip(node.ops, node.comparators):
-            right = _eval(comp, env, expr)
+            right = _eval(comp, env, expr, tensors)
             if not _CMPOPS[type(op)](left, right):
                 return False
             left = right
         return True
     if isinstance(node, ast.BoolOp):
-        vals = (_eval(v, env, expr) for v in node.values)
+        vals = (_eval(v, env, expr, tensors) for v in node.values)
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.Call):
-        return _FUNCS[node.func.id](*(_eval(a, env, expr) for a in node.args))
+        return _FUNCS[node.func.id](*(_eval(a, env, expr, tensors) for a in node.args))
     raise ExprError(f"cannot evaluate {ast.dump(node)} in {expr!r}")
 
 

@@ -112,7 +112,7 @@ class Definition(_Model):
     @classmethod
     def _constraints_parse(cls, v: list[str]) -> list[str]:
         for c in v:
-            axis_expr.parse(c)
+            axis_expr.parse_constraint(c)  # axis arithmetic plus T.shape[i] / T[i].item()
         return v
 
     @model_validator(mode="after")
@@ -124,10 +124,14 @@ class Definition(_Model):
                 if unknown:
                     raise ValueError(f"axes.{aname}: expression names unknown axes {sorted(unknown)}")
         self._expr_order()  # raises on cycles
+        tensors = {k for g in (self.inputs, self.outputs) for k, t in g.items() if not t.is_scalar}
         for c in self.constraints:
-            unknown = axis_expr.names(c) - names - self.scalar_input_names
+            plain, tnames = axis_expr.constraint_names(c)
+            unknown = plain - names - self.scalar_input_names
             if unknown:
                 raise ValueError(f"constraints: {c!r} names unknown axes {sorted(unknown)}")
+            if tnames - tensors:
+                raise ValueError(f"constraints: {c!r} names unknown tensors {sorted(tnames - tensors)}")
         for group in ("inputs", "outputs"):
             for tname, t in getattr(self, group).items():
                 for d in t.shape or []:
@@ -197,17 +201,27 @@ class Definition(_Model):
                 raise ValueError(f"axis {k} = {expr} evaluates to {env[k]} < 0")
         return env
 
-    def check_constraints(self, env: dict[str, int | float]) -> None:
+    def check_constraints(self, env: dict[str, int | float], tensors: Optional[dict] = None) -> None:
+        """Check every constraint. Tensor facts use `tensors` (name -> tensor) when given, else the
+        shapes the definition implies; element reads (`T[i].item()`) wait for data then."""
+        if tensors is None:
+            tensors = {}
+            if all(k in env for k in self.axes):
+                tensors = {k: s for k, s in {**self.input_shapes(env), **self.output_shapes(env)}.items()
+                           if s is not None}
         for c in self.constraints:
             try:
-                ok = axis_expr.evaluate(c, env)
+                ok = axis_expr.evaluate_constraint(c, env, tensors)
+            except axis_expr.NeedsData:
+                continue
             except axis_expr.ExprError as e:
                 # A constraint may name a scalar input the workload does not bind; skip only then.
-                if any(n not in env for n in axis_expr.names(c)):
+                plain, tnames = axis_expr.constraint_names(c)
+                if any(n not in env for n in plain) or any(t not in tensors for t in tnames):
                     continue
                 raise ValueError(f"constraint {c!r}: {e}") from None
             if not ok:
-                vals = {n: env[n] for n in sorted(axis_expr.names(c)) if n in env}
+                vals = {n: env[n] for n in sorted(axis_expr.constraint_names(c)[0]) if n in env}
                 raise ValueError(f"constraint {c!r} does not hold for {vals}")
 
     def shape_of(self, spec: TensorSpec, env: dict[str, int]) -> Optional[tuple[int, ...]]:

@@ -15,8 +15,12 @@ from typing import Iterator, Optional, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import InputError
+from .blobs import check_safetensors
 from .definition import Definition
 from .workload import ResolvedWorkload, Workload, WorkloadMismatch, resolve
+
+MISSING_BLOBS = ("safetensors input file(s) not found (a separate download); the workload cannot run "
+                 "until they are present")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -70,7 +74,13 @@ def load_definition(path: Path, reference_file: Optional[Path] = None) -> Defini
     text = _read_text(path)
     data = parse_json_text(text, path)
     if isinstance(data, dict) and not data.get("reference") and reference_file and reference_file.exists():
-        data["reference"] = reference_file.read_text()
+        data["reference"] = _read_text(reference_file)
+        try:
+            return parse_model(Definition, data, path)
+        except InputError as e:
+            if e.field == "reference":  # the code came from reference.py: name that file
+                raise InputError(e.message, file=reference_file, field="reference") from None
+            raise
     return parse_model(Definition, data, path)
 
 
@@ -87,11 +97,14 @@ def load_workloads(path: Path, defn: Definition) -> list[ResolvedWorkload]:
     seen: dict[str, int] = {}
     for lineno, obj in iter_jsonl(path):
         wl = parse_model(Workload, obj, path, lineno)
-        out.append(resolve_at(defn, wl, path, lineno))
         if wl.uuid in seen:
             raise InputError(f"duplicate uuid {wl.uuid!r} (first on line {seen[wl.uuid]})",
                              file=path, line=lineno, field="uuid")
         seen[wl.uuid] = lineno
+        rw = resolve_at(defn, wl, path, lineno)
+        if check_safetensors(rw, path, lineno):
+            rw.warnings.append(MISSING_BLOBS)
+        out.append(rw)
     if not out:
         raise InputError("no workloads", file=path)
     return out
@@ -124,7 +137,8 @@ class Problem:
     source: str  # where it came from: a directory, a file, or hf://...
     subset: Optional[str] = None
     warnings: list[str] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)  # e.g. published B200 reference numbers
+    extra: dict = field(default_factory=dict)  # e.g. published B200 reference numbers, provenance
+    format: str = "sol-execbench"  # the on-disk format it was read from ("flashinfer-trace", ...)
 
     @property
     def name(self) -> str:
@@ -140,13 +154,23 @@ class Problem:
         return h.hexdigest()
 
 
+def workload_warnings(file: Path | str, workloads: list[ResolvedWorkload]) -> list[str]:
+    """One line per distinct warning, with how many workloads share it (not one line each)."""
+    seen: dict[str, list[str]] = {}
+    for w in workloads:
+        for m in w.warnings:
+            seen.setdefault(m, []).append(w.uuid)
+    return [f"{file}: {m} ({len(u)} workload(s), e.g. {u[0]})" for m, u in seen.items()]
+
+
 def load_problem_dir(path: Path, subset: Optional[str] = None) -> Problem:
     path = Path(path)
     defn = load_definition(path / DEFINITION_FILE, path / REFERENCE_FILE)
     workloads = load_workloads(path / WORKLOAD_FILE, defn)
-    warnings = []
-    for w in workloads:
-        warnings.extend(f"{path / WORKLOAD_FILE} [{w.uuid}]: {m}" for m in w.warnings)
+    warnings = workload_warnings(path / WORKLOAD_FILE, workloads)
+    ref_file = path / REFERENCE_FILE
+    if ref_file.is_file() and _read_text(ref_file) != defn.reference:
+        warnings.append(f"{ref_file}: differs from definition.json's reference; the JSON's is used")
     extra = {}
     ref = path / "b200_reference.json"
     if ref.exists():
