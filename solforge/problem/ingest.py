@@ -1,16 +1,27 @@
-"""Ingest problems from anywhere: a SOL-ExecBench tree, a subset dir, one problem dir, a
-FlashInfer-Trace tree, or hf://nvidia/SOL-ExecBench[/<subset>].
+"""Ingest problems from anywhere: a SOL-ExecBench tree (`<subset>/<problem>/`), a subset folder, one
+problem folder, a FlashInfer-Trace tree (`definitions/` + `workloads/`), a folder mixing these (such
+as data/problems), one definition JSON file, or `hf://nvidia/SOL-ExecBench[/<subset>]`.
 
-Every bad problem becomes one InputError in the report; the good ones are still returned.
+Every bad problem becomes exactly one InputError in the report (file, line, field); the good ones are
+still returned. Problems are sorted by (subset, name) so that two ingests of the same input agree.
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from .loader import Problem
+from .flashinfer_trace import is_flashinfer_tree, load_flashinfer_tree
+from .loader import DEFINITION_FILE, REFERENCE_FILE, WORKLOAD_FILE, Problem, load_definition, \
+    load_problem_dir
+
+HF_SCHEME = "hf://"
+_MAX_DEPTH = 4  # tree/subset/problem is 2; leave room for a folder or two around it
+_SKIP_DIRS = {"__pycache__", "node_modules", "blob"}
 
 
 @dataclass
@@ -21,7 +32,139 @@ class IngestReport:
     source: str = ""
     seconds: float = 0.0
 
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def counts_by_subset(self) -> dict[str, dict[str, int]]:
+        """{subset: {"problems": n, "workloads": m}}, subsets sorted."""
+        out: dict[str, dict[str, int]] = {}
+        for p in self.problems:
+            c = out.setdefault(p.subset or "", {"problems": 0, "workloads": 0})
+            c["problems"] += 1
+            c["workloads"] += len(p.workloads)
+        return dict(sorted(out.items()))
+
+    def extend(self, other: "IngestReport") -> None:
+        self.problems += other.problems
+        self.errors += other.errors
+        self.warnings += other.warnings
+
 
 def ingest_path(path_or_uri: str | Path) -> IngestReport:
-    """Load every problem under a path or hf:// URI. Never raises InputError for bad problems."""
-    raise NotImplementedError("being written")
+    """Load every problem under a path or hf:// URI. Bad problems are reported, never raised."""
+    t0 = time.perf_counter()
+    src = str(path_or_uri)
+    if src.startswith(HF_SCHEME):
+        from .hf import ingest_hf  # only this path needs huggingface_hub
+        report = ingest_hf(src)
+    else:
+        report = ingest_local(Path(src).expanduser())
+    report.source = src
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def ingest_local(path: Path, provenance: dict | None = None) -> IngestReport:
+    """Ingest a local path; `provenance` (e.g. where a download came from) is stored on each problem."""
+    report = IngestReport(source=str(path))
+    if not path.exists():
+        report.errors.append(InputError("path not found", file=path))
+        return report
+    if path.is_file():
+        _ingest_file(path, report)
+    else:
+        _walk(path, report, 0)
+    _reject_duplicate_names(report)
+    report.problems.sort(key=lambda p: (p.subset or "", p.name))
+    for p in report.problems:
+        p.extra["provenance"] = {"format": p.format, "path": p.source, **(provenance or {})}
+        report.warnings.extend(p.warnings)
+    if not report.problems and not report.errors:
+        report.warnings.append(f"{path}: no problems found")
+    return report
+
+
+def _ingest_file(path: Path, report: IngestReport) -> None:
+    if path.name in (DEFINITION_FILE, WORKLOAD_FILE, REFERENCE_FILE):
+        _load_problem(path.parent, report)
+    elif path.suffix == ".json":
+        # A lone FlashInfer-Trace style definition: a problem with no workloads.
+        try:
+            d = load_definition(path)
+        except InputError as e:
+            report.errors.append(e)
+            return
+        report.problems.append(Problem(d, [], str(path), path.parent.name, format="definition",
+                                       warnings=[f"{path}: a lone definition has no workloads"]))
+    else:
+        report.errors.append(InputError("not a problem file (want a folder, definition.json or a "
+                                        "definition .json)", file=path))
+
+
+def _is_problem_dir(path: Path) -> bool:
+    return any((path / f).is_file() for f in (DEFINITION_FILE, WORKLOAD_FILE))
+
+
+def _walk(path: Path, report: IngestReport, depth: int) -> None:
+    if is_flashinfer_tree(path):
+        problems, errors, warnings = load_flashinfer_tree(path)
+        report.problems += problems
+        report.errors += errors
+        report.warnings += warnings
+        return
+    if _is_problem_dir(path):
+        _load_problem(path, report)
+        return
+    if depth >= _MAX_DEPTH:
+        return
+    try:
+        children = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError as e:
+        report.errors.append(InputError(f"cannot list folder: {e.strerror}", file=path))
+        return
+    for child in children:
+        if child.name.startswith(".") or child.name in _SKIP_DIRS:
+            continue
+        if child.is_dir(follow_symlinks=True):
+            _walk(Path(child.path), report, depth + 1)
+
+
+def _load_problem(path: Path, report: IngestReport) -> None:
+    try:
+        report.problems.append(load_problem_dir(path, subset=path.resolve().parent.name))
+    except InputError as e:
+        report.errors.append(e)
+    except (OSError, RecursionError, MemoryError) as e:  # a broken file system entry, a huge file
+        report.errors.append(InputError(f"cannot load problem: {type(e).__name__}: {e}", file=path))
+
+
+def _reject_duplicate_names(report: IngestReport) -> None:
+    # Names key everything downstream (store rows, kernels); two problems sharing one is an error
+    # on the second, so what the first means never depends on load order.
+    first: dict[str, Problem] = {}
+    kept = []
+    for p in report.problems:
+        if p.name in first:
+            where = Path(p.source)
+            f = where / DEFINITION_FILE if where.is_dir() else where
+            report.errors.append(InputError(f"duplicate problem name {p.name!r} (also at "
+                                            f"{first[p.name].source})", file=f, field="name"))
+            continue
+        first[p.name] = p
+        kept.append(p)
+    report.problems = kept
+
+
+def summarize(report: IngestReport) -> str:
+    """A short human summary: counts per subset, errors, warnings."""
+    lines = [f"{len(report.problems)} problems, "
+             f"{sum(len(p.workloads) for p in report.problems)} workloads, "
+             f"{len(report.errors)} errors, {len(report.warnings)} warnings "
+             f"({report.seconds:.2f} s) from {report.source}"]
+    for subset, c in report.counts_by_subset().items():
+        lines.append(f"  {subset or '-'}: {c['problems']} problems, {c['workloads']} workloads")
+    formats = Counter(p.format for p in report.problems)
+    if len(formats) > 1:
+        lines.append("  formats: " + ", ".join(f"{k}={v}" for k, v in sorted(formats.items())))
+    return "\n".join(lines)
