@@ -1,0 +1,87 @@
+"""compile_candidate: Candidate -> CompileResult (cubins per source unit), cached on disk."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import time
+from functools import lru_cache
+
+from .. import settings as settings_mod
+from ..candidate import Candidate
+from .cache import CompileCache, cache_key
+from .result import CompileResult, CompileStatus, KernelEntry
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+@lru_cache(maxsize=None)
+def compiler_identity(language: str) -> tuple[str, str]:
+    """(compiler name, version string) from the installed wheels; no library is loaded for this."""
+    def v(dist: str) -> str:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return "missing"
+
+    if language == "cute":
+        return "cutlass-dsl", f"nvidia-cutlass-dsl {v('nvidia-cutlass-dsl')}"
+    return "nvrtc", (f"nvidia-cuda-nvrtc {v('nvidia-cuda-nvrtc')}; headers: nvidia-cuda-runtime "
+                     f"{v('nvidia-cuda-runtime')}, nvidia-cuda-cccl {v('nvidia-cuda-cccl')}")
+
+
+def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, use_cache: bool = True,
+                      timeout_s: float | None = None, cache_dir=None) -> CompileResult:
+    """Compile every source unit of a candidate for `arch` (default settings.arch, "sm_90a").
+
+    Never raises for a bad candidate source: the result's status is error/timeout and `log` holds the
+    compiler's words verbatim. Raises pydantic's ValidationError if `candidate` is not a Candidate.
+    """
+    t0 = time.perf_counter()
+    cand = candidate if isinstance(candidate, Candidate) else Candidate.model_validate(candidate)
+    cfg = settings_mod.get()
+    arch = arch or cfg.arch
+    timeout_s = timeout_s or float(getattr(cfg, "compile_timeout_s", DEFAULT_TIMEOUT_S))
+    compiler, version = compiler_identity(cand.language)
+    kernels = [launch.kernel for launch in cand.launches]
+    key = cache_key(language=cand.language, sources=cand.sources, params=cand.params,
+                    options=cand.options, arch=arch, compiler_version=version, kernels=kernels)
+    cache = CompileCache(cache_dir or cfg.cache_dir) if use_cache else None
+    if cache is not None:
+        hit = cache.get(key)
+        if hit is not None:
+            hit.seconds = time.perf_counter() - t0
+            hit.source_hash = cand.source_hash()
+            return hit
+
+    job = {"sources": cand.sources, "params": cand.params, "options": cand.options, "arch": arch,
+           "kernels": kernels}
+    from .worker import run_job
+
+    out = run_job("cute" if cand.language == "cute" else "nvrtc", job, timeout_s)
+    cubins = out.get("cubins", {})
+    result = CompileResult(
+        status=CompileStatus(out["status"]), log=out.get("log", ""), cubins=cubins,
+        entries={k: KernelEntry(**e) for k, e in out.get("entries", {}).items()},
+        cubin_hash=CompileResult.hash_cubins(cubins), compiler=compiler, compiler_version=version,
+        arch=arch, options=out.get("options", []), cache_key=key, cache_hit=False,
+        source_hash=cand.source_hash(), compile_seconds=out.get("compile_seconds", 0.0))
+    result.seconds = time.perf_counter() - t0
+    if cache is not None:
+        cache.put(key, result)
+    return result
+
+
+def stage(candidate: Candidate | dict, result: CompileResult, folder) -> dict:
+    """Write what the GPU box needs into `folder`: candidate.json, manifest.json and the cubins.
+
+    launcher.load_stage(folder) reads it back with no pydantic on the box.
+    """
+    import json
+    from pathlib import Path
+
+    if not result.ok:
+        raise ValueError(f"cannot stage a failed compile (status {result.status.value})")
+    cand = candidate if isinstance(candidate, Candidate) else Candidate.model_validate(candidate)
+    manifest = result.write_stage(folder)
+    (Path(folder) / "candidate.json").write_text(json.dumps(cand.model_dump(), indent=1))
+    return manifest

@@ -1,0 +1,69 @@
+"""Just enough ELF reading to check a cubin: its machine (EM_CUDA), target SM and kernel symbols.
+
+CUDA cubins are 64-bit little-endian ELF files with e_machine 190 (EM_CUDA). Where the SM number sits
+in e_flags depends on the CUDA ELF ABI version (e_ident[EI_ABIVERSION]): ABI 7 and older keep it in
+the low byte, ABI 8 (CUDA 12.8+ toolchains, what NVRTC 13 emits) in bits 8-15. We read both and
+cross-check against what we asked for, so an unexpected layout fails loudly instead of passing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+EM_CUDA = 190
+STT_FUNC = 2
+
+
+class ElfError(ValueError):
+    pass
+
+
+@dataclass
+class CubinInfo:
+    sm: int                 # 90 for sm_90/sm_90a, 100 for sm_100a
+    abi_version: int
+    e_flags: int
+    functions: list[str]    # global function symbols (kernels and device functions kept visible)
+
+
+def read_cubin(blob: bytes) -> CubinInfo:
+    if len(blob) < 64 or blob[:4] != b"\x7fELF":
+        raise ElfError("not an ELF file (a cubin starts with \\x7fELF; PTX text is not accepted)")
+    if blob[4] != 2 or blob[5] != 1:
+        raise ElfError("not a 64-bit little-endian ELF")
+    abi = blob[8]
+    (machine,) = struct.unpack_from("<H", blob, 18)
+    if machine != EM_CUDA:
+        raise ElfError(f"ELF machine {machine} is not EM_CUDA ({EM_CUDA})")
+    (e_flags,) = struct.unpack_from("<I", blob, 48)
+    sm = (e_flags >> 8) & 0xFF if abi >= 8 else e_flags & 0xFF
+    return CubinInfo(sm=sm, abi_version=abi, e_flags=e_flags, functions=_function_symbols(blob))
+
+
+def _function_symbols(blob: bytes) -> list[str]:
+    (e_shoff,) = struct.unpack_from("<Q", blob, 40)
+    e_shentsize, e_shnum, _ = struct.unpack_from("<HHH", blob, 58)
+    sections = []
+    for i in range(e_shnum):
+        off = e_shoff + i * e_shentsize
+        name, stype, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", blob, off)
+        sections.append((stype, offset, size, link, entsize))
+    out = []
+    for stype, offset, size, link, entsize in sections:
+        if stype != 2 or entsize == 0:  # SHT_SYMTAB
+            continue
+        str_off = sections[link][1]
+        for j in range(size // entsize):
+            st_name, st_info, _other, _shndx, _value, _size = struct.unpack_from(
+                "<IBBHQQ", blob, offset + j * entsize)
+            if st_info & 0xF == STT_FUNC and st_info >> 4 == 1:  # global function
+                end = blob.index(b"\0", str_off + st_name)
+                out.append(blob[str_off + st_name:end].decode("utf-8", "replace"))
+    return out
+
+
+def sm_of_arch(arch: str) -> int:
+    digits = "".join(c for c in arch if c.isdigit())
+    return int(digits)

@@ -1,0 +1,311 @@
+"""The candidate runtime on the GPU box: load cubins, evaluate launch expressions, launch in order.
+
+Bare on purpose: stdlib, torch and cuda-python (cuda.bindings.driver) only, no pydantic. It takes the
+Candidate as a plain dict (candidate.json, i.e. Candidate.model_dump()) and the compile manifest
+(manifest.json written by CompileResult.write_stage) with the cubin files beside it.
+
+    rt = load_stage(stage_dir, candidate_dict)            # or CandidateRuntime(candidate, cubins, manifest)
+    rt.launch_all(tensors, axes, scalars)                 # on torch's current stream
+    plan = rt.prepare(tensors, axes, scalars)             # resolve + pack once ...
+    plan.run()                                            # ... launch many times (timing loops)
+    rt.close()
+
+Every CUDA driver call's return code is checked; a failure raises LaunchError naming the call, the
+launch index and the kernel. The evaluator runs this in a spawned process, so a faulting kernel only
+takes that process down.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+_SCALAR_ARG = re.compile(r"^(int32|int64|uint32|uint64|float32|float64):(.+)$")
+_CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_uint32,
+           "uint64": ctypes.c_uint64, "float32": ctypes.c_float, "float64": ctypes.c_double,
+           # short names used by CuTe DSL parameter slots
+           "i32": ctypes.c_int32, "i64": ctypes.c_int64, "u32": ctypes.c_uint32,
+           "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double}
+_STATIC_SMEM_LIMIT = 48 * 1024  # above this, a kernel must opt in to more dynamic shared memory
+
+
+def _axis_expr():
+    """solforge.problem.axis_expr without importing solforge.problem (whose __init__ needs pydantic)."""
+    mod = sys.modules.get("solforge.problem.axis_expr")
+    if mod is not None:
+        return mod
+    name = "_solforge_axis_expr"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "problem" / "axis_expr.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _drv():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, what: str):
+    """Unwrap a cuda-python (err, *values) tuple; raise LaunchError with the driver's name for err."""
+    drv = _drv()
+    err = result[0] if isinstance(result, tuple) else result
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        _, desc = drv.cuGetErrorString(err)
+        raise LaunchError(f"{what}: {name.decode() if name else err} "
+                          f"({desc.decode() if desc else ''})")
+    if not isinstance(result, tuple) or len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+class _Params:
+    """One launch's kernel parameters: a byte buffer + the void* array cuLaunchKernel wants."""
+
+    def __init__(self, layout: list[tuple[int, object]], total: int):
+        self.buf = ctypes.create_string_buffer(max(total, 1))
+        base = ctypes.addressof(self.buf)
+        self.ptrs = (ctypes.c_void_p * max(len(layout), 1))(*[base + off for off, _ in layout])
+        for off, cval in layout:
+            ctypes.memmove(base + off, ctypes.addressof(cval), ctypes.sizeof(cval))
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.ptrs)
+
+
+def _pack_args(values: list) -> tuple[list[tuple[int, object]], int]:
+    """Lay out ctypes values with natural alignment, as the kernel's parameter list does."""
+    layout, off = [], 0
+    for cval in values:
+        size = ctypes.sizeof(cval)
+        off = (off + size - 1) // size * size
+        layout.append((off, cval))
+        off += size
+    return layout, off
+
+
+class LaunchPlan:
+    """Everything resolved for one set of tensors: call run() as often as needed."""
+
+    def __init__(self, runtime: "CandidateRuntime", steps: list, workspace):
+        self.runtime = runtime
+        self.steps = steps      # (function, grid, block, smem, cluster, _Params, index, kernel)
+        self.workspace = workspace
+
+    def run(self, stream=None) -> None:
+        drv = _drv()
+        hstream = drv.CUstream(_stream_handle(stream))
+        if self.workspace is not None and self.workspace.numel():
+            self.workspace.zero_()
+        for fn, grid, block, smem, cluster, params, i, kernel in self.steps:
+            where = f"launches[{i}] ({kernel})"
+            if cluster is None:
+                check(drv.cuLaunchKernel(fn, *grid, *block, smem, hstream, params.address, 0),
+                      f"cuLaunchKernel {where}")
+            else:
+                cfg = drv.CUlaunchConfig()
+                cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+                cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+                cfg.sharedMemBytes = smem
+                cfg.hStream = hstream
+                attr = drv.CUlaunchAttribute()
+                attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+                cfg.attrs = [attr]
+                cfg.numAttrs = 1
+                check(drv.cuLaunchKernelEx(cfg, fn, params.address, 0), f"cuLaunchKernelEx {where}")
+
+
+def _stream_handle(stream) -> int:
+    if stream is None:
+        import torch
+
+        return torch.cuda.current_stream().cuda_stream
+    if hasattr(stream, "cuda_stream"):
+        return stream.cuda_stream
+    return int(stream)
+
+
+def _dims(exprs, env, what: str, i: int) -> tuple[int, int, int]:
+    ax = _axis_expr()
+    vals = []
+    for e in exprs:
+        v = ax.evaluate(str(e), env)
+        if v != int(v) or v < 1:
+            raise LaunchError(f"launches[{i}].{what}: {e!r} = {v}, not a positive integer")
+        vals.append(int(v))
+    return tuple(vals + [1] * (3 - len(vals)))
+
+
+def launch_env(axes: dict, scalars: dict, params: dict) -> dict:
+    """Names a launch expression may use; params win over axes (same rule as solforge.candidate)."""
+    env = {**axes, **{k: v for k, v in scalars.items() if isinstance(v, (int, float))
+                      and not isinstance(v, bool)}}
+    env.update({k: (int(v) if isinstance(v, bool) else v) for k, v in params.items()
+                if isinstance(v, (int, float))})
+    return env
+
+
+class CandidateRuntime:
+    """Loaded modules and functions of one candidate, in the current CUDA context."""
+
+    def __init__(self, candidate: dict, cubins: dict[str, bytes], manifest: dict, device=None):
+        import torch
+
+        if hasattr(candidate, "model_dump"):
+            candidate = candidate.model_dump()
+        self.candidate = candidate
+        self.manifest = manifest
+        self.entries = manifest.get("entries", {})
+        drv = _drv()
+        self.device = torch.device("cuda", torch.cuda.current_device() if device is None else device)
+        torch.cuda.init()
+        with torch.cuda.device(self.device):
+            torch.empty(1, device=self.device)  # makes torch's primary context current here
+            check(drv.cuInit(0), "cuInit")
+            ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+            if ctx is None or int(ctx) == 0:
+                dev = check(drv.cuDeviceGet(self.device.index), "cuDeviceGet")
+                ctx = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+            self.modules = {}
+            for unit, blob in cubins.items():
+                if blob[:4] != b"\x7fELF":
+                    raise LaunchError(f"{unit}: not a cubin (PTX is not loaded on purpose)")
+                self.modules[unit] = check(drv.cuModuleLoadData(blob), f"cuModuleLoadData({unit})")
+            self.functions = {}
+            for launch in candidate["launches"]:
+                name = launch["kernel"]
+                if name in self.functions:
+                    continue
+                entry = self.entries.get(name)
+                if entry is None:
+                    raise LaunchError(f"kernel {name!r} has no entry in the compile manifest")
+                mod = self.modules[entry["unit"]]
+                self.functions[name] = check(drv.cuModuleGetFunction(mod, entry["symbol"].encode()),
+                                             f"cuModuleGetFunction({entry['symbol']})")
+        self._smem_set: dict[str, int] = {}
+
+    def _ensure_smem(self, kernel: str, smem: int) -> None:
+        """Opt a kernel in to `smem` bytes of dynamic shared memory when it needs more than 48 KB."""
+        if smem <= _STATIC_SMEM_LIMIT or self._smem_set.get(kernel, 0) >= smem:
+            return
+        drv = _drv()
+        attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(drv.cuFuncSetAttribute(self.functions[kernel], attr, smem),
+              f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem}) for {kernel}")
+        self._smem_set[kernel] = smem
+
+    def _arg_values(self, launch: dict, entry: dict, tensors, workspace, env, i: int):
+        ax = _axis_expr()
+
+        def pointer(name: str) -> int:
+            if name == "workspace":
+                if workspace is None:
+                    raise LaunchError(f"launches[{i}]: 'workspace' is passed but the workspace is 0 bytes")
+                return workspace.data_ptr()
+            if name not in tensors:
+                raise LaunchError(f"launches[{i}]: no tensor named {name!r} (have {sorted(tensors)})")
+            return tensors[name].data_ptr()
+
+        if entry.get("params"):  # CuTe DSL: the kernel's real parameter layout, from the compiler
+            layout = []
+            for slot in entry["params"]:
+                if slot["kind"] == "ptr":
+                    cval = ctypes.c_uint64(pointer(slot["source"]))
+                elif slot["kind"] == "bytes":
+                    cval = ctypes.create_string_buffer(bytes.fromhex(slot["value"]), slot["size"])
+                else:
+                    ctor = _CTYPES[slot["kind"]]
+                    cval = ctor(ax.evaluate(slot["source"], env))
+                if ctypes.sizeof(cval) != slot["size"]:
+                    raise LaunchError(f"launches[{i}]: param slot {slot} does not match its kind")
+                layout.append((slot["offset"], cval))
+            return layout, entry.get("param_bytes") or sum(s["size"] for s in entry["params"])
+        values = []
+        for a in launch.get("args", []):
+            a = a.strip()
+            m = _SCALAR_ARG.match(a)
+            if m:
+                v = ax.evaluate(m.group(2), env)
+                if m.group(1).startswith(("int", "uint")):
+                    if v != int(v):
+                        raise LaunchError(f"launches[{i}]: {a!r} = {v} is not an integer")
+                    v = int(v)
+                values.append(_CTYPES[m.group(1)](v if isinstance(v, int) else float(v)))
+            else:
+                values.append(ctypes.c_uint64(pointer(a)))
+        return _pack_args(values)
+
+    def prepare(self, tensors: dict, axes: dict, scalars: dict | None = None,
+                workspace=None) -> LaunchPlan:
+        """Resolve grid/block/smem/args for these tensors and sizes; allocate the workspace."""
+        import torch
+
+        cand = self.candidate
+        env = launch_env(axes, scalars or {}, cand.get("params", {}))
+        ax = _axis_expr()
+        ws_bytes = int(ax.evaluate(str(cand.get("workspace", "0")), env))
+        if workspace is None and ws_bytes > 0:
+            workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device=self.device)
+        steps = []
+        for i, launch in enumerate(cand["launches"]):
+            name = launch["kernel"]
+            entry = self.entries[name]
+            grid = _dims(launch["grid"], env, "grid", i)
+            block = _dims(launch["block"], env, "block", i)
+            smem = int(ax.evaluate(str(launch.get("smem", "0")), env))
+            cluster = _dims(launch["cluster"], env, "cluster", i) if launch.get("cluster") else None
+            if cluster is None and entry.get("cluster") and any(c > 1 for c in entry["cluster"]):
+                cluster = tuple(entry["cluster"])
+            self._ensure_smem(name, smem)
+            layout, total = self._arg_values(launch, entry, tensors, workspace, env, i)
+            steps.append((self.functions[name], grid, block, smem, cluster, _Params(layout, total),
+                          i, name))
+        return LaunchPlan(self, steps, workspace)
+
+    def launch_all(self, tensors: dict, axes: dict, scalars: dict | None = None, stream=None,
+                   workspace=None) -> None:
+        """Launch every kernel of the candidate, in order, on `stream` (default: torch's current)."""
+        self.prepare(tensors, axes, scalars, workspace).run(stream)
+
+    def close(self) -> None:
+        drv = _drv()
+        for unit, mod in list(self.modules.items()):
+            check(drv.cuModuleUnload(mod), f"cuModuleUnload({unit})")
+        self.modules.clear()
+        self.functions.clear()
+
+
+def read_stage(folder) -> tuple[dict[str, bytes], dict]:
+    """(cubins, manifest) from a folder written by CompileResult.write_stage."""
+    folder = Path(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    cubins = {unit: (folder / fname).read_bytes() for unit, fname in manifest["cubins"].items()}
+    return cubins, manifest
+
+
+def load_stage(folder, candidate: dict | None = None, device=None) -> CandidateRuntime:
+    """A runtime from a staging folder; the candidate defaults to folder/candidate.json."""
+    cubins, manifest = read_stage(folder)
+    if candidate is None:
+        candidate = json.loads((Path(folder) / "candidate.json").read_text())
+    return CandidateRuntime(candidate, cubins, manifest, device=device)
+
+
+__all__ = ["CandidateRuntime", "LaunchPlan", "LaunchError", "load_stage", "read_stage", "launch_env",
+           "check"]

@@ -1,0 +1,145 @@
+"""CUDA C++ -> cubin with NVRTC (cuda.bindings.nvrtc). Runs inside a compile worker process.
+
+Source units: every `*.cu` file is compiled on its own into one cubin; other files (`*.cuh`, `*.h`,
+...) are headers that any unit may `#include "name"`. A candidate with a single file is one unit
+whatever its extension. Each unit is compiled under the file name the agent used, so a log line reads
+`kernel.cu(12): error: ...` and the agent can find line 12 in what it wrote.
+
+Kernels: a launch's `kernel` is either an `extern "C"` name (recommended) or a C++ name expression
+such as `gemm<128, 64>` (resolved through nvrtcAddNameExpression / nvrtcGetLoweredName).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from . import toolchain
+from .elf import read_cubin, sm_of_arch
+
+HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".hh", ".inc", ".inl")
+
+
+def split_units(sources: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    if len(sources) == 1:
+        return dict(sources), {}
+    units = {k: v for k, v in sources.items() if not k.endswith(HEADER_SUFFIXES)}
+    headers = {k: v for k, v in sources.items() if k.endswith(HEADER_SUFFIXES)}
+    return units, headers
+
+
+def final_options(arch: str, params: dict, options: list[str]) -> list[str]:
+    """All options for NVRTC: base (arch, std, wheel include dirs) + params as -D + candidate's."""
+    extra = toolchain.check_options(options)
+    base = toolchain.base_options(arch)
+    if any(o.lstrip("-").startswith("std=") for o in extra):
+        base = [o for o in base if not o.startswith("-std=")]
+    return base + toolchain.define_options(params) + extra
+
+
+def public_options(opts: list[str]) -> list[str]:
+    """Options as recorded (and hashed): absolute include paths replaced by a stable marker."""
+    return [("--include-path=<wheel:" + ("cccl" if o.rstrip("/").endswith("cccl") else "cuda-runtime") + ">")
+            if o.startswith("--include-path=") else o for o in opts]
+
+
+def _check(res, what: str):
+    from cuda.bindings import nvrtc
+
+    err = res[0] if isinstance(res, tuple) else res
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"{what} failed: {nvrtc.nvrtcGetErrorString(err)[1].decode()}")
+    return res[1:] if isinstance(res, tuple) else ()
+
+
+def _compile_unit(name: str, src: str, headers: dict[str, str], opts: list[str],
+                  name_exprs: list[str]) -> tuple[bool, str, bytes, dict[str, str]]:
+    from cuda.bindings import nvrtc
+
+    hnames = list(headers)
+    (prog,) = _check(nvrtc.nvrtcCreateProgram(src.encode(), name.encode(), len(hnames),
+                                              [headers[h].encode() for h in hnames],
+                                              [h.encode() for h in hnames]), "nvrtcCreateProgram")
+    try:
+        for e in name_exprs:
+            _check(nvrtc.nvrtcAddNameExpression(prog, e.encode()), f"nvrtcAddNameExpression({e})")
+        bopts = [o.encode() for o in opts]
+        (res,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
+        (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        buf = b" " * size
+        _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
+        log = buf.rstrip(b"\0").decode("utf-8", "replace")
+        if res != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return False, log, b"", {}
+        (size,) = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        lowered = {}
+        for e in name_exprs:
+            (low,) = _check(nvrtc.nvrtcGetLoweredName(prog, e.encode()), f"nvrtcGetLoweredName({e})")
+            lowered[e] = low.decode()
+        return True, log, bytes(cubin), lowered
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def _is_name_expr(kernel: str) -> bool:
+    return not re.fullmatch(r"[A-Za-z_]\w*", kernel)
+
+
+def _base_ident(kernel: str) -> str:
+    return re.split(r"[<(\s]", kernel.split("::")[-1], maxsplit=1)[0]
+
+
+def compile_cuda(job: dict) -> dict:
+    """job: sources, params, options, arch, kernels. Returns a plain dict (crosses a process pipe)."""
+    t0 = time.perf_counter()
+    arch = job["arch"]
+    try:
+        toolchain.check_arch(arch)
+        opts = final_options(arch, job.get("params", {}), job.get("options", []))
+    except toolchain.ToolchainError as e:
+        return {"status": "invalid", "log": f"solforge: {e}", "cubins": {}, "entries": {},
+                "options": [], "compile_seconds": time.perf_counter() - t0}
+    units, headers = split_units(job["sources"])
+    if not units:
+        return {"status": "invalid", "log": "solforge: no source unit (*.cu) among the sources "
+                f"{sorted(job['sources'])}", "cubins": {}, "entries": {}, "options": public_options(opts),
+                "compile_seconds": time.perf_counter() - t0}
+    kernels = list(dict.fromkeys(job.get("kernels", [])))
+    header_text = "\n".join(headers.values())
+    logs, cubins, entries, ok = [], {}, {}, True
+    for uname, src in units.items():
+        exprs = [k for k in kernels if _is_name_expr(k) and _base_ident(k) in src + header_text]
+        good, log, cubin, lowered = _compile_unit(uname, src, headers, opts, exprs)
+        if log.strip():
+            logs.append(log if len(units) == 1 else f"== {uname} ==\n{log}")
+        if not good:
+            ok = False
+            continue
+        cubins[uname] = cubin
+        info = read_cubin(cubin)
+        if info.sm != sm_of_arch(arch):
+            ok = False
+            logs.append(f"solforge: {uname}: cubin targets sm_{info.sm}, asked for {arch}")
+        funcs = set(info.functions)
+        for e, low in lowered.items():
+            entries.setdefault(e, {"unit": uname, "symbol": low})
+        for k in kernels:
+            if k in entries or _is_name_expr(k):
+                continue
+            if k in funcs:
+                entries[k] = {"unit": uname, "symbol": k}
+            else:  # a C++ (not extern "C") kernel without templates/namespaces: _Z<len><name>...
+                mangled = [f for f in funcs if f.startswith(f"_Z{len(k)}{k}")]
+                if len(mangled) == 1:
+                    entries[k] = {"unit": uname, "symbol": mangled[0]}
+    if ok:
+        missing = [k for k in kernels if k not in entries]
+        if missing:
+            ok = False
+            logs.append(f"solforge: kernel(s) {missing} not found in the compiled code; declare them "
+                        "extern \"C\" __global__ (or name a template instance, e.g. \"gemm<128>\")")
+    return {"status": "ok" if ok else "error", "log": "\n".join(logs), "cubins": cubins if ok else {},
+            "entries": entries if ok else {}, "options": public_options(opts),
+            "compile_seconds": time.perf_counter() - t0}

@@ -1,0 +1,153 @@
+"""Compile workers: long-lived child processes that run NVRTC / the CuTe DSL, so a compile can be timed
+out (the worker is killed) and a compiler crash never takes the caller down.
+
+Why a persistent worker rather than one process per compile: starting Python and loading NVRTC costs
+~0.3 s and importing the CuTe DSL several seconds, more than the compiles themselves. A worker is
+started once per backend and reused; a timeout or crash replaces it. CuTe DSL jobs run Python written
+by an agent, so the cute worker forks a fresh child per job (see cute_backend) and the worker itself
+never executes candidate code.
+
+Protocol: the parent writes pickled (backend, job) frames to the worker's stdin; the worker answers
+with pickled dicts on a private pipe (the original stdout), while its fd 1 is pointed at stderr so a
+stray print from a compiler or a kernel author cannot corrupt the stream.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+_REPO = str(Path(__file__).resolve().parents[2])
+_MAX_JOBS_PER_WORKER = 500  # recycle now and then: compilers are not leak-free
+
+
+def _send(fd: int, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    os.write(fd, struct.pack("<Q", len(data)))
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _recv(fd: int, deadline: float | None = None):
+    def read_exact(n: int) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise TimeoutError
+            chunk = os.read(fd, n - got)
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    (size,) = struct.unpack("<Q", read_exact(8))
+    return pickle.loads(read_exact(size))
+
+
+class Worker:
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.jobs = 0
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen([sys.executable, "-m", "solforge.compile.worker", backend],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=_REPO)
+
+    def run(self, job: dict, timeout: float) -> dict:
+        self.jobs += 1
+        _send(self.proc.stdin.fileno(), job)
+        return _recv(self.proc.stdout.fileno(), time.monotonic() + timeout)
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+_idle: dict[str, list[Worker]] = {}
+_lock = threading.Lock()
+
+
+def run_job(backend: str, job: dict, timeout: float) -> dict:
+    """Run one compile job in a worker. Returns the backend's dict, or status timeout/error."""
+    with _lock:
+        pool = _idle.setdefault(backend, [])
+        w = pool.pop() if pool else None
+    if w is None or w.proc.poll() is not None:
+        w = Worker(backend)
+    t0 = time.perf_counter()
+    try:
+        out = w.run(job, timeout)
+    except TimeoutError:
+        w.kill()
+        return {"status": "timeout", "log": f"solforge: compile ran past {timeout:.0f} s and was killed",
+                "cubins": {}, "entries": {}, "options": [], "compile_seconds": time.perf_counter() - t0}
+    except (EOFError, BrokenPipeError, OSError) as e:
+        w.kill()
+        return {"status": "error", "log": f"solforge: the compiler process died ({type(e).__name__}, "
+                f"exit code {w.proc.returncode})", "cubins": {}, "entries": {}, "options": [],
+                "compile_seconds": time.perf_counter() - t0}
+    if w.jobs >= _MAX_JOBS_PER_WORKER:
+        w.kill()
+    else:
+        with _lock:
+            _idle[backend].append(w)
+    return out
+
+
+def warm(backend: str) -> None:
+    """Start a worker ahead of time (it loads its compiler before the first job arrives)."""
+    with _lock:
+        _idle.setdefault(backend, []).append(Worker(backend))
+
+
+def shutdown() -> None:
+    with _lock:
+        for pool in _idle.values():
+            for w in pool:
+                w.kill()
+        _idle.clear()
+
+
+def _serve(backend: str) -> None:
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)  # prints go to stderr from here on
+    if backend == "nvrtc":
+        from .nvrtc_backend import compile_cuda as handler
+        from cuda.bindings import nvrtc  # noqa: F401 - load the library before the first job
+    elif backend == "cute":
+        from .cute_backend import compile_cute_isolated as handler
+    else:
+        raise SystemExit(f"unknown backend {backend!r}")
+    while True:
+        try:
+            job = _recv(0)
+        except EOFError:
+            return
+        try:
+            out = handler(job)
+        except Exception as e:  # noqa: BLE001 - report, keep serving
+            import traceback
+
+            out = {"status": "error", "log": f"solforge: internal compile error: {e}\n"
+                   + traceback.format_exc(), "cubins": {}, "entries": {}, "options": [],
+                   "compile_seconds": 0.0}
+        _send(reply_fd, out)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
