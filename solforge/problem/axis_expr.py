@@ -138,6 +138,12 @@ def constraint_names(expr: str) -> tuple[set[str], set[str]]:
     return plain, tensors
 
 
+def tensor_dims(expr: str) -> list[tuple[str, int]]:
+    """Every `T.shape[i]` in a constraint, as (T, i): the ranks can be checked without data."""
+    return [(n.value.value.id, _index(n.slice)) for n in ast.walk(parse_constraint(expr))
+            if _tensor_dim(n)]
+
+
 def evaluate(expr: str, env: Mapping[str, int | float]):
     """Evaluate an expression over axis values. Raises ExprError on unknown names or math errors."""
     return _eval(parse(expr).body, env, expr, None)

@@ -12,7 +12,7 @@ import re
 from functools import cached_property
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from . import axis_expr
 from .dtypes import DTYPE_NAMES
@@ -87,6 +87,15 @@ class TensorSpec(_Model):
         return self.shape is None
 
 
+def _parse_constraint(c: str) -> str:
+    axis_expr.parse_constraint(c)  # axis arithmetic plus T.shape[i] / T[i].item()
+    return c
+
+
+# Validated per item so that an error names its index (constraints.2).
+Constraint = Annotated[str, AfterValidator(_parse_constraint)]
+
+
 class Definition(_Model):
     name: str = Field(min_length=1)
     op_type: Optional[str] = None
@@ -97,7 +106,7 @@ class Definition(_Model):
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec] = Field(min_length=1)
     reference: str = Field(min_length=1)
-    constraints: list[str] = Field(default_factory=list)
+    constraints: list[Constraint] = Field(default_factory=list)
     custom_inputs_entrypoint: Optional[str] = None
 
     @field_validator("axes", "inputs", "outputs")
@@ -106,13 +115,6 @@ class Definition(_Model):
         for k in v:
             if not _IDENT.match(k):
                 raise ValueError(f"{k!r} is not a valid identifier")
-        return v
-
-    @field_validator("constraints")
-    @classmethod
-    def _constraints_parse(cls, v: list[str]) -> list[str]:
-        for c in v:
-            axis_expr.parse_constraint(c)  # axis arithmetic plus T.shape[i] / T[i].item()
         return v
 
     @model_validator(mode="after")
@@ -125,13 +127,20 @@ class Definition(_Model):
                     raise ValueError(f"axes.{aname}: expression names unknown axes {sorted(unknown)}")
         self._expr_order()  # raises on cycles
         tensors = {k for g in (self.inputs, self.outputs) for k, t in g.items() if not t.is_scalar}
-        for c in self.constraints:
+        for i, c in enumerate(self.constraints):
             plain, tnames = axis_expr.constraint_names(c)
             unknown = plain - names - self.scalar_input_names
             if unknown:
-                raise ValueError(f"constraints: {c!r} names unknown axes {sorted(unknown)}")
+                raise ValueError(f"constraints.{i}: {c!r} names unknown axes {sorted(unknown)}")
             if tnames - tensors:
-                raise ValueError(f"constraints: {c!r} names unknown tensors {sorted(tnames - tensors)}")
+                raise ValueError(f"constraints.{i}: {c!r} names unknown tensors "
+                                 f"{sorted(tnames - tensors)}")
+            for t, k in axis_expr.tensor_dims(c):
+                spec = self.inputs.get(t) or self.outputs[t]
+                rank = len(spec.shape or [])
+                if not -rank <= k < rank:
+                    raise ValueError(f"constraints.{i}: {c!r} reads dimension {k} of {t}, "
+                                     f"which has rank {rank}")
         for group in ("inputs", "outputs"):
             for tname, t in getattr(self, group).items():
                 for d in t.shape or []:
@@ -221,7 +230,10 @@ class Definition(_Model):
                     continue
                 raise ValueError(f"constraint {c!r}: {e}") from None
             if not ok:
-                vals = {n: env[n] for n in sorted(axis_expr.constraint_names(c)[0]) if n in env}
+                plain, tnames = axis_expr.constraint_names(c)
+                vals = {n: env[n] for n in sorted(plain) if n in env}
+                vals.update({f"{t}.shape": tuple(tensors[t]) for t in sorted(tnames)
+                             if isinstance(tensors.get(t), (tuple, list))})
                 raise ValueError(f"constraint {c!r} does not hold for {vals}")
 
     def shape_of(self, spec: TensorSpec, env: dict[str, int]) -> Optional[tuple[int, ...]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, TypeVar
@@ -29,19 +30,45 @@ WORKLOAD_FILE = "workload.jsonl"
 REFERENCE_FILE = "reference.py"
 
 
-def _field_of(err: dict) -> str:
-    # pydantic locs include discriminator tags ("random") and union member names; keep user keys.
-    parts = [str(p) for p in err.get("loc", ())]
+_FIELD_PREFIX = re.compile(r"^(?:Value error, )?([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*): (.*)$", re.S)
+
+
+def _field_of(err: dict, data=None) -> str:
+    """The dotted path of the user's keys. pydantic adds union tags ("expr", "random") and model
+    names to locs; keep only the parts that exist in the input data."""
+    parts: list[str] = []
+    cur = data
+    for p in err.get("loc", ()):
+        if data is None:
+            parts.append(str(p))
+            continue
+        if isinstance(cur, dict) and p in cur:
+            parts.append(str(p))
+            cur = cur[p]
+        elif isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur):
+            parts.append(str(p))
+            cur = cur[p]
+        elif isinstance(cur, dict) and err.get("type") == "missing":
+            parts.append(str(p))  # a missing key is the field to name
+            cur = None
+        # else: a union tag or model name pydantic inserted; not a user key
     return ".".join(parts)
 
 
 def validation_to_input_error(e: ValidationError, file: Path | str, line: Optional[int] = None,
-                              prefix: str | None = None) -> InputError:
+                              prefix: str | None = None, data=None) -> InputError:
     err = e.errors()[0]
-    fld = _field_of(err)
+    fld = _field_of(err, data)
+    msg = err.get("msg", str(e))
+    # Validators that see the whole model name the field at the start of their message ("axes.m: ...").
+    m = _FIELD_PREFIX.match(msg)
+    if m and err.get("type") == "value_error":
+        named, msg = m.group(1), m.group(2)
+        fld = named if not fld or named == fld or named.startswith(fld + ".") else f"{fld}.{named}"
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
     if prefix:
         fld = f"{prefix}.{fld}" if fld else prefix
-    msg = err.get("msg", str(e))
     if len(e.errors()) > 1:
         msg += f" (and {len(e.errors()) - 1} more error(s))"
     return InputError(msg, file=file, line=line, field=fld or None)
@@ -67,7 +94,7 @@ def parse_model(model: type[M], data, file: Path | str, line: Optional[int] = No
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise validation_to_input_error(e, file, line, prefix) from None
+        raise validation_to_input_error(e, file, line, prefix, data) from None
 
 
 def load_definition(path: Path, reference_file: Optional[Path] = None) -> Definition:

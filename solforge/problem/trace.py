@@ -68,7 +68,7 @@ class Evaluation(_Model):
         for name, want in (("correctness", want_c), ("performance", want_p)):
             have = getattr(self, name) is not None
             if have != want:
-                raise ValueError(f"{name} must be {'present' if want else 'absent'} when status is "
+                raise ValueError(f"{name}: must be {'present' if want else 'absent'} when status is "
                                  f"{self.status.value}")
         return self
 
