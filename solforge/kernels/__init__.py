@@ -1,0 +1,37 @@
+"""Kernel families: parameterized kernels that the offline agent searches over.
+
+    from solforge.kernels import families_for
+    for fam in families_for(problem):            # Problem (or Definition)
+        for params in fam.param_space(problem):  # tunables, best guess first
+            cand = fam.instantiate(problem, params)   # solforge.candidate.Candidate
+
+Sources live in kernels_cuda/<family>/ and kernels_cute/<family>/; the best measured solution per
+problem in kernels_cuda/<family>/best/<problem>.json.
+"""
+
+from __future__ import annotations
+
+from .base import Family, FamilyError, Spec, definition_of
+from .rmsnorm import RMSNormFamily
+
+FAMILIES: list[Family] = [RMSNormFamily()]
+
+
+def all_families() -> list[Family]:
+    return list(FAMILIES)
+
+
+def get_family(name: str) -> Family:
+    for f in FAMILIES:
+        if f.name == name:
+            return f
+    raise KeyError(f"no kernel family {name!r} (known: {[f.name for f in FAMILIES]})")
+
+
+def families_for(problem) -> list[Family]:
+    """The families whose kernels compute this problem's function, most specific first."""
+    return [f for f in FAMILIES if f.matches(problem)]
+
+
+__all__ = ["Family", "FamilyError", "Spec", "FAMILIES", "all_families", "get_family",
+           "families_for", "definition_of"]

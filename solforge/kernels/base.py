@@ -1,0 +1,151 @@
+"""What every kernel family is: a matcher, a parameter space and a Candidate factory.
+
+A family reads a problem (definition + workloads), decides whether its kernel computes that
+problem's function (`analyze`, returning a per-problem `Spec` or None), lists the tunables worth
+trying (`param_space`), and turns one choice into a `solforge.candidate.Candidate`
+(`instantiate`). Per-problem facts the kernel needs (hidden size, dtype, rounding order of the
+reference) travel as params too: the compiler #defines every param into the sources.
+
+Sources live in kernels_cuda/<family>/ (or kernels_cute/<family>/); this module only reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..candidate import Candidate
+from ..problem.definition import Definition
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CUDA_DIR = REPO_ROOT / "kernels_cuda"
+CUTE_DIR = REPO_ROOT / "kernels_cute"
+
+DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}  # DTYPE param the .cu files switch on
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class FamilyError(ValueError):
+    """The family cannot serve this problem or these params (the message says why)."""
+
+
+@dataclass
+class Spec:
+    """What a family learned about one problem: fixed params plus anything instantiate needs."""
+
+    fixed: dict[str, Any]                 # params #defined into the source, not tuned
+    info: dict[str, Any] = field(default_factory=dict)  # launch facts (tensor names, row exprs)
+
+
+def definition_of(problem) -> Definition:
+    """Accept a loaded Problem, a Definition, or anything with `.definition`."""
+    if isinstance(problem, Definition):
+        return problem
+    d = getattr(problem, "definition", None)
+    if isinstance(d, Definition):
+        return d
+    raise TypeError(f"expected a Problem or Definition, got {type(problem).__name__}")
+
+
+def workloads_of(problem) -> list:
+    return list(getattr(problem, "workloads", []) or [])
+
+
+def text_of(defn: Definition) -> str:
+    """Name, op_type, description and reference, lower-cased: what the matchers search."""
+    return "\n".join(x for x in (defn.name, defn.op_type or "", defn.description or "",
+                                 defn.reference) if x).lower()
+
+
+def reference_code(defn: Definition) -> str:
+    """The reference without comments and docstrings, so prose cannot fake a pattern."""
+    code = re.sub(r'"""[\s\S]*?"""', "", defn.reference)
+    code = re.sub(r"'''[\s\S]*?'''", "", code)
+    lines = (line.split("#", 1)[0] for line in code.splitlines())
+    return "\n".join(l for l in lines if not l.lstrip().startswith("@"))  # drop decorators
+
+
+def shape_dims(defn: Definition, tensor: str) -> list[Union[str, int]]:
+    spec = defn.inputs.get(tensor) or defn.outputs[tensor]
+    return list(spec.shape or [])
+
+
+def product_expr(dims: list[Union[str, int]]) -> str:
+    """'a*b*c' over axis names and literals; '1' for none."""
+    return "*".join(str(d) for d in dims) if dims else "1"
+
+
+def const_value(defn: Definition, dim: Union[str, int]) -> Optional[int]:
+    if isinstance(dim, int):
+        return dim
+    return defn.const_axes.get(dim)
+
+
+@lru_cache(maxsize=None)
+def read_source(family_dir: str, filename: str, cute: bool = False) -> str:
+    base = CUTE_DIR if cute else CUDA_DIR
+    return (base / family_dir / filename).read_text()
+
+
+class Family:
+    """Base class. Subclasses set `name`, `description`, `ops` and implement analyze/_space/_build."""
+
+    name: str = ""
+    description: str = ""
+    language: str = "cuda"
+    ops: tuple[str, ...] = ()          # op patterns it serves, for humans and the planner
+    source_dir: str = ""               # kernels_cuda/<source_dir>/
+
+    # ---- the API the agents use -----------------------------------------------------------
+    def matches(self, problem) -> bool:
+        try:
+            return self.analyze(definition_of(problem)) is not None
+        except FamilyError:
+            return False
+
+    def param_space(self, problem) -> list[dict]:
+        """Tunable param sets worth trying, best guess first. Empty if the family does not match."""
+        defn = definition_of(problem)
+        spec = self.analyze(defn)
+        if spec is None:
+            return []
+        return self._space(defn, spec, workloads_of(problem))
+
+    def default_params(self, problem) -> dict:
+        space = self.param_space(problem)
+        if not space:
+            raise FamilyError(f"{self.name} does not serve {definition_of(problem).name}")
+        return space[0]
+
+    def instantiate(self, problem, params: Optional[dict] = None) -> Candidate:
+        defn = definition_of(problem)
+        spec = self.analyze(defn)
+        if spec is None:
+            raise FamilyError(f"family {self.name} does not serve problem {defn.name}")
+        params = dict(params) if params is not None else self.default_params(problem)
+        clash = set(params) & set(spec.fixed)
+        if clash:
+            raise FamilyError(f"params {sorted(clash)} are fixed by the problem, not tunable")
+        self._check_params(defn, spec, params)
+        cand = self._build(defn, spec, params)
+        cand.check_tensor_args(set(defn.inputs), set(defn.outputs))
+        return cand
+
+    # ---- for subclasses -------------------------------------------------------------------
+    def analyze(self, defn: Definition) -> Optional[Spec]:
+        raise NotImplementedError
+
+    def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
+        raise NotImplementedError
+
+    def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
+        pass
+
+    def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<Family {self.name}>"

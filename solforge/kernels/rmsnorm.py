@@ -1,0 +1,182 @@
+"""RMSNorm family: plain, fused add + RMSNorm (pre-residual), post-norm residual, per-head weights.
+
+Serves a problem when its reference is only an RMS normalization over the last dimension
+(rsqrt of the mean of squares) with a learned weight, on float32/float16/bfloat16 tensors whose
+last dimension is a constant. The reference's rounding order is read from its code (is the
+residual added in float32 or in the dtype, is the weight applied before or after the cast) and
+becomes fixed params; kernels_cuda/rmsnorm/rmsnorm.cu explains them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from ..candidate import Candidate, Launch
+from ..problem.definition import Definition
+from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, const_value, product_expr,
+                   read_source, reference_code, shape_dims, text_of)
+
+# Anything beyond a norm in the reference means another family (or an agent) should take it.
+_FOREIGN = re.compile(r"matmul|linear|softmax|conv|@|einsum|bmm|attention|\bcat\(|backward|grad|"
+                      r"gelu|silu|sigmoid|tanh|exp\(|topk|sort|scatter|gather|index|sin\(|cos\(")
+_EPS_LITERAL = re.compile(r"\beps\w*\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", re.I)
+
+
+def _rms_pattern(code: str) -> bool:
+    squares = re.search(r"pow\(\s*2\s*\)|\*\*\s*2|square\(", code) is not None
+    mean = ".mean(" in code or "torch.mean(" in code
+    return squares and mean and ("rsqrt" in code or "sqrt" in code)
+
+
+class RMSNormFamily(Family):
+    name = "rmsnorm"
+    description = ("RMSNorm over a constant last dimension; optional fused residual add before "
+                   "(x = h + r) or after (out = r + norm(h)); one row per TPR threads, 16-byte loads")
+    ops = ("rmsnorm", "fused_add_rmsnorm", "post_norm_residual", "qk_rmsnorm")
+    source_dir = "rmsnorm"
+
+    def analyze(self, defn: Definition) -> Optional[Spec]:
+        code = reference_code(defn)
+        low = code.lower()
+        if not _rms_pattern(low) or _FOREIGN.search(low):
+            return None
+        tensors = {k: v for k, v in defn.inputs.items() if not v.is_scalar}
+        dtypes = {v.dtype for v in tensors.values()} | {v.dtype for v in defn.outputs.values()}
+        if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPE_CODE:
+            return None
+        dtype = next(iter(dtypes))
+        out_names = list(defn.outputs)
+        out_shape = shape_dims(defn, out_names[0])
+        if not out_shape or any(shape_dims(defn, o) != out_shape for o in out_names):
+            return None
+        hidden = const_value(defn, out_shape[-1])
+        if hidden is None:
+            return None
+        full = [k for k, v in tensors.items() if list(v.shape or []) == out_shape]
+        weights = [k for k, v in tensors.items() if k not in full
+                   and len(v.shape or []) in (1, 2) and list(v.shape)[-1] == out_shape[-1]]
+        if len(full) + len(weights) != len(tensors) or not weights:
+            return None
+        w_rows = 1
+        wshape = list(tensors[weights[0]].shape)
+        if len(wshape) == 2:
+            # per-head weight [heads, hidden]: its leading dim must be the row's last-but-one dim
+            if len(out_shape) < 2 or wshape[0] != out_shape[-2]:
+                return None
+            w_rows = const_value(defn, wshape[0])
+            if w_rows is None:
+                return None
+        if any(list(tensors[w].shape) != wshape for w in weights):
+            return None
+
+        resid = [k for k in full if "resid" in k.lower()]
+        fixed = {"DTYPE": DTYPE_CODE[dtype], "HIDDEN": hidden, "RESID_MODE": 0, "POST_RESID": 0,
+                 "WEIGHT_MODE": _weight_mode(code, weights[0]) if dtype != "float32" else 0,
+                 "WEIGHT_ROWS": w_rows}
+        info = {"rows": product_expr(out_shape[:-1]), "eps": _eps_arg(defn, code), "dtype": dtype}
+        if len(full) == len(out_names) and len(weights) == len(out_names) and not resid:
+            # independent norms (one per output), e.g. Q and K
+            info["pairs"] = list(zip(full, weights, out_names))
+            info["res"] = None
+        elif len(full) == 2 and len(out_names) == 1 and len(weights) == 1 and len(resid) == 1:
+            x = next(k for k in full if k != resid[0])
+            post = _is_post_residual(code, resid[0])
+            if post:
+                fixed["POST_RESID"] = 1
+            else:
+                fixed["RESID_MODE"] = 1 if _add_in_float(code, resid[0]) or dtype == "float32" else 2
+            info["pairs"] = [(x, weights[0], out_names[0])]
+            info["res"] = resid[0]
+        else:
+            return None
+        return Spec(fixed=fixed, info=info)
+
+    def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
+        hidden = spec.fixed["HIDDEN"]
+        esize = DTYPE_BYTES[spec.info["dtype"]]
+        vecs = [v for v in (16 // esize, 8 // esize, 4 // esize) if v >= 1 and hidden % v == 0]
+        out: list[dict] = []
+        for vec in vecs[:2]:
+            nv = hidden // vec
+            # threads per row: aim at 1-8 vectors per thread
+            for tpr in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+                per_thread = -(-nv // tpr)
+                if tpr > nv or per_thread > 8:
+                    continue
+                for threads in (128, 256, 512):
+                    if tpr <= threads:
+                        out.append({"VEC": vec, "TPR": tpr, "ROWS": threads // tpr})
+        # best guess first: widest loads, about 4 vectors per thread, 256 threads
+        out.sort(key=lambda p: (p["VEC"] != vecs[0],
+                                abs(-(-(hidden // p["VEC"]) // p["TPR"]) - 4),
+                                p["TPR"] * p["ROWS"] != 256))
+        seen, uniq = set(), []
+        for p in out:
+            key = tuple(sorted(p.items()))
+            if key not in seen:
+                seen.add(key)
+                uniq.append(p)
+        return uniq
+
+    def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
+        missing = {"VEC", "TPR", "ROWS"} - set(params)
+        if missing:
+            raise FamilyError(f"rmsnorm params missing: {sorted(missing)}")
+        vec, tpr, rows = params["VEC"], params["TPR"], params["ROWS"]
+        if spec.fixed["HIDDEN"] % vec or vec * DTYPE_BYTES[spec.info["dtype"]] > 16:
+            raise FamilyError(f"VEC={vec} does not divide HIDDEN or exceeds 16 bytes")
+        if (tpr < 32 and tpr & (tpr - 1)) or (tpr >= 32 and tpr % 32) or tpr * rows > 1024:
+            raise FamilyError(f"TPR={tpr}, ROWS={rows}: bad block shape")
+
+    def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
+        src = read_source("common", "dtype.cuh") + "\n" + read_source("rmsnorm", "rmsnorm.cu")
+        launches = []
+        for x, w, o in spec.info["pairs"]:
+            args = [x] + ([spec.info["res"]] if spec.info["res"] else []) + [
+                w, o, f"int32:{spec.info['rows']}", f"float32:{spec.info['eps']}"]
+            launches.append(Launch(kernel="rmsnorm_kernel",
+                                   grid=[f"ceil_div({spec.info['rows']}, ROWS)"],
+                                   block=["TPR * ROWS"], args=args))
+        return Candidate(problem=defn.name, language="cuda", sources={"rmsnorm.cu": src},
+                         params={**spec.fixed, **params}, launches=launches,
+                         notes=f"family=rmsnorm {params}")
+
+
+def _eps_arg(defn: Definition, code: str) -> str:
+    for k, v in defn.inputs.items():
+        if v.is_scalar and "eps" in k.lower():
+            return k
+    m = _EPS_LITERAL.search(code)
+    if m:
+        return repr(float(m.group(1)))
+    m = re.search(r"\+\s*([0-9]*\.?[0-9]+[eE][-+]?[0-9]+)", code)  # `... + 1e-6)` inline
+    if m:
+        return repr(float(m.group(1)))
+    raise FamilyError(f"{defn.name}: cannot find epsilon in the reference")
+
+
+def _add_in_float(code: str, resid: str) -> bool:
+    """Is the residual added after both sides are cast to float32?"""
+    for line in code.splitlines():
+        if resid in line and "+" in line and "rsqrt" not in line:
+            return "float32" in line or ".float()" in line
+    return False
+
+
+def _is_post_residual(code: str, resid: str) -> bool:
+    """Does the residual join after the normalization (out = r + norm(x))?"""
+    lines = code.splitlines()
+    norm_at = next((i for i, l in enumerate(lines) if "rsqrt" in l or "sqrt(" in l), None)
+    add_at = [i for i, l in enumerate(lines) if resid in l and "+" in l and "def " not in l]
+    return norm_at is not None and bool(add_at) and min(add_at) > norm_at
+
+
+def _weight_mode(code: str, weight: str) -> int:
+    """1 if the reference casts the normalized value to the dtype before multiplying the weight."""
+    for line in code.splitlines():
+        if weight in line and "*" in line:
+            after_cast = re.search(r"\.to\(\s*(torch\.)?(bfloat16|float16|half|\w*dtype)", line)
+            weight_upcast = re.search(rf"{weight}\s*\.\s*(to\(\s*torch\.float32|float\(\))", line)
+            return 1 if after_cast and not weight_upcast else 0
+    return 0
