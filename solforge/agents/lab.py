@@ -1,0 +1,184 @@
+"""The bench the agents work at: static checks, compile, evaluate, roofline — behind one object.
+
+Wraps solforge.compile, solforge.evaluate and solforge.roofline and turns their results into the
+agents' Outcome. Everything that needs no GPU (checks, compile, roofline) works anywhere; evaluate
+says clearly when there is no GPU. Tests and the LLM tools use the same object.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Optional
+
+from ..candidate import Candidate, eval_expr, launch_env
+from .outcome import AttemptStatus, Outcome, WorkloadOutcome, sol_score
+from .prompts import GpuInfo, WorkloadSol
+
+log = logging.getLogger(__name__)
+
+NO_GPU = "no GPU on this machine: compiled only; correctness and timing need a GPU"
+MAX_THREADS = 1024
+MAX_SMEM = 227 * 1024  # Hopper/Blackwell opt-in dynamic shared memory per block
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, no GPU
+        return False
+
+
+def static_check(problem, cand: Candidate) -> Optional[str]:
+    """Checks that need no compiler and no GPU: tensor names, launch expressions on every workload.
+
+    Returns the first problem found (a message for the model) or None."""
+    d = problem.definition
+    try:
+        cand.check_tensor_args(set(d.inputs), set(d.outputs))
+    except ValueError as e:
+        return str(e)
+    for w in problem.workloads:
+        env = launch_env(w.axes, w.scalars(), cand.params)
+        try:
+            ws = eval_expr(cand.workspace, env)
+            if ws < 0:
+                return f"workspace = {ws} < 0 for workload {w.uuid[:8]} {w.axes}"
+            for i, launch in enumerate(cand.launches):
+                grid = [eval_expr(e, env) for e in launch.grid]
+                block = [eval_expr(e, env) for e in launch.block]
+                smem = eval_expr(launch.smem, env)
+                if any(int(g) < 1 for g in grid) and all(int(g) >= 0 for g in grid):
+                    continue  # an empty grid is legal (nothing to do for this workload)
+                if any(int(g) < 0 for g in grid):
+                    return f"launches[{i}].grid = {grid} is negative for workload {w.axes}"
+                threads = 1
+                for b in block:
+                    threads *= int(b)
+                if threads < 1 or threads > MAX_THREADS:
+                    return (f"launches[{i}].block = {block} gives {threads} threads (1..{MAX_THREADS}) "
+                            f"for workload {w.axes}")
+                if int(smem) > MAX_SMEM or int(smem) < 0:
+                    return f"launches[{i}].smem = {smem} bytes is outside 0..{MAX_SMEM}"
+                for a in launch.args:
+                    if ":" in a:
+                        eval_expr(a.split(":", 1)[1], env)
+        except (ValueError, ArithmeticError, KeyError, TypeError) as e:
+            return f"launch expression fails on workload {w.uuid[:8]} {w.axes}: {e}"
+    return None
+
+
+class Lab:
+    """compile / evaluate / roofline for the agents, on this machine."""
+
+    def __init__(self, arch: Optional[str] = None, gpu_profile: Optional[str] = None,
+                 has_gpu: Optional[bool] = None, evaluator: Optional[Callable] = None,
+                 use_cache: bool = True):
+        from .. import settings
+
+        cfg = settings.get()
+        self.arch = arch or cfg.arch
+        self.gpu_profile = gpu_profile or cfg.gpu_profile
+        self.has_gpu = gpu_available() if has_gpu is None else has_gpu
+        self._evaluator = evaluator  # injectable: (problem, cand, compile_result) -> Outcome
+        self.use_cache = use_cache
+        self._sols: dict[str, list[WorkloadSol]] = {}
+
+    # ---- compile -------------------------------------------------------------------------------
+    def compile(self, cand: Candidate):
+        """(Outcome, CompileResult or None)."""
+        from ..compile import compile_candidate
+
+        t0 = time.perf_counter()
+        try:
+            res = compile_candidate(cand, self.arch, use_cache=self.use_cache)
+        except Exception as e:  # noqa: BLE001 - a compiler crash is this attempt's failure
+            return Outcome(AttemptStatus.COMPILE_ERROR, f"compiler failed: {e}", compile_log=str(e),
+                           compile_seconds=time.perf_counter() - t0), None
+        status = getattr(res.status, "value", str(res.status))
+        if status == "ok":
+            return Outcome(AttemptStatus.COMPILED, "compiled", compile_log=res.log,
+                           compile_seconds=res.seconds, cubin_hash=res.cubin_hash), res
+        st = AttemptStatus.TIMEOUT if status == "timeout" else AttemptStatus.COMPILE_ERROR
+        first = next((ln for ln in res.log.splitlines() if "error" in ln), res.log[:200])
+        return Outcome(st, f"compile {status}: {first.strip()}", compile_log=res.log,
+                       compile_seconds=res.seconds), res
+
+    # ---- the whole path ------------------------------------------------------------------------
+    def check(self, problem, cand: Candidate) -> Optional[Outcome]:
+        why = static_check(problem, cand)
+        if why:
+            return Outcome(AttemptStatus.INVALID, why, compile_log=why)
+        return None
+
+    def run(self, problem, cand: Candidate, evaluate: bool = True) -> tuple[Outcome, object]:
+        """Check, compile, and (with a GPU and evaluate=True) evaluate and score."""
+        bad = self.check(problem, cand)
+        if bad:
+            return bad, None
+        out, res = self.compile(cand)
+        if out.status is not AttemptStatus.COMPILED or not evaluate:
+            return out, res
+        if not self.has_gpu and self._evaluator is None:
+            out.message = NO_GPU
+            return out, res
+        ev = self.evaluate(problem, cand, res)
+        ev.compile_log, ev.compile_seconds, ev.cubin_hash = out.compile_log, out.compile_seconds, out.cubin_hash
+        return ev, res
+
+    def evaluate(self, problem, cand: Candidate, compiled) -> Outcome:
+        if self._evaluator is not None:
+            return self._evaluator(problem, cand, compiled)
+        from .evaluate_adapter import evaluate_on_gpu
+
+        return evaluate_on_gpu(self, problem, cand, compiled)
+
+    # ---- roofline ------------------------------------------------------------------------------
+    def roofline(self, problem) -> list[WorkloadSol]:
+        if problem.name not in self._sols:
+            from .roofline_adapter import workload_sols
+
+            self._sols[problem.name] = workload_sols(problem, self.gpu_profile)
+        return self._sols[problem.name]
+
+    def set_baselines(self, problem, t_base_ms: dict[str, float]) -> None:
+        """Measured baseline times (uuid -> ms), e.g. from the store's baselines table."""
+        for s in self.roofline(problem):
+            if s.uuid in t_base_ms:
+                s.t_base_ms = t_base_ms[s.uuid]
+
+    def gpu_info(self) -> GpuInfo:
+        try:
+            from ..roofline.hardware import load_profile
+
+            p = load_profile(self.gpu_profile)
+            peaks = {u: r.flops_per_s for u, r in p.compute.items()}
+            return GpuInfo(p.display_name, p.arch, p.dram.bytes_per_s, peaks, p.sm_count, p.l2_bytes)
+        except Exception as e:  # noqa: BLE001 - a prompt without ceilings is still a prompt
+            log.warning("GPU profile %s unavailable: %s", self.gpu_profile, e)
+            return GpuInfo(self.gpu_profile, self.arch)
+
+    def score(self, problem, workloads: list[WorkloadOutcome]) -> None:
+        """Fill t_sol/t_base/sol_score/speedup of each timed workload from the roofline."""
+        sols = {s.uuid: s for s in self.roofline(problem)}
+        for w in workloads:
+            s = sols.get(w.uuid)
+            if s is None or w.median_ms is None:
+                continue
+            w.t_sol_ms = w.t_sol_ms if w.t_sol_ms is not None else s.t_sol_ms
+            w.t_base_ms = w.t_base_ms if w.t_base_ms is not None else s.t_base_ms
+            if w.sol_score is None and w.correct:
+                w.sol_score = _score(w.median_ms, w.t_sol_ms, w.t_base_ms)
+            if w.speedup is None and w.t_base_ms and w.median_ms:
+                w.speedup = w.t_base_ms / w.median_ms
+
+
+def _score(t_k, t_sol, t_b):
+    try:
+        from ..roofline import sol_score as roofline_score  # the project's one definition
+
+        return roofline_score(t_k, t_sol, t_b)
+    except Exception:  # noqa: BLE001 - not there yet or undefined for these numbers
+        return sol_score(t_k, t_sol, t_b)

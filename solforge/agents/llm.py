@@ -1,0 +1,128 @@
+"""The LLM worker: one session per planner decision — prompt, tool calls, candidate, repair turns.
+
+A session starts from the protocol (system message) and the problem with the best source so far and
+the latest feedback (user message). The model may call the benchmark tools; when it answers without
+a tool call, its reply is parsed into a Candidate and tried (an attempt: checked, compiled, evaluated
+where a GPU is). On a parse, compile or correctness failure the model gets the error and repairs, for
+as many turns as the session allows. Every call is logged by the client; caps stop the session cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..candidate import Candidate
+from .llm_client import (BudgetExceeded, LlmClient, LlmConfig, ProviderOutage, ProviderRejected,
+                         assistant_message)
+from .outcome import AttemptStatus, Outcome
+from .parse import ParseError, parse_reply
+from .prompts import problem_prompt, repair_message, system_prompt
+from .tools import TOOL_SPECS, ToolRuntime
+
+log = logging.getLogger(__name__)
+
+# try_candidate(candidate, parent_attempt_id, llm_call_ids) -> (attempt_id, Outcome)
+TryFn = Callable[[Candidate, Optional[str], list], tuple[str, Outcome]]
+
+
+@dataclass
+class Context:
+    """What the loop knows about a problem when it hands it to a worker."""
+
+    best: Optional[Candidate] = None
+    best_score: Optional[float] = None
+    best_attempt_id: Optional[str] = None
+    feedback: list = field(default_factory=list)  # [(label, Outcome)], newest last
+    history: Callable[[int], list] = lambda n: []
+
+
+@dataclass
+class SessionResult:
+    tried: list = field(default_factory=list)  # [(attempt_id, Outcome)]
+    stopped: str = ""                          # why the session ended
+    fatal: bool = False                        # the worker cannot go on (outage, cap, rejection)
+
+
+class LlmWorker:
+    name = "llm"
+
+    def __init__(self, cfg: LlmConfig, lab, on_call: Optional[Callable[[dict], None]] = None,
+                 sleep=None):
+        self.cfg = cfg
+        self.lab = lab
+        kw = {"sleep": sleep} if sleep else {}
+        self.client = LlmClient(cfg, on_call=self._on_call, **kw)
+        self._sink = on_call or (lambda row: None)
+        self._call_ids: list[str] = []
+
+    def _on_call(self, row: dict) -> None:
+        from uuid import uuid4
+
+        row["id"] = uuid4().hex
+        self._call_ids.append(row["id"])
+        self._sink(row)
+
+    def _take_call_ids(self) -> list[str]:
+        ids, self._call_ids = self._call_ids, []
+        return ids
+
+    def propose(self, problem, language: str, ctx: Context, try_candidate: TryFn,
+                max_attempts: int) -> SessionResult:
+        result = SessionResult()
+        parent = [ctx.best_attempt_id]
+
+        def run_try(cand: Candidate) -> tuple[str, Outcome]:
+            aid, out = try_candidate(cand, parent[0], self._take_call_ids())
+            result.tried.append((aid, out))
+            parent[0] = aid  # a repair refines what it repairs: lineage follows the chain
+            return aid, out
+
+        runtime = ToolRuntime(self.lab, problem, language, run_try, ctx.history)
+        best_dict = ctx.best.model_dump(exclude_defaults=True) if ctx.best is not None else None
+        messages = [
+            {"role": "system", "content": system_prompt(language, with_tools=self.cfg.use_tools)},
+            {"role": "user", "content": problem_prompt(
+                problem, language, self.lab.gpu_info(), self.lab.roofline(problem), best_dict,
+                ctx.best_score, ctx.feedback)},
+        ]
+        tools = TOOL_SPECS if self.cfg.use_tools else None
+        for turn in range(self.cfg.max_turns):
+            if len(result.tried) >= max_attempts:
+                result.stopped = f"attempts for this round used ({len(result.tried)})"
+                return result
+            try:
+                reply = self.client.chat(messages, tools, attempt_id=parent[0])
+            except BudgetExceeded as e:
+                result.stopped, result.fatal = f"budget: {e}", True
+                return result
+            except ProviderOutage as e:
+                result.stopped, result.fatal = f"provider outage: {e}", True
+                return result
+            except ProviderRejected as e:
+                result.stopped, result.fatal = f"provider rejected the request: {e}", True
+                return result
+            messages.append(assistant_message(reply))
+            if reply["tool_calls"]:
+                for tc in reply["tool_calls"]:
+                    out = runtime.call(tc["name"], tc["arguments"])
+                    messages.append({"role": "tool", "tool_call_id": tc["id"], "content": out})
+                continue
+            try:
+                cand = parse_reply(reply["content"], problem.name, language)
+            except ParseError as e:
+                messages.append({"role": "user", "content": repair_message(
+                    Outcome(AttemptStatus.PARSE_ERROR, str(e), compile_log=str(e)))})
+                continue
+            prior = runtime.evaluated.get(cand.source_hash())
+            if prior is not None:  # the model answers with what it already benchmarked
+                aid, out = prior
+            else:
+                aid, out = run_try(cand)
+            if not out.status.failed:
+                result.stopped = f"candidate {out.status.value}"
+                return result
+            messages.append({"role": "user", "content": repair_message(out)})
+        result.stopped = f"turn limit ({self.cfg.max_turns}) reached"
+        return result

@@ -1,0 +1,88 @@
+"""Typed results of one attempt as the agents see them: what the model and the planner are told.
+
+These are the agents' own view, filled from solforge.compile's CompileResult and solforge.evaluate's
+per-workload results by solforge.agents.lab; they map onto the attempts/scores rows the loop writes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Optional
+
+
+class AttemptStatus(str, Enum):
+    OK = "ok"                        # correct on every workload and timed
+    COMPILED = "compiled"            # compiled; not run (no GPU here)
+    PARSE_ERROR = "parse_error"      # the worker's output was not a valid Candidate
+    INVALID = "invalid"              # a Candidate, but it does not fit the problem (unknown tensor...)
+    COMPILE_ERROR = "compile_error"
+    INCORRECT = "incorrect"          # ran, but at least one workload does not match the reference
+    RUNTIME_ERROR = "runtime_error"  # crashed, faulted or was rejected by a guard
+    TIMEOUT = "timeout"
+    PENDING = "pending"              # written before evaluation; completed later
+
+    @property
+    def failed(self) -> bool:
+        return self not in (AttemptStatus.OK, AttemptStatus.COMPILED, AttemptStatus.PENDING)
+
+
+@dataclass
+class WorkloadOutcome:
+    uuid: str
+    status: str                       # the evaluator's per-workload status
+    correct: Optional[bool] = None
+    max_abs_err: Optional[float] = None
+    max_rel_err: Optional[float] = None
+    matched_ratio: Optional[float] = None
+    median_ms: Optional[float] = None
+    t_sol_ms: Optional[float] = None
+    t_base_ms: Optional[float] = None
+    sol_score: Optional[float] = None
+    speedup: Optional[float] = None
+    error: str = ""
+
+
+@dataclass
+class Outcome:
+    status: AttemptStatus
+    message: str = ""                 # one line for humans (and the model)
+    compile_log: str = ""
+    compile_seconds: float = 0.0
+    cubin_hash: str = ""
+    workloads: list[WorkloadOutcome] = field(default_factory=list)
+    gpu_seconds: float = 0.0
+    eval_seconds: float = 0.0
+
+    @property
+    def sol_score(self) -> Optional[float]:
+        """Mean SOL score over workloads, only when every workload is correct and scored."""
+        if self.status is not AttemptStatus.OK or not self.workloads:
+            return None
+        s = [w.sol_score for w in self.workloads]
+        if any(x is None or not math.isfinite(x) for x in s):
+            return None
+        return sum(s) / len(s)
+
+    @property
+    def mean_speedup(self) -> Optional[float]:
+        s = [w.speedup for w in self.workloads if w.speedup]
+        if not s or len(s) != len(self.workloads):
+            return None
+        return math.exp(sum(math.log(x) for x in s) / len(s))  # geometric mean
+
+    def summary(self) -> dict:
+        d = asdict(self)
+        d["status"] = self.status.value
+        d["sol_score"] = self.sol_score
+        return d
+
+
+def sol_score(t_k: float, t_sol: float, t_b: float) -> Optional[float]:
+    """S = 1 / (1 + (T_k - T_sol) / (T_b - T_sol)); None when undefined (T_b <= T_sol).
+
+    Used only where solforge.roofline's own scorer is absent; the two must agree (tested)."""
+    if t_k is None or t_sol is None or t_b is None or t_b <= t_sol:
+        return None
+    return 1.0 / (1.0 + (t_k - t_sol) / (t_b - t_sol))

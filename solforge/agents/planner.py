@@ -1,0 +1,295 @@
+"""The planner: which problem gets the next attempts, with which worker and language, and why.
+
+Pure decision logic: it reads a snapshot of the history (ProblemState per problem) and the budget, and
+returns Decisions. It does no I/O; the loop turns its Decisions into planner_decisions rows. That keeps
+it testable on synthetic histories.
+
+How it ranks (each term is in the Decision's reason):
+- headroom: 1 - best SOL score (a problem at its speed of light has nothing left to win);
+- yield: SOL-score gained per GPU-second over the recent attempts (money goes where it buys progress);
+- exploration: problems with few attempts get a bonus that decays with the attempt count, so every
+  problem is tried before the planner concentrates;
+- it stops spending on a problem at/near SOL (best >= sol_target), or stuck (no improvement in
+  `stuck_after` attempts), and switches worker or language after a failure streak.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Optional, Sequence
+
+
+class Worker(str, Enum):
+    OFFLINE = "offline"
+    LLM = "llm"
+
+
+class Action(str, Enum):
+    RUN = "run"    # spend the next attempts here
+    SKIP = "skip"  # this problem gets nothing now (reason says why)
+    STOP = "stop"  # the whole budget is spent: nothing more this run
+
+
+# Attempt outcomes the planner distinguishes; mirrors the loop's AttemptStatus values.
+SUCCESS_STATUSES = {"ok", "compiled"}  # "compiled": passed compile but could not be timed (no GPU)
+FAILURE_STATUSES = {"compile_error", "incorrect", "runtime_error", "timeout", "parse_error",
+                    "invalid"}
+
+
+@dataclass
+class AttemptSummary:
+    """One past attempt, as much as the planner needs of it."""
+
+    worker: str
+    language: str
+    status: str
+    sol_score: Optional[float] = None  # mean over workloads; None when not timed
+    gpu_seconds: float = 0.0
+    dollars: float = 0.0
+
+
+@dataclass
+class ProblemState:
+    name: str
+    attempts: list[AttemptSummary] = field(default_factory=list)  # oldest first
+    has_offline_family: bool = False  # solforge.kernels has a family for it
+    languages: tuple[str, ...] = ("cuda", "cute")
+
+    @property
+    def best_sol(self) -> Optional[float]:
+        scores = [a.sol_score for a in self.attempts if a.sol_score is not None]
+        return max(scores) if scores else None
+
+
+@dataclass
+class Budget:
+    """Caps for one optimize run. None means no cap on that resource."""
+
+    attempts: Optional[int] = None
+    gpu_seconds: Optional[float] = None
+    dollars: Optional[float] = None
+
+
+@dataclass
+class Spent:
+    attempts: int = 0
+    gpu_seconds: float = 0.0
+    dollars: float = 0.0
+
+    def add(self, attempts: int = 0, gpu_seconds: float = 0.0, dollars: float = 0.0) -> None:
+        self.attempts += attempts
+        self.gpu_seconds += gpu_seconds
+        self.dollars += dollars
+
+
+@dataclass
+class PlannerConfig:
+    sol_target: float = 0.95       # a problem whose best SOL score reaches this is done
+    stuck_after: int = 8           # attempts in a row without improvement -> stuck
+    min_gain: float = 1e-3         # a SOL-score gain smaller than this is not an improvement
+    failure_streak: int = 4        # failures in a row with one worker/language -> switch
+    recent_window: int = 6         # attempts the yield is measured over
+    explore_weight: float = 1.0    # weight of the exploration bonus
+    yield_weight: float = 50.0     # weight of SOL gain per GPU-second
+    attempts_per_round: int = 4    # attempts handed to one problem per decision
+    llm_available: bool = False    # a model is configured
+    gpu_available: bool = True     # without one, nothing is timed: rank by attempts only
+    min_dollars_for_llm: float = 0.01
+
+
+@dataclass
+class Decision:
+    action: Action
+    problem: Optional[str]
+    worker: Optional[Worker]
+    language: Optional[str]
+    attempts: int
+    priority: float
+    reason: str
+    metrics: dict = field(default_factory=dict)
+
+    def row(self) -> dict:
+        d = asdict(self)
+        d["action"] = self.action.value
+        d["worker"] = self.worker.value if self.worker else None
+        return d
+
+
+def improvements(attempts: Sequence[AttemptSummary], min_gain: float) -> list[float]:
+    """Gain in best-so-far SOL score that each attempt brought (0 when none)."""
+    best = None
+    out = []
+    for a in attempts:
+        gain = 0.0
+        if a.sol_score is not None:
+            if best is None:
+                gain = a.sol_score
+                best = a.sol_score
+            elif a.sol_score > best + min_gain:
+                gain = a.sol_score - best
+                best = a.sol_score
+        out.append(gain)
+    return out
+
+
+def attempts_since_improvement(attempts: Sequence[AttemptSummary], cfg: PlannerConfig,
+                               gpu: bool) -> int:
+    """Attempts since the last one that moved the problem forward.
+
+    With a GPU, forward means a better SOL score. Without one, nothing is ever timed, so forward
+    means the first candidate that compiled (after that, more untimed attempts teach nothing new)."""
+    if gpu:
+        gains = improvements(attempts, cfg.min_gain)
+        n = 0
+        for g in reversed(gains):
+            if g > 0:
+                break
+            n += 1
+        return n
+    n = 0
+    for a in reversed(attempts):
+        if a.status in SUCCESS_STATUSES:
+            break
+        n += 1
+    return n
+
+
+def failure_streak(attempts: Sequence[AttemptSummary], worker: str, language: str) -> int:
+    n = 0
+    for a in reversed([a for a in attempts if a.worker == worker and a.language == language]):
+        if a.status in FAILURE_STATUSES:
+            n += 1
+        else:
+            break
+    return n
+
+
+def recent_yield(attempts: Sequence[AttemptSummary], cfg: PlannerConfig) -> float:
+    """SOL-score gained per GPU-second over the last `recent_window` attempts."""
+    if not attempts:
+        return 0.0
+    gains = improvements(attempts, cfg.min_gain)[-cfg.recent_window:]
+    secs = sum(a.gpu_seconds for a in attempts[-cfg.recent_window:])
+    return sum(gains) / max(secs, 1.0)  # at least 1 s: a free attempt is not infinitely good
+
+
+def choose_worker(state: ProblemState, cfg: PlannerConfig, budget: Budget, spent: Spent
+                  ) -> tuple[Optional[Worker], Optional[str], str]:
+    """(worker, language, why). None when no worker can make progress on this problem."""
+    llm_ok = cfg.llm_available and (budget.dollars is None
+                                    or budget.dollars - spent.dollars >= cfg.min_dollars_for_llm)
+    options: list[tuple[Worker, str]] = []
+    if state.has_offline_family:
+        options.append((Worker.OFFLINE, "cuda"))
+    if llm_ok:
+        options.extend((Worker.LLM, lang) for lang in state.languages)
+    if not options:
+        why = "no kernel family matches it" + ("" if cfg.llm_available else " and no LLM is configured")
+        if cfg.llm_available and not llm_ok:
+            why = "no kernel family matches it and the LLM dollar budget is spent"
+        return None, None, why
+    # An offline search that has stalled (or exhausted its space) hands over to the LLM, which can
+    # write a kernel no family has; the LLM, when stuck in one language, tries the other.
+    offline_stalled = attempts_since_improvement(
+        [a for a in state.attempts if a.worker == Worker.OFFLINE.value], cfg, cfg.gpu_available
+    ) >= cfg.stuck_after // 2
+    viable = []
+    for w, lang in options:
+        streak = failure_streak(state.attempts, w.value, lang)
+        if streak >= cfg.failure_streak:
+            continue
+        viable.append((w, lang, streak))
+    if not viable:
+        return None, None, f"every worker/language failed {cfg.failure_streak}+ times in a row"
+    for w, lang, streak in viable:
+        if w is Worker.OFFLINE and not (offline_stalled and llm_ok):
+            return w, lang, "a kernel family matches: offline search first (no LLM cost)"
+        if w is Worker.LLM:
+            why = "offline search stalled" if offline_stalled and state.has_offline_family else (
+                "no kernel family matches" if not state.has_offline_family else "LLM available")
+            if streak:
+                why += f"; {streak} failure(s) in a row in {lang}"
+            return w, lang, why
+    w, lang, _ = viable[0]
+    return w, lang, "only viable worker"
+
+
+def rank(state: ProblemState, cfg: PlannerConfig) -> tuple[float, dict]:
+    """A problem's priority and the numbers behind it."""
+    best = state.best_sol
+    headroom = 1.0 - (best if best is not None else 0.0)
+    n = len(state.attempts)
+    y = recent_yield(state.attempts, cfg)
+    explore = cfg.explore_weight / math.sqrt(1.0 + n)
+    if cfg.gpu_available:
+        priority = max(headroom, 0.0) * (explore + cfg.yield_weight * y)
+    else:
+        priority = explore  # no timings: spread attempts evenly
+    return priority, {"best_sol": best, "headroom": round(headroom, 4), "attempts": n,
+                      "yield_per_gpu_s": round(y, 6), "explore": round(explore, 4)}
+
+
+def budget_exhausted(budget: Budget, spent: Spent) -> Optional[str]:
+    if budget.attempts is not None and spent.attempts >= budget.attempts:
+        return f"attempt budget spent ({spent.attempts}/{budget.attempts})"
+    if budget.gpu_seconds is not None and spent.gpu_seconds >= budget.gpu_seconds:
+        return f"GPU-second budget spent ({spent.gpu_seconds:.1f}/{budget.gpu_seconds:.1f} s)"
+    return None
+
+
+def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg: PlannerConfig,
+               max_runs: int = 1) -> list[Decision]:
+    """One planner round: a SKIP for each problem that gets nothing (with why), RUN decisions for the
+    `max_runs` best-ranked ones, or a single STOP when the budget is spent or nothing can progress."""
+    why_stop = budget_exhausted(budget, spent)
+    if why_stop:
+        return [Decision(Action.STOP, None, None, None, 0, 0.0, why_stop, _spent_metrics(budget, spent))]
+    out: list[Decision] = []
+    ranked: list[tuple[float, Decision]] = []
+    for st in states:
+        prio, m = rank(st, cfg)
+        best = st.best_sol
+        if cfg.gpu_available and best is not None and best >= cfg.sol_target:
+            out.append(Decision(Action.SKIP, st.name, None, None, 0, prio,
+                                f"at/near speed of light: best SOL score {best:.3f} >= "
+                                f"{cfg.sol_target}", m))
+            continue
+        since = attempts_since_improvement(st.attempts, cfg, cfg.gpu_available)
+        if since >= cfg.stuck_after:
+            out.append(Decision(Action.SKIP, st.name, None, None, 0, prio,
+                                f"stuck: {since} attempts without improvement", m))
+            continue
+        worker, lang, why = choose_worker(st, cfg, budget, spent)
+        if worker is None:
+            out.append(Decision(Action.SKIP, st.name, None, None, 0, prio, f"no worker: {why}", m))
+            continue
+        reason = (f"priority {prio:.4f} = headroom {m['headroom']} x (explore {m['explore']} + "
+                  f"{cfg.yield_weight} x yield {m['yield_per_gpu_s']}/GPU-s); worker {worker.value}/"
+                  f"{lang}: {why}")
+        if not cfg.gpu_available:
+            reason = (f"priority {prio:.4f} = explore {m['explore']} (no GPU: nothing is timed, "
+                      f"attempts spread evenly); worker {worker.value}/{lang}: {why}")
+        ranked.append((prio, Decision(Action.RUN, st.name, worker, lang, 0, prio, reason, m)))
+    if not ranked:
+        return out + [Decision(Action.STOP, None, None, None, 0, 0.0,
+                               "no problem can make progress (all at SOL, stuck or without a worker)",
+                               _spent_metrics(budget, spent))]
+    ranked.sort(key=lambda t: (-t[0], t[1].problem))
+    left = None if budget.attempts is None else budget.attempts - spent.attempts
+    for i, (_, d) in enumerate(ranked):
+        if i < max_runs and (left is None or left > 0):
+            d.attempts = cfg.attempts_per_round if left is None else min(cfg.attempts_per_round, left)
+            if left is not None:
+                left -= d.attempts
+            out.append(d)
+        else:
+            out.append(Decision(Action.SKIP, d.problem, None, None, 0, d.priority,
+                                f"ranked {i + 1}/{len(ranked)}: lower priority this round "
+                                f"({d.priority:.4f})", d.metrics))
+    return out
+
+
+def _spent_metrics(budget: Budget, spent: Spent) -> dict:
+    return {"spent": asdict(spent), "budget": asdict(budget)}
