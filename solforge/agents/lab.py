@@ -75,7 +75,7 @@ class Lab:
 
     def __init__(self, arch: Optional[str] = None, gpu_profile: Optional[str] = None,
                  has_gpu: Optional[bool] = None, evaluator: Optional[Callable] = None,
-                 use_cache: bool = True):
+                 use_cache: bool = True, store=None):
         from .. import settings
 
         cfg = settings.get()
@@ -84,6 +84,7 @@ class Lab:
         self.has_gpu = gpu_available() if has_gpu is None else has_gpu
         self._evaluator = evaluator  # injectable: (problem, cand, compile_result) -> Outcome
         self.use_cache = use_cache
+        self.store = store  # roofline and baselines are read from it when it has them
         self._sols: dict[str, list[WorkloadSol]] = {}
 
     # ---- compile -------------------------------------------------------------------------------
@@ -140,7 +141,7 @@ class Lab:
         if problem.name not in self._sols:
             from .roofline_adapter import workload_sols
 
-            self._sols[problem.name] = workload_sols(problem, self.gpu_profile)
+            self._sols[problem.name] = workload_sols(problem, self.gpu_profile, self.store)
         return self._sols[problem.name]
 
     def set_baselines(self, problem, t_base_ms: dict[str, float]) -> None:

@@ -54,6 +54,7 @@ class Outcome:
     workloads: list[WorkloadOutcome] = field(default_factory=list)
     gpu_seconds: float = 0.0
     eval_seconds: float = 0.0
+    eval_rows: list = field(default_factory=list)  # the evaluator's own eval_results rows, if any
 
     @property
     def sol_score(self) -> Optional[float]:
@@ -74,6 +75,7 @@ class Outcome:
 
     def summary(self) -> dict:
         d = asdict(self)
+        d.pop("eval_rows", None)
         d["status"] = self.status.value
         d["sol_score"] = self.sol_score
         return d

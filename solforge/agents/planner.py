@@ -135,22 +135,17 @@ def improvements(attempts: Sequence[AttemptSummary], min_gain: float) -> list[fl
 
 
 def attempts_since_improvement(attempts: Sequence[AttemptSummary], cfg: PlannerConfig,
-                               gpu: bool) -> int:
-    """Attempts since the last one that moved the problem forward.
+                               worker: Optional[str] = None) -> int:
+    """Attempts (by `worker`, or by anyone) since the last one that raised the best SOL score.
 
-    With a GPU, forward means a better SOL score. Without one, nothing is ever timed, so forward
-    means the first candidate that compiled (after that, more untimed attempts teach nothing new)."""
-    if gpu:
-        gains = improvements(attempts, cfg.min_gain)
-        n = 0
-        for g in reversed(gains):
-            if g > 0:
-                break
-            n += 1
-        return n
+    Gains are measured against the problem's best so far whoever found it, so a worker that only
+    repeats what another found counts as not improving."""
+    gains = improvements(attempts, cfg.min_gain)
     n = 0
-    for a in reversed(attempts):
-        if a.status in SUCCESS_STATUSES:
+    for a, g in zip(reversed(attempts), reversed(gains)):
+        if worker is not None and a.worker != worker:
+            continue
+        if g > 0:
             break
         n += 1
     return n
@@ -177,7 +172,7 @@ def recent_yield(attempts: Sequence[AttemptSummary], cfg: PlannerConfig) -> floa
 
 def choose_worker(state: ProblemState, cfg: PlannerConfig, budget: Budget, spent: Spent
                   ) -> tuple[Optional[Worker], Optional[str], str]:
-    """(worker, language, why). None when no worker can make progress on this problem."""
+    """(worker, language, why). None (with why) when no worker can make progress on this problem."""
     llm_ok = cfg.llm_available and (budget.dollars is None
                                     or budget.dollars - spent.dollars >= cfg.min_dollars_for_llm)
     options: list[tuple[Worker, str]] = []
@@ -186,33 +181,39 @@ def choose_worker(state: ProblemState, cfg: PlannerConfig, budget: Budget, spent
     if llm_ok:
         options.extend((Worker.LLM, lang) for lang in state.languages)
     if not options:
-        why = "no kernel family matches it" + ("" if cfg.llm_available else " and no LLM is configured")
-        if cfg.llm_available and not llm_ok:
-            why = "no kernel family matches it and the LLM dollar budget is spent"
+        why = "no kernel family matches it (or its search space is exhausted)"
+        if not cfg.llm_available:
+            why += " and no LLM is configured"
+        elif not llm_ok:
+            why += " and the LLM dollar budget is spent"
         return None, None, why
-    # An offline search that has stalled (or exhausted its space) hands over to the LLM, which can
-    # write a kernel no family has; the LLM, when stuck in one language, tries the other.
-    offline_stalled = attempts_since_improvement(
-        [a for a in state.attempts if a.worker == Worker.OFFLINE.value], cfg, cfg.gpu_available
-    ) >= cfg.stuck_after // 2
-    viable = []
+    viable, excluded = [], []
     for w, lang in options:
+        since = attempts_since_improvement(state.attempts, cfg, w.value)
         streak = failure_streak(state.attempts, w.value, lang)
-        if streak >= cfg.failure_streak:
-            continue
-        viable.append((w, lang, streak))
+        if since >= cfg.stuck_after:
+            excluded.append(f"{w.value} stuck ({since} attempts without improvement)")
+        elif streak >= cfg.failure_streak:
+            excluded.append(f"{w.value}/{lang} failed {streak} times in a row")
+        else:
+            viable.append((w, lang, since, streak))
     if not viable:
-        return None, None, f"every worker/language failed {cfg.failure_streak}+ times in a row"
-    for w, lang, streak in viable:
-        if w is Worker.OFFLINE and not (offline_stalled and llm_ok):
+        return None, None, "; ".join(dict.fromkeys(excluded))
+    # An offline search that has stalled hands over to the LLM, which can write a kernel no family
+    # has; the LLM, after failures in one language, tries the other (failed ones are excluded above).
+    for w, lang, since, streak in viable:
+        if w is Worker.OFFLINE:
+            if since >= max(1, cfg.stuck_after // 2) and any(v[0] is Worker.LLM for v in viable):
+                continue
             return w, lang, "a kernel family matches: offline search first (no LLM cost)"
-        if w is Worker.LLM:
-            why = "offline search stalled" if offline_stalled and state.has_offline_family else (
-                "no kernel family matches" if not state.has_offline_family else "LLM available")
-            if streak:
-                why += f"; {streak} failure(s) in a row in {lang}"
-            return w, lang, why
-    w, lang, _ = viable[0]
+        why = ("offline search stalled" if state.has_offline_family
+               else "no kernel family matches")
+        if streak:
+            why += f"; {streak} failure(s) in a row in {lang}"
+        if excluded:
+            why += "; " + "; ".join(excluded)
+        return w, lang, why
+    w, lang, _, _ = viable[0]
     return w, lang, "only viable worker"
 
 
@@ -256,14 +257,15 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
                                 f"at/near speed of light: best SOL score {best:.3f} >= "
                                 f"{cfg.sol_target}", m))
             continue
-        since = attempts_since_improvement(st.attempts, cfg, cfg.gpu_available)
-        if since >= cfg.stuck_after:
+        if not cfg.gpu_available and any(a.status in SUCCESS_STATUSES for a in st.attempts):
+            # Without a GPU more candidates cannot be ranked: one that compiles is all we can earn.
             out.append(Decision(Action.SKIP, st.name, None, None, 0, prio,
-                                f"stuck: {since} attempts without improvement", m))
+                                "has a compiled candidate; correctness and timing need a GPU", m))
             continue
         worker, lang, why = choose_worker(st, cfg, budget, spent)
         if worker is None:
-            out.append(Decision(Action.SKIP, st.name, None, None, 0, prio, f"no worker: {why}", m))
+            label = "stuck" if "stuck" in why else "no worker"
+            out.append(Decision(Action.SKIP, st.name, None, None, 0, prio, f"{label}: {why}", m))
             continue
         reason = (f"priority {prio:.4f} = headroom {m['headroom']} x (explore {m['explore']} + "
                   f"{cfg.yield_weight} x yield {m['yield_per_gpu_s']}/GPU-s); worker {worker.value}/"
@@ -274,7 +276,7 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
         ranked.append((prio, Decision(Action.RUN, st.name, worker, lang, 0, prio, reason, m)))
     if not ranked:
         return out + [Decision(Action.STOP, None, None, None, 0, 0.0,
-                               "no problem can make progress (all at SOL, stuck or without a worker)",
+                               "no problem can make progress (each is at SOL, stuck, without a worker, or compiled and waiting for a GPU)",
                                _spent_metrics(budget, spent))]
     ranked.sort(key=lambda t: (-t[0], t[1].problem))
     left = None if budget.attempts is None else budget.attempts - spent.attempts

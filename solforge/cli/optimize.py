@@ -1,7 +1,153 @@
-"""CLI: optimize: planner + workers (owner: agents)."""
+"""CLI: optimize: planner + workers (owner: agents).
+
+    solforge optimize [--problems GLOB|PATH] [--subset S] [--budget-attempts N] [--gpu-seconds S]
+                      [--model M] [--api-base URL] [--db PATH] ...
+
+Without --model (or settings.llm_model / SOLFORGE_LLM_MODEL) the offline worker runs alone: kernel
+families from solforge.kernels, tuned by search. Without a GPU it plans, checks and compiles, and says
+that correctness and timing need a GPU.
+"""
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
+import logging
+import os
+import sys
+from pathlib import Path
+
 
 def register(sub) -> None:
-    """Not built yet."""
+    p = sub.add_parser("optimize", help="run the planner and workers on problems (needs a GPU to time)",
+                       description=__doc__.split("\n\n")[0])
+    sel = p.add_argument_group("problems")
+    sel.add_argument("--problems", help="glob over SUBSET/NAME or NAME in the shared SOL-ExecBench "
+                                        "tree (e.g. 'FlashInfer-Bench/*rmsnorm*'), or a path to ingest")
+    sel.add_argument("--subset", help="only this subset (L1, L2, Quant, FlashInfer-Bench)")
+    sel.add_argument("--limit", type=int, help="at most this many problems (after filtering)")
+    sel.add_argument("--with-family", action="store_true",
+                     help="only problems a kernel family serves (what the offline worker can do)")
+    b = p.add_argument_group("budget")
+    b.add_argument("--budget-attempts", type=int, default=None, help="attempts in this run")
+    b.add_argument("--gpu-seconds", type=float, default=None, help="GPU-seconds of evaluation")
+    b.add_argument("--max-dollars", type=float, default=None, help="LLM dollars")
+    b.add_argument("--max-tokens", type=int, default=None, help="LLM tokens (prompt + completion)")
+    b.add_argument("--max-calls", type=int, default=None, help="LLM calls")
+    b.add_argument("--attempts-per-round", type=int, default=4)
+    b.add_argument("--runs-per-round", type=int, default=1, help="problems served per planner round")
+    b.add_argument("--sol-target", type=float, default=0.95, help="stop a problem at this SOL score")
+    m = p.add_argument_group("LLM")
+    m.add_argument("--model", help="LiteLLM model string (default settings.llm_model); none: offline")
+    m.add_argument("--api-base", help="OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    m.add_argument("--api-key-env", help="name of the environment variable holding the API key "
+                                         "(default: the provider's usual variable)")
+    m.add_argument("--no-tools", action="store_true", help="do not offer function calling")
+    m.add_argument("--offline", action="store_true", help="offline worker only, even with a model")
+    m.add_argument("--language", choices=["cuda", "cute", "both"], default="cuda")
+    p.add_argument("--arch", help="compile target (default settings.arch)")
+    p.add_argument("--gpu-profile", help="roofline profile (default settings.gpu_profile)")
+    p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=run)
+
+
+def select_problems(args, shared_dir: Path) -> list:
+    from ..errors import InputError
+    from ..problem import load_problem_dir
+
+    pattern = args.problems
+    if pattern and Path(pattern).exists():
+        from ..problem.ingest import ingest_path
+
+        rep = ingest_path(pattern)
+        for e in rep.errors:
+            print(f"solforge: skipped: {e}", file=sys.stderr)
+        probs = list(rep.problems)
+    else:
+        root = shared_dir / "sol_execbench"
+        if not root.is_dir():
+            raise InputError("shared SOL-ExecBench tree not found (set SOLFORGE_SHARED_DIR)", file=root)
+        probs = []
+        for sub in sorted(d for d in root.iterdir() if d.is_dir()):
+            if args.subset and sub.name != args.subset:
+                continue
+            for d in sorted(x for x in sub.iterdir() if (x / "definition.json").exists()):
+                key = f"{sub.name}/{d.name}"
+                if pattern and not (fnmatch.fnmatch(key, pattern) or fnmatch.fnmatch(d.name, pattern)):
+                    continue
+                try:
+                    probs.append(load_problem_dir(d, subset=sub.name))
+                except InputError as e:
+                    print(f"solforge: skipped: {e}", file=sys.stderr)
+    if args.subset and pattern and Path(pattern).exists():
+        probs = [p for p in probs if p.subset == args.subset]
+    if args.with_family:
+        from ..agents.offline import OfflineWorker
+
+        probs = [p for p in probs if OfflineWorker.families_for(p)]
+    if args.limit:
+        probs = probs[:args.limit]
+    if not probs:
+        raise InputError("no problem matches", field="--problems/--subset")
+    return probs
+
+
+def run(args) -> int:
+    from .. import settings
+    from ..agents.lab import Lab
+    from ..agents.llm import LlmWorker
+    from ..agents.llm_client import LlmConfig
+    from ..agents.loop import LoopConfig, OptimizeLoop
+    from ..agents.offline import OfflineWorker
+    from ..agents.planner import Budget, PlannerConfig
+    from ..store import Store
+    from .output import console, emit_json, table
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    cfg = settings.Settings.load(db_path=getattr(args, "db", None), arch=args.arch,
+                                 gpu_profile=args.gpu_profile)
+    problems = select_problems(args, cfg.shared_dir)
+    store = Store(cfg.db_path)
+    lab = Lab(cfg.arch, cfg.gpu_profile, store=store)
+    con = console()
+    model = None if args.offline else (args.model or cfg.llm_model or None)
+    workers: dict = {"offline": OfflineWorker(lab)}
+    langs = ("cuda", "cute") if args.language == "both" else (args.language,)
+    loop_cfg = LoopConfig(
+        budget=Budget(attempts=args.budget_attempts, gpu_seconds=args.gpu_seconds,
+                      dollars=args.max_dollars),
+        planner=PlannerConfig(attempts_per_round=args.attempts_per_round, sol_target=args.sol_target),
+        runs_per_round=args.runs_per_round, model=model or "", languages=langs)
+    loop = OptimizeLoop(store, problems, lab, workers, loop_cfg,
+                        progress=lambda msg: con.print(msg, markup=False, highlight=False))
+    if model:
+        api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        if args.api_key_env and not api_key:
+            from ..errors import InputError
+
+            raise InputError(f"environment variable {args.api_key_env} is not set", field="--api-key-env")
+        llm_cfg = LlmConfig(model=model, api_base=args.api_base, api_key=api_key,
+                            use_tools=not args.no_tools, max_dollars=args.max_dollars,
+                            max_total_tokens=args.max_tokens, max_calls=args.max_calls)
+        workers["llm"] = LlmWorker(llm_cfg, lab, on_call=loop.on_llm_call)
+    con.print(f"optimize: {len(problems)} problem(s), workers {sorted(workers)}, arch {lab.arch}, "
+              f"GPU {'yes' if lab.has_gpu else 'no'}, db {cfg.db_path}", markup=False)
+    report = loop.run()
+    if getattr(args, "json", False):
+        emit_json(report.to_json())
+    else:
+        rows = [(p.problem, p.attempts, p.compiled,
+                 ", ".join(f"{k}={v}" for k, v in sorted(p.outcomes.items())),
+                 "" if p.best_sol_score is None else f"{p.best_sol_score:.3f}")
+                for p in sorted(report.problems.values(), key=lambda p: p.problem)]
+        table(f"optimize run {report.run_id[:8]}", ["problem", "attempts", "compiled", "outcomes",
+                                                    "best SOL"], rows)
+        con.print(f"stop: {report.stop_reason}; spent {report.spent.attempts} attempts, "
+                  f"{report.spent.gpu_seconds:.1f} GPU-s, ${report.spent.dollars:.4f}", markup=False)
+        for n in report.notes:
+            con.print(n, markup=False)
+    return 0

@@ -1,0 +1,59 @@
+"""solforge.evaluate's RunReport -> the agents' Outcome (per-workload results, scored)."""
+
+from __future__ import annotations
+
+import time
+
+from .outcome import AttemptStatus, Outcome, WorkloadOutcome
+
+
+def evaluate_on_gpu(lab, problem, cand, compiled) -> Outcome:
+    """Run the spawned-process evaluator on this machine's GPU and score the result."""
+    from .. import evaluate as ev  # imported here: only a GPU machine gets this far
+
+    fn = getattr(ev, "evaluate_candidate", None)
+    if fn is None:
+        return Outcome(AttemptStatus.RUNTIME_ERROR,
+                       "solforge.evaluate.evaluate_candidate is not available on this install")
+    t0 = time.perf_counter()
+    try:
+        report = fn(problem, cand, compiled)
+    except Exception as e:  # noqa: BLE001 - the evaluator failing is this attempt's failure
+        return Outcome(AttemptStatus.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",
+                       eval_seconds=time.perf_counter() - t0,
+                       gpu_seconds=time.perf_counter() - t0)
+    out = outcome_of_report(report)
+    hw = getattr(getattr(report, "hardware", None), "hardware_id", None)
+    out.eval_rows = [r.to_row(hardware_id=hw) for r in report.results if hasattr(r, "to_row")]
+    out.eval_seconds = time.perf_counter() - t0
+    out.gpu_seconds = float(getattr(report, "wall_s", 0.0) or out.eval_seconds)
+    lab.score(problem, out.workloads)
+    return out
+
+
+def outcome_of_report(report) -> Outcome:
+    wls = []
+    for r in report.results:
+        st = getattr(r.status, "value", str(r.status))
+        wls.append(WorkloadOutcome(
+            uuid=r.workload_uuid, status=st, correct=bool(r.correct), max_abs_err=r.max_abs_err,
+            max_rel_err=r.max_rel_err, matched_ratio=r.matched_ratio,
+            median_ms=r.median_ms if st == "passed" else None, error=r.message or ""))
+    statuses = {w.status for w in wls}
+    if wls and statuses == {"passed"}:
+        status, msg = AttemptStatus.OK, "correct on every workload"
+    elif "timeout" in statuses or getattr(report, "killed", False):
+        status, msg = AttemptStatus.TIMEOUT, "timed out"
+    elif statuses & {"runtime_error", "oom", "rejected"} or not wls:
+        status = AttemptStatus.RUNTIME_ERROR
+        first = next((w for w in wls if w.status in ("runtime_error", "oom", "rejected")), None)
+        msg = (f"{first.status} on {first.uuid[:8]}: {first.error[:300]}" if first else
+               f"no results (exit code {getattr(report, 'exit_code', None)}): "
+               f"{getattr(report, 'stderr_tail', '')[-300:]}")
+    else:
+        bad = [w for w in wls if w.status == "incorrect"]
+        status = AttemptStatus.INCORRECT
+        msg = f"incorrect on {len(bad)}/{len(wls)} workloads" + (
+            f"; first: {bad[0].uuid[:8]} max_abs_err={bad[0].max_abs_err} {bad[0].error[:200]}"
+            if bad else "")
+    return Outcome(status, msg, workloads=wls)
