@@ -12,9 +12,10 @@ problem in kernels_cuda/<family>/best/<problem>.json.
 from __future__ import annotations
 
 from .base import Family, FamilyError, Spec, definition_of
+from .gemm import GemmFamily
 from .rmsnorm import RMSNormFamily
 
-FAMILIES: list[Family] = [RMSNormFamily()]
+FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily()]
 
 
 def all_families() -> list[Family]:

@@ -133,3 +133,43 @@ def test_shared_problem_served_and_compiles(sol_execbench_dir, rel):
 @pytest.mark.parametrize("rel", NOT_SERVED)
 def test_shared_problem_not_claimed(sol_execbench_dir, rel):
     assert families_for(load_problem_dir(sol_execbench_dir / rel)) == []
+
+
+GEMM_PROBLEMS = ["FlashInfer-Bench/004_gemm_n128_k2048", "FlashInfer-Bench/005_gemm_n256_k7168"]
+
+
+@pytest.mark.parametrize("rel", GEMM_PROBLEMS)
+def test_gemm_served_grid_matches_tiers(sol_execbench_dir, rel):
+    problem = load_problem_dir(sol_execbench_dir / rel)
+    fam = get_family("gemm_tn")
+    assert fam in families_for(problem)
+    params = fam.param_space(problem)[0]
+    cand = fam.instantiate(problem, params)
+    from solforge.candidate import eval_expr, launch_env
+    n = cand.params["NN"]
+    for w in problem.workloads:
+        m = w.axes["M"]
+        env = launch_env(w.axes, w.scalars(), cand.params)
+        tier = 0 if m <= params["T0_MAXM"] else 1 if m <= params["T1_MAXM"] else 2
+        p = {k: params[f"T{tier}_{k}"] for k in ("BM", "BN", "SPLIT")}
+        assert eval_expr(cand.launches[0].grid[0], env) == -(-m // p["BM"]) * (n // p["BN"]) * p["SPLIT"]
+        ws = eval_expr(cand.workspace, env)
+        assert ws >= 4 * cand.params["TICKETS"] + (4 * n * m * p["SPLIT"] if p["SPLIT"] > 1 else 0)
+    cubin, _ = compile_cuda_candidate(cand)
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_gemm_refuses_bias_and_bad_tiles(sol_execbench_dir):
+    problem = load_problem_dir(sol_execbench_dir / GEMM_PROBLEMS[0])
+    fam = get_family("gemm_tn")
+    params = dict(fam.param_space(problem)[0])
+    params["T2_SPLIT"] = 2
+    with pytest.raises(FamilyError):
+        fam.instantiate(problem, params)
+    params = dict(fam.param_space(problem)[0])
+    params["T0_BK"] = 32
+    with pytest.raises(FamilyError):
+        fam.instantiate(problem, params)
+    biased = problem.definition.model_copy(update={
+        "reference": "import torch\ndef run(A, B):\n    C = torch.matmul(A, B.T) + 1.0\n    return C\n"})
+    assert fam not in families_for(biased)
