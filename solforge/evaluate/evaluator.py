@@ -1,0 +1,250 @@
+"""Evaluating one candidate on one workload, inside the (already isolated) driver process.
+
+Per workload: `correctness_rounds` rounds with fresh inputs (round 1 writes its new data into round
+0's buffers, so a kernel that caches by pointer returns stale output), each against the reference run
+on its own copies, outputs poisoned first; then timing over rotated input sets; then a poisoned
+re-check of the last timed set, a caching probe on never-seen inputs, the side-stream check and the
+SOL floor.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import guards
+from .correctness import allocate_outputs, compare_all, normalize_reference_outputs, poison_
+from .guards import GuardTripped
+from .inputs import InputFactory, clone_inputs
+from .results import EvalResult, EvalStatus
+from .timing import Timer
+
+
+class ReferenceFailed(Exception):
+    pass
+
+
+class ContextLost(Exception):
+    """The CUDA context is unusable (a sticky error such as an illegal address)."""
+
+
+@dataclass
+class EvalConfig:
+    correctness_rounds: int = 3
+    rep_count: int = 50
+    warmup_ms: float = 25.0
+    sol_floor_fraction: float = 0.5
+    timing: bool = True
+    timing_method: str = "auto"
+    max_sets: int = 4
+    set_bytes_budget: int = 4 << 30
+    caching_probe: bool = True
+    caching_probe_calls: int = 3
+    timing_budget_s: float = 10.0
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EvalConfig":
+        return cls(**{k: v for k, v in (d or {}).items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Env:
+    """What every workload of one candidate shares."""
+
+    problem: str
+    reference: Callable                  # the reference's run()
+    caller: Any                          # .prepare(rw, inputs, outputs) -> zero-arg call
+    device: torch.device
+    config: EvalConfig
+    integrity: Optional[guards.Integrity] = None
+    custom_fn: Optional[Callable] = None
+    blob_roots: list = field(default_factory=list)
+    t_sol_ms: dict = field(default_factory=dict)
+    reference_label: str = ""
+    timer: Optional[Timer] = None
+
+    def get_timer(self) -> Timer:
+        if self.timer is None:
+            self.timer = Timer(self.device, self.config.timing_method)
+        return self.timer
+
+    def run_reference(self, rw, inputs: dict) -> dict:
+        args = [inputs[k] for k in rw.definition.inputs]
+        try:
+            with torch.no_grad():
+                out = self.reference(*args)
+            return normalize_reference_outputs(out, rw, self.device)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise ReferenceFailed(f"{type(e).__name__}: {e}") from None
+
+
+def _nbytes(d: dict) -> int:
+    return sum(v.numel() * v.element_size() for v in d.values() if isinstance(v, torch.Tensor))
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def context_alive(device) -> bool:
+    try:
+        _sync(device)
+        return float(torch.ones(1, device=device).add_(1).item()) == 2.0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def classify_exception(e: BaseException) -> tuple[EvalStatus, str]:
+    msg = f"{type(e).__name__}: {e}"
+    low = msg.lower()
+    if isinstance(e, torch.cuda.OutOfMemoryError) or "out of memory" in low or \
+            "out_of_memory" in low:
+        return EvalStatus.OOM, msg
+    return EvalStatus.RUNTIME_ERROR, msg
+
+
+def evaluate_workload(env: Env, rw) -> EvalResult:
+    res = EvalResult(workload_uuid=rw.uuid, status=EvalStatus.RUNTIME_ERROR, problem=env.problem,
+                     reference_label=env.reference_label)
+    try:
+        _evaluate(env, rw, res)
+    except GuardTripped as g:
+        res.status, res.guard, res.message = EvalStatus.REJECTED, g.guard.value, g.message
+        res.correct = False
+    except ReferenceFailed as e:
+        res.status, res.message = EvalStatus.SKIPPED, f"not evaluated: the reference failed: {e}"
+    except _InputsFailed as e:
+        res.status, res.message = EvalStatus.SKIPPED, f"not evaluated: making inputs failed: {e}"
+    except Exception as e:  # noqa: BLE001 - the candidate's failure, recorded
+        res.status, res.message = classify_exception(e)
+        res.correct = False
+        res.extra["traceback"] = traceback.format_exc(limit=6)[-2000:]
+        if not context_alive(env.device):
+            res.extra["context_lost"] = True
+    return res
+
+
+class _InputsFailed(Exception):
+    pass
+
+
+def _make(factory: InputFactory, r: int) -> dict:
+    try:
+        return factory.make(r)
+    except Exception as e:  # noqa: BLE001
+        raise _InputsFailed(f"{type(e).__name__}: {e}") from None
+
+
+def _evaluate(env: Env, rw, res: EvalResult) -> None:
+    cfg, dev = env.config, env.device
+    try:
+        factory = InputFactory(rw, dev, custom_fn=env.custom_fn, blob_roots=env.blob_roots)
+    except Exception as e:  # noqa: BLE001
+        raise _InputsFailed(f"{type(e).__name__}: {e}") from None
+    notes = list(factory.notes)
+    tol = rw.workload.tolerance
+    worst = None
+    inputs = outputs = None
+    for r in range(max(cfg.correctness_rounds, 1)):
+        fresh = _make(factory, r)
+        if r == 1 and inputs is not None:
+            # Same buffers, new data: a kernel that caches by pointer now returns stale output.
+            for k, v in fresh.items():
+                if isinstance(v, torch.Tensor) and isinstance(inputs.get(k), torch.Tensor) \
+                        and inputs[k].shape == v.shape:
+                    inputs[k].copy_(v)
+                else:
+                    inputs[k] = v
+            for t in outputs.values():
+                poison_(t, r)
+        else:
+            inputs, outputs = fresh, allocate_outputs(rw, dev, r)
+        ref = env.run_reference(rw, clone_inputs(inputs))
+        cmp = _checked_call(env, rw, inputs, outputs, ref, tol)
+        res.rounds = r + 1
+        if not cmp.ok:
+            res.status, res.correct = EvalStatus.INCORRECT, False
+            res.max_abs_err, res.max_rel_err = cmp.max_abs_err, cmp.max_rel_err
+            res.matched_ratio, res.message = cmp.matched_ratio, f"round {r}: {cmp.reason}"
+            return
+        if cmp.worse_than(worst):
+            worst = cmp
+    res.correct = True
+    res.max_abs_err, res.max_rel_err, res.matched_ratio = (worst.max_abs_err, worst.max_rel_err,
+                                                           worst.matched_ratio)
+    if not cfg.timing:
+        res.status = EvalStatus.PASSED
+        res.message = "; ".join(notes + ["correctness only (timing off)"])
+        return
+    _time(env, rw, res, factory, inputs, outputs, notes)
+
+
+def _checked_call(env: Env, rw, inputs, outputs, ref, tol):
+    snap = guards.snapshot_inputs(inputs)
+    before = guards.python_threads()
+    call = env.caller.prepare(rw, inputs, outputs)
+    call()
+    _sync(env.device)
+    if env.integrity is not None:
+        env.integrity.check()
+    guards.check_threads(before)
+    guards.check_inputs_unchanged(inputs, snap)
+    return compare_all(outputs, ref, tol)
+
+
+def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list) -> None:
+    cfg, dev = env.config, env.device
+    timer = env.get_timer()
+    set_bytes = max(_nbytes(inputs) + _nbytes(outputs), 1)
+    n_sets = max(1, min(cfg.max_sets, cfg.set_bytes_budget // set_bytes))
+    sets = [(inputs, outputs)]
+    for j in range(1, n_sets):
+        sets.append((_make(factory, 100 + j), allocate_outputs(rw, dev, 0)))
+    if n_sets == 1:
+        notes.append("one input set (too large to rotate)")
+    calls = [env.caller.prepare(rw, i, o) for i, o in sets]
+    before = guards.python_threads()
+    timing = timer.measure(lambda i: calls[i % len(calls)](), cfg.rep_count, cfg.warmup_ms,
+                           cfg.timing_budget_s)
+    _sync(dev)
+    if env.integrity is not None:
+        env.integrity.check()
+    guards.check_threads(before)
+    if timing.method == "cupti":
+        guards.check_side_streams(timing.side_streams, timing.kernel_names)
+    # The last timed set once more, poisoned: a kernel that skips work on inputs it has seen fails.
+    last_in, last_out = sets[-1]
+    for t in last_out.values():
+        poison_(t, 1)
+    ref = env.run_reference(rw, clone_inputs(last_in))
+    cmp = _checked_call(env, rw, last_in, last_out, ref, rw.workload.tolerance)
+    if not cmp.ok:
+        res.status, res.correct = EvalStatus.INCORRECT, False
+        res.message = f"after timing (inputs seen before): {cmp.reason}"
+        return
+    res.median_ms, res.p10_ms, res.p90_ms = timing.median_ms, timing.p10_ms, timing.p90_ms
+    res.spread, res.n_reps, res.timing_method = timing.spread, timing.n, timing.method
+    res.extra["kernels_per_call"] = timing.kernels_per_call
+    res.extra["n_sets"] = n_sets
+    if timing.note and timing.note != timing.method:
+        notes.append(timing.note)
+    if cfg.caching_probe and cfg.caching_probe_calls > 0:
+        probe = [(_make(factory, 1000 + j), allocate_outputs(rw, dev, 0))
+                 for j in range(cfg.caching_probe_calls)]
+        pcalls = [env.caller.prepare(rw, i, o) for i, o in probe]
+        fresh = timer.measure(lambda i: pcalls[i % len(pcalls)](), len(pcalls), warmup_ms=0,
+                              min_warmup_calls=0)
+        res.extra["fresh_inputs_ms"] = fresh.median_ms
+        # A few microseconds of first-touch cost are not caching: require a real gap too.
+        if fresh.median_ms - timing.median_ms > 0.002:
+            guards.check_caching(timing.median_ms, fresh.median_ms)
+    guards.check_sol_floor(timing.median_ms, env.t_sol_ms.get(rw.uuid),
+                           cfg.sol_floor_fraction)
+    res.status = EvalStatus.PASSED
+    res.message = "; ".join(notes)

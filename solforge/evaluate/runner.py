@@ -1,0 +1,191 @@
+"""Isolation: every untrusted candidate runs in a freshly spawned process with its own staging
+directory, a scrubbed environment and wall-clock limits; a fault, a hang or an OOM costs only that
+process. The parent never imports torch.
+
+    stage = stage_candidate(workdir / "cand-1", problem, candidate=cand, compile_result=cr, job=...)
+    report = run_stage(stage, timeout_s=300, workload_timeout_s=120)
+
+Results come back as JSON lines (driver.py). A workload whose "start" line arrived but whose result
+did not is the one in flight: TIMEOUT when we killed the process group, RUNTIME_ERROR when the process
+died on its own. Workloads after it are SKIPPED. Results that arrived before are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from .results import EvalResult, EvalStatus, HardwareInfo, RunReport
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE",
+                     re.IGNORECASE)
+_DROP_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI", "ANTHROPIC", "HF_", "HUGGING",
+                  "LITELLM", "PREFECT_API", "GITHUB", "GH_", "SSH_", "SOLFORGE_DB")
+
+
+def scrubbed_env(extra_pythonpath: Optional[list[str]] = None) -> dict[str, str]:
+    """The parent's environment without anything that looks like a credential."""
+    env = {k: v for k, v in os.environ.items()
+           if not _SECRET.search(k) and not k.upper().startswith(_DROP_PREFIXES)}
+    paths = [str(REPO_ROOT)] + (extra_pythonpath or [])
+    paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def write_problem(stage: Path, problem, workloads=None) -> None:
+    stage.mkdir(parents=True, exist_ok=True)
+    (stage / "definition.json").write_text(problem.definition.model_dump_json(indent=1))
+    wls = workloads if workloads is not None else problem.workloads
+    (stage / "workload.jsonl").write_text(
+        "".join(w.workload.model_dump_json() + "\n" for w in wls))
+
+
+def stage_candidate(stage: Path, problem, *, candidate=None, compile_result=None,
+                    host_source: Optional[str] = None, job: Optional[dict] = None,
+                    workloads=None) -> Path:
+    """Write everything the driver needs into `stage` (created if needed)."""
+    stage = Path(stage)
+    write_problem(stage, problem, workloads)
+    job = dict(job or {})
+    job.setdefault("problem", problem.definition.name)
+    if candidate is not None:
+        cand = candidate.model_dump() if hasattr(candidate, "model_dump") else dict(candidate)
+        (stage / "candidate.json").write_text(json.dumps(cand, indent=1))
+    if compile_result is not None:
+        compile_result.write_stage(stage)
+    if host_source is not None:
+        (stage / "host.py").write_text(host_source)
+        job.setdefault("candidate_kind", "host")
+    job.setdefault("candidate_kind", "cuda")
+    (stage / "job.json").write_text(json.dumps(job, indent=1))
+    return stage
+
+
+def _expected_uuids(stage: Path) -> list[str]:
+    job = json.loads((stage / "job.json").read_text())
+    if job.get("workloads"):
+        return list(job["workloads"])
+    out = []
+    for line in (stage / "workload.jsonl").read_text().splitlines():
+        if line.strip():
+            out.append(json.loads(line)["uuid"])
+    return out
+
+
+def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,
+              python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None) -> RunReport:
+    """Spawn the driver on a staged directory and collect its results, whatever happens to it."""
+    stage = Path(stage).resolve()
+    expected = _expected_uuids(stage)
+    problem = json.loads((stage / "job.json").read_text()).get("problem", "")
+    err_path = stage / "driver.stderr"
+    t0 = time.monotonic()
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([python, "-m", "solforge.evaluate.driver", str(stage)],
+                                cwd=stage, env=scrubbed_env(extra_pythonpath),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                start_new_session=True)
+        lines: list[dict] = []
+        last_start: list = [None]  # the per-workload clock starts at the first "start" line
+        log: list[str] = []
+
+        def reader():
+            for raw in proc.stdout:
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    log.append(raw.decode(errors="replace")[:500])
+                    continue
+                if obj.get("type") == "start":
+                    last_start[0] = time.monotonic()
+                lines.append(obj)
+
+        th = threading.Thread(target=reader, daemon=True)
+        th.start()
+        killed, why = False, ""
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - t0 > timeout_s:
+                killed, why = True, f"wall-clock limit of {timeout_s:.0f} s"
+            elif workload_timeout_s and last_start[0] is not None and \
+                    now - last_start[0] > workload_timeout_s:
+                killed, why = True, f"workload limit of {workload_timeout_s:.0f} s"
+            if killed:
+                _kill_group(proc)
+                break
+            time.sleep(0.05)
+        proc.wait()
+        th.join(timeout=5)
+    stderr_tail = err_path.read_text(errors="replace")[-4000:] if err_path.exists() else ""
+    return _assemble(problem, expected, lines, proc.returncode, killed, why, stderr_tail, log,
+                     time.monotonic() - t0)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _assemble(problem, expected, lines, rc, killed, why, stderr_tail, log, wall) -> RunReport:
+    hw = None
+    results: dict[str, EvalResult] = {}
+    in_flight = None
+    for obj in lines:
+        t = obj.get("type")
+        if t == "hardware":
+            hw = HardwareInfo.from_dict({k: v for k, v in obj.items() if k != "type"})
+        elif t == "start":
+            in_flight = obj.get("uuid")
+        elif t == "result":
+            r = EvalResult.from_json({k: v for k, v in obj.items() if k != "type"})
+            results[r.workload_uuid] = r
+            if in_flight == r.workload_uuid:
+                in_flight = None
+    if rc is not None and rc < 0:
+        try:
+            death = f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            death = f"killed by signal {-rc}"
+    else:
+        death = f"exit code {rc}"
+    tail = stderr_tail.strip().splitlines()[-3:] if stderr_tail.strip() else []
+    out = []
+    after_failure = False
+    for u in expected:
+        if u in results:
+            out.append(results[u])
+            continue
+        if u == in_flight:
+            if killed:
+                out.append(EvalResult(u, EvalStatus.TIMEOUT, problem=problem,
+                                      message=f"killed: {why} (process group killed)"))
+            else:
+                status = EvalStatus.OOM if "out of memory" in stderr_tail.lower() else \
+                    EvalStatus.RUNTIME_ERROR
+                out.append(EvalResult(u, status, problem=problem,
+                                      message=f"the evaluator process died ({death}): "
+                                              + " | ".join(tail)[-800:]))
+            after_failure = True
+            continue
+        reason = "the candidate's process was killed" if killed else f"the process ended ({death})"
+        if not after_failure and not killed and rc == 0:
+            reason = "the driver did not report it"
+        out.append(EvalResult(u, EvalStatus.SKIPPED, problem=problem,
+                              message=f"not evaluated: {reason}"
+                                      + (f"; {' | '.join(tail)[-400:]}" if tail and not killed else "")))
+    return RunReport(problem=problem, results=out, hardware=hw, wall_s=wall, exit_code=rc,
+                     killed=killed, stderr_tail=stderr_tail, log=log)
