@@ -56,6 +56,7 @@ class EvalStatus(_StrEnum):
     INCORRECT = "incorrect"          # ran, output outside tolerance
     RUNTIME_ERROR = "runtime_error"  # launch failure, illegal address, exception
     TIMEOUT = "timeout"
+    OOM = "oom"                      # out of device memory (evaluator)
     REJECTED = "rejected"            # e.g. faster than the SOL floor, or a guard tripped
     SKIPPED = "skipped"              # not run (earlier failure, unsupported workload)
 
