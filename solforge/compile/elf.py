@@ -2,12 +2,15 @@
 
 CUDA cubins are 64-bit little-endian ELF files with e_machine 190 (EM_CUDA). Where the SM number sits
 in e_flags depends on the CUDA ELF ABI version (e_ident[EI_ABIVERSION]): ABI 7 and older keep it in
-the low byte, ABI 8 (CUDA 12.8+ toolchains, what NVRTC 13 emits) in bits 8-15. We read both and
-cross-check against what we asked for, so an unexpected layout fails loudly instead of passing.
+the low byte, ABI 8 (CUDA 12.8+ toolchains, what NVRTC 13 emits) in bits 8-15. The e_flags of sm_90 and
+sm_90a cubins are identical, so the full target name ("sm_90a") is read from the toolkit note
+(.note.nv.tkinfo), which records ptxas' "-arch sm_90a". Compile cross-checks both against what it asked
+for, so an unexpected layout fails loudly instead of passing.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -25,6 +28,7 @@ class CubinInfo:
     abi_version: int
     e_flags: int
     functions: list[str]    # global function symbols (kernels and device functions kept visible)
+    arch: str = ""          # "sm_90a" from the toolkit note; "" when the note is absent
 
 
 def read_cubin(blob: bytes) -> CubinInfo:
@@ -38,18 +42,42 @@ def read_cubin(blob: bytes) -> CubinInfo:
         raise ElfError(f"ELF machine {machine} is not EM_CUDA ({EM_CUDA})")
     (e_flags,) = struct.unpack_from("<I", blob, 48)
     sm = (e_flags >> 8) & 0xFF if abi >= 8 else e_flags & 0xFF
-    return CubinInfo(sm=sm, abi_version=abi, e_flags=e_flags, functions=_function_symbols(blob))
+    sections = _sections(blob)
+    arch = ""
+    note = sections.get(".note.nv.tkinfo")
+    if note:
+        m = re.search(rb"-arch[ =](sm_\d+[af]?)", blob[note[1]:note[1] + note[2]])
+        arch = m.group(1).decode() if m else ""
+    return CubinInfo(sm=sm, abi_version=abi, e_flags=e_flags, functions=_function_symbols(blob),
+                     arch=arch)
+
+
+def _section_table(blob: bytes) -> list[tuple]:
+    (e_shoff,) = struct.unpack_from("<Q", blob, 40)
+    e_shentsize, e_shnum, _ = struct.unpack_from("<HHH", blob, 58)
+    out = []
+    for i in range(e_shnum):
+        name, stype, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
+            "<IIQQQQIIQQ", blob, e_shoff + i * e_shentsize)
+        out.append((name, stype, offset, size, link, entsize))
+    return out
+
+
+def _sections(blob: bytes) -> dict[str, tuple[int, int, int]]:
+    """Section name -> (type, offset, size)."""
+    table = _section_table(blob)
+    (shstrndx,) = struct.unpack_from("<H", blob, 62)
+    str_off = table[shstrndx][2]
+    out = {}
+    for name, stype, offset, size, _link, _entsize in table:
+        end = blob.index(b"\0", str_off + name)
+        out[blob[str_off + name:end].decode("utf-8", "replace")] = (stype, offset, size)
+    return out
 
 
 def _function_symbols(blob: bytes) -> list[str]:
-    (e_shoff,) = struct.unpack_from("<Q", blob, 40)
-    e_shentsize, e_shnum, _ = struct.unpack_from("<HHH", blob, 58)
-    sections = []
-    for i in range(e_shnum):
-        off = e_shoff + i * e_shentsize
-        name, stype, _flags, _addr, offset, size, link, _info, _align, entsize = struct.unpack_from(
-            "<IIQQQQIIQQ", blob, off)
-        sections.append((stype, offset, size, link, entsize))
+    sections = [(stype, offset, size, link, entsize)
+                for _n, stype, offset, size, link, entsize in _section_table(blob)]
     out = []
     for stype, offset, size, link, entsize in sections:
         if stype != 2 or entsize == 0:  # SHT_SYMTAB
@@ -58,7 +86,7 @@ def _function_symbols(blob: bytes) -> list[str]:
         for j in range(size // entsize):
             st_name, st_info, _other, _shndx, _value, _size = struct.unpack_from(
                 "<IBBHQQ", blob, offset + j * entsize)
-            if st_info & 0xF == STT_FUNC and st_info >> 4 == 1:  # global function
+            if st_info & 0xF == STT_FUNC and st_info >> 4 in (1, 2):  # global or weak function
                 end = blob.index(b"\0", str_off + st_name)
                 out.append(blob[str_off + st_name:end].decode("utf-8", "replace"))
     return out

@@ -119,9 +119,9 @@ def compile_cuda(job: dict) -> dict:
             continue
         cubins[uname] = cubin
         info = read_cubin(cubin)
-        if info.sm != sm_of_arch(arch):
+        if info.sm != sm_of_arch(arch) or (info.arch and info.arch != arch):
             ok = False
-            logs.append(f"solforge: {uname}: cubin targets sm_{info.sm}, asked for {arch}")
+            logs.append(f"solforge: {uname}: cubin targets {info.arch or info.sm}, asked for {arch}")
         funcs = set(info.functions)
         for e, low in lowered.items():
             entries.setdefault(e, {"unit": uname, "symbol": low})

@@ -1,0 +1,51 @@
+"""The bare-box launcher's CPU-side parts: imports without pydantic, packs kernel parameters the way a
+kernel's parameter list lays them out, reads a staged folder. The launch itself is in tests/gpu."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+
+from solforge.compile import compile_candidate, samples, stage
+from solforge.compile.launcher import _pack_args, _Params, launch_env, read_stage
+
+
+def test_launcher_imports_without_pydantic():
+    code = ("import sys; sys.modules['pydantic'] = None\n"
+            "import solforge.compile.launcher as L\n"
+            "print(L._axis_expr().evaluate('ceil_div(n, BLOCK)', {'n': 1000, 'BLOCK': 256}))\n"
+            "assert 'pydantic' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "4"
+
+
+def test_params_are_naturally_aligned():
+    values = [ctypes.c_uint64(0x1111), ctypes.c_int32(-3), ctypes.c_uint64(0x2222), ctypes.c_float(1.5),
+              ctypes.c_double(2.25)]
+    layout, total = _pack_args(values)
+    assert [off for off, _ in layout] == [0, 8, 16, 24, 32] and total == 40
+    p = _Params(layout, total)
+    base = ctypes.addressof(p.buf)
+    assert [ptr - base for ptr in p.ptrs] == [0, 8, 16, 24, 32]
+    assert ctypes.c_int32.from_address(base + 8).value == -3
+    assert ctypes.c_double.from_address(base + 32).value == 2.25
+
+
+def test_launch_env_params_win_and_bools_become_ints():
+    env = launch_env({"n": 10, "BLOCK": 1}, {"eps": 1e-5, "flag": True}, {"BLOCK": 256, "USE": True,
+                                                                        "T": "float"})
+    assert env == {"n": 10, "BLOCK": 256, "eps": 1e-5, "USE": 1}
+
+
+def test_stage_round_trip(tmp_path):
+    cand = samples.candidate(samples.SCALE_CU, "scale", args=["x", "y", "float32:2.0", "int32:n"],
+                             grid=["ceil_div(n, 256)"], block=["256"])
+    res = compile_candidate(cand, cache_dir=tmp_path / "c")
+    stage(cand, res, tmp_path / "stage")
+    cubins, manifest = read_stage(tmp_path / "stage")
+    assert cubins == res.cubins
+    assert manifest["entries"]["scale"]["symbol"] == "scale"
+    assert json.loads((tmp_path / "stage" / "candidate.json").read_text())["launches"][0]["kernel"] == "scale"
