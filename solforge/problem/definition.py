@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -249,12 +249,13 @@ class Definition(_Model):
 
     @cached_property
     def reference_functions(self) -> set[str]:
-        return _top_level_functions(self.reference)
+        return set(_top_level_functions(self.reference))
 
 
-def _top_level_functions(source: str) -> set[str]:
+@lru_cache(maxsize=1024)  # parsing a long reference is the costliest step of loading a definition
+def _top_level_functions(source: str) -> frozenset[str]:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         raise ValueError(f"reference: Python syntax error at line {e.lineno}: {e.msg}") from None
-    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
