@@ -45,11 +45,10 @@ def build_norm(cfg, dim: Optional[int] = None, what: str = "hidden") -> BlockSpe
     return out.to(x.dtype)''')
 
     def module_outputs(inp):
-        mod = m.make_norm(norm, dim)
         params = {"weight": inp["weight"]}
         if "bias" in inp:
             params["bias"] = inp["bias"]
-        mod = m.load_params(mod, params)
+        mod = m.build(lambda: m.make_norm(norm, dim), params)
         return (_out(mod(inp["x"].float()), dt),)
 
     kind = "rmsnorm" if rms else "layernorm"
@@ -246,7 +245,7 @@ def build_mlp(cfg, hidden: int, inter: int, act: str, gated: bool, bias: bool,
     return out.to(x.dtype)'''
 
     def module_outputs(inp):
-        mod = m.load_params(m.make_mlp(hidden, inter, act, gated, bias),
+        mod = m.build(lambda: m.make_mlp(hidden, inter, act, gated, bias),
                             {MLP_PARAM[n]: inp[n] for n in names})
         return (_out(mod(inp["x"].float()), dt),)
 
@@ -287,7 +286,7 @@ def build_mlp_backward(cfg, hidden: int, inter: int, act: str, what: str = "MLP"
             grad_down.to(x.dtype))'''
 
     def module_outputs(inp):
-        mod = m.load_params(m.GatedMLP(hidden, inter, act),
+        mod = m.build(lambda: m.GatedMLP(hidden, inter, act),
                             {MLP_PARAM[n]: inp[n] for n in ("gate_proj_weight", "up_proj_weight",
                                                             "down_proj_weight")})
         x = inp["x"].float().requires_grad_(True)

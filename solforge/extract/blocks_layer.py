@@ -184,10 +184,9 @@ def build_layer(cfg, encoder: bool = False, seq_const: Optional[int] = None,
         consts.pop("NORM_WEIGHT_OFFSET")
 
     def module_outputs(x):
-        mod = Layer(cfg, layout, layerscale)
+        mod = m.build(lambda: Layer(cfg, layout, layerscale), {_param_path(n): x[n] for n in weights})
         mod.self_attn.at = at.model_copy(update={"causal": causal})
         mod.window = window
-        mod = m.load_params(mod, {_param_path(n): x[n] for n in weights})
         args = (x["cos"], x["sin"]) if use_rope else ()
         return (_out(mod(x["hidden_states"].float(), *args), dt),)
 

@@ -195,6 +195,13 @@ class SelfAttention(nn.Module):
         return self.o_proj(o.reshape(b, s, -1))
 
 
+def build(ctor, params: dict[str, torch.Tensor]) -> nn.Module:
+    """Construct a module on the meta device (no weights, no init cost), then fill it from params."""
+    with torch.device("meta"):
+        module = ctor()
+    return load_params(module.to_empty(device="cpu"), params)
+
+
 def load_params(module: nn.Module, params: dict[str, torch.Tensor]) -> nn.Module:
     """Copy given tensors into the module's parameters (by dotted path), in float32."""
     module = module.float()
