@@ -6,7 +6,6 @@ GPU: everything, including CUDA kernels and the timing-side guards (side stream,
 
 from __future__ import annotations
 
-import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,10 +42,29 @@ def cpu_reports(tmp_path_factory):
     if HAS_GPU:
         pytest.skip("the GPU run covers these")
     root = tmp_path_factory.mktemp("adv_cpu")
-    # Each candidate is its own process; run a few at once (process start dominates on 2 cores).
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 2)) as pool:
+    # Each candidate is its own process, and starting one is mostly waiting for torch's import
+    # (I/O), so they all start at once, the honest control with them.
+    with ThreadPoolExecutor(max_workers=len(CPU_ADVERSARIES) + 1) as pool:
         futs = {a.name: pool.submit(_run, a, root, CPU_WORKLOADS) for a in CPU_ADVERSARIES}
+        futs["honest"] = pool.submit(_run_honest, root)
         return {k: f.result() for k, f in futs.items()}
+
+
+HONEST = ("import torch\n"
+          "def run(inputs, outputs, ctx):\n"
+          "    z = inputs['x']\n"
+          "    for _ in range(64):\n"
+          "        z = torch.sin(z) + inputs['y']\n"
+          "    outputs['out'].copy_(z)\n")
+
+
+def _run_honest(root: Path):
+    from solforge.evaluate.runner import run_stage, stage_candidate
+    from solforge.problem import load_problem_dir
+
+    st = stage_candidate(root / "honest", load_problem_dir(harness.PROBLEM_DIR), host_source=HONEST,
+                         job={"allow_torch": True, "workloads": CPU_WORKLOADS})
+    return run_stage(st, timeout_s=240)
 
 
 def _assert_expected(adv, report):
@@ -61,22 +79,9 @@ def test_host_adversary_caught_on_cpu(adv, cpu_reports):
     _assert_expected(adv, cpu_reports[adv.name])
 
 
-def test_cpu_control_passes(tmp_path):
+def test_cpu_control_passes(cpu_reports):
     """The same machinery passes an honest host candidate: the guards are not blanket rejections."""
-    if HAS_GPU:
-        pytest.skip("the GPU run covers this")
-    from solforge.evaluate.runner import run_stage, stage_candidate
-    from solforge.problem import load_problem_dir
-
-    src = ("import torch\n"
-           "def run(inputs, outputs, ctx):\n"
-           "    z = inputs['x']\n"
-           "    for _ in range(64):\n"
-           "        z = torch.sin(z) + inputs['y']\n"
-           "    outputs['out'].copy_(z)\n")
-    st = stage_candidate(tmp_path / "honest", load_problem_dir(harness.PROBLEM_DIR), host_source=src,
-                         job={"allow_torch": True, "workloads": CPU_WORKLOADS})
-    rep = run_stage(st, timeout_s=240)
+    rep = cpu_reports["honest"]
     r = rep.results[0]
     assert r.status.value == "passed", r.message + rep.stderr_tail
     assert r.correct and r.rounds == 3 and r.max_abs_err is not None
