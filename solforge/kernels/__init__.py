@@ -12,10 +12,11 @@ problem in kernels_cuda/<family>/best/<problem>.json.
 from __future__ import annotations
 
 from .base import Family, FamilyError, Spec, definition_of
+from .elementwise import ActivationFamily
 from .gemm import GemmFamily
 from .rmsnorm import RMSNormFamily
 
-FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily()]
+FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily()]
 
 
 def all_families() -> list[Family]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..candidate import Candidate
+from ..problem import axis_expr
 from ..problem.definition import Definition
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +82,16 @@ def product_expr(dims: list[Union[str, int]]) -> str:
 def const_value(defn: Definition, dim: Union[str, int]) -> Optional[int]:
     if isinstance(dim, int):
         return dim
-    return defn.const_axes.get(dim)
+    if dim in defn.const_axes:
+        return defn.const_axes[dim]
+    expr = getattr(defn.axes.get(dim), "expression", None)
+    if expr is None:
+        return None
+    try:  # an expr axis over constants only (input_dim = inner_dim * 2) is a constant too
+        v = axis_expr.evaluate(expr, defn.const_axes)
+    except axis_expr.ExprError:
+        return None
+    return int(v) if v == int(v) else None
 
 
 @lru_cache(maxsize=None)
