@@ -62,6 +62,44 @@ def cuda_candidate(path: Path) -> dict:
     return cand
 
 
+def compiled(cand: dict, name: str):
+    """A CompileResult: precompiled cubins from $SOLFORGE_ADV_CUBINS/<name>/ when given (so a GPU box
+    without the NVRTC wheels can run the tests), else compiled here with NVRTC."""
+    import os
+
+    from solforge.compile import compile_candidate
+    from solforge.compile.result import CompileResult
+
+    pre = os.environ.get("SOLFORGE_ADV_CUBINS")
+    if pre and (Path(pre) / name / "result.json").exists():
+        d = json.loads((Path(pre) / name / "result.json").read_text())
+        d["cubins"] = {u: (Path(pre) / name / f).read_bytes() for u, f in d.pop("files").items()}
+        return CompileResult.model_validate(d)
+    cr = compile_candidate(cand, use_cache=False)
+    assert cr.ok, cr.log
+    return cr
+
+
+def precompile(dest: Path) -> None:
+    """Write every CUDA adversary's CompileResult under dest/<name>/ (for compiled())."""
+    for adv in all_adversaries():
+        src = adv.path if adv.kind == "cuda" else (HERE / adv.needs_cubins if adv.needs_cubins else None)
+        if src is None:
+            continue
+        name = src.stem
+        cr = compiled(cuda_candidate(src), name)
+        folder = dest / name
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for unit, blob in cr.cubins.items():
+            fname = unit.replace("/", "_") + ".cubin"
+            (folder / fname).write_bytes(blob)
+            files[unit] = fname
+        d = json.loads(cr.model_dump_json(exclude={"cubins"}))
+        d["files"] = files
+        (folder / "result.json").write_text(json.dumps(d))
+
+
 def stage(adv: Adversary, root: Path, workloads: list[str], settings: Optional[dict] = None) -> Path:
     from solforge.evaluate.runner import stage_candidate
     from solforge.problem import load_problem_dir
@@ -70,21 +108,15 @@ def stage(adv: Adversary, root: Path, workloads: list[str], settings: Optional[d
     job = {"workloads": workloads, "settings": settings or {}}
     folder = root / adv.name
     if adv.kind == "cuda":
-        from solforge.compile import compile_candidate
-
         cand = cuda_candidate(adv.path)
-        cr = compile_candidate(cand, use_cache=False)
-        assert cr.ok, cr.log
+        cr = compiled(cand, adv.path.stem)
         if adv.t_sol_ms:
             job["t_sol_ms"] = {u: adv.t_sol_ms for u in workloads}
         return stage_candidate(folder, problem, candidate=cand, compile_result=cr, job=job)
     job["allow_torch"] = adv.allow_torch
     cand = cr = None
     if adv.needs_cubins:
-        from solforge.compile import compile_candidate
-
         cand = cuda_candidate(HERE / adv.needs_cubins)
-        cr = compile_candidate(cand, use_cache=False)
-        assert cr.ok, cr.log
+        cr = compiled(cand, Path(adv.needs_cubins).stem)
     return stage_candidate(folder, problem, candidate=cand, compile_result=cr,
                            host_source=adv.path.read_text(), job=job)
