@@ -54,7 +54,7 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
             return hit
 
     job = {"sources": cand.sources, "params": cand.params, "options": cand.options, "arch": arch,
-           "kernels": kernels}
+           "kernels": kernels, "launches": [launch.model_dump() for launch in cand.launches]}
     from .worker import run_job
 
     out = run_job("cute" if cand.language == "cute" else "nvrtc", job, timeout_s)

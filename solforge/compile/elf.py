@@ -3,8 +3,9 @@
 CUDA cubins are 64-bit little-endian ELF files with e_machine 190 (EM_CUDA). Where the SM number sits
 in e_flags depends on the CUDA ELF ABI version (e_ident[EI_ABIVERSION]): ABI 7 and older keep it in
 the low byte, ABI 8 (CUDA 12.8+ toolchains, what NVRTC 13 emits) in bits 8-15. The e_flags of sm_90 and
-sm_90a cubins are identical, so the full target name ("sm_90a") is read from the toolkit note
-(.note.nv.tkinfo), which records ptxas' "-arch sm_90a". Compile cross-checks both against what it asked
+sm_90a cubins are identical in ABI 8, so there the full target name ("sm_90a") is read from the
+toolkit note (.note.nv.tkinfo), which records ptxas' "-arch sm_90a"; in ABI 7 (the CuTe DSL's cubins)
+e_flags bit 0x800 marks the "a" variant. Compile cross-checks both against what it asked
 for, so an unexpected layout fails loudly instead of passing.
 """
 
@@ -48,6 +49,8 @@ def read_cubin(blob: bytes) -> CubinInfo:
     if note:
         m = re.search(rb"-arch[ =](sm_\d+[af]?)", blob[note[1]:note[1] + note[2]])
         arch = m.group(1).decode() if m else ""
+    elif abi < 8:  # ABI 7 (e.g. the CuTe DSL's cubins): 0x800 is EF_CUDA_ACCELERATORS, the "a"
+        arch = f"sm_{sm}" + ("a" if e_flags & 0x800 else "")
     return CubinInfo(sm=sm, abi_version=abi, e_flags=e_flags, functions=_function_symbols(blob),
                      arch=arch)
 
@@ -95,3 +98,47 @@ def _function_symbols(blob: bytes) -> list[str]:
 def sm_of_arch(arch: str) -> int:
     digits = "".join(c for c in arch if c.isdigit())
     return int(digits)
+
+
+EIATTR_KPARAM_INFO = 0x17
+EIATTR_CBANK_PARAM_SIZE = 0x19
+_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
+
+
+@dataclass
+class KernelParam:
+    ordinal: int
+    offset: int
+    size: int
+
+
+def kernel_params(blob: bytes, symbol: str) -> tuple[list[KernelParam], int]:
+    """A kernel's parameters as ptxas laid them out (from .nv.info.<symbol>): ordered by ordinal,
+    plus the total parameter-buffer size. This is the ground truth a launcher must pack against."""
+    sec = _sections(blob).get(f".nv.info.{symbol}")
+    if sec is None:
+        raise ElfError(f"no .nv.info section for kernel {symbol!r}")
+    _, off, size = sec
+    end, params, total = off + size, [], 0
+    while off + 2 <= end:
+        fmt, attr = blob[off], blob[off + 1]
+        off += 2
+        if fmt == _EIFMT_SVAL:
+            (n,) = struct.unpack_from("<H", blob, off)
+            payload = blob[off + 2:off + 2 + n]
+            off += 2 + n
+            if attr == EIATTR_KPARAM_INFO:
+                _index, ordinal, p_off, packed = struct.unpack_from("<IHHI", payload)
+                params.append(KernelParam(ordinal=ordinal, offset=p_off, size=(packed >> 18) & 0x3FFF))
+        elif fmt == _EIFMT_HVAL:
+            (val,) = struct.unpack_from("<H", blob, off)
+            off += 2
+            if attr == EIATTR_CBANK_PARAM_SIZE:
+                total = val
+        elif fmt in (_EIFMT_BVAL, _EIFMT_NVAL):
+            off += 2  # a byte value padded to two bytes / an unused two-byte field
+        else:
+            raise ElfError(f"unknown .nv.info format {fmt} in kernel {symbol!r}")
+    params.sort(key=lambda p: p.ordinal)
+    total = total or max((p.offset + p.size for p in params), default=0)
+    return params, total

@@ -15,7 +15,7 @@ import re
 import time
 
 from . import toolchain
-from .elf import read_cubin, sm_of_arch
+from .elf import kernel_params, read_cubin, sm_of_arch
 
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".hh", ".inc", ".inl")
 
@@ -91,6 +91,28 @@ def _base_ident(kernel: str) -> str:
     return re.split(r"[<(\s]", kernel.split("::")[-1], maxsplit=1)[0]
 
 
+_ARG_SIZES = {"int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
+
+
+def check_launch_args(launches: list[dict], entries: dict, cubins: dict[str, bytes]) -> list[str]:
+    """Each launch's args against the kernel's real parameter list (from the cubin): same count,
+    same sizes. A mismatch would otherwise be a silent wrong launch on the GPU."""
+    out = []
+    for i, launch in enumerate(launches):
+        entry = entries.get(launch["kernel"])
+        if entry is None:
+            continue
+        kparams, _ = kernel_params(cubins[entry["unit"]], entry["symbol"])
+        want = [p.size for p in kparams]
+        give = [_ARG_SIZES.get(a.split(":", 1)[0].strip(), 8) if ":" in a else 8
+                for a in launch.get("args", [])]
+        if want != give:
+            out.append(f"solforge: launches[{i}] ({launch['kernel']}): the kernel takes {len(want)} "
+                       f"parameter(s) of sizes {want} bytes, but args {launch.get('args', [])} give "
+                       f"{give} (a tensor or workspace is an 8-byte pointer)")
+    return out
+
+
 def compile_cuda(job: dict) -> dict:
     """job: sources, params, options, arch, kernels. Returns a plain dict (crosses a process pipe)."""
     t0 = time.perf_counter()
@@ -140,6 +162,11 @@ def compile_cuda(job: dict) -> dict:
             ok = False
             logs.append(f"solforge: kernel(s) {missing} not found in the compiled code; declare them "
                         "extern \"C\" __global__ (or name a template instance, e.g. \"gemm<128>\")")
+    if ok:
+        problems = check_launch_args(job.get("launches", []), entries, cubins)
+        if problems:
+            ok = False
+            logs.extend(problems)
     return {"status": "ok" if ok else "error", "log": "\n".join(logs), "cubins": cubins if ok else {},
             "entries": entries if ok else {}, "options": public_options(opts),
             "compile_seconds": time.perf_counter() - t0}

@@ -49,7 +49,7 @@ extern "C" __global__ void cluster_copy(const float* __restrict__ x, float* __re
 # Compiled in CI for sm_90a and checked for HGMMA / UTMALDG / SYNCS in the SASS.
 WGMMA_TMA_CU = r"""
 #include <cuda/std/cstdint>
-struct alignas(64) TmaDesc { unsigned long long raw[16]; };  // CUtensorMap, built on the host
+struct alignas(64) TmaDesc { unsigned long long raw[16]; };  // CUtensorMap, encoded by the host into global memory
 
 __device__ inline uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -58,8 +58,8 @@ __device__ inline uint64_t make_desc(const void* smem) {
     return addr | (uint64_t(1) << 16) | (uint64_t(64) << 32) | (uint64_t(1) << 62);  // 128B swizzle
 }
 
-extern "C" __global__ void __launch_bounds__(128) wgmma_tma_tile(const __grid_constant__ TmaDesc tma_a,
-                                                                 const __grid_constant__ TmaDesc tma_b,
+extern "C" __global__ void __launch_bounds__(128) wgmma_tma_tile(const TmaDesc* __restrict__ tma_a,
+                                                                 const TmaDesc* __restrict__ tma_b,
                                                                  float* __restrict__ out) {
     __shared__ alignas(1024) uint16_t sA[64 * 16];
     __shared__ alignas(1024) uint16_t sB[8 * 16];
@@ -72,11 +72,11 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_tma_tile(const __grid_co
                      :: "r"(bar_addr), "r"((int)(sizeof(sA) + sizeof(sB))) : "memory");
         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                      " [%0], [%1, {%2, %3}], [%4];"
-                     :: "r"(smem_u32(sA)), "l"(&tma_a), "r"(0), "r"((int)blockIdx.x * 64), "r"(bar_addr)
+                     :: "r"(smem_u32(sA)), "l"(tma_a), "r"(0), "r"((int)blockIdx.x * 64), "r"(bar_addr)
                      : "memory");
         asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
                      " [%0], [%1, {%2, %3}], [%4];"
-                     :: "r"(smem_u32(sB)), "l"(&tma_b), "r"(0), "r"(0), "r"(bar_addr) : "memory");
+                     :: "r"(smem_u32(sB)), "l"(tma_b), "r"(0), "r"(0), "r"(bar_addr) : "memory");
     }
     __syncthreads();
     asm volatile("{\n .reg .pred done;\n WAIT:\n"
@@ -136,13 +136,50 @@ extern "C" __global__ void __launch_bounds__(128) tcgen05_tile(float* __restrict
 """
 
 
+# launch args that match each sample kernel's parameter list
+SAMPLE_ARGS = {
+    "scale": ["x", "y", "float32:2.0", "int32:n"],
+    "dequant_fp8_bf16": ["q", "scale", "out", "int32:n"],
+    "cluster_copy": ["x", "y", "ranks", "int32:n"],
+    "wgmma_tma_tile": ["a_desc", "b_desc", "out"],
+    "tcgen05_tile": ["out", "uint64:0", "uint64:0", "uint32:0"],
+}
+
+
 def candidate(source: str, kernel: str, *, name: str = "kernel.cu", params: dict | None = None,
               args: list[str] | None = None, grid=("1",), block=("128",), smem: str = "0",
               cluster=None, options: list[str] | None = None) -> dict:
     """A one-launch Candidate dict around a source."""
     launch = {"kernel": kernel, "grid": list(grid), "block": list(block), "smem": smem,
-              "args": args or []}
+              "args": SAMPLE_ARGS.get(kernel, []) if args is None else args}
     if cluster:
         launch["cluster"] = list(cluster)
     return {"problem": "sample", "language": "cuda", "sources": {name: source},
             "params": params or {}, "launches": [launch], "options": options or []}
+
+
+# CuTe DSL: y = x * s over n elements; flat parameters (pointers + scalars) as cute_backend wants
+SCALE_CUTE = r'''
+import cutlass
+import cutlass.cute as cute
+
+DTYPES = {"x": cutlass.Float32, "y": cutlass.Float32}
+
+
+@cute.kernel
+def scale_cute(x: cute.Pointer, y: cute.Pointer, s: cutlass.Float32, n: cutlass.Int32):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    mX = cute.make_tensor(x, cute.make_layout(n))
+    mY = cute.make_tensor(y, cute.make_layout(n))
+    i = bidx * BLOCK + tidx
+    if i < n:
+        mY[i] = mX[i] * s
+'''
+
+
+def cute_candidate(source: str = SCALE_CUTE, kernel: str = "scale_cute", block: int = 256) -> dict:
+    return {"problem": "sample", "language": "cute", "sources": {"kernel.py": source},
+            "params": {"BLOCK": block},
+            "launches": [{"kernel": kernel, "grid": ["ceil_div(n, BLOCK)"], "block": ["BLOCK"],
+                          "args": ["x", "y", "float32:2.0", "int32:n"]}]}

@@ -131,6 +131,9 @@ def _serve(backend: str) -> None:
         from cuda.bindings import nvrtc  # noqa: F401 - load the library before the first job
     elif backend == "cute":
         from .cute_backend import compile_cute_isolated as handler
+        from .cute_backend import warm_up
+
+        warm_up()  # import + first compile (MLIR setup) here, so every forked job starts warm
     else:
         raise SystemExit(f"unknown backend {backend!r}")
     while True:

@@ -31,10 +31,12 @@ def test_plain_kernel_compiles_to_sm90a_cubin(cache):
 
 def test_params_become_defines(cache):
     src = '#if BLOCK != 128\n#error BLOCK is wrong\n#endif\nextern "C" __global__ void k(float* x) { x[0] = SCALE; }'
-    ok = compile_candidate(samples.candidate(src, "k", params={"BLOCK": 128, "SCALE": 1.5}), cache_dir=cache)
+    ok = compile_candidate(samples.candidate(src, "k", params={"BLOCK": 128, "SCALE": 1.5}, args=["x"]),
+                           cache_dir=cache)
     assert ok.ok, ok.log
     assert "-DBLOCK=128" in ok.options and "-DSCALE=1.5" in ok.options
-    bad = compile_candidate(samples.candidate(src, "k", params={"BLOCK": 64, "SCALE": 1.5}), cache_dir=cache)
+    bad = compile_candidate(samples.candidate(src, "k", params={"BLOCK": 64, "SCALE": 1.5}, args=["x"]),
+                            cache_dir=cache)
     assert bad.status == CompileStatus.error and "BLOCK is wrong" in bad.log
 
 
@@ -86,6 +88,15 @@ def test_units_headers_and_template_kernels(cache):
     assert kb.unit == "b.cu" and kb.symbol.startswith("_Z") and kb.symbol in read_cubin(res.cubins["b.cu"]).functions
 
 
+def test_launch_args_must_match_the_kernel_parameters(cache):
+    short = samples.candidate(samples.SCALE_CU, "scale", args=["x", "y", "int32:n"])
+    res = compile_candidate(short, cache_dir=cache)
+    assert res.status == CompileStatus.error
+    assert "takes 4 parameter(s) of sizes [8, 8, 4, 4]" in res.log and "[8, 8, 4]" in res.log
+    wide = samples.candidate(samples.SCALE_CU, "scale", args=["x", "y", "float64:2.0", "int32:n"])
+    assert compile_candidate(wide, cache_dir=cache).status == CompileStatus.error
+
+
 def test_missing_kernel_is_an_error(cache):
     res = compile_candidate(samples.candidate(samples.SCALE_CU, "no_such_kernel"), cache_dir=cache)
     assert res.status == CompileStatus.error and "no_such_kernel" in res.log
@@ -118,7 +129,8 @@ def test_timeout_kills_the_compiler_and_the_next_compile_works(cache):
     src = body + "".join(f"template __global__ void t<{i}>(float*);\n" for i in range(3000)) + \
         'extern "C" __global__ void k(float* x) { x[0] = 1; }\n'
     t0 = time.perf_counter()
-    res = compile_candidate(samples.candidate(src, "k", options=["-w"]), cache_dir=cache, timeout_s=0.5)
+    res = compile_candidate(samples.candidate(src, "k", options=["-w"], args=["x"]), cache_dir=cache,
+                            timeout_s=0.5)
     assert res.status == CompileStatus.timeout and time.perf_counter() - t0 < 5
     assert compile_candidate(samples.candidate(samples.SCALE_CU, "scale"), cache_dir=cache).ok
 
