@@ -214,6 +214,8 @@ class Definition(_Model):
     def check_constraints(self, env: dict[str, int | float], tensors: Optional[dict] = None) -> None:
         """Check every constraint. Tensor facts use `tensors` (name -> tensor) when given, else the
         shapes the definition implies; element reads (`T[i].item()`) wait for data then."""
+        if not self.constraints:
+            return
         if tensors is None:
             tensors = {}
             if all(k in env for k in self.axes):

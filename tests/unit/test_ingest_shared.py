@@ -127,3 +127,18 @@ def test_duplicate_problem_names_are_reported(tmp_path, sol_execbench_dir):
     r = ingest_path(tmp_path)
     assert len(r.problems) == 1 and len(r.errors) == 1
     assert r.errors[0].field == "name" and "/b/" in r.errors[0].file
+
+
+def test_lone_flashinfer_definition_file(flashinfer_trace_dir):
+    f = sorted((flashinfer_trace_dir / "definitions" / "rmsnorm").glob("*.json"))[0]
+    r = ingest_path(f)
+    assert r.errors == [] and len(r.problems) == 1
+    p = r.problems[0]
+    assert p.workloads == [] and p.format == "definition" and p.source == str(f)
+
+
+def test_ingest_report_summary(flashinfer_trace_dir):
+    from solforge.problem.ingest import summarize
+
+    text = summarize(ingest_path(flashinfer_trace_dir))
+    assert "156 problems, 663 workloads, 0 errors" in text and "FlashInfer-Trace" in text
