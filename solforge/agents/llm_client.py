@@ -103,12 +103,15 @@ class LlmClient:
         ProviderRejected on a non-retryable error."""
         import litellm
 
+        litellm.suppress_debug_info = True  # no "Provider List" banners on stdout
         waits = 0
         while True:
             self.check_budget()
             kwargs = dict(model=self.cfg.model, messages=messages, temperature=self.cfg.temperature,
                           max_tokens=self._max_tokens_now(), timeout=self.cfg.timeout_s,
-                          num_retries=0)  # our loop retries, so every HTTP call gets a log row
+                          # our loop retries (LiteLLM's and the OpenAI SDK's retries are off), so
+                          # every HTTP call gets a log row and the backoff is ours
+                          num_retries=0, max_retries=0)
             if self.cfg.api_base:
                 kwargs["api_base"] = self.cfg.api_base
             if self.cfg.api_key:

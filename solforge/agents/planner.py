@@ -38,6 +38,9 @@ FAILURE_STATUSES = {"compile_error", "incorrect", "runtime_error", "timeout", "p
                     "invalid"}
 
 
+UNTRIED_PRIORITY = 1000.0
+
+
 @dataclass
 class AttemptSummary:
     """One past attempt, as much as the planner needs of it."""
@@ -162,10 +165,16 @@ def failure_streak(attempts: Sequence[AttemptSummary], worker: str, language: st
 
 
 def recent_yield(attempts: Sequence[AttemptSummary], cfg: PlannerConfig) -> float:
-    """SOL-score gained per GPU-second over the last `recent_window` attempts."""
+    """SOL-score gained per GPU-second over the last `recent_window` attempts.
+
+    The first score a problem gets is its starting level, not progress, so it gains nothing here."""
     if not attempts:
         return 0.0
-    gains = improvements(attempts, cfg.min_gain)[-cfg.recent_window:]
+    gains = improvements(attempts, cfg.min_gain)
+    first = next((i for i, a in enumerate(attempts) if a.sol_score is not None), None)
+    if first is not None:
+        gains[first] = 0.0
+    gains = gains[-cfg.recent_window:]
     secs = sum(a.gpu_seconds for a in attempts[-cfg.recent_window:])
     return sum(gains) / max(secs, 1.0)  # at least 1 s: a free attempt is not infinitely good
 
@@ -224,7 +233,9 @@ def rank(state: ProblemState, cfg: PlannerConfig) -> tuple[float, dict]:
     n = len(state.attempts)
     y = recent_yield(state.attempts, cfg)
     explore = cfg.explore_weight / math.sqrt(1.0 + n)
-    if cfg.gpu_available:
+    if n == 0:
+        priority = UNTRIED_PRIORITY + explore  # every problem is tried once before any ranking
+    elif cfg.gpu_available:
         priority = max(headroom, 0.0) * (explore + cfg.yield_weight * y)
     else:
         priority = explore  # no timings: spread attempts evenly
@@ -267,10 +278,13 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
             label = "stuck" if "stuck" in why else "no worker"
             out.append(Decision(Action.SKIP, st.name, None, None, 0, prio, f"{label}: {why}", m))
             continue
-        reason = (f"priority {prio:.4f} = headroom {m['headroom']} x (explore {m['explore']} + "
+        if not st.attempts:
+            reason = f"not tried yet (explored before ranking); worker {worker.value}/{lang}: {why}"
+        elif cfg.gpu_available:
+            reason = (f"priority {prio:.4f} = headroom {m['headroom']} x (explore {m['explore']} + "
                   f"{cfg.yield_weight} x yield {m['yield_per_gpu_s']}/GPU-s); worker {worker.value}/"
                   f"{lang}: {why}")
-        if not cfg.gpu_available:
+        else:
             reason = (f"priority {prio:.4f} = explore {m['explore']} (no GPU: nothing is timed, "
                       f"attempts spread evenly); worker {worker.value}/{lang}: {why}")
         ranked.append((prio, Decision(Action.RUN, st.name, worker, lang, 0, prio, reason, m)))

@@ -41,13 +41,20 @@ def _from_store(problem, gpu_profile: str, store, sols: list[WorkloadSol]) -> bo
     return all(s.t_sol_ms is not None for s in sols)
 
 
+_COUNTS: dict[str, dict] = {}  # problem content hash -> {uuid: WorkloadCount}; counting traces the
+                               # reference (seconds), and the counts do not depend on the GPU
+
+
 def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
     try:
         from ..roofline.estimate import count_problem, roofline
         from ..roofline.hardware import load_profile
 
         profile = load_profile(gpu_profile)
-        counts = {c.uuid: c for c in count_problem(problem)}
+        key = problem.content_hash
+        if key not in _COUNTS:
+            _COUNTS[key] = {c.uuid: c for c in count_problem(problem)}
+        counts = _COUNTS[key]
     except Exception as e:  # noqa: BLE001 - no roofline: the prompt says '?'
         log.warning("roofline for %s unavailable: %s", problem.name, e)
         return
