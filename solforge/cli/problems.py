@@ -1,7 +1,284 @@
-"""CLI: ingest, problems, show (owner: core/ingest)."""
+"""CLI: ingest, problems, show."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+from .output import console, emit_json
+from .store_cmds import common_options, table
+
+_MAX_WARNINGS_SHOWN = 10
+
 
 def register(sub) -> None:
-    """Not built yet."""
+    p = sub.add_parser("ingest", help="load problems (SOL-ExecBench / FlashInfer-Trace / hf://) into the store")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="folder, file or hf://nvidia/SOL-ExecBench[/subset]")
+    p.add_argument("--all-warnings", action="store_true", help="print every warning, not a summary")
+    common_options(p)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("problems", help="list stored problems")
+    p.add_argument("--subset", help="L1, L2, Quant, FlashInfer-Bench, FlashInfer-Trace, ...")
+    p.add_argument("--op", help="op_type")
+    p.add_argument("--dtype", help="a tensor dtype the problem uses, e.g. bfloat16")
+    p.add_argument("--model", help="model tag or hf_id (substring, case-insensitive)")
+    p.add_argument("--name", help="name substring")
+    p.add_argument("--limit", type=int, default=None)
+    common_options(p)
+    p.set_defaults(func=cmd_problems)
+
+    p = sub.add_parser("show", help="one problem: definition, axes, workloads, baselines, best attempt")
+    p.add_argument("problem", help="name, SUBSET/name, or a unique name prefix")
+    p.add_argument("--workloads", type=int, default=10, help="workload rows to print (default 10)")
+    common_options(p)
+    p.set_defaults(func=cmd_show)
+
+
+def _store(args):
+    from ..store import Store
+
+    return Store(args.db)
+
+
+# ---- ingest -----------------------------------------------------------------------------------
+def cmd_ingest(args) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..problem.ingest import ingest_path
+    from ..store.problems import upsert_problems
+
+    con = console()
+    store = _store(args)
+    results = []
+    any_error = False
+    for path in args.paths:
+        with con.status(f"reading {path} ..."):
+            report = ingest_path(path)
+        outcomes: dict[str, Counter] = {}
+        with Progress(TextColumn("storing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=con, transient=True, disable=not report.problems) as bar:
+            task = bar.add_task("store", total=len(report.problems))
+            def advance(prob, outcome) -> None:
+                outcomes.setdefault(prob.subset or "", Counter())[outcome.value] += 1
+                bar.advance(task)
+
+            summary = upsert_problems(store, report.problems, progress=advance)
+        any_error |= bool(report.errors)
+        counts = report.counts_by_subset()
+        for subset, c in counts.items():
+            c.update({k: outcomes.get(subset, Counter())[k] for k in ("inserted", "updated", "unchanged")})
+        results.append({
+            "source": str(path),
+            "problems": len(report.problems),
+            "workloads": sum(len(p.workloads) for p in report.problems),
+            "subsets": counts,
+            "stored": summary.as_dict(),
+            "errors": [{"file": e.file, "line": e.line, "field": e.field, "message": e.message}
+                       for e in report.errors],
+            "warnings": list(report.warnings),
+            "seconds": round(report.seconds, 3),
+        })
+        if not args.json:
+            _print_ingest(con, results[-1], args.all_warnings)
+    if args.json:
+        emit_json(results[0] if len(results) == 1 else results)
+    return 1 if any_error else 0
+
+
+def _print_ingest(con, r: dict, all_warnings: bool) -> None:
+    table(f"ingest {r['source']}", ["subset", "problems", "workloads", "inserted", "updated", "unchanged"],
+          [[s or "-", c["problems"], c["workloads"], c["inserted"], c["updated"], c["unchanged"]]
+           for s, c in r["subsets"].items()])
+    con.print(f"{r['problems']} problems, {r['workloads']} workloads "
+              f"({r['stored']['inserted']} new, {r['stored']['updated']} updated, "
+              f"{r['stored']['unchanged']} unchanged), {len(r['errors'])} errors, "
+              f"{len(r['warnings'])} warnings, read in {r['seconds']:.2f} s")
+    for e in r["errors"]:
+        where = (e["file"] or "<input>") + (f":{e['line']}" if e["line"] else "") + \
+            (f" [{e['field']}]" if e["field"] else "")
+        con.print(f"[red]error[/red] {where}: {e['message']}", markup=True, highlight=False)
+    warnings = r["warnings"]
+    shown = warnings if all_warnings else warnings[:_MAX_WARNINGS_SHOWN]
+    for w in shown:
+        con.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False)
+    if len(shown) < len(warnings):
+        con.print(f"... and {len(warnings) - len(shown)} more warnings (--all-warnings to see them)")
+
+
+# ---- problems ---------------------------------------------------------------------------------
+def problem_filters(args) -> tuple[str, list]:
+    where, params = [], []
+    if args.subset:
+        where.append("lower(subset) = lower(?)")
+        params.append(args.subset)
+    if args.op:
+        where.append("lower(op_type) = lower(?)")
+        params.append(args.op)
+    if args.dtype:
+        where.append("list_contains(dtypes, ?)")
+        params.append(args.dtype)
+    if args.model:
+        where.append("exists (SELECT 1 FROM unnest(model_tags) AS u(m) WHERE m ILIKE ?)")
+        params.append(f"%{args.model}%")
+    if getattr(args, "name", None):
+        where.append("name ILIKE ?")
+        params.append(f"%{args.name}%")
+    return (" WHERE " + " AND ".join(where)) if where else "", params
+
+
+def cmd_problems(args) -> int:
+    store = _store(args)
+    where, params = problem_filters(args)
+    sql = ("SELECT name, subset, op_type, n_workloads, dtypes, model_tags, content_hash, source "
+           f"FROM problems{where} ORDER BY subset, name")
+    if args.limit is not None:
+        sql += " LIMIT ?"
+        params.append(args.limit)
+    rows = store.query(sql, params)
+    if args.json:
+        emit_json(rows)
+        return 0
+    table(f"{len(rows)} problems", ["name", "subset", "op", "workloads", "dtypes", "models"],
+          [[r["name"], r["subset"], r["op_type"], r["n_workloads"], ",".join(r["dtypes"] or []),
+            ",".join(r["model_tags"] or [])] for r in rows])
+    return 0
+
+
+# ---- show -------------------------------------------------------------------------------------
+def find_problem(store, ref: str) -> dict:
+    from ..errors import InputError
+
+    row = store.query_one("SELECT * FROM problems WHERE name = ?", [ref])
+    if row is None and "/" in ref:
+        subset, name = ref.split("/", 1)
+        row = store.query_one("SELECT * FROM problems WHERE name = ? AND lower(subset) = lower(?)",
+                              [name, subset])
+    if row is None:
+        matches = store.query("SELECT name FROM problems WHERE name LIKE ? ORDER BY name LIMIT 6",
+                              [ref.replace("%", "") + "%"])
+        if len(matches) == 1:
+            row = store.query_one("SELECT * FROM problems WHERE name = ?", [matches[0]["name"]])
+        elif matches:
+            raise InputError(f"{ref!r} matches several problems: "
+                             + ", ".join(m["name"] for m in matches[:5]), field="problem")
+    if row is None:
+        raise InputError(f"no problem {ref!r} in {store.path} (try `solforge problems`)",
+                         field="problem")
+    return row
+
+
+def problem_details(store, row: dict) -> dict:
+    name = row["name"]
+    d = row["definition"] or {}
+    workloads = store.query("SELECT uuid, workload_index, axes, tolerance, published, warnings "
+                            "FROM workloads WHERE problem = ? ORDER BY workload_index", [name])
+    tolerances = Counter(_tol_key(w["tolerance"]) for w in workloads)
+    baselines = store.query(
+        "SELECT variant, label, hardware_id, count(*) AS workloads, median(median_ms) AS median_ms, "
+        "max(created_at) AS latest FROM (SELECT * FROM baselines WHERE problem = ? "
+        "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant, hardware_id "
+        "ORDER BY created_at DESC) = 1) GROUP BY ALL ORDER BY variant", [name])
+    roofline = store.query(
+        "SELECT gpu_profile, count(*) AS workloads, min(t_sol_ms) AS min_t_sol_ms, "
+        "median(t_sol_ms) AS median_t_sol_ms, max(t_sol_ms) AS max_t_sol_ms, "
+        "mode(limiter) AS limiter FROM roofline WHERE problem = ? GROUP BY ALL ORDER BY 1", [name])
+    best = store.query(
+        "SELECT a.id, a.agent, a.language, a.status, a.created_at, avg(s.sol_score) AS mean_sol_score, "
+        "avg(s.speedup) AS mean_speedup, count(*) AS workloads FROM attempts a "
+        "JOIN scores s ON s.attempt_id = a.id WHERE a.problem = ? GROUP BY ALL "
+        "ORDER BY mean_sol_score DESC NULLS LAST LIMIT 1", [name])
+    attempts = store.query("SELECT status, count(*) AS n FROM attempts WHERE problem = ? "
+                           "GROUP BY 1 ORDER BY 1", [name])
+    return {
+        "name": name, "subset": row["subset"], "op_type": row["op_type"],
+        "description": d.get("description"), "hf_id": d.get("hf_id"), "tags": row["tags"],
+        "model_tags": row["model_tags"], "dtypes": row["dtypes"], "source": row["source"],
+        "content_hash": row["content_hash"], "ingested_at": row["ingested_at"],
+        "updated_at": row["updated_at"],
+        "axes": {k: _axis_text(a) for k, a in (d.get("axes") or {}).items()},
+        "inputs": {k: _tensor_text(t) for k, t in (d.get("inputs") or {}).items()},
+        "outputs": {k: _tensor_text(t) for k, t in (d.get("outputs") or {}).items()},
+        "constraints": d.get("constraints") or [],
+        "custom_inputs_entrypoint": d.get("custom_inputs_entrypoint"),
+        "n_workloads": len(workloads),
+        "workloads": workloads,
+        "tolerances": [{"tolerance": dict(k), "workloads": n} for k, n in tolerances.most_common()],
+        "warnings": row["warnings"] or [],
+        "baselines": baselines, "roofline": roofline,
+        "best_attempt": best[0] if best else None,
+        "attempts": {a["status"]: a["n"] for a in attempts},
+    }
+
+
+def _tol_key(t) -> tuple:
+    return tuple(sorted((k, v) for k, v in (t or {}).items() if not isinstance(v, (dict, list))))
+
+
+def _axis_text(a: dict) -> str:
+    if a.get("type") == "const":
+        return f"const {a.get('value')}"
+    if a.get("type") == "expr":
+        return f"expr {a.get('expression')}"
+    return "var"
+
+
+def _tensor_text(t: dict) -> str:
+    shape = t.get("shape")
+    return f"{t.get('dtype')} " + ("scalar" if shape is None else "[" + ", ".join(map(str, shape)) + "]")
+
+
+def cmd_show(args) -> int:
+    store = _store(args)
+    info = problem_details(store, find_problem(store, args.problem))
+    if args.json:
+        emit_json(info)
+        return 0
+    con = console()
+    con.print(f"[bold]{info['name']}[/bold]  subset={info['subset']}  op={info['op_type']}  "
+              f"hf_id={info['hf_id']}", markup=True, highlight=False)
+    if info["description"]:
+        con.print(info["description"], highlight=False)
+    con.print(f"tags: {', '.join(info['tags'] or [])}", highlight=False)
+    con.print(f"source: {info['source']}  (hash {info['content_hash'][:12]}, "
+              f"ingested {info['ingested_at']})", highlight=False)
+    table("axes", ["axis", "kind"], info["axes"].items())
+    table("tensors", ["name", "role", "dtype / shape"],
+          [[k, "input", v] for k, v in info["inputs"].items()]
+          + [[k, "output", v] for k, v in info["outputs"].items()])
+    if info["constraints"]:
+        con.print("constraints: " + "; ".join(info["constraints"]), highlight=False)
+    var = [k for k, v in info["axes"].items() if v == "var"]
+    shown = info["workloads"][: max(args.workloads, 0)]
+    table(f"workloads ({len(shown)} of {info['n_workloads']})", ["#", "uuid", *var, "B200 sol_ms",
+                                                                 "B200 baseline_ms"],
+          [[w["workload_index"], w["uuid"], *[w["axes"].get(k) for k in var],
+            (w["published"] or {}).get("sol_ms"), (w["published"] or {}).get("baseline_latency_ms")]
+           for w in shown])
+    table("tolerance", ["tolerance", "workloads"],
+          [[", ".join(f"{k}={v}" for k, v in t["tolerance"].items()), t["workloads"]]
+           for t in info["tolerances"]])
+    if info["baselines"]:
+        table("baselines (latest per workload)", ["variant", "label", "hardware", "workloads",
+                                                  "median of median_ms"],
+              [[b["variant"], b["label"], b["hardware_id"], b["workloads"], _num(b["median_ms"])]
+               for b in info["baselines"]])
+    if info["roofline"]:
+        table("roofline", ["gpu", "workloads", "min T_sol ms", "median T_sol ms", "max T_sol ms",
+                           "limiter"],
+              [[r["gpu_profile"], r["workloads"], _num(r["min_t_sol_ms"]), _num(r["median_t_sol_ms"]),
+                _num(r["max_t_sol_ms"]), r["limiter"]] for r in info["roofline"]])
+    if info["attempts"]:
+        con.print("attempts: " + ", ".join(f"{k}={v}" for k, v in info["attempts"].items()),
+                  highlight=False)
+    b = info["best_attempt"]
+    if b:
+        con.print(f"best attempt {b['id']} ({b['agent']}, {b['language']}): mean SOL score "
+                  f"{_num(b['mean_sol_score'])}, mean speedup {_num(b['mean_speedup'])} over "
+                  f"{b['workloads']} workloads", highlight=False)
+    if info["warnings"]:
+        con.print(f"{len(info['warnings'])} warnings, e.g. {info['warnings'][0]}", highlight=False)
+    return 0
+
+
+def _num(v) -> str:
+    return "" if v is None else f"{v:.4g}"

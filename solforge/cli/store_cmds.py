@@ -1,7 +1,111 @@
-"""CLI: attempts, sql (owner: store)."""
+"""CLI: attempts, sql."""
 
 from __future__ import annotations
 
+import argparse
+
+from .output import console, emit_json
+
+
+def table(title: str, columns, rows, fold: tuple[str, ...] = ("name", "problem", "id")) -> None:
+    """Like output.table, but identifying columns wrap instead of being cut to "…"."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(str(c), overflow="fold" if c in fold else "ellipsis")
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    console().print(t)
+
+
+def common_options(p) -> None:
+    """`--db` and `--json` also after the sub-command (SUPPRESS: the global value stays otherwise)."""
+    p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (as the global --db)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="machine-readable output on stdout")
+
 
 def register(sub) -> None:
-    """Not built yet."""
+    p = sub.add_parser("attempts", help="list attempts (newest first)")
+    p.add_argument("--problem", help="problem name (exact) or substring with %%")
+    p.add_argument("--status", help="queued | compiled | evaluated | failed | interrupted")
+    p.add_argument("--run", help="run id")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--interrupt-run", metavar="RUN",
+                   help="first mark RUN's queued/compiled attempts interrupted (a run that died)")
+    common_options(p)
+    p.set_defaults(func=cmd_attempts)
+
+    p = sub.add_parser("sql", help="run SQL on the store and print the rows")
+    p.add_argument("query", help='e.g. "SELECT subset, count(*) FROM problems GROUP BY 1"')
+    p.add_argument("--limit", type=int, default=200, help="rows to print (default 200; JSON gets all)")
+    common_options(p)
+    p.set_defaults(func=cmd_sql)
+
+
+def _store(args):
+    from ..store import Store
+
+    return Store(args.db)
+
+
+def cmd_attempts(args) -> int:
+    from ..errors import InputError
+    from ..store import AttemptStatus
+
+    store = _store(args)
+    if args.interrupt_run:
+        n = store.mark_interrupted(args.interrupt_run)
+        console().print(f"run {args.interrupt_run}: {n} attempts marked interrupted", highlight=False)
+    where, params = [], []
+    if args.problem:
+        where.append("problem LIKE ?" if "%" in args.problem else "problem = ?")
+        params.append(args.problem)
+    if args.status:
+        try:
+            params.append(AttemptStatus(args.status.lower()).value)
+        except ValueError:
+            raise InputError(f"unknown status {args.status!r} (one of "
+                             f"{', '.join(s.value for s in AttemptStatus)})", field="--status") from None
+        where.append("status = ?")
+    if args.run:
+        where.append("run_id = ?")
+        params.append(args.run)
+    sql = ("SELECT id, run_id, problem, parent_id, agent, model, language, source_hash, status, "
+           "error, created_at, updated_at FROM attempts"
+           + (" WHERE " + " AND ".join(where) if where else "")
+           + " ORDER BY created_at DESC, id LIMIT ?")
+    rows = store.query(sql, [*params, args.limit])
+    if args.json:
+        emit_json(rows)
+        return 0
+    table(f"{len(rows)} attempts", ["id", "run", "problem", "agent", "lang", "status", "created",
+                                    "error"],
+          [[r["id"][:12], (r["run_id"] or "")[:12], r["problem"], r["agent"], r["language"],
+            r["status"], str(r["created_at"])[:19], _short(r["error"])] for r in rows])
+    return 0
+
+
+def cmd_sql(args) -> int:
+    store = _store(args)
+    rows = store.query(args.query)
+    if args.json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        console().print("(no rows)")
+        return 0
+    cols = list(rows[0])
+    shown = rows[: args.limit]
+    table(f"{len(rows)} rows" + (f" (first {len(shown)})" if len(shown) < len(rows) else ""), cols,
+          [[_short(r[c], 80) for c in cols] for r in shown])
+    return 0
+
+
+def _short(v, n: int = 60):
+    if v is None:
+        return None
+    s = v if isinstance(v, str) else str(v)
+    s = s.replace("\n", " ")
+    return s if len(s) <= n else s[: n - 1] + "…"

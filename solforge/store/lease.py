@@ -25,7 +25,7 @@ import duckdb
 from ..errors import SolforgeError
 
 LINGER_S = 0.05
-MAX_HOLD_S = 1.0
+MAX_HOLD_S = 0.5
 STEP_ASIDE_S = 0.02
 _POLL_MAX_S = 0.005  # must stay below STEP_ASIDE_S, or a waiter can miss the gap
 
@@ -40,6 +40,7 @@ class Lease:
     def __init__(self, path: Path, lock_timeout_s: float):
         self.path = path
         self.lock_path = Path(str(path) + ".lock")
+        self.wait_path = Path(str(path) + ".lock.wait")
         self.lock_timeout_s = lock_timeout_s
         self._rlock = threading.RLock()
         self._con: duckdb.DuckDBPyConnection | None = None
@@ -67,10 +68,13 @@ class Lease:
                 self._depth -= 1
                 self._last_used = time.monotonic()
                 if self._depth == 0:
-                    if self._last_used - self._acquired_at >= MAX_HOLD_S:
+                    held = self._last_used - self._acquired_at
+                    if held >= MAX_HOLD_S and self._others_waiting():
                         self._close()
                         self._step_aside = True
                     else:
+                        if held >= MAX_HOLD_S:
+                            self._acquired_at = self._last_used  # nobody waits: keep it
                         self._start_reaper()
 
     def close(self) -> None:
@@ -94,15 +98,39 @@ class Lease:
         self._acquired_at = time.monotonic()
         self.opens += 1
 
+    def _others_waiting(self) -> bool:
+        """Whether another process holds a shared lock on the wait file (it wants the database)."""
+        try:
+            fd = os.open(self.wait_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
     def _lock_file(self, deadline: float) -> int:
         self.lock_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        wait_fd = None  # a shared lock on the wait file says "I am waiting" to the holder
         delay = 0.0005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    pass
+                if wait_fd is None:
+                    wait_fd = os.open(self.wait_path, os.O_RDWR | os.O_CREAT, 0o666)
+                try:  # may fail for an instant while the holder probes; retried next round
+                    fcntl.flock(wait_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass
                 if time.monotonic() > deadline:
                     os.close(fd)
                     raise StoreBusy(f"{self.path}: another solforge process held the database lock "
@@ -110,6 +138,9 @@ class Lease:
                                     "(raise SOLFORGE_DB_LOCK_TIMEOUT_S if that is expected)") from None
                 time.sleep(delay)
                 delay = min(delay * 2, _POLL_MAX_S)
+        finally:
+            if wait_fd is not None:
+                os.close(wait_fd)  # drops the shared lock
 
     def _connect(self, deadline: float) -> duckdb.DuckDBPyConnection:
         delay = 0.01

