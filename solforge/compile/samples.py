@@ -183,3 +183,38 @@ def cute_candidate(source: str = SCALE_CUTE, kernel: str = "scale_cute", block: 
             "params": {"BLOCK": block},
             "launches": [{"kernel": kernel, "grid": ["ceil_div(n, BLOCK)"], "block": ["BLOCK"],
                           "args": ["x", "y", "float32:2.0", "int32:n"]}]}
+
+
+def gpu_check_cases() -> dict[str, dict]:
+    """Candidates the GPU test launches (tests/gpu/test_compile_launch.py): one per launcher path."""
+    scale_twice = candidate(SCALE_CU, "scale", args=["x", "workspace", "float32:2.0", "int32:n"],
+                            grid=["ceil_div(n, BLOCK)"], block=["BLOCK"], params={"BLOCK": 256})
+    scale_twice["launches"].append({"kernel": "scale", "grid": ["ceil_div(n, BLOCK)"], "block": ["BLOCK"],
+                                    "args": ["workspace", "y", "float32:3.0", "int32:n"]})
+    scale_twice["workspace"] = "n * 4"
+    return {
+        "scale": candidate(SCALE_CU, "scale", grid=["ceil_div(n, BLOCK)"], block=["BLOCK"],
+                           params={"BLOCK": 128}),
+        "scale_twice_workspace": scale_twice,
+        "dequant": candidate(DEQUANT_CU, "dequant_fp8_bf16", params={"VEC": 4, "BLOCK": 128},
+                             grid=["ceil_div(n, BLOCK * VEC)"], block=["BLOCK"]),
+        "cluster_smem": candidate(CLUSTER_SMEM_CU, "cluster_copy", params={"TILE": 16384},
+                                  grid=["ceil_div(n, TILE)"], block=["256"], smem="TILE * 4",
+                                  cluster=["2", "1", "1"]),
+        "cute_scale": cute_candidate(block=256),
+    }
+
+
+def build_stages(folder, arch: str = "sm_90a") -> dict[str, str]:
+    """Compile every GPU-check case here (CPU) and stage it under folder/<case>/; returns statuses."""
+    from pathlib import Path
+
+    from .api import compile_candidate, stage
+
+    out = {}
+    for name, cand in gpu_check_cases().items():
+        res = compile_candidate(cand, arch)
+        out[name] = res.status.value if res.ok else f"{res.status.value}: {res.log}"
+        if res.ok:
+            stage(cand, res, Path(folder) / name)
+    return out
