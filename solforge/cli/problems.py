@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from .output import console, emit_json
@@ -76,6 +77,7 @@ def cmd_ingest(args) -> int:
             "errors": [{"file": e.file, "line": e.line, "field": e.field, "message": e.message}
                        for e in report.errors],
             "warnings": list(report.warnings),
+            "warning_kinds": warning_kinds(report.warnings),
             "seconds": round(report.seconds, 3),
         })
         if not args.json:
@@ -98,11 +100,25 @@ def _print_ingest(con, r: dict, all_warnings: bool) -> None:
             (f" [{e['field']}]" if e["field"] else "")
         con.print(f"[red]error[/red] {where}: {e['message']}", markup=True, highlight=False)
     warnings = r["warnings"]
-    shown = warnings if all_warnings else warnings[:_MAX_WARNINGS_SHOWN]
-    for w in shown:
-        con.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False)
-    if len(shown) < len(warnings):
-        con.print(f"... and {len(warnings) - len(shown)} more warnings (--all-warnings to see them)")
+    if all_warnings:
+        for w in warnings:
+            con.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False)
+    elif warnings:
+        table(f"{len(warnings)} warnings by kind (--all-warnings lists each)", ["count", "kind"],
+              [[k["count"], k["kind"]] for k in r["warning_kinds"][:_MAX_WARNINGS_SHOWN]],
+              fold=("kind",))
+        if len(r["warning_kinds"]) > _MAX_WARNINGS_SHOWN:
+            con.print(f"... and {len(r['warning_kinds']) - _MAX_WARNINGS_SHOWN} more kinds")
+
+
+_WHERE = re.compile(r"^\S+?: ")          # "path/to/file: " (a path has no spaces here)
+_HOW_MANY = re.compile(r" \(\d+ workload\(s\), e\.g\. [^)]*\)$")
+
+
+def warning_kinds(warnings: list[str]) -> list[dict]:
+    """Warnings grouped by their text without the file and the example: [{kind, count}]."""
+    kinds = Counter(_HOW_MANY.sub("", _WHERE.sub("", w, count=1)) for w in warnings)
+    return [{"kind": k, "count": n} for k, n in kinds.most_common()]
 
 
 # ---- problems ---------------------------------------------------------------------------------

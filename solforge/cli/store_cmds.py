@@ -7,7 +7,7 @@ import argparse
 from .output import console, emit_json
 
 
-def table(title: str, columns, rows, fold: tuple[str, ...] = ("name", "problem", "id")) -> None:
+def table(title: str, columns, rows, fold: tuple[str, ...] = ("name", "problem", "id", "subset")) -> None:
     """Like output.table, but identifying columns wrap instead of being cut to "…"."""
     from rich.table import Table
 
