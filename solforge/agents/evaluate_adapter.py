@@ -8,25 +8,40 @@ from .outcome import AttemptStatus, Outcome, WorkloadOutcome
 
 
 def evaluate_on_gpu(lab, problem, cand, compiled) -> Outcome:
-    """Run the spawned-process evaluator on this machine's GPU and score the result."""
-    from .. import evaluate as ev  # imported here: only a GPU machine gets this far
+    """Run the spawned-process evaluator (solforge.evaluate.runner) on this machine's GPU and score
+    the result. The candidate runs in its own process and staging directory."""
+    import tempfile
+    from pathlib import Path
 
-    fn = getattr(ev, "evaluate_candidate", None)
-    if fn is None:
-        return Outcome(AttemptStatus.RUNTIME_ERROR,
-                       "solforge.evaluate.evaluate_candidate is not available on this install")
+    from .. import settings
+    from ..evaluate import runner
+
+    cfg = settings.get()
+    sols = lab.roofline(problem)
+    job = {"problem": problem.name,
+           "settings": {"correctness_rounds": cfg.correctness_rounds, "rep_count": cfg.rep_count,
+                        "warmup_ms": cfg.warmup_ms, "sol_floor_fraction": cfg.sol_floor_fraction},
+           # the SOL floor guard rejects a time below a fraction of T_sol (a wrong kernel, not a fast one)
+           "t_sol_ms": {s.uuid: s.t_sol_ms for s in sols if s.t_sol_ms is not None},
+           "candidate_kind": "cuda"}  # CuTe kernels are cubins too: same launcher
+    blob_root = getattr(problem, "source", None)
+    if blob_root and Path(blob_root).is_dir():
+        job["blob_roots"] = [str(Path(blob_root).resolve())]
     t0 = time.perf_counter()
-    try:
-        report = fn(problem, cand, compiled)
-    except Exception as e:  # noqa: BLE001 - the evaluator failing is this attempt's failure
-        return Outcome(AttemptStatus.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",
-                       eval_seconds=time.perf_counter() - t0,
-                       gpu_seconds=time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
+        try:
+            stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
+                                           compile_result=compiled, job=job)
+            report = runner.run_stage(stage, timeout_s=cfg.eval_timeout_s)
+        except Exception as e:  # noqa: BLE001 - the evaluator failing is this attempt's failure
+            wall = time.perf_counter() - t0
+            return Outcome(AttemptStatus.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",
+                           eval_seconds=wall, gpu_seconds=wall)
     out = outcome_of_report(report)
-    hw = getattr(getattr(report, "hardware", None), "hardware_id", None)
-    out.eval_rows = [r.to_row(hardware_id=hw) for r in report.results if hasattr(r, "to_row")]
     out.eval_seconds = time.perf_counter() - t0
     out.gpu_seconds = float(getattr(report, "wall_s", 0.0) or out.eval_seconds)
+    hw = getattr(getattr(report, "hardware", None), "hardware_id", None)
+    out.eval_rows = [r.to_row(hardware_id=hw) for r in report.results if hasattr(r, "to_row")]
     lab.score(problem, out.workloads)
     return out
 

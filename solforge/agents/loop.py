@@ -79,6 +79,7 @@ class OptimizeLoop:
         self._feedback: dict[str, list[tuple[str, Outcome]]] = {}
         self._empty: dict[str, int] = {}     # sessions that produced no attempt, per problem
         self._sessions: dict[str, int] = {}
+        self._baselined: set[str] = set()
         self._llm_calls_run: list[str] = []
 
     # ---- the run ---------------------------------------------------------------------------------
@@ -124,6 +125,8 @@ class OptimizeLoop:
     def _session(self, d: Decision) -> None:
         problem = self.problems[d.problem]
         worker = self.workers[d.worker.value]
+        if self.lab.has_gpu:
+            self._ensure_baseline(problem)
         ctx = self._context(problem)
         self.progress(f"{problem.name}: {d.worker.value}/{d.language} x{d.attempts} ({d.reason})")
         res = worker.propose(problem, d.language, ctx, self._trier(problem, worker.name), d.attempts)
@@ -138,6 +141,36 @@ class OptimizeLoop:
             self.progress(f"LLM worker stopped: {res.stopped}")
         elif res.stopped:
             log.info("%s: %s", problem.name, res.stopped)
+
+    def _ensure_baseline(self, problem) -> None:
+        """T_b for every workload (SOL scores need it): from the store, else measured here, once."""
+        sols = self.lab.roofline(problem)
+        if all(s.t_base_ms is not None for s in sols) or problem.name in self._baselined:
+            return
+        self._baselined.add(problem.name)
+        import tempfile
+        from pathlib import Path
+
+        from ..evaluate.baseline import time_problem
+
+        t0 = time.perf_counter()
+        rows = []
+        with tempfile.TemporaryDirectory(prefix="solforge-baseline-") as tmp:
+            try:
+                for r in time_problem(problem, "eager", Path(tmp)):
+                    rows.append(r)
+            except Exception as e:  # noqa: BLE001 - no baseline: attempts are timed but not scored
+                self.progress(f"{problem.name}: baseline failed: {type(e).__name__}: {e}")
+        self.spent.add(gpu_seconds=time.perf_counter() - t0)
+        if rows:
+            self.store.insert_rows("baselines", [_fit(self.store, "baselines", r.to_json())
+                                                 for r in rows])
+        by = {r.workload_uuid: r.median_ms for r in rows if r.status == "passed" and r.median_ms}
+        for s in sols:
+            if s.uuid in by and s.t_base_ms is None:
+                s.t_base_ms = by[s.uuid]
+        self.progress(f"{problem.name}: baseline measured on {len(by)}/{len(sols)} workloads "
+                      f"({time.perf_counter() - t0:.1f} s)")
 
     # ---- one attempt -----------------------------------------------------------------------------
     def _trier(self, problem, agent: str):

@@ -49,7 +49,7 @@ class _ProblemSearch:
 
 def neighbours(space: list[dict], center: dict) -> list[dict]:
     """Param sets that differ from `center` in exactly one tunable, nearest value first."""
-    order = {k: sorted({_sortable(p.get(k)) for p in space}, key=str) for k in center}
+    order = {k: sorted({_sortable(p.get(k)) for p in space}, key=_order_key) for k in center}
     out = []
     for p in space:
         diff = [k for k in set(p) | set(center) if p.get(k) != center.get(k)]
@@ -67,6 +67,11 @@ def neighbours(space: list[dict], center: dict) -> list[dict]:
 
 def _sortable(v):
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def _order_key(v):
+    # numbers in numeric order (1024 after 128), then anything else by its text
+    return (0, v, "") if isinstance(v, (int, float)) else (1, 0, v)
 
 
 class OfflineWorker:
