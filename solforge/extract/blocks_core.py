@@ -70,7 +70,7 @@ def build_rope(cfg, num_q: int, num_kv: int, head_dim: int, interleaved: bool = 
     rtype = rope.type if scaled else "default"
     mscale = m.rope_cos_sin_scale(rope) if scaled else 1.0
     consts = {**rope_constants(rope, theta, scaled), "PARTIAL_ROTARY_FACTOR": rope.partial_rotary_factor,
-              "COS_SIN_SCALE": mscale, "MAX_POSITION": int(cfg.max_position_embeddings or 8192)}
+              "COS_SIN_SCALE": mscale}
     rotate = ROPE_INTERLEAVED_FN if interleaved else '''def _rope_rotate_half(x, cos, sin):
     """x [T, H, R]; cos/sin [T, R/2]: rotate channel pairs (i, i + R/2)."""
     c, s = cos[:, None, :], sin[:, None, :]
@@ -100,7 +100,7 @@ def build_rope(cfg, num_q: int, num_kv: int, head_dim: int, interleaved: bool = 
 
     shape_q, shape_k = ["num_tokens", "num_qo_heads", "head_dim"], ["num_tokens", "num_kv_heads", "head_dim"]
     style = "interleaved" if interleaved else "neox"
-    th = f"{(theta or rope.theta):g}"
+    th = f"{int(theta or rope.theta)}" if float(theta or rope.theta).is_integer() else f"{theta or rope.theta:g}"
     name = f"rope_{style}_{rtype}_theta{th}_h{num_q}_kv{num_kv}_d{head_dim}{tag}_{DT[dt]}"
     return BlockSpec(
         kind="rope", name=name, op_type="rope",
@@ -109,8 +109,8 @@ def build_rope(cfg, num_q: int, num_kv: int, head_dim: int, interleaved: bool = 
         axes={"num_tokens": var(), "num_qo_heads": const(num_q), "num_kv_heads": const(num_kv),
               "head_dim": const(head_dim)},
         inputs={"q": T(shape_q, dt, "queries"), "k": T(shape_k, dt, "keys"),
-                "positions": T(["num_tokens"], "int64", "token positions",
-                               'torch.randint(0, MAX_POSITION, (a["num_tokens"],), device=device)')},
+                "positions": T(["num_tokens"], "int64", "token positions (drawn from [0, 32768))",
+                               'torch.randint(0, 32768, (a["num_tokens"],), device=device)')},
         outputs={"q_out": T(shape_q, dt, "rotated queries"), "k_out": T(shape_k, dt, "rotated keys")},
         constants=consts, body=body, workloads=token_workloads(), small_axes={"num_tokens": 7},
         module_outputs=module_outputs)
@@ -118,6 +118,7 @@ def build_rope(cfg, num_q: int, num_kv: int, head_dim: int, interleaved: bool = 
 
 # ---- attention core -------------------------------------------------------------------------
 ATTN_MODES = ("prefill", "decode", "full", "cross")
+BATCHES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
 def build_attention(cfg, at, mode: str, seq: Optional[int] = None, kv_const: Optional[int] = None,
@@ -154,7 +155,9 @@ def build_attention(cfg, at, mode: str, seq: Optional[int] = None, kv_const: Opt
                                  softcap), dt),)
 
     wl, small = _attn_workloads(mode, hq, axes, seq)
-    extra = (f"_win{window}" if window else "") + (f"_cap{softcap:g}" if softcap else "")
+    extra = (f"_s{seq}" if mode == "full" and seq else "") + (f"_ctx{kv_const}" if mode == "cross" else "")
+    extra += (f"_win{window}" if window else "")
+    extra += f"_sc{at.softmax_scale:.4g}".replace(".", "p") if abs(at.softmax_scale - d ** -0.5) > 1e-9 else "" + (f"_cap{softcap:g}" if softcap else "")
     kind_name = {"prefill": "attn_prefill_causal", "decode": "attn_decode", "full": "attn_full",
                  "cross": "attn_cross"}[mode]
     shape_tail = ["num_qo_heads", "head_dim"]
@@ -181,8 +184,8 @@ def _attn_workloads(mode, hq, axes, seq):
                 {"batch_size": 2, "kv_len": 9})
     if mode == "full" and axes["seq_len"]["type"] == "const":
         s = axes["seq_len"]["value"]
-        return ([{"batch_size": b} for b in (1, 2, 4, 8, 16, 32, 64, 128)
-                 if fits(4.0 * b * hq * s * s)], {"batch_size": 2})
+        return ([{"batch_size": b} for b in BATCHES if fits(4.0 * b * hq * s * s, 16e9)][:12],
+                {"batch_size": 2})
     if mode == "cross":
         return ([{"batch_size": b, "q_len": q} for b, q in
                  [(1, 1), (8, 1), (64, 1), (1, 256), (1, 1024), (2, 4096), (4, 1024), (8, 448)]],

@@ -200,8 +200,8 @@ def build_layer(cfg, encoder: bool = False, seq_const: Optional[int] = None,
     kind = "encoder_layer" if encoder else "decoder_layer"
     if encoder:
         s = seq_const
-        wl = [{"batch_size": b} for b in (1, 2, 4, 8, 16, 32, 64, 128)
-              if fits(4.0 * b * at.num_heads * s * s) and fits(4.0 * b * s * mc.intermediate_size)]
+        wl = [{"batch_size": b} for b in (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+              if fits(4.0 * b * at.num_heads * s * s, 16e9) and fits(4.0 * b * s * mc.intermediate_size, 16e9)][:12]
         small = {"batch_size": 2}
     else:
         pairs = [(1, 128), (1, 512), (1, 1024), (1, 2048), (1, 4096), (2, 512), (4, 256), (8, 128),

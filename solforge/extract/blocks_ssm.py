@@ -125,7 +125,7 @@ def build_mamba2_scan(cfg) -> BlockSpec:
         outputs={"y": T(["batch_size", "seq_len", "nheads", "headdim"], dt_, "scan output"),
                  "final_state": T(["batch_size", "nheads", "headdim", "dstate"], "float32", "last SSM state")},
         constants={"CHUNK_SIZE": s.chunk_size}, body=body,
-        workloads=[{"batch_size": b, "seq_len": q} for b, q in SCAN_PAIRS], small_axes={"batch_size": 2, "seq_len": 19},
+        workloads=[{"batch_size": b, "seq_len": q} for b, q in SCAN_PAIRS], small_axes={"batch_size": 1, "seq_len": s.chunk_size + 44},  # 2 chunks, padded
         module_outputs=module_outputs, composite=True, constraints=["nheads % ngroups == 0"])
 
 

@@ -245,8 +245,7 @@ class ModelConfig(_Strict):
             s = self.ssm
             if s.kind == "mamba2":
                 nheads = s.d_inner // s.headdim
-                upd["ssm"] = s.model_copy(update={"d_state": 8, "headdim": 4, "d_inner": 4 * nheads,
-                                                  "chunk_size": 8})
+                upd["ssm"] = s.model_copy(update={"d_state": 8, "headdim": 4, "d_inner": 4 * nheads})
             else:
                 upd["ssm"] = s.model_copy(update={"d_state": 4, "d_inner": 24, "dt_rank": 6})
         if self.diffusion and self.diffusion.block_out_channels:
