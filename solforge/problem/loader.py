@@ -148,11 +148,21 @@ def resolve_at(defn: Definition, wl: Workload, path: Path, lineno: Optional[int]
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise InputError("file not found", file=path) from None
+    except IsADirectoryError:
+        raise InputError("is a folder, not a file", file=path) from None
+    try:
+        return raw.decode("utf-8-sig")  # a leading BOM is harmless; drop it rather than fail JSON
     except UnicodeDecodeError as e:
-        raise InputError(f"not UTF-8 text: {e.reason}", file=path) from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise InputError(f"not UTF-8 text: {e.reason} at byte {e.start}", file=path, line=line) from None
+
+
+def _canonical(model: BaseModel) -> bytes:
+    data = model.model_dump(mode="json", exclude_defaults=True)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass
@@ -173,11 +183,15 @@ class Problem:
 
     @property
     def content_hash(self) -> str:
-        """Hash over what defines the problem (definition and workloads), not where it lives."""
+        """sha256 over what defines the problem (definition and workloads), not where it lives.
+
+        Canonical JSON: keys sorted, defaults left out, so key order in the files, a field spelled
+        out at its default value, or a new optional field in our models do not change it."""
         h = hashlib.sha256()
-        h.update(self.definition.model_dump_json().encode())
+        h.update(_canonical(self.definition))
         for w in self.workloads:
-            h.update(w.workload.model_dump_json().encode())
+            h.update(b"\n")
+            h.update(_canonical(w.workload))
         return h.hexdigest()
 
 

@@ -125,7 +125,10 @@ case("output_named_like_input", defn=d("output_named_like_input", lambda x: x["o
     x={"shape": ["n"], "dtype": "float32"})), workloads=W2,
      expect=E("definition.json", None, "outputs", "also used as inputs"))
 case("non_utf8_definition", raw_def=b'{"name": "caf\xe9"}\n', workloads=W2,
-     expect=E("definition.json", None, None, "not UTF-8"))
+     expect=E("definition.json", 1, None, "not UTF-8"))
+case("non_utf8_workload_line", defn=d("non_utf8_workload_line"),
+     raw_wl=(json.dumps(wl("u1")) + "\n" + json.dumps(wl("u2", 2)) + "\n").encode()[:-30] + b"\xff\xfe\"}}}\n",
+     expect=E("workload.jsonl", 2, None, "not UTF-8"))
 case("missing_definition_file", skip_def=True, workloads=W2,
      expect=E("definition.json", None, None, "file not found"))
 
@@ -261,7 +264,8 @@ def write_case(name: str, c: dict) -> None:
         raw = c["raw_def"] if c["raw_def"] is not None else json.dumps(c["defn"], indent=2) + "\n"
         (root / "definition.json").write_bytes(raw if isinstance(raw, bytes) else raw.encode())
     if c["raw_wl"] is not None:
-        (root / "workload.jsonl").write_text(c["raw_wl"])
+        raw = c["raw_wl"]
+        (root / "workload.jsonl").write_bytes(raw if isinstance(raw, bytes) else raw.encode())
     elif c["workloads"] is not None:
         (root / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in c["workloads"]))
     for rel, content in c["files"].items():
