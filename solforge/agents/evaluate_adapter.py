@@ -20,7 +20,8 @@ def evaluate_on_gpu(lab, problem, cand, compiled) -> Outcome:
     sols = lab.roofline(problem)
     job = {"problem": problem.name,
            "settings": {"correctness_rounds": cfg.correctness_rounds, "rep_count": cfg.rep_count,
-                        "warmup_ms": cfg.warmup_ms, "sol_floor_fraction": cfg.sol_floor_fraction},
+                        "warmup_ms": cfg.warmup_ms, "sol_floor_fraction": cfg.sol_floor_fraction,
+                        **lab.eval_settings},
            # the SOL floor guard rejects a time below a fraction of T_sol (a wrong kernel, not a fast one)
            "t_sol_ms": {s.uuid: s.t_sol_ms for s in sols if s.t_sol_ms is not None},
            "candidate_kind": "cuda"}  # CuTe kernels are cubins too: same launcher

@@ -75,7 +75,7 @@ class Lab:
 
     def __init__(self, arch: Optional[str] = None, gpu_profile: Optional[str] = None,
                  has_gpu: Optional[bool] = None, evaluator: Optional[Callable] = None,
-                 use_cache: bool = True, store=None):
+                 use_cache: bool = True, store=None, eval_settings: Optional[dict] = None):
         from .. import settings
 
         cfg = settings.get()
@@ -85,6 +85,8 @@ class Lab:
         self._evaluator = evaluator  # injectable: (problem, cand, compile_result) -> Outcome
         self.use_cache = use_cache
         self.store = store  # roofline and baselines are read from it when it has them
+        self.eval_settings = dict(eval_settings or {})  # EvalConfig overrides (reps, budgets)
+        self.baseline_reps = 20
         self._sols: dict[str, list[WorkloadSol]] = {}
 
     # ---- compile -------------------------------------------------------------------------------

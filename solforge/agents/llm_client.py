@@ -229,3 +229,21 @@ def assistant_message(reply: dict) -> dict:
                             "function": {"name": c["name"], "arguments": c["arguments"]}}
                            for c in reply["tool_calls"]]
     return m
+
+
+def resolve_api_key(env_var: Optional[str] = None, secret_block: Optional[str] = None,
+                    load_secret: Optional[Callable[[str], str]] = None) -> Optional[str]:
+    """The API key from an environment variable, or from a secret store by block name.
+
+    solforge never imports Prefect: flows/ passes `load_secret=lambda n: Secret.load(n).get()` with
+    the block name. None means "let LiteLLM read the provider's usual variable"."""
+    if secret_block:
+        if load_secret is None:
+            raise ValueError(f"secret block {secret_block!r} given without a loader")
+        return load_secret(secret_block)
+    if env_var:
+        value = os.environ.get(env_var)
+        if not value:
+            raise ValueError(f"environment variable {env_var} is not set")
+        return value
+    return None

@@ -95,8 +95,10 @@ class OptimizeLoop:
         self._seed_offline()
         status, error = RunStatus.FINISHED, None
         try:
+            t_start = time.monotonic()
             for rnd in range(self.cfg.max_rounds):
                 report.rounds = rnd + 1
+                self.spent.wall_seconds = time.monotonic() - t_start
                 decisions = plan_round(self._states(), self.cfg.budget, self.spent, self.cfg.planner,
                                        self.cfg.runs_per_round)
                 self._record(decisions)
@@ -157,7 +159,9 @@ class OptimizeLoop:
         rows = []
         with tempfile.TemporaryDirectory(prefix="solforge-baseline-") as tmp:
             try:
-                for r in time_problem(problem, "eager", Path(tmp)):
+                for r in time_problem(problem, "eager", Path(tmp), reps=self.lab.baseline_reps,
+                                      workload_budget_s=0.5, problem_budget_s=30.0,
+                                      blob_roots=_blob_roots(problem)):
                     rows.append(r)
             except Exception as e:  # noqa: BLE001 - no baseline: attempts are timed but not scored
                 self.progress(f"{problem.name}: baseline failed: {type(e).__name__}: {e}")
@@ -325,6 +329,13 @@ class OptimizeLoop:
                 "runs_per_round": self.cfg.runs_per_round, "model": self.cfg.model,
                 "workers": sorted(self.workers), "problems": sorted(self.problems),
                 "arch": self.lab.arch, "gpu": self.lab.has_gpu, "started": time.time()}
+
+
+def _blob_roots(problem) -> list:
+    from pathlib import Path
+
+    src = getattr(problem, "source", None)
+    return [Path(src)] if src and Path(src).is_dir() else []
 
 
 def _fit(store, table: str, row: dict) -> dict:

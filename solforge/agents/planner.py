@@ -73,6 +73,7 @@ class Budget:
     attempts: Optional[int] = None
     gpu_seconds: Optional[float] = None
     dollars: Optional[float] = None
+    wall_seconds: Optional[float] = None  # the whole run, compile and planning included
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Spent:
     attempts: int = 0
     gpu_seconds: float = 0.0
     dollars: float = 0.0
+    wall_seconds: float = 0.0  # set by the loop before each round
 
     def add(self, attempts: int = 0, gpu_seconds: float = 0.0, dollars: float = 0.0) -> None:
         self.attempts += attempts
@@ -248,6 +250,8 @@ def budget_exhausted(budget: Budget, spent: Spent) -> Optional[str]:
         return f"attempt budget spent ({spent.attempts}/{budget.attempts})"
     if budget.gpu_seconds is not None and spent.gpu_seconds >= budget.gpu_seconds:
         return f"GPU-second budget spent ({spent.gpu_seconds:.1f}/{budget.gpu_seconds:.1f} s)"
+    if budget.wall_seconds is not None and spent.wall_seconds >= budget.wall_seconds:
+        return f"wall-clock budget spent ({spent.wall_seconds:.0f}/{budget.wall_seconds:.0f} s)"
     return None
 
 

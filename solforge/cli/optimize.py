@@ -31,6 +31,8 @@ def register(sub) -> None:
     b = p.add_argument_group("budget")
     b.add_argument("--budget-attempts", type=int, default=None, help="attempts in this run")
     b.add_argument("--gpu-seconds", type=float, default=None, help="GPU-seconds of evaluation")
+    b.add_argument("--wall-seconds", type=float, default=None,
+                   help="stop starting new rounds after this many seconds (a round may finish late)")
     b.add_argument("--max-dollars", type=float, default=None, help="LLM dollars")
     b.add_argument("--max-tokens", type=int, default=None, help="LLM tokens (prompt + completion)")
     b.add_argument("--max-calls", type=int, default=None, help="LLM calls")
@@ -45,6 +47,12 @@ def register(sub) -> None:
     m.add_argument("--no-tools", action="store_true", help="do not offer function calling")
     m.add_argument("--offline", action="store_true", help="offline worker only, even with a model")
     m.add_argument("--language", choices=["cuda", "cute", "both"], default="cuda")
+    e = p.add_argument_group("evaluation (GPU)")
+    e.add_argument("--reps", type=int, help="timed repetitions per workload (default settings.rep_count)")
+    e.add_argument("--correctness-rounds", type=int, help="fresh-input rounds (default settings)")
+    e.add_argument("--timing-budget-s", type=float, help="timing time box per workload, seconds")
+    e.add_argument("--baseline-reps", type=int, default=20,
+                   help="reps when a missing eager baseline is measured on first touch")
     p.add_argument("--arch", help="compile target (default settings.arch)")
     p.add_argument("--gpu-profile", help="roofline profile (default settings.gpu_profile)")
     p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file")
@@ -103,7 +111,9 @@ def run(args) -> int:
     from ..agents.offline import OfflineWorker
     from ..agents.planner import Budget, PlannerConfig
     from ..store import Store
-    from .output import console, emit_json, table
+    from .output import emit_json
+
+    console, table = _output()
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
@@ -112,14 +122,18 @@ def run(args) -> int:
                                  gpu_profile=args.gpu_profile)
     problems = select_problems(args, cfg.shared_dir)
     store = Store(cfg.db_path)
-    lab = Lab(cfg.arch, cfg.gpu_profile, store=store)
+    overrides = {k: v for k, v in (("rep_count", args.reps),
+                                   ("correctness_rounds", args.correctness_rounds),
+                                   ("timing_budget_s", args.timing_budget_s)) if v is not None}
+    lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides)
+    lab.baseline_reps = args.baseline_reps
     con = console()
     model = None if args.offline else (args.model or cfg.llm_model or None)
     workers: dict = {"offline": OfflineWorker(lab)}
     langs = ("cuda", "cute") if args.language == "both" else (args.language,)
     loop_cfg = LoopConfig(
         budget=Budget(attempts=args.budget_attempts, gpu_seconds=args.gpu_seconds,
-                      dollars=args.max_dollars),
+                      dollars=args.max_dollars, wall_seconds=args.wall_seconds),
         planner=PlannerConfig(attempts_per_round=args.attempts_per_round, sol_target=args.sol_target),
         runs_per_round=args.runs_per_round, model=model or "", languages=langs)
     loop = OptimizeLoop(store, problems, lab, workers, loop_cfg,
@@ -151,3 +165,24 @@ def run(args) -> int:
         for n in report.notes:
             con.print(n, markup=False)
     return 0
+
+
+def _output():
+    """rich where it is installed; plain text on a bare GPU box without it."""
+    try:
+        from .output import console, table
+
+        console()
+        return console, table
+    except ImportError:
+        class Plain:
+            def print(self, msg, **_):
+                print(msg, file=sys.stderr, flush=True)
+
+        def plain_table(title, columns, rows):
+            print(title, file=sys.stderr)
+            print("\t".join(columns), file=sys.stderr)
+            for r in rows:
+                print("\t".join("" if v is None else str(v) for v in r), file=sys.stderr)
+
+        return Plain, plain_table
