@@ -108,3 +108,23 @@ def test_cli_extract_one_model(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "solforge.cli", "extract", "nope", "--out", str(tmp_path)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "no model 'nope'" in bad.stderr
+
+
+def test_references_run_at_real_shapes_on_meta():
+    """The written definitions at their real sizes: gen_inputs + run on the meta device (no memory),
+    output shapes as declared, for the smallest workload of each problem. MoE dispatch is
+    data-dependent (bincount), so it is covered by the small-shape check only."""
+    checked = 0
+    for d in sorted(p.parent for p in PROBLEMS.glob("*/*/definition.json")):
+        p = load_problem_dir(d)
+        if p.definition.op_type == "moe":
+            continue
+        w = min(p.workloads, key=lambda w: sum(x for s in w.input_shapes.values() for x in (s or ())))
+        ns: dict = {}
+        exec(p.definition.reference, ns)
+        inputs = ns["gen_inputs"](w.axes_and_scalars(), torch.device("meta"))
+        out = ns["run"](**inputs)
+        out = out if isinstance(out, tuple) else (out,)
+        assert [tuple(o.shape) for o in out] == list(w.output_shapes.values()), d
+        checked += 1
+    assert checked > 200
