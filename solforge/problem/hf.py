@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import InputError
-from .ingest import HF_SCHEME, IngestReport, ingest_local
+from .ingest import HF_SCHEME, IngestReport, ingest_local, reject_duplicate_names
 
 DEFAULT_REPO = "nvidia/SOL-ExecBench"
 SUBSETS = ("L1", "L2", "Quant", "FlashInfer-Bench")
@@ -84,6 +84,8 @@ def ingest_hf(uri: str, cache_dir: Path | None = None) -> IngestReport:
         for p in sub.problems:
             p.source = f"{HF_SCHEME}{repo_id}/{name}/{p.name}@{commit}"
         report.extend(sub)
+    reject_duplicate_names(report)  # across subsets too
+    report.problems.sort(key=lambda p: (p.subset or "", p.name))
     return report
 
 

@@ -75,7 +75,7 @@ def ingest_local(path: Path, provenance: dict | None = None) -> IngestReport:
         _ingest_file(path, report)
     else:
         _walk(path, report, 0)
-    _reject_duplicate_names(report)
+    reject_duplicate_names(report)
     report.problems.sort(key=lambda p: (p.subset or "", p.name))
     for p in report.problems:
         p.extra["provenance"] = {"format": p.format, "path": p.source, **(provenance or {})}
@@ -139,14 +139,14 @@ def _load_problem(path: Path, report: IngestReport) -> None:
         report.errors.append(InputError(f"cannot load problem: {type(e).__name__}: {e}", file=path))
 
 
-def _reject_duplicate_names(report: IngestReport) -> None:
+def reject_duplicate_names(report: IngestReport) -> None:
     # Names key everything downstream (store rows, kernels); two problems sharing one is an error
     # on the second, so what the first means never depends on load order.
     first: dict[str, Problem] = {}
     kept = []
     for p in report.problems:
         if p.name in first:
-            where = Path(p.source)
+            where = Path(p.extra.get("provenance", {}).get("path") or p.source)
             f = where / DEFINITION_FILE if where.is_dir() else where
             report.errors.append(InputError(f"duplicate problem name {p.name!r} (also at "
                                             f"{first[p.name].source})", file=f, field="name"))

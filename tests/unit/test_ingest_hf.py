@@ -153,6 +153,13 @@ def test_parse_uri():
     assert parse_uri("hf://nvidia/SOL-ExecBench") == (REPO_ID, None, None)
     assert parse_uri("hf://nvidia/SOL-ExecBench/L2") == (REPO_ID, "L2", None)
     assert parse_uri("hf://datasets/nvidia/SOL-ExecBench/Quant@abc") == (REPO_ID, "Quant", "abc")
+    from solforge.errors import InputError
+    from solforge.problem.ingest import ingest_path
+
+    with pytest.raises(InputError):
+        parse_uri("hf://only-one-part")
+    r = ingest_path("hf://a/b/c/d")
+    assert not r.problems and len(r.errors) == 1 and r.errors[0].file == "hf://a/b/c/d"
 
 
 def test_hf_round_trip_matches_local(tmp_path, hub_files, sol_execbench_dir):
