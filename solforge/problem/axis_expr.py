@@ -35,6 +35,20 @@ class ExprError(ValueError):
     pass
 
 
+_MAX_LEN = 2000  # longer is not a shape formula; refusing early keeps the parser and checks cheap
+
+
+def _parse_eval(expr: str) -> ast.Expression:
+    if len(expr) > _MAX_LEN:
+        raise ExprError(f"expression longer than {_MAX_LEN} characters")
+    try:
+        return ast.parse(expr.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"cannot parse expression {expr!r}: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        raise ExprError("expression nested too deeply") from None
+
+
 class NeedsData(ExprError):
     """The constraint reads a tensor element (`T[i].item()`) and only shapes are known."""
 
@@ -43,11 +57,8 @@ class NeedsData(ExprError):
 def parse(expr: str) -> ast.Expression:
     if not isinstance(expr, str) or not expr.strip():
         raise ExprError("empty expression")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as e:
-        raise ExprError(f"cannot parse expression {expr!r}: {e.msg}") from None
-    _check(tree.body, expr)
+    tree = _parse_eval(expr)
+    _checked(tree, expr, tensors=False)
     return tree
 
 
@@ -56,12 +67,16 @@ def parse_constraint(expr: str) -> ast.Expression:
     """Like `parse`, but also accepts the tensor facts `T.shape[i]` and `T[i].item()`."""
     if not isinstance(expr, str) or not expr.strip():
         raise ExprError("empty expression")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError as e:
-        raise ExprError(f"cannot parse expression {expr!r}: {e.msg}") from None
-    _check(tree.body, expr, tensors=True)
+    tree = _parse_eval(expr)
+    _checked(tree, expr, tensors=True)
     return tree
+
+
+def _checked(tree: ast.Expression, expr: str, tensors: bool) -> None:
+    try:
+        _check(tree.body, expr, tensors)
+    except RecursionError:
+        raise ExprError("expression nested too deeply") from None
 
 
 def _int_index(node: ast.AST) -> bool:
@@ -146,13 +161,21 @@ def tensor_dims(expr: str) -> list[tuple[str, int]]:
 
 def evaluate(expr: str, env: Mapping[str, int | float]):
     """Evaluate an expression over axis values. Raises ExprError on unknown names or math errors."""
-    return _eval(parse(expr).body, env, expr, None)
+    tree = parse(expr)
+    try:
+        return _eval(tree.body, env, expr, None)
+    except RecursionError:
+        raise ExprError("expression nested too deeply") from None
 
 
 def evaluate_constraint(expr: str, env: Mapping[str, int | float], tensors: Mapping | None = None):
     """Evaluate a constraint. `tensors` maps a tensor name to its shape (a tuple) or to the tensor
     itself (anything with `.shape` and indexing). An element read on a shape raises NeedsData."""
-    return _eval(parse_constraint(expr).body, env, expr, tensors or {})
+    tree = parse_constraint(expr)
+    try:
+        return _eval(tree.body, env, expr, tensors or {})
+    except RecursionError:
+        raise ExprError("expression nested too deeply") from None
 
 
 def _tensor(name: str, tensors: Mapping | None, expr: str):

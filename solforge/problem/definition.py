@@ -268,5 +268,7 @@ def _top_level_functions(source: str) -> frozenset[str]:
         raise ValueError(f"reference: Python syntax error at line {e.lineno}: {e.msg}") from None
     except ValueError as e:  # e.g. a NUL byte
         raise ValueError(f"reference: {e}") from None
+    except (RecursionError, MemoryError):
+        raise ValueError("reference: nested too deeply to compile") from None
     return frozenset(c.co_name for c in code.co_consts if isinstance(c, types.CodeType)
                      and c.co_flags & _CO_OPTIMIZED and not c.co_name.startswith("<"))

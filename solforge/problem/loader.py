@@ -80,6 +80,8 @@ def parse_json_text(text: str, file: Path | str, line: Optional[int] = None):
     except json.JSONDecodeError as e:
         return _raise(InputError(f"invalid JSON: {e.msg} (column {e.colno})", file=file,
                                  line=line if line is not None else e.lineno))
+    except RecursionError:
+        return _raise(InputError("JSON nested too deeply", file=file, line=line))
 
 
 def _raise(e: Exception):

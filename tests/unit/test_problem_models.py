@@ -168,3 +168,24 @@ def test_nan_tolerance_never_slips_through():
     for bad in (math.nan, math.inf, -0.5):
         with pytest.raises(ValidationError):
             Tolerance(max_atol=bad)
+
+
+@pytest.mark.parametrize("expr", ["+".join(["n"] * 990), "-" * 1999 + "n", "n" * 3000,
+                                  "(" * 300 + "n" + ")" * 300])
+def test_pathological_expressions_fail_cleanly(expr):
+    try:
+        axis_expr.evaluate(expr, {"n": 1, "n" * 3000: 1})
+    except axis_expr.ExprError:
+        pass  # a clean refusal is fine; a RecursionError or a hang is not
+
+
+def test_pathological_json_and_reference(tmp_path):
+    from solforge.errors import InputError
+    from solforge.problem.loader import parse_json_text
+
+    with pytest.raises(InputError, match="nested too deeply"):
+        parse_json_text("[" * 100000, "f.json")
+    d = {"name": "deep", "axes": {}, "inputs": {}, "outputs": {"z": {"shape": [], "dtype": "float32"}},
+         "reference": "x = " + "(" * 5000 + ")" * 5000 + "\ndef run():\n    pass\n"}
+    with pytest.raises(ValidationError, match="reference"):
+        Definition.model_validate(d)
