@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from rich.markup import escape
+
 from .output import console, emit_json
 from .store_cmds import common_options, table
 
@@ -98,11 +100,11 @@ def _print_ingest(con, r: dict, all_warnings: bool) -> None:
     for e in r["errors"]:
         where = (e["file"] or "<input>") + (f":{e['line']}" if e["line"] else "") + \
             (f" [{e['field']}]" if e["field"] else "")
-        con.print(f"[red]error[/red] {where}: {e['message']}", markup=True, highlight=False)
+        con.print(f"[red]error[/red] {escape(where)}: {escape(e['message'])}", highlight=False)
     warnings = r["warnings"]
     if all_warnings:
         for w in warnings:
-            con.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False)
+            con.print(f"[yellow]warning[/yellow] {escape(w)}", highlight=False)
     elif warnings:
         table(f"{len(warnings)} warnings by kind (--all-warnings lists each)", ["count", "kind"],
               [[k["count"], k["kind"]] for k in r["warning_kinds"][:_MAX_WARNINGS_SHOWN]],
@@ -250,19 +252,21 @@ def cmd_show(args) -> int:
         emit_json(info)
         return 0
     con = console()
-    con.print(f"[bold]{info['name']}[/bold]  subset={info['subset']}  op={info['op_type']}  "
-              f"hf_id={info['hf_id']}", markup=True, highlight=False)
+    con.print(f"[bold]{escape(info['name'])}[/bold]  "
+              + escape(f"subset={info['subset']}  op={info['op_type']}  hf_id={info['hf_id']}"),
+              highlight=False)
     if info["description"]:
-        con.print(info["description"], highlight=False)
-    con.print(f"tags: {', '.join(info['tags'] or [])}", highlight=False)
+        con.print(info["description"], highlight=False, markup=False)
+    con.print(f"tags: {', '.join(info['tags'] or [])}", highlight=False, markup=False)
     con.print(f"source: {info['source']}  (hash {info['content_hash'][:12]}, "
-              f"ingested {info['ingested_at']})", highlight=False)
+              f"ingested {info['ingested_at']})", highlight=False, markup=False)
     table("axes", ["axis", "kind"], info["axes"].items())
     table("tensors", ["name", "role", "dtype / shape"],
           [[k, "input", v] for k, v in info["inputs"].items()]
           + [[k, "output", v] for k, v in info["outputs"].items()])
     if info["constraints"]:
-        con.print("constraints: " + "; ".join(info["constraints"]), highlight=False)
+        con.print("constraints: " + "; ".join(info["constraints"]), highlight=False,
+                  markup=False)
     var = [k for k, v in info["axes"].items() if v == "var"]
     shown = info["workloads"][: max(args.workloads, 0)]
     table(f"workloads ({len(shown)} of {info['n_workloads']})", ["#", "uuid", *var, "B200 sol_ms",
@@ -285,14 +289,15 @@ def cmd_show(args) -> int:
                 _num(r["max_t_sol_ms"]), r["limiter"]] for r in info["roofline"]])
     if info["attempts"]:
         con.print("attempts: " + ", ".join(f"{k}={v}" for k, v in info["attempts"].items()),
-                  highlight=False)
+                  highlight=False, markup=False)
     b = info["best_attempt"]
     if b:
         con.print(f"best attempt {b['id']} ({b['agent']}, {b['language']}): mean SOL score "
                   f"{_num(b['mean_sol_score'])}, mean speedup {_num(b['mean_speedup'])} over "
-                  f"{b['workloads']} workloads", highlight=False)
+                  f"{b['workloads']} workloads", highlight=False, markup=False)
     if info["warnings"]:
-        con.print(f"{len(info['warnings'])} warnings, e.g. {info['warnings'][0]}", highlight=False)
+        con.print(f"{len(info['warnings'])} warnings, e.g. {info['warnings'][0]}",
+                  highlight=False, markup=False)
     return 0
 
 

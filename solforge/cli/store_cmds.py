@@ -10,12 +10,13 @@ from .output import console, emit_json
 def table(title: str, columns, rows, fold: tuple[str, ...] = ("name", "problem", "id", "subset")) -> None:
     """Like output.table, but identifying columns wrap instead of being cut to "…"."""
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(title=title)
+    t = Table(title=Text(title))
     for c in columns:
-        t.add_column(str(c), overflow="fold" if c in fold else "ellipsis")
-    for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_column(Text(str(c)), overflow="fold" if c in fold else "ellipsis")
+    for r in rows:  # Text, not str: data such as "[axes.M]" must not be read as rich markup
+        t.add_row(*(Text("" if v is None else str(v)) for v in r))
     console().print(t)
 
 
@@ -57,7 +58,8 @@ def cmd_attempts(args) -> int:
     store = _store(args)
     if args.interrupt_run:
         n = store.mark_interrupted(args.interrupt_run)
-        console().print(f"run {args.interrupt_run}: {n} attempts marked interrupted", highlight=False)
+        console().print(f"run {args.interrupt_run}: {n} attempts marked interrupted",
+                        highlight=False, markup=False)
     where, params = [], []
     if args.problem:
         where.append("problem LIKE ?" if "%" in args.problem else "problem = ?")
@@ -88,8 +90,15 @@ def cmd_attempts(args) -> int:
 
 
 def cmd_sql(args) -> int:
+    import duckdb
+
+    from ..store import StoreError
+
     store = _store(args)
-    rows = store.query(args.query)
+    try:
+        rows = store.query(args.query)
+    except duckdb.Error as e:  # the user's SQL: one clear line, not a traceback
+        raise StoreError(f"SQL failed: {e}".splitlines()[0]) from None
     if args.json:
         emit_json(rows)
         return 0
