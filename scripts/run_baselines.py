@@ -67,6 +67,7 @@ def worker(args) -> int:
                                 skip=skip, timer=timer):
             emit({"event": "row", **row.to_json()})
         emit({"event": "end", "problem_dir": str(pdir), "problem": problem.name})
+        emit({"event": "hardware", **hardware.capture().__dict__})  # clocks under load, not idle
         torch.cuda.empty_cache()
         torch._dynamo.reset() if args.variant == "compile" else None
     return 0
@@ -191,10 +192,11 @@ def main(argv=None) -> int:
     ap.add_argument("--existing", type=Path, default=REPO / "data/results/baselines_h200.csv")
     ap.add_argument("--deadline-s", type=float, default=480.0)
     ap.add_argument("--compile-workers", type=int, default=8)
+    ap.add_argument("--eager-workers", type=int, default=4)
     ap.add_argument("--compile-threads", type=int, default=2)
     ap.add_argument("--variants", default="eager,compile")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--problem-budget-s", type=float, default=45.0)
+    ap.add_argument("--problem-budget-s", type=float, default=30.0)
     ap.add_argument("--problem-timeout-s", type=float, default=150.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
     args = ap.parse_args(argv)
@@ -218,7 +220,9 @@ def main(argv=None) -> int:
     chains = []
     variants = args.variants.split(",")
     if "eager" in variants:
-        chains.append(Chain("eager", "eager", dirs, args, args.out, str(skip_file)))
+        k = max(1, args.eager_workers)
+        for i in range(k):
+            chains.append(Chain(f"eager{i}", "eager", dirs[i::k], args, args.out, str(skip_file)))
     if "compile" in variants:
         k = max(1, args.compile_workers)
         for i in range(k):
@@ -287,6 +291,10 @@ def write_outputs(args, chains, existing: dict, wall: float) -> None:
         if r["status"] not in ("passed", "skipped"):
             fails.setdefault(r["problem"], []).append(
                 f"{r['variant']} {r['workload_uuid'][:8]}: {r['status']}: {r.get('message', '')[:300]}")
+    boxed: dict = {}
+    for r in rows:
+        if r["status"] == "skipped":
+            boxed.setdefault(r["problem"], set()).add(r["variant"])
     n_wl = len(table)
     n_eager = sum(1 for e in table.values() if e.get("eager_ms"))
     n_comp = sum(1 for e in table.values() if e.get("compile_ms"))
@@ -297,6 +305,9 @@ def write_outputs(args, chains, existing: dict, wall: float) -> None:
         for p in sorted(fails):
             reasons = fails[p]
             f.write(f"- {p}: {len(reasons)} failure(s); first: {reasons[0][:400]}\n")
+        f.write("\n## Problems cut by the per-problem time box (some workloads not measured)\n\n")
+        for p in sorted(boxed):
+            f.write(f"- {p}: {', '.join(sorted(boxed[p]))}\n")
     print(f"baselines: {n_eager} eager, {n_comp} compile, {len(fails)} problems with failures, "
           f"{wall:.0f} s", flush=True)
 

@@ -56,6 +56,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "data/results/timing_spread_h200.txt")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--warmup-ms", type=float, default=300.0,
+                    help="long enough for clocks and power to settle (the GEMM drifts otherwise)")
     args = ap.parse_args()
     import torch
 
@@ -64,11 +66,11 @@ def main() -> int:
 
     timer = Timer(torch.device("cuda"))
     ks = kernels(torch)
-    first = {name: timer.measure(fn, args.reps, 25.0) for name, fn in ks.items()}
-    second = {name: timer.measure(fn, args.reps, 25.0) for name, fn in ks.items()}
+    first = {name: timer.measure(fn, args.reps, args.warmup_ms) for name, fn in ks.items()}
+    second = {name: timer.measure(fn, args.reps, args.warmup_ms) for name, fn in ks.items()}
     hw = hardware.capture(timing_method=next(iter(first.values())).method)
     lines = [f"# timing repeatability: same kernel measured twice ({args.reps} reps each, L2 flushed,",
-             f"# warm-up 25 ms); GPU {hw.gpu_name}, driver {hw.driver}, torch {hw.torch_version},",
+             f"# warm-up {args.warmup_ms:.0f} ms); GPU {hw.gpu_name}, driver {hw.driver}, torch {hw.torch_version},",
              f"# clocks after run {hw.clocks}",
              f"# method: {next(iter(first.values())).method} {timer.cupti_error}",
              f"{'kernel':40s} {'median1_ms':>11s} {'median2_ms':>11s} {'diff_%':>7s} "
