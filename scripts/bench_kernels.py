@@ -62,31 +62,31 @@ def cmd_prepare(args) -> None:
             continue
         problem = load_problem_dir(pdir)
         fams = families_for(problem)
-        if not fams:
-            continue
-        fam = fams[0]
-        if args.families and fam.name not in args.families.split(","):
-            continue
-        limit = args.max_gemm if fam.name.startswith("gemm") else args.max_variants
-        variants = list(extra.get(problem.name, [])) if problem.name in extra else []
-        if not (extra.get(problem.name) and args.only_listed):
-            for p in _pick(fam.param_space(problem), limit):
-                if p not in variants:
-                    variants.append(p)
-        key = f"{pdir.parent.name}__{pdir.name}"
-        pd = out / key / "problem"
-        pd.mkdir(parents=True, exist_ok=True)
-        for f in ("definition.json", "workload.jsonl", "reference.py"):
-            if (pdir / f).exists():
-                shutil.copy(pdir / f, pd / f)
-        entry = {"key": key, "problem": problem.name, "subset": pdir.parent.name,
-                 "family": fam.name, "variants": []}
-        for i, params in enumerate(variants):
-            cand = fam.instantiate(problem, params)
-            vdir = out / key / f"v{i}"
-            entry["variants"].append({"id": f"v{i}", "params": params, "dir": str(vdir.relative_to(out))})
-            jobs.append((cand, vdir))
-        plan.append(entry)
+        if args.families:
+            fams = [f for f in fams if f.name in args.families.split(",")]
+        for fam in fams:
+            limit = args.max_gemm if fam.name.startswith("gemm") else args.max_variants
+            listed = extra.get(problem.name, {}).get(fam.name, [])
+            variants = list(listed)
+            if not (listed and args.only_listed):
+                for p in _pick(fam.param_space(problem), limit):
+                    if p not in variants:
+                        variants.append(p)
+            key = f"{pdir.parent.name}__{pdir.name}__{fam.name}"
+            pd = out / key / "problem"
+            pd.mkdir(parents=True, exist_ok=True)
+            for f in ("definition.json", "workload.jsonl", "reference.py"):
+                if (pdir / f).exists():
+                    shutil.copy(pdir / f, pd / f)
+            entry = {"key": key, "problem": problem.name, "subset": pdir.parent.name,
+                     "family": fam.name, "variants": []}
+            for i, params in enumerate(variants):
+                cand = fam.instantiate(problem, params)
+                vdir = out / key / f"v{i}"
+                entry["variants"].append({"id": f"{fam.name}:v{i}", "params": params,
+                                          "dir": str(vdir.relative_to(out))})
+                jobs.append((cand, vdir))
+            plan.append(entry)
 
     def build(job):
         cand, vdir = job
@@ -211,24 +211,31 @@ def cmd_run(args) -> None:
     print(f"GPU {env['gpu']} driver {env['driver']} copy {env['copy_tb_s']:.2f} TB/s", flush=True)
     only = set(args.problems.split(",")) if args.problems else None
     t_start = time.time()
-    for entry in plan["problems"]:
-        if only and not any(o in entry["problem"] for o in only):
+    groups: dict = {}
+    for entry in plan["problems"]:  # one problem may have entries from several families
+        groups.setdefault(entry["problem"], []).append(entry)
+    for pname, entries in groups.items():
+        if only and not any(o in pname for o in only):
             continue
         if time.time() - t_start > args.time_limit:
-            print(f"time limit reached; skipping {entry['problem']} and the rest", flush=True)
+            print(f"time limit reached; skipping {pname} and the rest", flush=True)
             break
+        entry = entries[0]
         problem = load_problem_dir(base / entry["key"] / "problem")
         defn = problem.definition
         ref = _reference_fn(defn)
         compiled = None
-        if args.compile and not entry["family"].startswith("gemm"):
+        if args.compile and not any(e["family"].startswith("gemm") for e in entries):
             compiled = torch.compile(ref, dynamic=True)
-        runtimes = {}
-        for v in entry["variants"]:
-            try:
-                runtimes[v["id"]] = load_stage(base / v["dir"])
-            except Exception as e:  # noqa: BLE001
-                print(f"{entry['problem']} {v['id']}: load failed: {e}", flush=True)
+        runtimes, fam_of, variants = {}, {}, []
+        for e in entries:
+            for v in e["variants"]:
+                variants.append(v)
+                fam_of[v["id"]] = e["family"]
+                try:
+                    runtimes[v["id"]] = load_stage(base / v["dir"])
+                except Exception as ex:  # noqa: BLE001
+                    print(f"{pname} {v['id']}: load failed: {ex}", flush=True)
         for wi, rw in enumerate(problem.workloads):
             inputs = _inputs(rw, 0)
             tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -244,9 +251,9 @@ def cmd_run(args) -> None:
                     print(f"torch.compile failed on {entry['problem']}: {e}", flush=True)
                     compiled = None
             axes = dict(rw.axes)
-            for v in entry["variants"]:
+            for v in variants:
                 rt = runtimes.get(v["id"])
-                row = {"problem": entry["problem"], "subset": entry["subset"], "family": entry["family"],
+                row = {"problem": pname, "subset": entry["subset"], "family": fam_of[v["id"]],
                        "variant": v["id"], "params": v["params"], "workload": wi, "uuid": rw.uuid,
                        "axes": axes, "t_eager_ms": t_eager, "t_compile_ms": t_comp}
                 if rt is None:
@@ -272,7 +279,7 @@ def cmd_run(args) -> None:
                 rows_f.write(json.dumps(row) + "\n")
                 rows_f.flush()
             del inputs, tensors, refs
-        _print_problem(outdir / "rows.jsonl", entry["problem"])
+        _print_problem(outdir / "rows.jsonl", pname)
     rows_f.close()
     print(f"done in {time.time() - t_start:.0f}s", flush=True)
 
@@ -358,6 +365,24 @@ def _bytes_flops(problem, rw) -> tuple[float, float]:
     return nbytes, flops
 
 
+def _per_workload(problem, rs: list[dict], env: dict) -> list[dict]:
+    out = []
+    for r in sorted(rs, key=lambda r: r["workload"]):
+        rw = problem.workloads[r["workload"]]
+        nbytes, flops = _bytes_flops(problem, rw)
+        t_sol = max(nbytes / (HBM_TB_S * 1e12), flops / (FP16_TFLOPS * 1e12)) * 1e3
+        tb, tk = _t_base(r), r["t_kernel_ms"]
+        sol = 1.0 / (1.0 + (tk - t_sol) / (tb - t_sol)) if tb > t_sol else None
+        out.append({"workload": r["workload"], "uuid": r["uuid"], "axes": r["axes"],
+                    "axes_str": " ".join(f"{k}={v}" for k, v in r["axes"].items()
+                                         if k not in problem.definition.const_axes),
+                    "t_kernel_ms": tk, "t_eager_ms": r["t_eager_ms"], "t_compile_ms": r.get("t_compile_ms"),
+                    "t_base_ms": tb, "speedup": tb / tk, "t_sol_ms": t_sol, "sol_score": sol,
+                    "bytes": nbytes, "flops": flops, "achieved_tb_s": nbytes / (tk * 1e-3) / 1e12,
+                    "max_abs_err": r.get("max_abs_err")})
+    return out
+
+
 def cmd_report(args) -> None:
     from solforge.kernels import get_family
     from solforge.problem.loader import load_problem_dir
@@ -365,7 +390,10 @@ def cmd_report(args) -> None:
     rows = _load_rows(Path(args.rows))
     env = json.loads(Path(args.env).read_text())
     plan = json.loads((Path(args.dir) / "plan.json").read_text())
-    keys = {e["problem"]: e for e in plan["problems"]}
+    entries = {}  # variant id -> (plan entry, variant)
+    for e in plan["problems"]:
+        for v in e["variants"]:
+            entries[v["id"]] = (e, v)
     best = best_variants(rows)
     gpu = args.gpu
     res_dir = REPO / "data" / "results"
@@ -376,48 +404,51 @@ def cmd_report(args) -> None:
            f"commit {env.get('commit', '')[:12]}",
            f"# measured copy bandwidth {env['copy_tb_s']:.2f} TB/s; T_sol from {HBM_TB_S} TB/s and "
            f"{FP16_TFLOPS} TFLOP/s; T_b = min(eager, torch.compile) where torch.compile was timed",
-           f"{'problem':44s} {'family':10s} {'var':4s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'max':>6s}"]
+           f"{'problem':44s} {'family':12s} {'variant':16s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'max':>6s}"]
     all_speedups = []
     for prob in sorted(best):
         b = best[prob]
-        e = keys[prob]
         if b is None:
-            txt.append(f"{prob:44s} {e['family']:10s} none correct")
+            txt.append(f"{prob:44s} none correct")
             continue
         vid, g, rs = b
+        e = entries[vid][0]
         problem = load_problem_dir(Path(args.dir) / e["key"] / "problem")
-        per_wl = []
-        for r in sorted(rs, key=lambda r: r["workload"]):
-            rw = problem.workloads[r["workload"]]
-            nbytes, flops = _bytes_flops(problem, rw)
-            t_sol = max(nbytes / (HBM_TB_S * 1e12), flops / (FP16_TFLOPS * 1e12)) * 1e3
-            tb, tk = _t_base(r), r["t_kernel_ms"]
-            sol = 1.0 / (1.0 + (tk - t_sol) / (tb - t_sol)) if tb > t_sol else None
-            bw = nbytes / (tk * 1e-3) / 1e12
-            axes = " ".join(f"{k}={v}" for k, v in r["axes"].items() if k not in problem.definition.const_axes)
+        per_wl = _per_workload(problem, rs, env)
+        for w in per_wl:
             csv_lines.append(",".join(str(x) for x in (
-                prob, e["family"], vid, r["workload"], axes, f"{tk:.5f}", f"{r['t_eager_ms']:.5f}",
-                f"{r['t_compile_ms']:.5f}" if r.get("t_compile_ms") else "", f"{tb:.5f}", f"{tb / tk:.4f}",
-                f"{t_sol:.5f}", f"{sol:.4f}" if sol is not None else "", int(nbytes), f"{bw:.3f}",
-                f"{bw / env['copy_tb_s']:.3f}")))
-            per_wl.append({"workload": r["workload"], "uuid": r["uuid"], "axes": r["axes"],
-                           "t_kernel_ms": tk, "t_eager_ms": r["t_eager_ms"],
-                           "t_compile_ms": r.get("t_compile_ms"), "t_base_ms": tb, "speedup": tb / tk,
-                           "t_sol_ms": t_sol, "sol_score": sol, "achieved_tb_s": bw,
-                           "max_abs_err": r.get("max_abs_err")})
+                prob, e["family"], vid, w["workload"], w["axes_str"], f"{w['t_kernel_ms']:.5f}",
+                f"{w['t_eager_ms']:.5f}", f"{w['t_compile_ms']:.5f}" if w.get("t_compile_ms") else "",
+                f"{w['t_base_ms']:.5f}", f"{w['speedup']:.4f}", f"{w['t_sol_ms']:.5f}",
+                f"{w['sol_score']:.4f}" if w["sol_score"] is not None else "", int(w["bytes"]),
+                f"{w['achieved_tb_s']:.3f}", f"{w['achieved_tb_s'] / env['copy_tb_s']:.3f}")))
         sp = [w["speedup"] for w in per_wl]
         all_speedups.append(g)
-        txt.append(f"{prob:44s} {e['family']:10s} {vid:4s} {len(sp):3d} {g:8.3f} {min(sp):6.2f} {max(sp):6.2f}")
-        fam = get_family(e["family"])
-        params = next(v["params"] for v in e["variants"] if v["id"] == vid)
-        cand = fam.instantiate(problem, params)
-        bdir = REPO / "kernels_cuda" / fam.source_dir / "best"
+        txt.append(f"{prob:44s} {e['family']:12s} {vid:16s} {len(sp):3d} {g:8.3f} {min(sp):6.2f} {max(sp):6.2f}")
+    # each family's best variant per problem, with its measurements, in the family's best/ folder
+    by_pf: dict = {}
+    for r in rows:
+        by_pf.setdefault((r["problem"], r["family"]), []).append(r)
+    for (prob, fam_name), rs in sorted(by_pf.items()):
+        fb = best_variants(rs).get(prob)
+        if fb is None:
+            continue
+        vid, g, vrows = fb
+        e, v = entries[vid]
+        problem = load_problem_dir(Path(args.dir) / e["key"] / "problem")
+        fam = get_family(fam_name)
+        cand = fam.instantiate(problem, v["params"])
+        bdir = fam.family_dir / "best"
         bdir.mkdir(parents=True, exist_ok=True)
+        per_wl = _per_workload(problem, vrows, env)
         (bdir / f"{prob}.json").write_text(json.dumps({
-            "problem": prob, "subset": e["subset"], "family": fam.name, "params": params,
-            "geomean_speedup": g, "gpu": env.get("gpu"), "driver": env.get("driver"),
-            "torch": env.get("torch"), "commit": env.get("commit"), "copy_tb_s": env["copy_tb_s"],
+            "problem": prob, "subset": e["subset"], "family": fam.name, "variant": vid,
+            "params": v["params"], "geomean_speedup": g,
+            "overall_best": best.get(prob) is not None and best[prob][0] == vid,
+            "gpu": env.get("gpu"), "driver": env.get("driver"), "torch": env.get("torch"),
+            "commit": env.get("commit"), "copy_tb_s": env["copy_tb_s"],
             "timing": "CUDA events, L2 flushed before each call, median; scripts/bench_kernels.py",
+            "baseline": "min(eager, torch.compile(dynamic=True)) where timed, else eager",
             "workloads": per_wl, "candidate": cand.model_dump()}, indent=1))
     if all_speedups:
         gm = math.exp(sum(map(math.log, all_speedups)) / len(all_speedups))
@@ -437,7 +468,7 @@ def main() -> None:
     p.add_argument("--families", default="")
     p.add_argument("--max-variants", type=int, default=6)
     p.add_argument("--max-gemm", type=int, default=8)
-    p.add_argument("--variants", default="", help="JSON {problem: [params, ...]} tried first")
+    p.add_argument("--variants", default="", help="JSON {problem: {family: [params, ...]}} tried first")
     p.add_argument("--only-listed", action="store_true", help="only the --variants params")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--keep", action="store_true")

@@ -12,11 +12,12 @@ problem in kernels_cuda/<family>/best/<problem>.json.
 from __future__ import annotations
 
 from .base import Family, FamilyError, Spec, definition_of
+from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
 from .gemm import GemmFamily
 from .rmsnorm import RMSNormFamily
 
-FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily()]
+FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily()]
 
 
 def all_families() -> list[Family]:

@@ -107,7 +107,12 @@ class Family:
     description: str = ""
     language: str = "cuda"
     ops: tuple[str, ...] = ()          # op patterns it serves, for humans and the planner
-    source_dir: str = ""               # kernels_cuda/<source_dir>/
+    source_dir: str = ""               # kernels_cuda/<source_dir>/ (kernels_cute/ when cute)
+    cute: bool = False
+
+    @property
+    def family_dir(self) -> Path:
+        return (CUTE_DIR if self.cute else CUDA_DIR) / self.source_dir
 
     # ---- the API the agents use -----------------------------------------------------------
     def matches(self, problem) -> bool:

@@ -1,0 +1,90 @@
+"""Activation and CuTe DSL RMSNorm families: matching, params, and real compiles for sm_90a."""
+
+from __future__ import annotations
+
+import pytest
+
+from solforge.kernels import FamilyError, families_for, get_family
+from solforge.kernels.build import compile_cuda_candidate
+from solforge.problem.definition import Definition
+from solforge.problem.loader import load_problem_dir
+
+
+def _act_def(reference: str, gated: bool, dtype: str = "float32") -> Definition:
+    axes = {"b": {"type": "var"}, "d": {"type": "const", "value": 256}}
+    if gated:
+        axes["d2"] = {"type": "expr", "expression": "d * 2"}
+    return Definition.model_validate({
+        "name": "t_act", "axes": axes,
+        "inputs": {"x": {"shape": ["b", "d2" if gated else "d"], "dtype": dtype}},
+        "outputs": {"y": {"shape": ["b", "d"], "dtype": dtype}}, "reference": reference})
+
+
+GELU = """
+import torch, math
+def run(x):
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + torch.tanh(inner))
+"""
+SWIGLU = """
+import torch
+import torch.nn.functional as F
+def run(x):
+    g, u = x.chunk(2, dim=-1)
+    return F.silu(g) * u
+"""
+GEGLU_LINEAR_NAME = """
+import torch
+import torch.nn.functional as F
+def run(x):
+    x_gate, x_linear = x.chunk(2, dim=-1)
+    return F.gelu(x_gate, approximate='tanh') * x_linear
+"""
+
+
+@pytest.mark.parametrize("ref,gated,op", [(GELU, False, 0), (SWIGLU, True, 2),
+                                          (GEGLU_LINEAR_NAME, True, 1)])
+def test_activation_matches_and_compiles(ref, gated, op):
+    defn = _act_def(ref, gated, "bfloat16")
+    fams = families_for(defn)
+    assert [f.name for f in fams] == ["activation"]
+    cand = fams[0].instantiate(defn, fams[0].param_space(defn)[0])
+    assert cand.params["OP"] == op and cand.params["INNER"] == 256 and cand.params["VEC"] == 8
+    cubin, _ = compile_cuda_candidate(cand)
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_activation_refuses_gelu_after_matmul_and_bad_vec():
+    ref = GELU.replace("def run(x):", "def run(x):\n    x = torch.matmul(x, x.T)")
+    assert families_for(_act_def(ref, False)) == []
+    defn = _act_def(GELU, False)
+    with pytest.raises(FamilyError):
+        get_family("activation").instantiate(defn, {"VEC": 3, "BLOCK": 256, "UNROLL": 2})
+
+
+def test_cute_rmsnorm_serves_plain_norm_only(sol_execbench_dir):
+    fb = sol_execbench_dir / "FlashInfer-Bench"
+    plain = load_problem_dir(fb / "025_rmsnorm_h4096")
+    fused = load_problem_dir(fb / "001_fused_add_rmsnorm_h2048")
+    cute = get_family("cute_rmsnorm")
+    assert cute in families_for(plain) and cute not in families_for(fused)
+    space = cute.param_space(plain)
+    assert space and all(4096 % (p["THREADS"] * p["VEC"]) == 0 for p in space)
+    with pytest.raises(FamilyError):
+        cute.instantiate(plain, {"THREADS": 48, "VEC": 8})
+
+
+def test_cute_rmsnorm_compiles_to_cubin(sol_execbench_dir):
+    pytest.importorskip("cutlass")
+    from solforge.compile.api import compile_candidate
+
+    problem = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / "022_rmsnorm_h512")
+    cute = get_family("cute_rmsnorm")
+    cand = cute.instantiate(problem, cute.param_space(problem)[0])
+    assert cand.language == "cute"
+    res = compile_candidate(cand, use_cache=False)
+    assert res.ok, res.log
+    entry = res.entries["rmsnorm_cute"]
+    # flat parameters in the launch's order: 3 pointers, rows, eps
+    assert [p.kind for p in entry.params] == ["ptr", "ptr", "ptr", "i32", "f32"]
+    assert all(blob[:4] == b"\x7fELF" for blob in res.cubins.values())
