@@ -2,8 +2,6 @@
 data/problems/ is exactly what extraction writes, and every problem loads with zero errors."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -98,16 +96,15 @@ def test_check_reports_a_crashing_reference():
     assert res.status == CheckStatus.ERROR and "NameError" in res.log[0]
 
 
-def test_cli_extract_one_model(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "solforge.cli", "--json", "extract", "llama-3.2-1b",
-                          "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    rep = json.loads(out.stdout)
+def test_cli_extract_one_model(tmp_path, capsys):
+    from solforge.cli import main
+
+    assert main(["--json", "extract", "llama-3.2-1b", "--out", str(tmp_path)]) == 0
+    rep = json.loads(capsys.readouterr().out)
     assert rep["models"] == ["llama-3.2-1b"] and rep["problems_written"] == 7
     assert len(list(tmp_path.glob("llama-3.2-1b/*/definition.json"))) == 7
-    bad = subprocess.run([sys.executable, "-m", "solforge.cli", "extract", "nope", "--out", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert bad.returncode == 2 and "no model 'nope'" in bad.stderr
+    assert main(["extract", "nope", "--out", str(tmp_path)]) == 2
+    assert "no model 'nope'" in capsys.readouterr().err
 
 
 def test_references_run_at_real_shapes_on_meta():
