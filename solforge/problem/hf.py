@@ -27,6 +27,7 @@ DEFAULT_REPO = "nvidia/SOL-ExecBench"
 SUBSETS = ("L1", "L2", "Quant", "FlashInfer-Bench")
 JSON_COLUMNS = ("axes", "inputs", "outputs", "workloads")
 REQUIRED_COLUMNS = ("name", "reference", *JSON_COLUMNS)
+PARQUET_REF = "refs/convert/parquet"
 _UNPACK_VERSION = "1"  # bump when the unpacked layout changes, so old caches are rebuilt
 
 
@@ -59,6 +60,10 @@ def ingest_hf(uri: str, cache_dir: Path | None = None) -> IngestReport:
     cache = Path(cache_dir) if cache_dir else cache_root()
     try:
         snapshot, commit = download(repo_id, revision, cache / "hub")
+        if revision is None and not parquet_by_subset(snapshot):
+            # The branch holds the dataset in another format: the Hub keeps a parquet copy of every
+            # config on this ref ({config}/{split}/NNNN.parquet).
+            snapshot, commit = download(repo_id, PARQUET_REF, cache / "hub")
     except Exception as e:  # noqa: BLE001 - network and Hub errors become one report error
         return IngestReport(errors=[InputError(f"download failed: {type(e).__name__}: {e}",
                                                file=uri)], source=uri)

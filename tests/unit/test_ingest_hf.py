@@ -49,8 +49,12 @@ class FakeHub:
     """Answers the endpoints huggingface_hub's snapshot_download uses: repo info (revision -> sha),
     the recursive tree listing, and file resolution (HEAD and GET, with the Hub's headers)."""
 
-    def __init__(self, files: dict[str, bytes]):
-        self.files = files
+    def __init__(self, files: dict[str, bytes], other_refs: dict[str, dict[str, bytes]] | None = None):
+        # revision name -> (commit sha, files); "main" serves `files`
+        self.revisions = {"main": (COMMIT, files)}
+        for ref, fs in (other_refs or {}).items():
+            self.revisions[ref] = (hashlib.sha1(ref.encode()).hexdigest(), fs)
+        self.by_sha = {sha: fs for sha, fs in self.revisions.values()}
         self.requests: list[str] = []
         hub = self
 
@@ -79,21 +83,27 @@ class FakeHub:
                 hub.requests.append(f"{self.command} {path}")
                 api = f"/api/datasets/{REPO_ID}"
                 if path.startswith(f"{api}/revision/"):
-                    return self._json({"id": REPO_ID, "sha": COMMIT, "private": False,
-                                       "siblings": [{"rfilename": f} for f in hub.files]}, body)
+                    rev = path[len(f"{api}/revision/"):]
+                    if rev in hub.revisions or rev in hub.by_sha:
+                        sha, files = hub.revisions.get(rev) or (rev, hub.by_sha[rev])
+                        return self._json({"id": REPO_ID, "sha": sha, "private": False,
+                                           "siblings": [{"rfilename": f} for f in files]}, body)
                 if path.startswith(f"{api}/tree/"):
-                    return self._json([{"type": "file", "path": f, "size": len(b),
-                                        "oid": hashlib.sha1(b).hexdigest()}
-                                       for f, b in sorted(hub.files.items())], body)
+                    sha = path[len(f"{api}/tree/"):].split("/")[0]
+                    if sha in hub.by_sha:
+                        return self._json([{"type": "file", "path": f, "size": len(b),
+                                            "oid": hashlib.sha1(b).hexdigest()}
+                                           for f, b in sorted(hub.by_sha[sha].items())], body)
                 prefix = f"/datasets/{REPO_ID}/resolve/"
                 if path.startswith(prefix):
-                    rev, _, fname = path[len(prefix):].partition("/")
-                    if fname in hub.files:
-                        data = hub.files[fname]
+                    sha, _, fname = path[len(prefix):].partition("/")
+                    files = hub.by_sha.get(sha, {})
+                    if fname in files:
+                        data = files[fname]
                         self.send_response(200)
                         self.send_header("Content-Length", str(len(data)))
                         self.send_header("ETag", f'"{hashlib.sha1(data).hexdigest()}"')
-                        self.send_header("X-Repo-Commit", COMMIT)
+                        self.send_header("X-Repo-Commit", sha)
                         self.send_header("Content-Type", "application/octet-stream")
                         self.end_headers()
                         if body:
@@ -185,6 +195,22 @@ def test_hf_round_trip_matches_local(tmp_path, hub_files, sol_execbench_dir):
 
         bad = _run_ingest("hf://nvidia/SOL-ExecBench/L9", hub.url, tmp_path / "cache")
         assert bad["problems"] == {} and "L9" in bad["errors"][0]
+
+
+def test_hf_falls_back_to_the_hubs_parquet_branch(tmp_path, hub_files, sol_execbench_dir):
+    """A dataset whose main branch is not parquet: the Hub's refs/convert/parquet copy is used."""
+    from solforge.problem.ingest import ingest_path
+
+    converted = {f"{s}/train/0000.parquet": hub_files[f"data/{s}-00000-of-00001.parquet"]
+                 for s in ("Quant", "FlashInfer-Bench")}
+    main = {"README.md": b"# no configs here\n", "raw/problems.jsonl": b"{}\n"}
+    want = {p.name: [p.subset, p.content_hash, len(p.workloads)]
+            for s in ("Quant", "FlashInfer-Bench") for p in ingest_path(sol_execbench_dir / s).problems}
+    with FakeHub(main, {"refs/convert/parquet": converted}) as hub:
+        got = _run_ingest("hf://nvidia/SOL-ExecBench", hub.url, tmp_path / "cache")
+        assert got["errors"] == []
+        assert {k: v[:3] for k, v in got["problems"].items()} == want
+        assert "GET /api/datasets/nvidia/SOL-ExecBench/revision/refs/convert/parquet" in hub.requests
 
 
 def test_hf_bad_rows_are_reported(tmp_path, sol_execbench_dir):
