@@ -106,3 +106,16 @@ def test_sol_score_formula():
     assert o.sol_score == pytest.approx(0.6)
     o.workloads[1].sol_score = None
     assert o.sol_score is None  # one unscored workload: no mean
+
+
+def test_resolve_api_key(monkeypatch):
+    from solforge.agents.llm_client import resolve_api_key
+
+    monkeypatch.setenv("MY_KEY_VAR", "k-123")
+    assert resolve_api_key("MY_KEY_VAR") == "k-123"
+    assert resolve_api_key(secret_block="llm-key", load_secret=lambda n: f"from-{n}") == "from-llm-key"
+    assert resolve_api_key() is None
+    with pytest.raises(ValueError, match="NOPE_VAR"):
+        resolve_api_key("NOPE_VAR")
+    with pytest.raises(ValueError, match="loader"):
+        resolve_api_key(secret_block="x")
