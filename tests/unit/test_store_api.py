@@ -187,3 +187,31 @@ def test_finish_run_failed_interrupts_open_attempts(store):
     r = store.query_one("SELECT status, error, finished_at FROM runs")
     assert r["status"] == "failed" and r["error"] == "planner crashed" and r["finished_at"]
     assert store.scalar("SELECT status FROM attempts WHERE id = ?", [a]) == "interrupted"
+
+
+def test_threads_share_one_store(tmp_path):
+    """Threads in one process (a Prefect thread runner) share the lease; no row is lost."""
+    import threading
+
+    s = Store(tmp_path / "t.duckdb")
+    errors = []
+
+    def work(tag):
+        try:
+            other = Store(tmp_path / "t.duckdb")  # a second Store object on the same file
+            for i in range(20):
+                aid = other.create_attempt("p", agent=tag)
+                if i % 2:
+                    other.mark_attempt(aid, AttemptStatus.FAILED, error=tag)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(f"t{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    rows = s.query("SELECT agent, status, count(*) AS n FROM attempts GROUP BY ALL ORDER BY ALL")
+    assert rows == [{"agent": f"t{i}", "status": st, "n": 10} for i in range(4)
+                    for st in ("failed", "queued")]
