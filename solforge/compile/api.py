@@ -64,7 +64,8 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
         entries={k: KernelEntry(**e) for k, e in out.get("entries", {}).items()},
         cubin_hash=CompileResult.hash_cubins(cubins), compiler=compiler, compiler_version=version,
         arch=arch, options=out.get("options", []), cache_key=key, cache_hit=False,
-        source_hash=cand.source_hash(), compile_seconds=out.get("compile_seconds", 0.0))
+        source_hash=cand.source_hash(), compile_seconds=out.get("compile_seconds", 0.0),
+        compile_cpu_seconds=out.get("compile_cpu_seconds", 0.0))
     result.seconds = time.perf_counter() - t0
     if cache is not None:
         cache.put(key, result)

@@ -62,6 +62,7 @@ class CompileResult(BaseModel):
     log: str = ""                              # compiler output, verbatim ("kernel.cu(12): error: ...")
     seconds: float = 0.0                       # wall time of this call (a cache hit's lookup time)
     compile_seconds: float = 0.0               # wall time of the compile that produced the cubins
+    compile_cpu_seconds: float = 0.0           # CPU time of that compile in the worker (NVRTC; load-proof)
     cubins: dict[str, bytes] = Field(default_factory=dict)
     entries: dict[str, KernelEntry] = Field(default_factory=dict)
     cubin_hash: str = ""
