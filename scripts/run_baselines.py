@@ -44,7 +44,7 @@ def worker(args) -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    done = set(json.loads(Path(args.skip_file).read_text())) if args.skip_file else set()
+    done = {tuple(x) for x in json.loads(Path(args.skip_file).read_text())} if args.skip_file else set()
     out = open(args.rows, "a", buffering=1)
 
     def emit(obj):
@@ -60,8 +60,7 @@ def worker(args) -> int:
         except Exception as e:  # noqa: BLE001
             emit({"event": "end", "problem_dir": str(pdir), "error": f"load: {e}"})
             continue
-        skip = frozenset(u for (p, u, v) in map(tuple, done) if p == problem.name and
-                         v == args.variant)
+        skip = frozenset(u for (p, u, v) in done if p == problem.name and v == args.variant)
         for row in time_problem(problem, args.variant, stage, reps=args.reps,
                                 problem_budget_s=args.problem_budget_s, lock_path=args.lock,
                                 skip=skip, timer=timer):
