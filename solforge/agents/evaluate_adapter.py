@@ -7,9 +7,10 @@ import time
 from .outcome import AttemptStatus, Outcome, WorkloadOutcome
 
 
-def evaluate_on_gpu(lab, problem, cand, compiled) -> Outcome:
+def evaluate_on_gpu(lab, problem, cand, compiled, env=None) -> Outcome:
     """Run the spawned-process evaluator (solforge.evaluate.runner) on this machine's GPU and score
-    the result. The candidate runs in its own process and staging directory."""
+    the result. The candidate runs in its own process and staging directory. `env` adds to the
+    evaluator's environment (e.g. CUDA_VISIBLE_DEVICES to pin one GPU)."""
     import tempfile
     from pathlib import Path
 
@@ -33,7 +34,7 @@ def evaluate_on_gpu(lab, problem, cand, compiled) -> Outcome:
         try:
             stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
                                            compile_result=compiled, job=job)
-            report = runner.run_stage(stage, timeout_s=cfg.eval_timeout_s)
+            report = runner.run_stage(stage, timeout_s=cfg.eval_timeout_s, env=env)
         except Exception as e:  # noqa: BLE001 - the evaluator failing is this attempt's failure
             wall = time.perf_counter() - t0
             return Outcome(AttemptStatus.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",

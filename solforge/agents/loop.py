@@ -106,8 +106,7 @@ class OptimizeLoop:
                 if not runs:
                     report.stop_reason = decisions[-1].reason if decisions else "nothing to do"
                     break
-                for d in runs:
-                    self._session(d)
+                self._run_sessions(runs)
             else:
                 report.stop_reason = f"round limit ({self.cfg.max_rounds}) reached"
         except KeyboardInterrupt:
@@ -123,6 +122,11 @@ class OptimizeLoop:
             report.problems = self._summary()
         self.progress(f"stopped: {report.stop_reason}")
         return report
+
+    def _run_sessions(self, runs: Sequence[Decision]) -> None:
+        """One round's sessions; in order here (solforge.orchestrate runs them concurrently)."""
+        for d in runs:
+            self._session(d)
 
     def _session(self, d: Decision) -> None:
         problem = self.problems[d.problem]

@@ -85,8 +85,11 @@ def _expected_uuids(stage: Path) -> list[str]:
 
 
 def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,
-              python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None) -> RunReport:
-    """Spawn the driver on a staged directory and collect its results, whatever happens to it."""
+              python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None,
+              env: Optional[dict] = None) -> RunReport:
+    """Spawn the driver on a staged directory and collect its results, whatever happens to it.
+
+    `env` adds to the scrubbed environment, e.g. {"CUDA_VISIBLE_DEVICES": "1"} to pin one GPU."""
     stage = Path(stage).resolve()
     expected = _expected_uuids(stage)
     problem = json.loads((stage / "job.json").read_text()).get("problem", "")
@@ -94,7 +97,7 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
     t0 = time.monotonic()
     with open(err_path, "wb") as err:
         proc = subprocess.Popen([python, "-m", "solforge.evaluate.driver", str(stage)],
-                                cwd=stage, env=scrubbed_env(extra_pythonpath),
+                                cwd=stage, env={**scrubbed_env(extra_pythonpath), **(env or {})},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                                 start_new_session=True)
         lines: list[dict] = []
