@@ -57,6 +57,8 @@ def register(sub) -> None:
     p.add_argument("--gpu-profile", help="roofline profile (default settings.gpu_profile)")
     p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the selected problems (source folder, kernel families) and stop")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -121,6 +123,8 @@ def run(args) -> int:
     cfg = settings.Settings.load(db_path=getattr(args, "db", None), arch=args.arch,
                                  gpu_profile=args.gpu_profile)
     problems = select_problems(args, cfg.shared_dir)
+    if args.dry_run:
+        return _dry_run(problems, getattr(args, "json", False))
     store = Store(cfg.db_path)
     overrides = {k: v for k, v in (("rep_count", args.reps),
                                    ("correctness_rounds", args.correctness_rounds),
@@ -164,6 +168,21 @@ def run(args) -> int:
                   f"{report.spent.gpu_seconds:.1f} GPU-s, ${report.spent.dollars:.4f}", markup=False)
         for n in report.notes:
             con.print(n, markup=False)
+    return 0
+
+
+def _dry_run(problems, as_json: bool) -> int:
+    from ..agents.offline import OfflineWorker
+    from .output import emit_json
+
+    rows = [{"problem": p.name, "subset": p.subset, "source": p.source,
+             "families": [f.name for f in OfflineWorker.families_for(p)]} for p in problems]
+    if as_json:
+        emit_json(rows)
+    else:
+        for r in rows:
+            print(f"{r['subset'] or '':18} {r['problem']:60} {','.join(r['families']) or '-':20} "
+                  f"{r['source']}")
     return 0
 
 

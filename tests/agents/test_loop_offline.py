@@ -77,6 +77,12 @@ def test_optimize_cli_json(tmp_path, sol_execbench_dir):
     assert rep["gpu"] is False and rep["spent"]["attempts"] == 1
     assert rep["problems"][0]["problem"] == "069_rms_norm"
     assert "need a GPU" in out.stderr
+    dry = subprocess.run([sys.executable, "-m", "solforge.cli", "--json", "optimize", "--problems",
+                          "L1/0[67]*", "--with-family", "--dry-run"], capture_output=True, text=True,
+                         env=env, timeout=300)
+    listed = json.loads(dry.stdout)
+    assert {"problem": "069_rms_norm", "subset": "L1"}.items() <= listed[0].items()
+    assert listed[0]["families"] and all(r["families"] for r in listed)
     bad = subprocess.run([sys.executable, "-m", "solforge.cli", "optimize", "--problems", "nope*",
                           "--db", str(db)], capture_output=True, text=True, env=env, timeout=300)
     assert bad.returncode == 2 and "no problem matches" in bad.stderr
