@@ -99,7 +99,7 @@ class OptimizeLoop:
             for rnd in range(self.cfg.max_rounds):
                 report.rounds = rnd + 1
                 self.spent.wall_seconds = time.monotonic() - t_start
-                decisions = plan_round(self._states(), self.cfg.budget, self.spent, self.cfg.planner,
+                decisions = self._plan(self._states(), self.cfg.budget, self.spent, self.cfg.planner,
                                        self.cfg.runs_per_round)
                 self._record(decisions)
                 runs = [d for d in decisions if d.action is Action.RUN]
@@ -122,6 +122,10 @@ class OptimizeLoop:
             report.problems = self._summary()
         self.progress(f"stopped: {report.stop_reason}")
         return report
+
+    def _plan(self, states, budget, spent, planner_cfg, n) -> list[Decision]:
+        """One planner round (a hook: solforge.orchestrate runs it as its own stage)."""
+        return plan_round(states, budget, spent, planner_cfg, n)
 
     def _run_sessions(self, runs: Sequence[Decision]) -> None:
         """One round's sessions; in order here (solforge.orchestrate runs them concurrently)."""
