@@ -53,6 +53,8 @@ class Lease:
         self._wake = threading.Event()
         self._reaper: threading.Thread | None = None
         self.opens = 0  # how many times the file was opened (for tests and benchmarks)
+        self._open_at_fork = False  # a fork happened while this lease was in use
+        self._poisoned = False      # (child side) the database instance is the parent's copy
 
     # ---- public ---------------------------------------------------------------------------
     @contextmanager
@@ -84,6 +86,10 @@ class Lease:
 
     # ---- internals ------------------------------------------------------------------------
     def _open(self) -> None:
+        if self._poisoned:
+            raise StoreBusy(f"{self.path}: this process was forked while its parent was using the "
+                            "store; DuckDB cannot be shared across fork. Start workers with "
+                            "multiprocessing 'spawn' or 'forkserver'")
         if self._step_aside:
             # We just released after a long hold: let a process blocked on the lock take it.
             self._step_aside = False
@@ -181,10 +187,30 @@ class Lease:
                                             daemon=True)
             self._reaper.start()
 
+    def _before_fork(self) -> None:
+        # A child must not inherit an open DuckDB instance: duckdb.connect in the child would hand
+        # back that copy (its instance cache), whose writes the parent never sees. So close the
+        # lease now (the next use reopens); if another thread is using it, the child is refused.
+        self._open_at_fork = False
+        if self._rlock.acquire(blocking=False):
+            try:
+                if self._depth == 0:
+                    self._close()
+                self._open_at_fork = self._con is not None
+            finally:
+                self._rlock.release()
+        else:
+            self._open_at_fork = self._con is not None
+
     def _after_fork_in_child(self) -> None:
         # The parent's connection and lock are not ours: forget them without closing or unlocking
         # (an flock is shared across fork; unlocking here would release the parent's lock).
         self._rlock = threading.RLock()
+        if self._con is not None:
+            # Keep the parent's connection object alive: destroying it would close (checkpoint)
+            # the parent's database from the child. Forked children end in os._exit.
+            _FORK_ORPHANS.append(self._con)
+        self._poisoned = self._open_at_fork
         self._con = None
         if self._fd is not None:
             try:
@@ -221,6 +247,7 @@ def _reap(ref: "weakref.ref[Lease]") -> None:
 
 
 _LEASES: dict[Path, Lease] = {}
+_FORK_ORPHANS: list = []
 _LEASES_LOCK = threading.Lock()
 
 
@@ -241,6 +268,11 @@ def close_all() -> None:
         lease.close()
 
 
+def _before_fork() -> None:
+    for lease in list(_LEASES.values()):
+        lease._before_fork()
+
+
 def _after_fork() -> None:
     global _LEASES_LOCK
     _LEASES_LOCK = threading.Lock()
@@ -249,4 +281,4 @@ def _after_fork() -> None:
 
 
 atexit.register(close_all)
-os.register_at_fork(after_in_child=_after_fork)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork)

@@ -51,6 +51,9 @@ class Store:
     def __init__(self, path: str | Path | None = None, *, lock_timeout_s: float | None = None,
                  migrate: bool = True):
         self.path = Path(path).expanduser() if path is not None else default_path()
+        if str(path) == ":memory:":
+            # Every lease would open a fresh, empty in-memory database: rows would vanish.
+            raise StoreError("Store needs a file path (tests: tmp_path / 'x.duckdb'), not :memory:")
         if lock_timeout_s is None:
             lock_timeout_s = float(os.environ.get("SOLFORGE_DB_LOCK_TIMEOUT_S",
                                                   DEFAULT_LOCK_TIMEOUT_S))

@@ -106,3 +106,43 @@ def test_waits_for_foreign_holder_then_writes(tmp_path):
         assert s.scalar("SELECT status FROM attempts WHERE id = ?", [aid]) == "queued"
     finally:
         holder.wait(timeout=30)
+
+
+def _forked_write(db: str, q) -> None:
+    try:
+        q.put(Store(db).create_attempt("from-child"))
+    except BaseException as e:  # noqa: BLE001
+        q.put(f"error: {type(e).__name__}: {e}")
+
+
+def test_forked_child_while_parent_holds_the_lease(tmp_path):
+    """A fork (Prefect process pool, multiprocessing 'fork') while the parent's connection is open."""
+    db = str(tmp_path / "fork.duckdb")
+    s = Store(db)
+    parent = s.create_attempt("from-parent")  # the lease is open right now
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_forked_write, args=(db, q))
+    p.start()
+    child = q.get(timeout=120)
+    p.join(timeout=60)
+    assert not str(child).startswith("error"), child
+    assert p.exitcode == 0
+    assert {r["id"] for r in s.query("SELECT id FROM attempts")} == {parent, child}
+    s.create_attempt("after")  # the parent's lease still works
+    assert s.scalar("SELECT count(*) FROM attempts") == 3
+
+
+def test_fork_inside_a_transaction_is_refused_in_the_child(tmp_path):
+    db = str(tmp_path / "fork2.duckdb")
+    s = Store(db)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    with s.transaction() as con:
+        con.execute("INSERT INTO runs (id) VALUES ('r')")
+        p = ctx.Process(target=_forked_write, args=(db, q))
+        p.start()
+    msg = q.get(timeout=120)
+    p.join(timeout=60)
+    assert str(msg).startswith("error: StoreBusy") and "spawn" in msg
+    assert s.scalar("SELECT count(*) FROM runs") == 1 and s.scalar("SELECT count(*) FROM attempts") == 0
