@@ -2,6 +2,86 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 
 def register(sub) -> None:
-    """Not built yet."""
+    p = sub.add_parser("evaluate", help="compile a candidate and evaluate it on this machine's GPU "
+                                        "(spawned, isolated process)")
+    p.add_argument("problem_dir", type=Path)
+    p.add_argument("candidate", type=Path, help="candidate JSON (solforge/candidate.py format)")
+    p.add_argument("--workloads", help="comma-separated workload uuids (default: all)")
+    p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default settings)")
+    p.add_argument("--workload-timeout", type=float, default=None)
+    p.add_argument("--no-timing", action="store_true", help="correctness only")
+    p.add_argument("--t-sol", type=Path, help="JSON {workload uuid: T_sol ms} for the SOL floor guard")
+    p.add_argument("--record", action="store_true", help="store the attempt and its results (--db)")
+    p.set_defaults(func=_evaluate)
+
+    b = sub.add_parser("baseline", help="T_b for every workload: eager and torch.compile references "
+                                        "(runs scripts/run_baselines.py)")
+    b.add_argument("rest", nargs="*", help="arguments for scripts/run_baselines.py (after --)")
+    b.set_defaults(func=_baseline)
+
+    r = sub.add_parser("replay", help="re-run a stored attempt on this GPU and compare")
+    r.add_argument("attempt")
+    r.add_argument("--record", action="store_true", help="store the re-run as a child attempt")
+    r.add_argument("--timeout", type=float, default=None)
+    r.set_defaults(func=_replay)
+
+
+def _evaluate(args) -> int:
+    from ..evaluate.api import evaluate_candidate, record
+    from ..problem import load_problem_dir
+
+    problem = load_problem_dir(args.problem_dir)
+    cand = json.loads(args.candidate.read_text())
+    t_sol = json.loads(args.t_sol.read_text()) if args.t_sol else None
+    wl = args.workloads.split(",") if args.workloads else None
+    report, cr = evaluate_candidate(problem, cand, workloads=wl, t_sol_ms=t_sol,
+                                    timeout_s=args.timeout, workload_timeout_s=args.workload_timeout,
+                                    timing=not args.no_timing)
+    if args.record:
+        from ..store import Store
+
+        s = Store(args.db)
+        aid = s.create_attempt(problem.name, agent="cli", language=cand.get("language", "cuda"),
+                               candidate=cand)
+        record(s, aid, report)
+        print(f"attempt {aid}", file=sys.stderr)
+    _show(args, report.to_json(), [(r.workload_uuid[:12], r.status.value, r.median_ms,
+                                    r.max_abs_err, r.message[:80]) for r in report.results],
+          ["workload", "status", "median_ms", "max_abs_err", "message"], f"evaluate {problem.name}")
+    return 0 if report.all_passed else 1
+
+
+def _baseline(args) -> int:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "run_baselines.py"
+    spec = importlib.util.spec_from_file_location("run_baselines", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main(args.rest)
+
+
+def _replay(args) -> int:
+    from ..evaluate.api import replay
+    from ..store import Store
+
+    out = replay(Store(args.db), args.attempt, record_new=args.record, timeout_s=args.timeout)
+    _show(args, out, [(r["workload"][:12], r["stored_status"], r["new_status"], r["stored_ms"],
+                       r["new_ms"], r["ratio"]) for r in out["rows"]],
+          ["workload", "stored", "now", "stored_ms", "now_ms", "ratio"], f"replay {args.attempt}")
+    return 0 if all(r["same_status"] for r in out["rows"]) else 1
+
+
+def _show(args, obj, rows, cols, title) -> None:
+    from .output import emit_json, table
+
+    if getattr(args, "json", False):
+        emit_json(obj)
+    else:
+        table(title, cols, rows)

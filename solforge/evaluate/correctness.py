@@ -119,8 +119,10 @@ def poison_(t: torch.Tensor, round_index: int = 0) -> torch.Tensor:
         return t.fill_(round_index % 2 == 0)
     raw = t.view(torch.uint8)
     if t.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
-        return raw.fill_(0x7F)  # NaN in E4M3FN and E5M2
-    return raw.fill_(0xA5 if round_index % 2 == 0 else 0x5A)
+        raw.fill_(0x7F)  # NaN in E4M3FN and E5M2
+        return t
+    raw.fill_(0xA5 if round_index % 2 == 0 else 0x5A)
+    return t
 
 
 def allocate_outputs(rw, device, round_index: int = 0) -> dict[str, torch.Tensor]:

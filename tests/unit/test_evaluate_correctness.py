@@ -1,0 +1,95 @@
+"""SOL-ExecBench's correctness rule, poisoning, FP4 dequantizing reference, result rows."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from solforge.evaluate.correctness import compare, compare_all, poison_
+from solforge.evaluate.results import EvalResult, EvalStatus, RunReport
+from solforge.problem.workload import Tolerance
+
+
+def test_matched_ratio_rule():
+    ref = torch.ones(1000)
+    out = ref.clone()
+    out[:5] += 1.0  # 0.5% of elements off
+    assert compare(out, ref, Tolerance()).ok  # 99.5% >= 99%
+    out[:20] += 1.0
+    c = compare(out, ref, Tolerance())
+    assert not c.ok and abs(c.matched_ratio - 0.98) < 1e-9 and c.max_abs_err == 2.0
+    assert not compare(out, ref, Tolerance(required_matched_ratio=0.5, max_error_cap=1.0)).ok
+
+
+def test_nan_inf_and_zeros_fail():
+    ref = torch.randn(100)
+    out = ref.clone()
+    out[3] = float("nan")
+    assert not compare(out, ref, Tolerance(required_matched_ratio=0.0)).ok
+    out = ref.clone()
+    out[3] = float("inf")
+    assert not compare(out, ref, Tolerance(required_matched_ratio=0.0)).ok
+    assert not compare(torch.zeros(100), ref, Tolerance(required_matched_ratio=0.0)).ok
+
+
+def test_negative_inf_allowed_only_when_asked():
+    ref = torch.tensor([float("-inf"), 1.0, 2.0])
+    out = ref.clone()
+    assert not compare(out, ref, Tolerance()).ok
+    assert compare(out, ref, Tolerance(allow_negative_inf=True)).ok
+
+
+def test_shape_dtype_and_missing_outputs():
+    assert not compare(torch.ones(3), torch.ones(4), Tolerance()).ok
+    assert not compare(torch.ones(3, dtype=torch.float16), torch.ones(3), Tolerance()).ok
+    assert not compare_all({}, {"out": torch.ones(2)}, Tolerance()).ok
+
+
+def test_poison_makes_unwritten_elements_fail():
+    for dt in (torch.float32, torch.bfloat16, torch.float8_e4m3fn):
+        t = poison_(torch.empty(8, dtype=dt))
+        assert torch.isnan(t.float()).all()
+    a = poison_(torch.empty(8, dtype=torch.int32), 0)
+    b = poison_(torch.empty(8, dtype=torch.int32), 1)
+    assert not torch.equal(a, b)  # an unwritten integer matches the reference in at most one round
+    assert poison_(torch.empty(4, dtype=torch.bool), 0).all() and not poison_(
+        torch.empty(4, dtype=torch.bool), 1).any()
+
+
+def test_fp4_dequant_matches_reference_quantizer():
+    """Quantize with the NVFP4 problems' own scaler, multiply through the dequantizing shim, compare
+    with the float product: the shim must be a faithful FP4 matmul."""
+    import tempfile
+    from pathlib import Path
+
+    from solforge.evaluate.reference import dequant_scaled_mm, load_reference
+    from solforge.problem import load_problem_dir
+
+    from tests.conftest import SHARED
+
+    p = load_problem_dir(SHARED / "sol_execbench/Quant/020_nvfp4_linear_layer")
+    mod = load_reference(p.definition, Path(tempfile.mkdtemp()), "ref_fp4")
+    sc = mod.BlockWiseScalerNVFP4()
+    torch.manual_seed(0)
+    a = torch.randn(1, 128, 256)
+    w = torch.randn(1, 128, 256)
+    aq, asf, ag = sc.quantize(a)
+    wq, wsf, wg = sc.quantize(w)
+    out = dequant_scaled_mm(aq[0], wq[0].t(), sc.convert_to_blocked_format_for_pytorch_scaled_mm(asf[0]),
+                            sc.convert_to_blocked_format_for_pytorch_scaled_mm(wsf[0]),
+                            out_dtype=torch.float32) * ag * wg
+    ref = a[0] @ w[0].t()
+    rel = (out - ref).norm() / ref.norm()
+    assert rel < 0.2  # FP4 quantization error, not a layout bug (a wrong layout gives ~1.4)
+
+
+def test_result_rows_and_json_round_trip():
+    r = EvalResult("u1", "rejected", problem="p", guard="caching", message="too fast",
+                   median_ms=float("nan"))
+    assert r.median_ms is None and r.status == EvalStatus.REJECTED
+    row = r.to_row("a1", "hw")
+    assert row["status"] == "rejected" and row["message"].startswith("[caching]")
+    rep = RunReport("p", [r])
+    assert RunReport.from_json(rep.to_json()).results[0] == r
+    assert not math.isnan(EvalResult("u", "passed", spread=0.1).spread)
