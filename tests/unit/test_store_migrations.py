@@ -85,3 +85,20 @@ def test_edited_applied_migration_warns(tmp_path):
     _write(mig, "001_base.sql", "CREATE TABLE t (a INTEGER, b INTEGER);")
     with pytest.warns(UserWarning, match="changed after it was applied"):
         assert m.migrate(con, mig) == []
+
+
+def test_store_brings_an_old_database_up_to_date(tmp_path):
+    """A database made when only 001 existed gets every later migration when a Store opens it."""
+    only_first = tmp_path / "first"
+    only_first.mkdir()
+    first = m.discover()[0]
+    (only_first / first.path.name).write_text(first.sql)
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    m.migrate(con, only_first)
+    con.execute("INSERT INTO problems (name, content_hash, definition) VALUES ('p', 'h', '{}')")
+    con.close()
+    s = Store(db)
+    assert s.applied_migrations == [x.path.name for x in m.discover()[1:]]
+    assert s.scalar("SELECT name FROM problems") == "p"
+    assert Store(db).applied_migrations == []
