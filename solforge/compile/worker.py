@@ -130,10 +130,17 @@ def _serve(backend: str) -> None:
         from .nvrtc_backend import compile_cuda as handler
         from cuda.bindings import nvrtc  # noqa: F401 - load the library before the first job
     elif backend == "cute":
-        from .cute_backend import compile_cute_isolated as handler
-        from .cute_backend import warm_up
+        try:
+            from .cute_backend import compile_cute_isolated as handler
+            from .cute_backend import warm_up
 
-        warm_up()  # import + first compile (MLIR setup) here, so every forked job starts warm
+            warm_up()  # import + first compile (MLIR setup) here, so every forked job starts warm
+        except ImportError as e:
+            missing = f"solforge: the CuTe DSL is not importable here ({e}); pip install nvidia-cutlass-dsl"
+
+            def handler(job, _msg=missing):
+                return {"status": "error", "log": _msg, "cubins": {}, "entries": {}, "options": [],
+                        "compile_seconds": 0.0}
     else:
         raise SystemExit(f"unknown backend {backend!r}")
     while True:
