@@ -26,6 +26,7 @@ class Settings:
     gpu_profile: str = "h200"
     # compile
     arch: str = "sm_90a"
+    compile_timeout_s: float = 120.0
     # evaluation (SOL-ExecBench's defaults where it has them)
     eval_timeout_s: float = 300.0
     warmup_ms: float = 25.0
