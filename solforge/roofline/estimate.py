@@ -25,7 +25,7 @@ from ..problem.loader import Problem
 from ..problem.workload import ResolvedWorkload
 from .hardware import HardwareProfile
 from .inputs import build_inputs
-from .trace import HybridMode, InputUse, nbytes, patch_cuda_init
+from .trace import HybridMode, InputUse, Origins, nbytes, patch_cuda_init
 
 COUNTER_VERSION = 1  # bump when the counting rules change: cached counts are keyed by it
 
@@ -81,6 +81,7 @@ class Roofline:
     total_flops: float
     dram_bytes: float
     reason: str = ""
+    latency_ms: float = 0.0
 
 
 def _exec_reference(source: str, name: str) -> dict[str, Any]:
@@ -98,13 +99,14 @@ def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> 
                     if not s.is_scalar)
     torch.manual_seed(index)
     use = InputUse()
+    origins = Origins()
     try:
-        with HybridMode(counting=False) as setup:
+        with HybridMode(counting=False, origins=origins):
             inputs = build_inputs(wl, module)
         for k, v in inputs.items():
             if isinstance(v, torch.Tensor):
                 use.mark(k, v)
-        with HybridMode(counting=True, use=use) as mode:
+        with HybridMode(counting=True, use=use, origins=origins) as mode:
             module["run"](**inputs)
     except Exception as e:  # noqa: BLE001 - any failure of a foreign reference is a reason, not a crash
         tb = traceback.extract_tb(e.__traceback__)
@@ -148,6 +150,7 @@ def roofline(problem: str, c: WorkloadCount, profile: HardwareProfile,
         limiter = "memory"
     else:
         limiter = max(per_unit, key=per_unit.get)
-    t = max(t_compute, t_memory)
+    t = profile.latency_s + max(t_compute, t_memory)
     return Roofline(problem, c.uuid, c.index, profile.name, c.status.value, t * 1e3, t_compute * 1e3,
-                    t_memory * 1e3, limiter, c.flops, sum(c.flops.values()), c.bytes)
+                    t_memory * 1e3, limiter, c.flops, sum(c.flops.values()), c.bytes,
+                    latency_ms=profile.latency_s * 1e3)

@@ -102,8 +102,19 @@ def _matmul_k(name: str, args) -> tuple[int, int]:
     return k, 1
 
 
-def op_flops(func, args, kwargs, out) -> list[tuple[str, float]]:
-    """[(unit, flops)] for one executed aten op (args/out are real or meta tensors)."""
+def matmul_operands(name: str, args):
+    """(a, b) of a matmul-family op, or None for any other op."""
+    if name not in _MATMUL or len(args) < 2:
+        return None
+    if name in ("addmm", "baddbmm", "addbmm", "addmv"):
+        return (args[1], args[2]) if len(args) > 2 else None
+    return args[0], args[1]
+
+
+def op_flops(func, args, kwargs, out, matmul_dtype=None) -> list[tuple[str, float]]:
+    """[(unit, flops)] for one executed aten op (args/out are real or meta tensors).
+
+    matmul_dtype: the dtype a matmul's operands were dequantised from (fp8/fp4), which sets its unit."""
     name = func._overloadpacket.__name__
     if name.endswith("_") and name[:-1] in _REDUCE | _SOFTMAX:
         name = name[:-1]
@@ -117,7 +128,7 @@ def op_flops(func, args, kwargs, out) -> list[tuple[str, float]]:
             k = a.shape[-1] * (2 if _FP4 is not None and a.dtype == _FP4 else 1)
             return [(tc_unit(a.dtype), 2.0 * o.numel() * k)]
         k, factor = _matmul_k(name, args)
-        return [(tc_unit(a.dtype), 2.0 * o.numel() * k * factor)]
+        return [(tc_unit(matmul_dtype or a.dtype), 2.0 * o.numel() * k * factor)]
     if name in _CONV:
         return _conv_flops(args, o)
     if name == "convolution_backward":

@@ -50,6 +50,10 @@ class HardwareProfile(_Strict):
     dram: Dram
     compute: dict[str, Rate]
     fallbacks: dict[str, str] = Field(default_factory=dict)
+    # Fixed time every kernel pays however little it does (launch to first DRAM byte back, and the
+    # last write's drain): T_sol = latency_s + max(compute, memory).
+    latency_s: float = Field(default=0.0, ge=0)
+    latency_source: str = ""
 
     @model_validator(mode="after")
     def _units(self) -> "HardwareProfile":

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .flops import op_flops
+from .flops import matmul_operands, op_flops
 
 META = torch.device("meta")
 CPU = torch.device("cpu")
@@ -33,7 +34,7 @@ CPU = torch.device("cpu")
 SMALL_NUMEL = 1 << 16
 # Meta inputs up to this many elements (all inputs of one op together) may be filled with random values
 # when an op needs values; beyond it the op stays on meta or the trace fails.
-MATERIALIZE_NUMEL = 1 << 23
+MATERIALIZE_NUMEL = 1 << 22
 # A reference that runs more aten ops than this is stopped (TraceTooLong) rather than timing out.
 MAX_OPS = 200_000
 
@@ -51,42 +52,108 @@ class Counts:
     materialized: int = 0
 
 
+class TensorTags:
+    """Values attached to live tensors. Keyed by id(), checked through a weak reference so that a
+    recycled id never inherits a dead tensor's tag and no tag keeps a tensor alive."""
+
+    def __init__(self):
+        self._d: dict[int, tuple[weakref.ref, object]] = {}
+
+    def set(self, t: torch.Tensor, value) -> None:
+        self._d[id(t)] = (weakref.ref(t), value)
+        if len(self._d) > 50_000:  # drop entries of dead tensors now and then
+            self._d = {k: v for k, v in self._d.items() if v[0]() is not None}
+
+    def get(self, t: torch.Tensor, default=None):
+        e = self._d.get(id(t))
+        if e is None or e[0]() is not t:
+            return default
+        return e[1]
+
+
 class InputUse:
     """Which fraction of each named input the ops read, following views, casts and gathers."""
 
     def __init__(self):
-        self.tag: dict[int, tuple[str, float, torch.Tensor]] = {}  # id -> (root, coverage, tensor)
+        self.tags = TensorTags()  # tensor -> (root input name, fraction of the root it covers)
         self.read: dict[str, float] = defaultdict(float)
 
     def mark(self, name: str, t: torch.Tensor) -> None:
-        self.tag[id(t)] = (name, 1.0, t)
+        self.tags.set(t, (name, 1.0))
 
     def fraction(self, name: str) -> float:
         return min(1.0, self.read.get(name, 0.0))
 
     def observe(self, func, name: str, args, out) -> None:
-        tagged = [(a, self.tag[id(a)]) for a in _tensors(args) if id(a) in self.tag]
+        tagged = [(a, tag) for a in _tensors(args) if (tag := self.tags.get(a)) is not None]
         if not tagged:
             return
-        outs = [o for o in _tensors(out)]
+        outs = _tensors(out)
         is_view = getattr(func, "is_view", False) or name in ("_to_copy", "clone", "contiguous",
                                                                "alias", "lift_fresh", "detach")
-        for pos, (a, (root, cov, _)) in enumerate(tagged):
+        for a, (root, cov) in tagged:
             if is_view and len(tagged) == 1 and outs:
                 o = outs[0]
-                scale = 1.0 if name == "view" and o.dtype != a.dtype else \
-                    min(1.0, o.numel() / max(1, a.numel()))
-                if name == "view" and o.dtype != a.dtype:
-                    scale = 1.0
-                self.tag[id(o)] = (root, cov * scale, o)
-            elif name in _GATHER_SRC0 and a is args[0] and outs:
-                self.read[root] += cov * min(1.0, outs[0].numel() / max(1, a.numel()))
-            elif name == "embedding" and len(args) > 0 and a is args[0] and outs:
+                # a dtype view re-reads the same bytes; other views cover a part (slices) or repeat it
+                scale = 1.0 if o.dtype != a.dtype else min(1.0, o.numel() / max(1, a.numel()))
+                self.tags.set(o, (root, cov * scale))
+            elif (name in _GATHER_SRC0 or name == "embedding") and a is args[0] and outs:
                 self.read[root] += cov * min(1.0, outs[0].numel() / max(1, a.numel()))
             elif name in ("copy_", "fill_", "zero_") and a is args[0]:
                 pass  # overwritten, not read
             else:
                 self.read[root] += cov
+
+
+# Precision ranks: a tensor "of fp8 origin" is one computed from fp8 data by casts, views and
+# pointwise scaling (a dequantisation). A matmul on such operands can run on the fp8 tensor cores with
+# the scales applied around it, whatever dtype the reference dequantised to.
+_RANK = {"fp4": 0, "fp8": 1, "16": 2, "32": 3, "64": 4}
+
+
+def precision_of(dtype: torch.dtype) -> int:
+    n = str(dtype)
+    if "float4" in n:
+        return 0
+    if "float8" in n or dtype in (torch.int8,):
+        return 1
+    if dtype in (torch.bfloat16, torch.float16):
+        return 2
+    if dtype == torch.float64:
+        return 4
+    return 3
+
+
+_LOW_DTYPE = {0: getattr(torch, "float4_e2m1fn_x2", torch.uint8), 1: torch.float8_e4m3fn}
+
+
+class Origins:
+    """Lowest precision each float tensor was derived from, for tensors derived from fp8/fp4 data."""
+
+    def __init__(self):
+        self.tags = TensorTags()
+
+    def rank(self, t: torch.Tensor) -> int:
+        own = precision_of(t.dtype) if (t.is_floating_point() or t.dtype == torch.int8) else 3
+        return min(own, self.tags.get(t, 9))
+
+    def observe(self, func, name: str, args, out) -> None:
+        ins = [a for a in _tensors(args) if a.is_floating_point() or a.dtype == torch.int8]
+        if not ins:
+            return
+        low = min(self.rank(a) for a in ins)
+        if low > 1:
+            return
+        for o in _tensors(out):
+            if o.is_floating_point() and precision_of(o.dtype) > low:
+                self.tags.set(o, low)
+
+    def matmul_dtype(self, a: torch.Tensor, b: torch.Tensor) -> torch.dtype | None:
+        """The dtype the tensor cores can run this matmul in, when lower than the operands' own."""
+        r = max(self.rank(a), self.rank(b))
+        if r <= 1 and r < min(precision_of(a.dtype), precision_of(b.dtype)):
+            return _LOW_DTYPE[r]
+        return None
 
 
 def _tensors(x):
@@ -98,16 +165,32 @@ def _is_floatish(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
+_POOL: dict[str, torch.Tensor] = {}
+
+
+def _normal_pool(n: int) -> torch.Tensor:
+    """n standard-normal float32 values from one pool drawn once (drawing afresh each time dominated
+    the run time of the quantisation references)."""
+    pool = _POOL.get("normal")
+    if pool is None or pool.numel() < n:
+        g = torch.Generator().manual_seed(1234)
+        pool = torch.randn(max(n, 1 << 20), generator=g)
+        _POOL["normal"] = pool
+    return pool[:n]
+
+
 def random_like_meta(t: torch.Tensor) -> torch.Tensor:
     """A real CPU tensor with t's shape and dtype and plausible values (for ops that need values)."""
     shape = tuple(t.shape)
+    n = math.prod(shape)
     if t.dtype == torch.bool:
         return torch.zeros(shape, dtype=torch.bool)
     if _is_floatish(t):
+        vals = _normal_pool(n).view(shape)
         try:
-            return torch.randn(shape, dtype=torch.float32).to(t.dtype)
+            return vals.to(t.dtype)
         except (RuntimeError, TypeError):
-            return torch.randint(0, 256, shape, dtype=torch.uint8).view(t.dtype)
+            return (vals.abs() * 40).to(torch.uint8).view(t.dtype)
     return torch.zeros(shape, dtype=t.dtype)
 
 
@@ -126,11 +209,13 @@ def _fix_device(v):
 
 
 class HybridMode(TorchDispatchMode):
-    def __init__(self, counting: bool = False, use: InputUse | None = None):
+    def __init__(self, counting: bool = False, use: InputUse | None = None,
+                 origins: Origins | None = None):
         super().__init__()
         self.counting = counting
         self.counts = Counts()
         self.use = use
+        self.origins = origins if origins is not None else Origins()
 
     # The mode is not re-entered while __torch_dispatch__ runs, so the ops below execute directly.
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -152,8 +237,12 @@ class HybridMode(TorchDispatchMode):
             out = func(*args, **kwargs)  # integer/bool bookkeeping: always real
         if self.use is not None:
             self.use.observe(func, name, args, out)
+        mm = matmul_operands(name, args)
+        low = self.origins.matmul_dtype(*mm) if mm else None
+        if not mm:
+            self.origins.observe(func, name, args, out)
         if self.counting:
-            for unit, f in op_flops(func, args, kwargs, out):
+            for unit, f in op_flops(func, args, kwargs, out, low):
                 self.counts.flops[unit] += f
         return out
 

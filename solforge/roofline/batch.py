@@ -1,0 +1,135 @@
+"""Counting many problems: a process pool, and a cache of counts per problem content hash.
+
+Counts (FLOPs per unit, bytes per workload) do not depend on the GPU, so the cache key is the problem's
+content_hash plus COUNTER_VERSION; pricing a cached count on any profile is arithmetic. The pool forks
+from a parent that has already paid torch's one-time dispatch-mode import cost (~5 s on this machine).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from ..problem.loader import Problem, load_problem_dir
+from .estimate import COUNTER_VERSION, CountStatus, WorkloadCount, count_problem
+
+
+@dataclass
+class ProblemCount:
+    name: str
+    subset: Optional[str]
+    content_hash: str
+    counts: list[WorkloadCount]
+    published: list[dict]  # b200_reference per_workload entries (may be empty)
+    cached: bool = False
+
+
+def problem_dirs(root: Path) -> list[Path]:
+    """Every directory under root (one or two levels) holding a definition.json."""
+    root = Path(root)
+    if (root / "definition.json").exists():
+        return [root]
+    out = sorted(p.parent for p in root.glob("*/definition.json"))
+    out += sorted(p.parent for p in root.glob("*/*/definition.json"))
+    return out
+
+
+def _cache_file(cache_dir: Path, content_hash: str) -> Path:
+    key = hashlib.sha256(f"{content_hash}:{COUNTER_VERSION}".encode()).hexdigest()[:32]
+    return Path(cache_dir) / "roofline" / f"{key}.json"
+
+
+def _published(problem: Problem) -> list[dict]:
+    ref = problem.extra.get("b200_reference") or {}
+    return list(ref.get("per_workload") or [])
+
+
+def count_cached(problem: Problem, cache_dir: Optional[Path]) -> ProblemCount:
+    h = problem.content_hash
+    if cache_dir is not None:
+        f = _cache_file(cache_dir, h)
+        if f.exists():
+            try:
+                data = json.loads(f.read_text())
+                counts = [WorkloadCount.from_json(d) for d in data["counts"]]
+                return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), True)
+            except (ValueError, KeyError, TypeError):
+                pass  # a damaged cache entry is recomputed
+    counts = count_problem(problem)
+    if cache_dir is not None:
+        f = _cache_file(cache_dir, h)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"problem": problem.name, "content_hash": h,
+                                   "counter_version": COUNTER_VERSION,
+                                   "counts": [c.to_json() for c in counts]}))
+        tmp.replace(f)
+    return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), False)
+
+
+def _count_dir(args) -> ProblemCount:
+    path, subset, cache_dir = args
+    import torch
+
+    torch.set_num_threads(1)
+    return count_cached(load_problem_dir(Path(path), subset), cache_dir)
+
+
+def _count_problem(args) -> ProblemCount:
+    problem, cache_dir = args
+    import torch
+
+    torch.set_num_threads(1)
+    return count_cached(problem, cache_dir)
+
+
+def _warm() -> None:
+    """Pay the one-time import cost of torch's dispatch-mode machinery before forking workers."""
+    import torch
+
+    from .trace import HybridMode, patch_cuda_init
+
+    patch_cuda_init()
+    with HybridMode():
+        torch.empty(2, 2, device="meta") + 1
+
+
+def count_many(items: Iterable, cache_dir: Optional[Path], jobs: int = 2,
+               progress: Optional[Callable[[ProblemCount], None]] = None) -> list[ProblemCount]:
+    """items: Problems, or problem directories (Path; the subset is the parent directory's name)."""
+    tasks = []
+    for it in items:
+        if isinstance(it, Problem):
+            tasks.append((_count_problem, (it, cache_dir)))
+        else:
+            p = Path(it)
+            tasks.append((_count_dir, (str(p), p.parent.name, cache_dir)))
+    results: list[ProblemCount] = []
+    if jobs <= 1 or len(tasks) <= 1:
+        for fn, a in tasks:
+            r = fn(a)
+            results.append(r)
+            if progress:
+                progress(r)
+        return results
+    _warm()
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+        futs = [ex.submit(fn, a) for fn, a in tasks]
+        for f in as_completed(futs):
+            r = f.result()
+            results.append(r)
+            if progress:
+                progress(r)
+    results.sort(key=lambda r: r.name)
+    return results
+
+
+def failed(pc: ProblemCount) -> list[WorkloadCount]:
+    return [c for c in pc.counts if c.status is not CountStatus.OK]
