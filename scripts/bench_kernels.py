@@ -209,6 +209,14 @@ def cmd_run(args) -> None:
     del a, b
     (outdir / "env.json").write_text(json.dumps(env, indent=1))
     print(f"GPU {env['gpu']} driver {env['driver']} copy {env['copy_tb_s']:.2f} TB/s", flush=True)
+    if args.compile:
+        # One dynamic-shape compile per problem, recompiled where inductor specializes (size 1,
+        # 32-bit indexing); the default limit (8) would silently fall back to eager.
+        import torch._dynamo
+        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 4096)
     only = set(args.problems.split(",")) if args.problems else None
     t_start = time.time()
     groups: dict = {}
@@ -226,6 +234,7 @@ def cmd_run(args) -> None:
         ref = _reference_fn(defn)
         compiled = None
         if args.compile and not any(e["family"].startswith("gemm") for e in entries):
+            torch._dynamo.reset()
             compiled = torch.compile(ref, dynamic=True)
         runtimes, fam_of, variants = {}, {}, []
         for e in entries:
@@ -389,11 +398,17 @@ def cmd_report(args) -> None:
 
     rows = _load_rows(Path(args.rows))
     env = json.loads(Path(args.env).read_text())
-    plan = json.loads((Path(args.dir) / "plan.json").read_text())
-    entries = {}  # variant id -> (plan entry, variant)
+    plans = []  # later dirs override earlier ones for the same problem
+    for d in args.dir.split(","):
+        pl = json.loads((Path(d) / "plan.json").read_text())
+        for e in pl["problems"]:
+            e["base"] = d
+        plans.append(pl)
+    plan = {"problems": [e for pl in plans for e in pl["problems"]]}
+    entries = {}  # (problem, variant id) -> (plan entry, variant)
     for e in plan["problems"]:
         for v in e["variants"]:
-            entries[v["id"]] = (e, v)
+            entries[(e["problem"], v["id"])] = (e, v)
     best = best_variants(rows)
     gpu = args.gpu
     res_dir = REPO / "data" / "results"
@@ -412,8 +427,8 @@ def cmd_report(args) -> None:
             txt.append(f"{prob:44s} none correct")
             continue
         vid, g, rs = b
-        e = entries[vid][0]
-        problem = load_problem_dir(Path(args.dir) / e["key"] / "problem")
+        e = entries[(prob, vid)][0]
+        problem = load_problem_dir(Path(e["base"]) / e["key"] / "problem")
         per_wl = _per_workload(problem, rs, env)
         for w in per_wl:
             csv_lines.append(",".join(str(x) for x in (
@@ -434,8 +449,8 @@ def cmd_report(args) -> None:
         if fb is None:
             continue
         vid, g, vrows = fb
-        e, v = entries[vid]
-        problem = load_problem_dir(Path(args.dir) / e["key"] / "problem")
+        e, v = entries[(prob, vid)]
+        problem = load_problem_dir(Path(e["base"]) / e["key"] / "problem")
         fam = get_family(fam_name)
         cand = fam.instantiate(problem, v["params"])
         bdir = fam.family_dir / "best"
