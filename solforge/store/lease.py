@@ -66,10 +66,20 @@ class Lease:
             self._depth += 1
             try:
                 yield self._con
+            except duckdb.FatalException:
+                # DuckDB invalidated this instance (e.g. disk full mid-commit): drop it so the
+                # next operation reopens the file and replays the WAL, instead of failing forever.
+                if self._depth == 1:
+                    try:
+                        self._close()
+                    except duckdb.Error:
+                        self._con = None
+                        self._unlock()
+                raise
             finally:
                 self._depth -= 1
                 self._last_used = time.monotonic()
-                if self._depth == 0:
+                if self._depth == 0 and self._con is not None:
                     held = self._last_used - self._acquired_at
                     if held >= MAX_HOLD_S and self._others_waiting():
                         self._close()
