@@ -1,0 +1,67 @@
+"""The content cache: an identical candidate is never compiled or evaluated twice for the same thing.
+
+Key: the candidate's source_hash (sources + params + launches), the problem (its workload set) and
+where the answer was produced: the GPU identity (model + driver) for timings, the arch for compiles.
+The store is the ground truth: a finished attempt with that key answers for the new one, and no new
+attempt row is written. Deterministic failures (invalid, compile errors, wrong answers) are answers
+too: asking again gives the same failure.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+
+_EVAL_FINAL = ("ok", "incorrect", "runtime_error", "timeout")
+_COMPILE_FINAL = ("invalid", "compile_error")
+
+
+def lookup(store, problem, source_hash: str, *, gpu_identity: str, arch: str,
+           has_gpu: bool) -> Optional[tuple[str, Outcome]]:
+    """(attempt id, its Outcome) of a finished attempt that answers for this candidate, or None."""
+    if not source_hash:
+        return None
+    base = ("SELECT a.id, a.outcome, a.status, a.error FROM attempts a JOIN runs r ON r.id = a.run_id "
+            "WHERE a.problem = ? AND a.source_hash = ? ")
+    args = [problem.name, source_hash]
+    # compile-time answers hold for any GPU of the same arch
+    row = store.query_one(base + "AND json_extract_string(r.config, '$.arch') = ? "
+                          "AND a.status = 'failed' AND a.outcome IN (?, ?) ORDER BY a.created_at LIMIT 1",
+                          [*args, arch, *_COMPILE_FINAL])
+    if row:
+        return row["id"], _outcome(store, row, problem)
+    if has_gpu:
+        rows = store.query(base + "AND json_extract_string(r.config, '$.gpu_identity') = ? "
+                           "AND a.status IN ('evaluated', 'failed') AND a.outcome IN (?, ?, ?, ?) "
+                           "ORDER BY a.created_at", [*args, gpu_identity, *_EVAL_FINAL])
+        want = {w.uuid for w in problem.workloads}
+        for r in rows:
+            got = {x["workload_uuid"] for x in store.query(
+                "SELECT DISTINCT workload_uuid FROM eval_results WHERE attempt_id = ?", [r["id"]])}
+            if want <= got or r["outcome"] != "ok" and got:
+                return r["id"], _outcome(store, r, problem)
+        return None
+    row = store.query_one(base + "AND json_extract_string(r.config, '$.arch') = ? AND a.outcome = 'compiled' "
+                          "AND EXISTS (SELECT 1 FROM compile_results c WHERE c.attempt_id = a.id "
+                          "AND c.status = 'ok') ORDER BY a.created_at LIMIT 1", [*args, arch])
+    if row:
+        return row["id"], _outcome(store, row, problem)
+    return None
+
+
+def _outcome(store, row: dict, problem) -> Outcome:
+    status = AttemptStatus(row["outcome"])
+    msg = f"same source as attempt {row['id'][:8]}: {row['error'] or status.value}"
+    evals = store.query(
+        "SELECT e.workload_uuid, e.status, e.correct, e.max_abs_err, e.max_rel_err, e.matched_ratio, "
+        "e.median_ms, e.message, s.speedup, s.sol_score, s.t_sol_ms, s.t_baseline_ms FROM eval_results e "
+        "LEFT JOIN scores s ON s.attempt_id = e.attempt_id AND s.workload_uuid = e.workload_uuid "
+        "WHERE e.attempt_id = ? ORDER BY e.created_at", [row["id"]])
+    latest = {e["workload_uuid"]: e for e in evals}
+    wls = [WorkloadOutcome(uuid=u, status=e["status"], correct=e["correct"], max_abs_err=e["max_abs_err"],
+                           max_rel_err=e["max_rel_err"], matched_ratio=e["matched_ratio"],
+                           median_ms=e["median_ms"], t_sol_ms=e["t_sol_ms"], t_base_ms=e["t_baseline_ms"],
+                           sol_score=e["sol_score"], speedup=e["speedup"], error=e["message"] or "")
+           for u, e in latest.items()]
+    return Outcome(status, msg, workloads=wls)

@@ -1,0 +1,68 @@
+"""Evaluate one compiled candidate on one GPU slot: the spawned evaluator, pinned, then the Outcome.
+
+Split from scoring so an orchestrator can run (and retry) the GPU part on its own: `evaluate_pinned`
+raises GpuLost when the GPU or the worker failed rather than the candidate (worth a retry), and
+returns an unscored Outcome otherwise; `score` fills SOL scores and speedups from the roofline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+
+from ..agents.evaluate_adapter import outcome_of_report
+from ..agents.outcome import Outcome
+from .errors import GpuLost, gpu_lost
+from .gpus import GpuPool
+
+
+def eval_job(lab, problem) -> dict:
+    from .. import settings
+
+    cfg = settings.get()
+    sols = lab.roofline(problem)
+    job = {"problem": problem.name,
+           "settings": {"correctness_rounds": cfg.correctness_rounds, "rep_count": cfg.rep_count,
+                        "warmup_ms": cfg.warmup_ms, "sol_floor_fraction": cfg.sol_floor_fraction,
+                        **lab.eval_settings},
+           "t_sol_ms": {s.uuid: s.t_sol_ms for s in sols if s.t_sol_ms is not None},
+           "candidate_kind": "cuda"}
+    src = getattr(problem, "source", None)
+    if src and Path(src).is_dir():
+        job["blob_roots"] = [str(Path(src).resolve())]
+    return job
+
+
+def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: float | None = None,
+                    hold=None) -> Outcome:
+    """`hold(slot)`: an extra context manager held with the slot (e.g. a Prefect concurrency limit
+    named after the GPU, so other processes and hosts sharing the server see it busy)."""
+    from .. import settings
+    from ..evaluate import runner
+
+    timeout_s = timeout_s or settings.get().eval_timeout_s
+    job = eval_job(lab, problem)
+    with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
+        stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
+                                       compile_result=compiled, job=job)
+        with pool.slot(label=f"{problem.name}:{cand.source_hash()[:8]}") as slot, \
+                (hold(slot) if hold else contextlib.nullcontext()):
+            t0 = time.perf_counter()
+            report = runner.run_stage(stage, timeout_s=timeout_s, env=slot.env)
+            wall = time.perf_counter() - t0
+    if gpu_lost(report):
+        raise GpuLost(f"GPU {slot.gpu}: evaluator lost (exit {report.exit_code}): "
+                      f"{(report.stderr_tail or '')[-300:]}")
+    out = outcome_of_report(report)
+    out.eval_seconds = wall
+    out.gpu_seconds = float(getattr(report, "wall_s", 0.0) or wall)
+    hw = getattr(getattr(report, "hardware", None), "hardware_id", None)
+    out.eval_rows = [r.to_row(hardware_id=hw) for r in report.results if hasattr(r, "to_row")]
+    return out
+
+
+def score(lab, problem, out: Outcome) -> Outcome:
+    lab.score(problem, out.workloads)
+    return out

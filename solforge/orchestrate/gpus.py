@@ -1,0 +1,174 @@
+"""GPU slots: which GPUs this process may use, one benchmark per GPU at a time, and how busy each was.
+
+An evaluation holds a slot for as long as its spawned evaluator runs; the evaluator is pinned to the
+slot's GPU through CUDA_VISIBLE_DEVICES in its own environment (threads share os.environ, so the
+parent never changes its own). Within a process a condition variable hands slots out; across
+processes on one host an flock per GPU (the same idea as solforge.evaluate.baseline.gpu_lock) keeps
+a second run, a baseline script or another worker off a GPU that is busy.
+
+Stdlib only: the bare GPU box runs this (scripts/two_gpu_run.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand out, as CUDA_VISIBLE_DEVICES entries.
+
+    SOLFORGE_GPUS ("0,1", or "" for none) wins; else CUDA_VISIBLE_DEVICES; else every GPU torch
+    (or nvidia-smi) sees. An empty list means no GPU: compile-only."""
+    for var in ("SOLFORGE_GPUS", "CUDA_VISIBLE_DEVICES"):
+        if var in os.environ:
+            return [g.strip() for g in os.environ[var].split(",") if g.strip() and g.strip() != "-1"]
+    n = _torch_count()
+    if n is None:
+        n = len(_smi(["--query-gpu=index", "--format=csv,noheader"]))
+    return [str(i) for i in range(n)]
+
+
+def _torch_count() -> Optional[int]:
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - no torch: ask nvidia-smi
+        return None
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _smi(args: list[str]) -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+
+
+def gpu_identity(gpus: Sequence[str]) -> str:
+    """What a timing depends on besides the kernel: GPU model and driver ("none" without a GPU).
+
+    Part of the evaluation cache key: a candidate timed on an H100 is not timed on an H200."""
+    if not gpus:
+        return "none"
+    rows = _smi(["--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"])
+    names = set()
+    for r in rows:
+        idx, uuid, name, driver = [x.strip() for x in r.split(",")[:4]]
+        if idx in gpus or uuid in gpus:
+            names.add(f"{name}|{driver}")
+    if not names:  # nvidia-smi absent or silent: the model torch reports
+        try:
+            import torch
+
+            names.add(torch.cuda.get_device_name(0))
+        except Exception:  # noqa: BLE001
+            names.add("unknown-gpu")
+    return ";".join(sorted(names))
+
+
+def _lock_dir() -> Path:
+    d = Path(os.environ.get("SOLFORGE_GPU_LOCK_DIR") or Path(tempfile.gettempdir()) / "solforge-gpu-locks")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@dataclass
+class Slot:
+    gpu: str
+    acquired_at: float
+
+    @property
+    def env(self) -> dict:
+        """What the spawned evaluator's environment needs to see only this GPU."""
+        return {"CUDA_VISIBLE_DEVICES": self.gpu}
+
+
+@dataclass
+class GpuUse:
+    intervals: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, label)
+
+
+class GpuPool:
+    """Hands out one slot per GPU; waits while all are busy; records when each GPU was held."""
+
+    def __init__(self, gpus: Sequence[str], cross_process: bool = True):
+        self.gpus = list(gpus)
+        self._free = list(self.gpus)
+        self._cond = threading.Condition()
+        self._fds: dict[str, int] = {}
+        self._cross = cross_process
+        self.use = {g: GpuUse() for g in self.gpus}
+
+    def __len__(self) -> int:
+        return len(self.gpus)
+
+    def _try_flock(self, gpu: str) -> Optional[int]:
+        if not self._cross:
+            return -1
+        path = _lock_dir() / (re.sub(r"[^A-Za-z0-9_.-]", "_", gpu) + ".lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            os.close(fd)
+            return None
+
+    def acquire(self, prefer: Optional[str] = None, timeout_s: Optional[float] = None) -> Slot:
+        if not self.gpus:
+            raise RuntimeError("no GPU in this pool: timing needs a GPU")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                order = [g for g in self._free if prefer is None or g == prefer]
+                for g in order:
+                    fd = self._try_flock(g)
+                    if fd is not None:
+                        self._free.remove(g)
+                        self._fds[g] = fd
+                        return Slot(g, time.monotonic())
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"no GPU slot free within {timeout_s} s")
+                # a slot freed here notifies; one freed by another process is seen on the next poll
+                self._cond.wait(0.05)
+
+    def release(self, slot: Slot, label: str = "") -> None:
+        end = time.monotonic()
+        with self._cond:
+            fd = self._fds.pop(slot.gpu, None)
+            if fd is not None and fd >= 0:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            self.use[slot.gpu].intervals.append((slot.acquired_at, end, label))
+            self._free.append(slot.gpu)
+            self._cond.notify_all()
+
+    @contextmanager
+    def slot(self, prefer: Optional[str] = None, label: str = "") -> Iterator[Slot]:
+        s = self.acquire(prefer)
+        try:
+            yield s
+        finally:
+            self.release(s, label)
+
+    def busy_fractions(self, t0: float, t1: float) -> dict[str, float]:
+        """Per GPU: the share of [t0, t1] during which it was held."""
+        span = max(t1 - t0, 1e-9)
+        out = {}
+        for g, u in self.use.items():
+            busy = sum(max(0.0, min(e, t1) - max(s, t0)) for s, e, _ in u.intervals)
+            out[g] = busy / span
+        return out

@@ -1,0 +1,207 @@
+"""The optimize loop as an orchestrator runs it: stages as swappable calls, sessions in parallel,
+evaluations on GPU slots, a content cache, and resume after a kill.
+
+`OrchestratedLoop` is solforge.agents.loop.OptimizeLoop with
+  - `Stages`: plan / check / compile / evaluate / score / record as plain callables; the Prefect flow
+    (flows/optimize.py) passes its tasks, so every stage of every attempt is a task run;
+  - the sessions of one planner round run in threads, one per problem, and each evaluation holds one
+    GPU slot (GpuPool), its evaluator pinned to that GPU: with N GPUs, N candidates are timed at once;
+  - the content cache (cache.lookup) before anything is compiled: an identical candidate already
+    answered on this GPU model (or, without a GPU, compiled for this arch) is not redone;
+  - resume (resume.prepare): earlier runs with the same key that died are closed, their spending
+    counted, and the attempts they left unfinished are finished first.
+No Prefect here: this module runs the same without it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from ..agents.lab import NO_GPU
+from ..agents.loop import LoopReport, OptimizeLoop, _fit
+from ..agents.outcome import AttemptStatus, Outcome
+from ..agents.planner import plan_round
+from ..candidate import Candidate
+from . import cache, resume
+from .errors import is_transient
+from .evaluation import evaluate_pinned, score
+from .gpus import GpuPool, gpu_identity
+
+log = logging.getLogger(__name__)
+
+
+def _retrying(fn: Callable, retries: int = 2, delay_s: float = 2.0) -> Callable:
+    """Without an orchestrator: retry transient failures only (what tasks/common.py does in Prefect)."""
+    def call(*a, **k):
+        for i in range(retries + 1):
+            try:
+                return fn(*a, **k)
+            except Exception as e:  # noqa: BLE001
+                if i == retries or not is_transient(e):
+                    raise
+                log.warning("transient failure, retrying (%d/%d): %s", i + 1, retries, e)
+                time.sleep(delay_s)
+    return call
+
+
+def _check(lab, problem, cand) -> Optional[Outcome]:
+    return lab.check(problem, cand)
+
+
+def _compile(lab, cand):
+    return lab.compile(cand)
+
+
+def _session(loop, decision) -> None:
+    OptimizeLoop._session(loop, decision)
+
+
+def _record(loop, aid, out, compile_row=None) -> None:
+    loop._finish(aid, out, compile_row=compile_row)
+
+
+@dataclass
+class Stages:
+    session: Callable = _session                # (loop, decision) -> None: the worker proposes
+    plan: Callable = plan_round                 # (states, budget, spent, planner_cfg, n) -> decisions
+    check: Callable = _check                    # (lab, problem, cand) -> Outcome | None
+    compile: Callable = _compile                # (lab, cand) -> (Outcome, CompileResult | None)
+    evaluate: Callable = _retrying(evaluate_pinned)  # (lab, problem, cand, compiled, pool) -> Outcome
+    score: Callable = score                     # (lab, problem, outcome) -> outcome
+    record: Callable = _record                  # (loop, attempt_id, outcome, compile_row) -> None
+
+
+class OrchestratedLoop(OptimizeLoop):
+    def __init__(self, store, problems: Sequence, lab, workers: dict, cfg, *, pool: GpuPool,
+                 stages: Optional[Stages] = None, key_parts: Optional[dict] = None,
+                 progress: Optional[Callable[[str], None]] = None):
+        lab.has_gpu = len(pool) > 0
+        super().__init__(store, problems, lab, workers, cfg, progress=progress)
+        self.pool = pool
+        self.stages = stages or Stages()
+        self.gpu_identity = gpu_identity(pool.gpus)
+        # one session per GPU at least, so every GPU has a candidate to time
+        self.cfg.runs_per_round = max(self.cfg.runs_per_round, len(pool))
+        self.key = resume.resume_key(**{**(key_parts or {}), "problem_names": sorted(self.problems),
+                                        "arch": lab.arch, "gpu_identity": self.gpu_identity,
+                                        "workers": sorted(workers)})
+        self.resume_state: Optional[resume.ResumeState] = None
+        self.cache_hits = 0
+        self.resumed = 0
+        self.use_cache = True  # False: re-measure even what the store already answers (replay --force)
+        self._lock = threading.Lock()
+
+    # ---- run, resumed --------------------------------------------------------------------------
+    def run(self) -> LoopReport:
+        self.resume_state = st = resume.prepare(self.store, self.key, self.lab.has_gpu)
+        self.spent.add(attempts=st.spent_attempts, gpu_seconds=st.spent_gpu_seconds)
+        if st.prior_runs:
+            self.progress(f"resuming: {len(st.prior_runs)} earlier run(s) with this key, "
+                          f"{st.spent_attempts} attempt(s) already spent, {len(st.pending)} unfinished, "
+                          f"{st.interrupted} marked interrupted")
+        return super().run()
+
+    def _seed_offline(self) -> None:
+        super()._seed_offline()
+        self._finish_pending()  # the run row exists now: unfinished attempts first
+
+    def _finish_pending(self) -> None:
+        seen: set[tuple[str, str]] = set()
+        jobs = []
+        for p in self.resume_state.pending if self.resume_state else []:
+            problem = self.problems.get(p["problem"])
+            if problem is None or (p["problem"], p["source_hash"]) in seen:
+                continue
+            seen.add((p["problem"], p["source_hash"]))
+            try:
+                cand = Candidate.model_validate(p["candidate"])
+            except Exception:  # noqa: BLE001 - an unreadable candidate cannot be finished
+                continue
+            jobs.append((problem, p["agent"] or "resume", cand, p["id"]))
+        if not jobs:
+            return
+        self.progress(f"finishing {len(jobs)} attempt(s) left unfinished by the interrupted run")
+        self._parallel([lambda j=j: self.try_candidate(*j) for j in jobs])
+        self.resumed += len(jobs)
+
+    def _config_json(self) -> dict:
+        return {**super()._config_json(), "resume_key": self.key, "gpu_identity": self.gpu_identity,
+                "gpus": list(self.pool.gpus)}
+
+    # ---- concurrency ---------------------------------------------------------------------------
+    def _parallel(self, calls: list[Callable]) -> list:
+        if len(calls) <= 1:
+            return [c() for c in calls]
+        width = max(len(self.pool), 1) * 2 if self.lab.has_gpu else 2
+        with ThreadPoolExecutor(max_workers=min(len(calls), width),
+                                thread_name_prefix="solforge-session") as ex:
+            # each thread gets a copy of the caller's context (an orchestrator's run context lives there)
+            futs = [ex.submit(contextvars.copy_context().run, c) for c in calls]
+            return [f.result() for f in futs]
+
+    def _run_sessions(self, runs) -> None:
+        self._parallel([lambda d=d: self.stages.session(self, d) for d in runs])
+
+    def _ensure_baseline(self, problem) -> None:
+        sols = self.lab.roofline(problem)
+        if all(s.t_base_ms is not None for s in sols) or problem.name in self._baselined:
+            return
+        # measured in this process on its first visible GPU: hold that GPU's slot meanwhile
+        with self.pool.slot(prefer=self.pool.gpus[0], label=f"baseline:{problem.name}"):
+            super()._ensure_baseline(problem)
+
+    def _plan(self, states, budget, spent, planner_cfg, n):
+        return self.stages.plan(states, budget, spent, planner_cfg, n)
+
+    def _states(self):
+        with self._lock:
+            return super()._states()
+
+    # ---- one attempt, stage by stage -----------------------------------------------------------
+    def try_candidate(self, problem, agent: str, cand: Candidate, parent: Optional[str],
+                      call_ids: Sequence[str] = ()) -> tuple[str, Outcome]:
+        st, s = self.stages, self.store
+        hit = cache.lookup(s, problem, cand.source_hash(), gpu_identity=self.gpu_identity,
+                           arch=self.lab.arch, has_gpu=self.lab.has_gpu) if self.use_cache else None
+        if hit is not None:
+            aid, out = hit
+            with self._lock:
+                self.cache_hits += 1
+            return self._note(problem, aid, out)
+        aid = s.create_attempt(problem.name, run_id=self.run_id, parent_id=parent, agent=agent,
+                               model=self.cfg.model if agent == "llm" else None,
+                               language=cand.language, candidate=cand, params=cand.params,
+                               source_hash=cand.source_hash())
+        if call_ids:
+            marks = ",".join("?" * len(call_ids))
+            s.execute(f"UPDATE llm_calls SET attempt_id = ? WHERE id IN ({marks})", [aid, *call_ids])
+        with self._lock:
+            self.spent.add(attempts=1)
+        bad = st.check(self.lab, problem, cand)
+        if bad is not None:
+            st.record(self, aid, bad, {"status": "invalid", "log": bad.message})
+            return self._note(problem, aid, bad)
+        out, res = st.compile(self.lab, cand)
+        compile_row = _fit(s, "compile_results", res.to_row(aid)) if res else {
+            "attempt_id": aid, "status": "error", "log": out.compile_log}
+        if out.status is not AttemptStatus.COMPILED:
+            st.record(self, aid, out, compile_row)
+            return self._note(problem, aid, out)
+        s.mark_attempt(aid, "compiled", rows={"compile_results": [compile_row]},
+                       outcome=AttemptStatus.COMPILED.value)
+        if not self.lab.has_gpu:
+            out.message = NO_GPU
+            return self._note(problem, aid, out)
+        ev = st.evaluate(self.lab, problem, cand, res, self.pool)
+        ev = st.score(self.lab, problem, ev)
+        ev.compile_log, ev.compile_seconds, ev.cubin_hash = out.compile_log, out.compile_seconds, out.cubin_hash
+        with self._lock:
+            self.spent.add(gpu_seconds=ev.gpu_seconds)
+        st.record(self, aid, ev, None)
+        return self._note(problem, aid, ev)

@@ -1,0 +1,92 @@
+"""Assemble an orchestrated optimize run from plain parameters (what a flow or a script is given):
+problems, store, lab, workers, budget, GPU slots. The same choices as `solforge optimize`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from types import SimpleNamespace
+from typing import Callable, Optional
+
+from .gpus import GpuPool, visible_gpus
+from .loop import OrchestratedLoop, Stages
+
+
+@dataclass
+class OptimizeParams:
+    problems: Optional[str] = None         # glob over SUBSET/NAME in the shared tree, or a path
+    subset: Optional[str] = None
+    limit: Optional[int] = None
+    with_family: bool = False               # only problems a kernel family serves (offline worker)
+    budget_attempts: Optional[int] = None
+    gpu_seconds: Optional[float] = None
+    wall_seconds: Optional[float] = None
+    max_dollars: Optional[float] = None
+    attempts_per_round: int = 4
+    runs_per_round: int = 1
+    sol_target: float = 0.95
+    model: Optional[str] = None             # LiteLLM model; None: offline worker only
+    api_base: Optional[str] = None
+    api_key_env: Optional[str] = None
+    language: str = "cuda"                  # cuda | cute | both
+    gpus: Optional[str] = None              # "0,1"; None: every visible GPU; "": none (compile only)
+    arch: Optional[str] = None
+    gpu_profile: Optional[str] = None
+    reps: Optional[int] = None
+    db: Optional[str] = None
+
+    def resume_parts(self) -> dict:
+        """What identifies the job for resume: everything but where it runs and how it is stored."""
+        d = asdict(self)
+        for k in ("gpus", "db", "api_key_env", "api_base"):
+            d.pop(k)
+        return d
+
+
+def gpu_pool(gpus: Optional[str]) -> GpuPool:
+    if gpus is None:
+        return GpuPool(visible_gpus())
+    return GpuPool([g.strip() for g in gpus.split(",") if g.strip()])
+
+
+def build(p: OptimizeParams, stages: Optional[Stages] = None,
+          progress: Optional[Callable[[str], None]] = None, store=None) -> OrchestratedLoop:
+    from .. import settings
+    from ..agents.lab import Lab
+    from ..agents.llm import LlmWorker
+    from ..agents.llm_client import LlmConfig
+    from ..agents.loop import LoopConfig
+    from ..agents.offline import OfflineWorker
+    from ..agents.planner import Budget, PlannerConfig
+    from ..cli.optimize import select_problems
+    from ..errors import InputError
+    from ..store import Store
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    cfg = settings.Settings.load(db_path=p.db, arch=p.arch, gpu_profile=p.gpu_profile)
+    problems = select_problems(SimpleNamespace(problems=p.problems, subset=p.subset, limit=p.limit,
+                                               with_family=p.with_family), cfg.shared_dir)
+    store = store or Store(cfg.db_path)
+    pool = gpu_pool(p.gpus)
+    overrides = {"rep_count": p.reps} if p.reps else {}
+    lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides, has_gpu=len(pool) > 0)
+    workers: dict = {"offline": OfflineWorker(lab)}
+    langs = ("cuda", "cute") if p.language == "both" else (p.language,)
+    loop_cfg = LoopConfig(
+        budget=Budget(attempts=p.budget_attempts, gpu_seconds=p.gpu_seconds, dollars=p.max_dollars,
+                      wall_seconds=p.wall_seconds),
+        planner=PlannerConfig(attempts_per_round=p.attempts_per_round, sol_target=p.sol_target),
+        runs_per_round=p.runs_per_round, model=p.model or "", languages=langs)
+    model = p.model or cfg.llm_model or None
+    loop = OrchestratedLoop(store, problems, lab, workers, loop_cfg,
+                            pool=pool, stages=stages, key_parts=p.resume_parts(), progress=progress)
+    if model:
+        api_key = os.environ.get(p.api_key_env) if p.api_key_env else None
+        if p.api_key_env and not api_key:
+            raise InputError(f"environment variable {p.api_key_env} is not set", field="api_key_env")
+        llm_cfg = LlmConfig(model=model, api_base=p.api_base, api_key=api_key,
+                            max_dollars=p.max_dollars)
+        loop.workers["llm"] = LlmWorker(llm_cfg, lab, on_call=loop.on_llm_call)
+        loop.cfg.planner.llm_available = True
+        loop.cfg.model = model
+    return loop

@@ -1,0 +1,33 @@
+"""Baseline tasks: T_b of each workload (the reference in eager PyTorch or torch.compile), timed on a
+GPU slot, written to the baselines table."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from .common import retry_transient
+
+
+@task(name="measure-baseline", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=10,
+      retry_condition_fn=retry_transient)
+def measure_baseline(problem, variant: str, pool, reps: int = 20) -> list[dict]:
+    # in-process on the first visible GPU (references are trusted code): hold that GPU's slot
+    from solforge.evaluate.baseline import time_problem
+
+    src = getattr(problem, "source", None)
+    roots = [Path(src)] if src and Path(src).is_dir() else []
+    with pool.slot(prefer=pool.gpus[0], label=f"baseline:{problem.name}"), \
+            tempfile.TemporaryDirectory(prefix="solforge-baseline-") as tmp:
+        return [r.to_json() for r in time_problem(problem, variant, Path(tmp), reps=reps, blob_roots=roots)]
+
+
+@task(name="store-baselines", cache_policy=NO_CACHE)
+def store_baselines(store, rows: list[dict], hardware_id: Optional[str] = None) -> int:
+    cols = store.columns("baselines")
+    return store.insert_rows("baselines", [{**{k: v for k, v in r.items() if k in cols},
+                                            "hardware_id": hardware_id} for r in rows])
