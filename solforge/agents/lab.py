@@ -116,21 +116,6 @@ class Lab:
             return Outcome(AttemptStatus.INVALID, why, compile_log=why)
         return None
 
-    def run(self, problem, cand: Candidate, evaluate: bool = True) -> tuple[Outcome, object]:
-        """Check, compile, and (with a GPU and evaluate=True) evaluate and score."""
-        bad = self.check(problem, cand)
-        if bad:
-            return bad, None
-        out, res = self.compile(cand)
-        if out.status is not AttemptStatus.COMPILED or not evaluate:
-            return out, res
-        if not self.has_gpu and self._evaluator is None:
-            out.message = NO_GPU
-            return out, res
-        ev = self.evaluate(problem, cand, res)
-        ev.compile_log, ev.compile_seconds, ev.cubin_hash = out.compile_log, out.compile_seconds, out.cubin_hash
-        return ev, res
-
     def evaluate(self, problem, cand: Candidate, compiled) -> Outcome:
         if self._evaluator is not None:
             return self._evaluator(problem, cand, compiled)

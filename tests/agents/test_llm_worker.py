@@ -179,3 +179,50 @@ def test_reply_without_candidate_gets_a_parse_repair(store, cpu_lab, rmsnorm_pro
         report = loop.run()
     assert "valid Candidate" in server.requests[1]["messages"][-1]["content"]
     assert [r["outcome"] for r in attempts_of(store, report.run_id)] == ["compiled"]
+
+
+def test_model_benchmarks_with_the_evaluate_tool_and_repairs_correctness(store, rmsnorm_problem,
+                                                                        tmp_path, monkeypatch):
+    """The GPU branch with a stand-in evaluator (no GPU here): a kernel that forgets the weight is
+    'incorrect' with its error, the fixed one is timed at 2x T_sol. The model benchmarks through the
+    evaluate tool, sees the diff, fixes it, and answers with what it benchmarked."""
+    from solforge.agents.lab import Lab
+    from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))
+
+    def evaluate(problem, cand, compiled):
+        src = cand.sources["kernel.cu"]
+        sols = {s.uuid: s for s in lab.roofline(problem)}
+        right = "__bfloat162float(w[c])" in src
+        wls = [WorkloadOutcome(w.uuid, "passed" if right else "incorrect", right,
+                               max_abs_err=1e-3 if right else 1.7, matched_ratio=1.0 if right else 0.2,
+                               median_ms=2 * sols[w.uuid].t_sol_ms if right else None)
+               for w in problem.workloads]
+        lab.score(problem, wls)
+        return Outcome(AttemptStatus.OK if right else AttemptStatus.INCORRECT,
+                       "" if right else "incorrect on every workload", workloads=wls, gpu_seconds=0.5)
+
+    lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, evaluator=evaluate, store=store)
+    lab.set_baselines(rmsnorm_problem, {s.uuid: 5 * s.t_sol_ms for s in lab.roofline(rmsnorm_problem)})
+    no_weight = candidate_json(RMSNORM_H128.replace(" * __bfloat162float(w[c])", ""))
+    good = candidate_json(RMSNORM_H128)
+    script = [{"tool_calls": [{"name": "evaluate", "arguments": {"candidate": no_weight}}]},
+              {"tool_calls": [{"name": "evaluate", "arguments": {"candidate": good}}]},
+              {"content": reply_with(good)}]
+    with ScriptedLLM(script) as server:
+        loop, _ = make_loop(store, lab, [rmsnorm_problem], server, attempts=3, retries=0)
+        report = loop.run()
+    first = [json.loads(m["content"]) for m in server.requests[1]["messages"] if m["role"] == "tool"][0]
+    assert first["status"] == "incorrect" and first["workloads"][0]["max_abs_err"] == 1.7
+    second = [json.loads(m["content"]) for m in server.requests[2]["messages"] if m["role"] == "tool"][-1]
+    assert second["status"] == "ok" and second["sol_score"] == pytest.approx(1 / (1 + 1 / 4))
+    rows = attempts_of(store, report.run_id)
+    assert [r["outcome"] for r in rows] == ["incorrect", "ok"] and rows[1]["parent_id"] == rows[0]["id"]
+    assert rows[0]["status"] == "evaluated" and "incorrect" in rows[0]["error"]
+    assert rows[1]["sol_score"] == pytest.approx(0.8) and report.spent.gpu_seconds == 1.0
+    # the final answer was already benchmarked: no third attempt; the next session found the
+    # scripted provider gone (HTTP 500) and the LLM worker stopped cleanly
+    assert len(rows) == 2 and len(server.requests) == 4
+    assert "provider outage" in report.stop_reason or "no worker" in report.stop_reason or \
+        "no problem can make progress" in report.stop_reason
