@@ -52,8 +52,17 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
     const bool live = row < rows;
     const long base = live ? row * HIDDEN : 0;
 
+    const elem_t* wr = w + (WEIGHT_ROWS > 1 ? (row % WEIGHT_ROWS) * HIDDEN : 0);
+    // The weight is loaded up front, with x: after the reduction it would cost a second DRAM
+    // round trip, which is most of the time of a small row.
+    vec_t<VEC> wv[NPT];
     float xf[NPT][VEC];
     float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+        const int vi = t + i * TPR;
+        if (live && (NV % TPR == 0 || vi < NV)) wv[i] = load_vec<VEC>(wr + vi * VEC);
+    }
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
         const int vi = t + i * TPR;
@@ -97,12 +106,10 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
     const float inv = rsqrtf(ss * (1.0f / HIDDEN) + eps);
     if (!live) return;
 
-    const elem_t* wr = w + (WEIGHT_ROWS > 1 ? (row % WEIGHT_ROWS) * HIDDEN : 0);
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
         const int vi = t + i * TPR;
         if (NV % TPR == 0 || vi < NV) {
-            vec_t<VEC> wv = load_vec<VEC>(wr + vi * VEC);
 #if POST_RESID
             vec_t<VEC> rv = load_vec<VEC>(res + base + vi * VEC);
 #endif
@@ -110,9 +117,9 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
 #if WEIGHT_MODE == 1
-                float y = to_f(wv.v[j]) * round_elem(xf[i][j] * inv);
+                float y = to_f(wv[i].v[j]) * round_elem(xf[i][j] * inv);
 #else
-                float y = xf[i][j] * inv * to_f(wv.v[j]);
+                float y = xf[i][j] * inv * to_f(wv[i].v[j]);
 #endif
 #if POST_RESID
                 y = to_f(rv.v[j]) + round_elem(y);

@@ -39,6 +39,10 @@ class RMSNormCute:
         gY = cute.zipped_divide(mY[row, None], (self.vec,))
         gW = cute.zipped_divide(mW, (self.vec,))
 
+        # weight first, with x: after the reduction it would cost a second DRAM round trip
+        tWrW = cute.make_rmem_tensor((self.vec, self.npt), self.dtype)
+        for i in cutlass.range_constexpr(self.npt):
+            cute.autovec_copy(gW[None, tidx + i * self.threads], tWrW[None, i])
         tXrX = cute.make_rmem_tensor((self.vec, self.npt), self.dtype)
         for i in cutlass.range_constexpr(self.npt):
             cute.autovec_copy(gX[None, tidx + i * self.threads], tXrX[None, i])
@@ -57,9 +61,6 @@ class RMSNormCute:
             total = total + sRed[k]
         inv = cute.math.rsqrt(total / cutlass.Float32(self.hidden) + eps)
 
-        tWrW = cute.make_rmem_tensor((self.vec, self.npt), self.dtype)
-        for i in cutlass.range_constexpr(self.npt):
-            cute.autovec_copy(gW[None, tidx + i * self.threads], tWrW[None, i])
         out = (xf * inv) * tWrW.load().to(cutlass.Float32)
         tYrY = cute.make_rmem_tensor((self.vec, self.npt), self.dtype)
         tYrY.store(out.to(self.dtype))
