@@ -7,7 +7,10 @@ import argparse
 from .output import console, emit_json
 
 
-def table(title: str, columns, rows, fold: tuple[str, ...] = ("name", "problem", "id", "subset")) -> None:
+_FOLD = ("name", "problem", "id", "subset", "uuid")
+
+
+def table(title: str, columns, rows, fold: tuple[str, ...] = _FOLD) -> None:
     """Like output.table, but identifying columns wrap instead of being cut to "…"."""
     from rich.table import Table
     from rich.text import Text
