@@ -87,6 +87,7 @@ class Lab:
         self.store = store  # roofline and baselines are read from it when it has them
         self.eval_settings = dict(eval_settings or {})  # EvalConfig overrides (reps, budgets)
         self.baseline_reps = 20
+        self.eval_timeout_s: Optional[float] = None  # per candidate; None: settings.eval_timeout_s
         self._sols: dict[str, list[WorkloadSol]] = {}
 
     # ---- compile -------------------------------------------------------------------------------

@@ -80,6 +80,7 @@ class OptimizeLoop:
         self._empty: dict[str, int] = {}     # sessions that produced no attempt, per problem
         self._sessions: dict[str, int] = {}
         self._baselined: set[str] = set()
+        self._t_start = time.monotonic()
         self._llm_calls_run: list[str] = []
 
     # ---- the run ---------------------------------------------------------------------------------
@@ -95,10 +96,10 @@ class OptimizeLoop:
         self._seed_offline()
         status, error = RunStatus.FINISHED, None
         try:
-            t_start = time.monotonic()
+            self._t_start = time.monotonic()
             for rnd in range(self.cfg.max_rounds):
                 report.rounds = rnd + 1
-                self.spent.wall_seconds = time.monotonic() - t_start
+                self.spent.wall_seconds = time.monotonic() - self._t_start
                 decisions = self._plan(self._states(), self.cfg.budget, self.spent, self.cfg.planner,
                                        self.cfg.runs_per_round)
                 self._record(decisions)
@@ -139,7 +140,11 @@ class OptimizeLoop:
             self._ensure_baseline(problem)
         ctx = self._context(problem)
         self.progress(f"{problem.name}: {d.worker.value}/{d.language} x{d.attempts} ({d.reason})")
-        res = worker.propose(problem, d.language, ctx, self._trier(problem, worker.name), d.attempts)
+        try:
+            res = worker.propose(problem, d.language, ctx, self._trier(problem, worker.name),
+                                 d.attempts)
+        except _OutOfTime:
+            return  # the next planner round records the stop
         if not res.tried:
             self._empty[problem.name] = self._empty.get(problem.name, 0) + 1
         if res.fatal and d.worker is Worker.LLM:
@@ -193,6 +198,9 @@ class OptimizeLoop:
     def try_candidate(self, problem, agent: str, cand: Candidate, parent: Optional[str],
                       call_ids: Sequence[str] = ()) -> tuple[str, Outcome]:
         s = self.store
+        wall = self.cfg.budget.wall_seconds
+        if wall is not None and time.monotonic() - self._t_start >= wall:
+            raise _OutOfTime()
         aid = s.create_attempt(problem.name, run_id=self.run_id, parent_id=parent, agent=agent,
                                model=self.cfg.model if agent == "llm" else None,
                                language=cand.language, candidate=cand, params=cand.params,
@@ -337,6 +345,10 @@ class OptimizeLoop:
                 "runs_per_round": self.cfg.runs_per_round, "model": self.cfg.model,
                 "workers": sorted(self.workers), "problems": sorted(self.problems),
                 "arch": self.lab.arch, "gpu": self.lab.has_gpu, "started": time.time()}
+
+
+class _OutOfTime(Exception):
+    """The wall-clock budget ran out between two attempts of a session."""
 
 
 def _blob_roots(problem) -> list:

@@ -51,6 +51,8 @@ def register(sub) -> None:
     e.add_argument("--reps", type=int, help="timed repetitions per workload (default settings.rep_count)")
     e.add_argument("--correctness-rounds", type=int, help="fresh-input rounds (default settings)")
     e.add_argument("--timing-budget-s", type=float, help="timing time box per workload, seconds")
+    e.add_argument("--eval-timeout-s", type=float,
+                   help="wall-clock limit per candidate evaluation (default settings.eval_timeout_s)")
     e.add_argument("--baseline-reps", type=int, default=20,
                    help="reps when a missing eager baseline is measured on first touch")
     p.add_argument("--arch", help="compile target (default settings.arch)")
@@ -131,6 +133,7 @@ def run(args) -> int:
                                    ("timing_budget_s", args.timing_budget_s)) if v is not None}
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides)
     lab.baseline_reps = args.baseline_reps
+    lab.eval_timeout_s = args.eval_timeout_s
     con = console()
     model = None if args.offline else (args.model or cfg.llm_model or None)
     workers: dict = {"offline": OfflineWorker(lab)}

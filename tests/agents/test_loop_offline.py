@@ -77,12 +77,15 @@ def test_optimize_cli_json(tmp_path, sol_execbench_dir):
     assert rep["gpu"] is False and rep["spent"]["attempts"] == 1
     assert rep["problems"][0]["problem"] == "069_rms_norm"
     assert "need a GPU" in out.stderr
-    dry = subprocess.run([sys.executable, "-m", "solforge.cli", "--json", "optimize", "--problems",
-                          "L1/0[67]*", "--with-family", "--dry-run"], capture_output=True, text=True,
-                         env=env, timeout=300)
-    listed = json.loads(dry.stdout)
+
+
+def test_optimize_cli_dry_run_and_bad_selection(tmp_path, sol_execbench_dir, capsys, monkeypatch):
+    from solforge.cli import main
+
+    monkeypatch.setenv("SOLFORGE_SHARED_DIR", str(sol_execbench_dir.parent))
+    assert main(["--json", "optimize", "--problems", "L1/0[67]*", "--with-family", "--dry-run"]) == 0
+    listed = json.loads(capsys.readouterr().out)
     assert {"problem": "069_rms_norm", "subset": "L1"}.items() <= listed[0].items()
-    assert listed[0]["families"] and all(r["families"] for r in listed)
-    bad = subprocess.run([sys.executable, "-m", "solforge.cli", "optimize", "--problems", "nope*",
-                          "--db", str(db)], capture_output=True, text=True, env=env, timeout=300)
-    assert bad.returncode == 2 and "no problem matches" in bad.stderr
+    assert listed and all(r["families"] for r in listed)
+    assert main(["optimize", "--problems", "nope*", "--db", str(tmp_path / "x.duckdb")]) == 2
+    assert "no problem matches" in capsys.readouterr().err

@@ -93,3 +93,23 @@ def test_gpu_second_budget_stops_the_run(store, standin_lab, rms_problem):
     report = loop.run()
     assert report.spent.gpu_seconds == 4.0 and report.spent.attempts == 4
     assert "GPU-second budget spent" in report.stop_reason
+
+
+def test_wall_clock_budget_stops_between_attempts(store, standin_lab, rms_problem):
+    import time
+
+    inner = standin_lab._evaluator
+
+    def slow(problem, cand, compiled):
+        time.sleep(0.5)
+        return inner(problem, cand, compiled)
+
+    standin_lab._evaluator = slow
+    loop = OptimizeLoop(store, [rms_problem], standin_lab, {"offline": OfflineWorker(standin_lab)},
+                        LoopConfig(budget=Budget(wall_seconds=1.0),
+                                   planner=PlannerConfig(attempts_per_round=9)))
+    report = loop.run()
+    assert 1 <= report.spent.attempts < 9  # stopped inside the session, between attempts
+    assert "wall-clock budget spent" in report.stop_reason
+    assert store.scalar("SELECT count(*) FROM attempts WHERE run_id = ? AND status <> 'evaluated'",
+                        [report.run_id]) == 0  # nothing left half-done
