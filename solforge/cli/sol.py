@@ -1,7 +1,100 @@
-"""CLI: sol: roofline table per GPU profile (owner: roofline)."""
+"""CLI: sol: speed-of-light roofline per workload on a GPU profile (owner: roofline)."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+from .output import console, emit_json, table
+
 
 def register(sub) -> None:
-    """Not built yet."""
+    p = sub.add_parser("sol", help="speed-of-light time (roofline) of every workload on a GPU profile")
+    p.add_argument("--gpu", default=None, help="profile: h200 | h100 | b200 or a YAML path "
+                                                 "(default $SOLFORGE_GPU_PROFILE or h200)")
+    p.add_argument("--problem", action="append", help="problem name or substring (repeatable)")
+    p.add_argument("--root", help="problem folder (default: the store's problems if --db has any, "
+                                  "else <shared>/sol_execbench)")
+    p.add_argument("--csv", help="write one row per workload to this CSV file")
+    p.add_argument("--measured", action="store_true",
+                   help="price on the measured ceilings where the profile has them")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--no-cache", action="store_true", help="recount even if counts are cached")
+    p.add_argument("--store", action="store_true", help="write rows to the store's roofline table "
+                                                        "(implied by --db)")
+    p.add_argument("--db", default=None, help="DuckDB file")
+    p.add_argument("--json", action="store_true", default=None, help="JSON on stdout")
+    p.set_defaults(func=cmd_sol)
+
+
+def _select(items, wanted):
+    if not wanted:
+        return items
+    out = []
+    for it in items:
+        name = it.name if hasattr(it, "name") and not isinstance(it, Path) else Path(it).name
+        if any(w == name or w in name for w in wanted):
+            out.append(it)
+    return out
+
+
+def cmd_sol(args) -> int:
+    from ..errors import InputError
+    from ..roofline.batch import count_many, problem_dirs
+    from ..roofline.hardware import load_profile
+    from ..roofline.table import (price, problem_t_sol, problems_from_store, rows_for_csv, store_rows,
+                                  write_csv)
+    from ..settings import get
+
+    st = get()
+    profile = load_profile(args.gpu or st.gpu_profile)
+    con = console()
+    store = None
+    if args.db or args.store:
+        from ..store import Store
+
+        store = Store(args.db)
+    items: list = []
+    if args.root:
+        items = problem_dirs(Path(args.root))
+    elif store is not None and store.scalar("SELECT count(*) FROM problems"):
+        items = problems_from_store(store)
+    else:
+        items = problem_dirs(Path(st.shared_dir) / "sol_execbench")
+    items = _select(items, args.problem)
+    if not items:
+        raise InputError("no problems matched", field="--problem" if args.problem else "--root")
+    cache = None if args.no_cache else Path(st.cache_dir)
+    t0 = time.perf_counter()
+    with con.status(f"counting {len(items)} problem(s) ..."):
+        counted = count_many(items, cache, jobs=args.jobs)
+    elapsed = time.perf_counter() - t0
+    csv_rows, db_rows, summary = [], [], []
+    n_fail = 0
+    for pc in counted:
+        rls = price(pc, profile, args.measured)
+        csv_rows += rows_for_csv(pc, rls)
+        db_rows += store_rows(pc, rls)
+        bad = [r for r in rls if r.t_sol_ms is None]
+        n_fail += len(bad)
+        limiters = sorted({r.limiter for r in rls if r.limiter})
+        summary.append({"problem": pc.name, "workloads": len(rls), "unsupported": len(bad),
+                        "t_sol_ms_geomean": problem_t_sol(rls), "limiters": limiters,
+                        "reason": bad[0].reason if bad else ""})
+    if args.csv:
+        write_csv(Path(args.csv), csv_rows)
+    if store is not None:
+        store.upsert_rows("roofline", db_rows, key=("problem", "workload_uuid", "gpu_profile"))
+    if args.json:
+        emit_json({"gpu": profile.name, "seconds": elapsed, "problems": summary,
+                   "workloads": csv_rows if len(items) <= 5 else None})
+    else:
+        table(f"speed of light on {profile.display_name} ({len(csv_rows)} workloads, "
+              f"{n_fail} unsupported, {elapsed:.1f} s)",
+              ["problem", "workloads", "T_sol geomean (ms)", "limiter", "note"],
+              [(s["problem"], s["workloads"],
+                f"{s['t_sol_ms_geomean']:.5g}" if s["t_sol_ms_geomean"] else "-",
+                ",".join(s["limiters"]), s["reason"][:60]) for s in summary])
+        if args.csv:
+            con.print(f"wrote {args.csv}")
+    return 0

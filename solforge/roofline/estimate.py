@@ -27,7 +27,7 @@ from .hardware import HardwareProfile
 from .inputs import build_inputs
 from .trace import HybridMode, InputUse, Origins, nbytes, patch_cuda_init
 
-COUNTER_VERSION = 1  # bump when the counting rules change: cached counts are keyed by it
+COUNTER_VERSION = 2  # bump when the counting rules change: cached counts are keyed by it
 
 
 class CountStatus(str, enum.Enum):
@@ -47,6 +47,7 @@ class WorkloadCount:
     ops: int = 0
     seconds: float = 0.0
     reason: str = ""
+    method: str = "trace"  # trace | analytic
 
     @property
     def bytes(self) -> float:
@@ -132,7 +133,15 @@ def count_problem(problem: Problem) -> list[WorkloadCount]:
         return [WorkloadCount(w.uuid, i, CountStatus.UNSUPPORTED,
                               reason=f"reference does not import: {type(e).__name__}: {e}")
                 for i, w in enumerate(problem.workloads)]
-    return [count_workload(w, i, module) for i, w in enumerate(problem.workloads)]
+    from .analytic import analytic_count
+
+    out = []
+    for i, w in enumerate(problem.workloads):
+        c = analytic_count(w, i)
+        if c is not None:
+            c.method = "analytic"
+        out.append(c if c is not None else count_workload(w, i, module))
+    return out
 
 
 def roofline(problem: str, c: WorkloadCount, profile: HardwareProfile,

@@ -1,0 +1,127 @@
+#!/usr/bin/env python
+"""Compare our B200 speed of light with NVIDIA's published per-workload sol_ms (SOL-ExecBench).
+
+For every shared problem: count (cached), price on the b200 profile, ratio = ours / NVIDIA's per
+workload, then per problem the geometric mean over its workloads. Prints the distribution (median,
+quantiles, share within [0.5, 2], worst outliers) and writes data/results/roofline_validation_b200.csv
+(one row per problem) and data/results/roofline_b200_workloads.csv (one row per workload).
+
+    .venv/bin/python scripts/validate_roofline.py [--root ../shared/sol_execbench] [--jobs 2] [--no-cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from solforge.roofline.batch import count_many, problem_dirs  # noqa: E402
+from solforge.roofline.hardware import load_profile  # noqa: E402
+from solforge.roofline.score import geomean  # noqa: E402
+from solforge.roofline.table import price, rows_for_csv, write_csv  # noqa: E402
+from solforge.settings import get  # noqa: E402
+
+
+def quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    pos = q * (len(xs) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default=str(get().shared_dir / "sol_execbench"))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--no-latency", action="store_true",
+                    help="price without the profile's fixed per-kernel latency (pure roofline)")
+    ap.add_argument("--out", default=str(REPO / "data" / "results" / "roofline_validation_b200.csv"))
+    ap.add_argument("--workloads-out", default=str(REPO / "data" / "results" / "roofline_b200_workloads.csv"))
+    args = ap.parse_args(argv)
+
+    profile = load_profile("b200")
+    if args.no_latency:
+        profile = profile.model_copy(update={"latency_s": 0.0})
+    dirs = problem_dirs(Path(args.root))
+    t0 = time.perf_counter()
+    counted = count_many(dirs, None if args.no_cache else get().cache_dir, jobs=args.jobs)
+    seconds = time.perf_counter() - t0
+
+    per_problem, all_rows = [], []
+    for pc in counted:
+        rls = price(pc, profile)
+        rows = rows_for_csv(pc, rls)
+        all_rows += rows
+        ratios = [r["ratio_to_nvidia"] for r in rows if r["ratio_to_nvidia"]]
+        unsupported = sum(1 for r in rls if r.t_sol_ms is None)
+        limiters: dict[str, int] = {}
+        for r in rls:
+            if r.limiter:
+                limiters[r.limiter] = limiters.get(r.limiter, 0) + 1
+        per_problem.append({
+            "problem": pc.name, "subset": pc.subset, "workloads": len(rls),
+            "compared": len(ratios), "unsupported": unsupported,
+            "ratio_geomean": geomean(ratios),
+            "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+            "ours_ms_geomean": geomean([r.t_sol_ms for r in rls if r.t_sol_ms]),
+            "nvidia_ms_geomean": geomean([r["nvidia_sol_ms"] for r in rows if r["nvidia_sol_ms"]]),
+            "limiters": ";".join(f"{k}={v}" for k, v in sorted(limiters.items())),
+            "method": ",".join(sorted({c.method for c in pc.counts})),
+            "reason": next((r.reason for r in rls if r.reason and r.t_sol_ms is None), ""),
+        })
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cols = list(per_problem[0].keys())
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for r in per_problem:
+            w.writerow({k: ("" if v is None else (f"{v:.6g}" if isinstance(v, float) else v))
+                        for k, v in r.items()})
+    write_csv(Path(args.workloads_out), all_rows)
+
+    ratios = [r["ratio_geomean"] for r in per_problem if r["ratio_geomean"]]
+    wl_ratios = [r["ratio_to_nvidia"] for r in all_rows if r["ratio_to_nvidia"]]
+    n = len(ratios)
+    within = sum(1 for x in ratios if 0.5 <= x <= 2.0)
+    print(f"B200 profile: {profile.display_name}; latency term {profile.latency_s * 1e6:.2f} us")
+    print(f"problems: {len(per_problem)}, compared: {n}, workloads compared: {len(wl_ratios)} "
+          f"of {len(all_rows)}, unsupported workloads: {sum(r['unsupported'] for r in per_problem)}")
+    print(f"counting time: {seconds:.1f} s (jobs={args.jobs}, cache={'off' if args.no_cache else 'on'})")
+    print("per-problem ratio ours/NVIDIA (geomean over workloads):")
+    print(f"  median {statistics.median(ratios):.3f}   geomean {geomean(ratios):.3f}")
+    print("  quantiles  " + "  ".join(f"p{int(q * 100):02d}={quantile(ratios, q):.3f}"
+                                       for q in (0.05, 0.10, 0.25, 0.5, 0.75, 0.90, 0.95)))
+    print(f"  within [0.5, 2]: {within}/{n} = {within / n:.1%}   within [0.8, 1.25]: "
+          f"{sum(1 for x in ratios if 0.8 <= x <= 1.25) / n:.1%}")
+    wl_within = sum(1 for x in wl_ratios if 0.5 <= x <= 2.0)
+    print(f"per-workload: median {statistics.median(wl_ratios):.3f}, within [0.5, 2]: "
+          f"{wl_within / len(wl_ratios):.1%}")
+    worst = sorted(per_problem, key=lambda r: -abs(math.log(r["ratio_geomean"]))
+                   if r["ratio_geomean"] else 0)[:15]
+    print("worst outliers:")
+    for r in worst:
+        if r["ratio_geomean"]:
+            print(f"  {r['ratio_geomean']:8.3f}  {r['subset']:17s} {r['problem'][:60]:60s} {r['limiters']}")
+    fails = [r for r in per_problem if r["unsupported"]]
+    if fails:
+        print("unsupported:")
+        for r in fails:
+            print(f"  {r['problem']}: {r['unsupported']}/{r['workloads']} {r['reason'][:150]}")
+    print(f"wrote {out} and {args.workloads_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
