@@ -196,7 +196,7 @@ def import_bench_rows(store: Store, rows_files: Iterable[Path], *, baselines_csv
                                   config={"source": rel, "sha256": digest, "importer": IMPORTER,
                                           "env": env, "t_b": "per workload: min of every eager and torch.compile "
                                                "time in the files imported together (bench timer)",
-                                          "files": [str(x) for x in rows_files],
+                                          "files": [str(x.relative_to(REPO)) if x.is_relative_to(REPO) else str(x) for x in rows_files],
                                           "times": "import order, not measurement time"},
                                   note=f"H200 measurements imported from {rel}")
         summary.runs.append(run_id)

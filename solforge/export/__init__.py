@@ -1,0 +1,1 @@
+"""Export: attempts as SOL-ExecBench solutions or torch.library ops."""
