@@ -13,6 +13,9 @@
 //   VEC          elements per load (VEC * sizeof(elem) <= 16 bytes)
 //   TPR          threads per row (power of two if < 32, else a multiple of 32)
 //   ROWS         rows per block (block = TPR * ROWS threads)
+//   WPRE         1: load the weight up front together with x (saves a DRAM round trip on small
+//                rows); 0: load it in the output loop (large rows: keeps the registers and the
+//                first wave of loads for x, which measured faster on 069, hidden 4096+)
 // Why: every row is read once into registers (HIDDEN / (TPR*VEC) vectors per thread), reduced
 // with warp shuffles (plus one shared-memory step when TPR > 32), and written once: the kernel
 // moves the minimum bytes, so large workloads run at copy bandwidth.
@@ -28,6 +31,10 @@
 #endif
 #ifndef WEIGHT_ROWS
 #define WEIGHT_ROWS 1
+#endif
+
+#ifndef WPRE
+#define WPRE 1
 #endif
 
 #define HAS_RES (RESID_MODE != 0 || POST_RESID != 0)
@@ -53,16 +60,19 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
     const long base = live ? row * HIDDEN : 0;
 
     const elem_t* wr = w + (WEIGHT_ROWS > 1 ? (row % WEIGHT_ROWS) * HIDDEN : 0);
-    // The weight is loaded up front, with x: after the reduction it would cost a second DRAM
-    // round trip, which is most of the time of a small row.
-    vec_t<VEC> wv[NPT];
+    // WPRE: the weight is loaded up front, with x: after the reduction it would cost a second
+    // DRAM round trip, which is most of the time of a small row. For large rows that preload
+    // competes with x for registers and memory slots, so the search can turn it off.
     float xf[NPT][VEC];
     float ss = 0.f;
+#if WPRE
+    vec_t<VEC> wv[NPT];
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
         const int vi = t + i * TPR;
         if (live && (NV % TPR == 0 || vi < NV)) wv[i] = load_vec<VEC>(wr + vi * VEC);
     }
+#endif
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
         const int vi = t + i * TPR;
@@ -113,13 +123,18 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
 #if POST_RESID
             vec_t<VEC> rv = load_vec<VEC>(res + base + vi * VEC);
 #endif
+#if WPRE
+            const vec_t<VEC> wi = wv[i];
+#else
+            const vec_t<VEC> wi = load_vec<VEC>(wr + vi * VEC);
+#endif
             vec_t<VEC> o;
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
 #if WEIGHT_MODE == 1
-                float y = to_f(wv[i].v[j]) * round_elem(xf[i][j] * inv);
+                float y = to_f(wi.v[j]) * round_elem(xf[i][j] * inv);
 #else
-                float y = xf[i][j] * inv * to_f(wv[i].v[j]);
+                float y = xf[i][j] * inv * to_f(wi.v[j]);
 #endif
 #if POST_RESID
                 y = to_f(rv.v[j]) + round_elem(y);

@@ -20,6 +20,8 @@ from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, const_val
 # Anything beyond a norm in the reference means another family (or an agent) should take it.
 _FOREIGN = re.compile(r"matmul|linear|softmax|conv|@|einsum|bmm|attention|\bcat\(|backward|grad|"
                       r"gelu|silu|sigmoid|tanh|exp\(|topk|sort|scatter|gather|index|sin\(|cos\(")
+WPRE_OFF_BYTES = 8192  # row size from which the weight preload is tried off first
+
 _EPS_LITERAL = re.compile(r"\beps\w*\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", re.I)
 
 
@@ -111,12 +113,16 @@ class RMSNormFamily(Family):
         out.sort(key=lambda p: (p["VEC"] != vecs[0],
                                 abs(-(-(hidden // p["VEC"]) // p["TPR"]) - 4),
                                 p["TPR"] * p["ROWS"] != 256))
+        # WPRE (weight preloaded with x) pays on small rows and cost 069 (hidden 8192, bf16) about
+        # a third of its bandwidth: rows of WPRE_OFF_BYTES or more try it off first.
+        pre_first = 0 if hidden * esize >= WPRE_OFF_BYTES else 1
         seen, uniq = set(), []
         for p in out:
             key = tuple(sorted(p.items()))
             if key not in seen:
                 seen.add(key)
-                uniq.append(p)
+                uniq.append({**p, "WPRE": pre_first})
+                uniq.append({**p, "WPRE": 1 - pre_first})
         return uniq
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
@@ -128,6 +134,8 @@ class RMSNormFamily(Family):
             raise FamilyError(f"VEC={vec} does not divide HIDDEN or exceeds 16 bytes")
         if (tpr < 32 and tpr & (tpr - 1)) or (tpr >= 32 and tpr % 32) or tpr * rows > 1024:
             raise FamilyError(f"TPR={tpr}, ROWS={rows}: bad block shape")
+        if params.get("WPRE", 1) not in (0, 1, True, False):  # absent: 1 (the .cu default)
+            raise FamilyError(f"WPRE={params['WPRE']!r} must be 0 or 1")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = read_source("common", "dtype.cuh") + "\n" + read_source("rmsnorm", "rmsnorm.cu")

@@ -88,3 +88,20 @@ def test_cute_rmsnorm_compiles_to_cubin(sol_execbench_dir):
     # flat parameters in the launch's order: 3 pointers, rows, eps
     assert [p.kind for p in entry.params] == ["ptr", "ptr", "ptr", "i32", "f32"]
     assert all(blob[:4] == b"\x7fELF" for blob in res.cubins.values())
+
+
+def test_rmsnorm_weight_preload_is_a_tunable(sol_execbench_dir):
+    """WPRE (weight loaded with x) is searched both ways; large rows try it off first, small on,
+    and each setting compiles to different code."""
+    fam = get_family("rmsnorm")
+    big = load_problem_dir(sol_execbench_dir / "L1/069_rms_norm")          # hidden 8192 bf16
+    small = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench/021_rmsnorm_h128")
+    assert fam.param_space(big)[0]["WPRE"] == 0 and fam.param_space(small)[0]["WPRE"] == 1
+    assert {p["WPRE"] for p in fam.param_space(big)} == {0, 1}
+    base = {k: v for k, v in fam.param_space(big)[0].items() if k != "WPRE"}
+    cubins = {w: compile_cuda_candidate(fam.instantiate(big, {**base, "WPRE": w}))[0] for w in (0, 1)}
+    assert cubins[0] != cubins[1]
+    # old params without WPRE stay valid (the kernel's default is the preload)
+    fam.instantiate(big, base)
+    with pytest.raises(FamilyError):
+        fam.instantiate(big, {**base, "WPRE": 2})
