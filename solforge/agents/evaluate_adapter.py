@@ -34,7 +34,10 @@ def evaluate_on_gpu(lab, problem, cand, compiled, env=None) -> Outcome:
         try:
             stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
                                            compile_result=compiled, job=job)
-            report = runner.run_stage(stage, timeout_s=cfg.eval_timeout_s, env=env)
+            timeout = lab.eval_timeout_s or cfg.eval_timeout_s
+            # a hung workload is killed early; the whole candidate never exceeds `timeout`
+            report = runner.run_stage(stage, timeout_s=timeout, env=env,
+                                      workload_timeout_s=max(10.0, min(60.0, timeout / 2)))
         except Exception as e:  # noqa: BLE001 - the evaluator failing is this attempt's failure
             wall = time.perf_counter() - t0
             return Outcome(AttemptStatus.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",
