@@ -1,0 +1,401 @@
+// C[M,N] = A[M,K] @ B[N,K]^T (torch.matmul(A, B.T)), fp16 or bf16 in and out, fp32 accumulation,
+// for sm_90a: wgmma.mma_async from shared memory, fed by a cp.async producer warpgroup through an
+// mbarrier ring (warp specialization). Plain pointer arguments only: no host-built TMA descriptor.
+//
+// Block: warpgroup 0 = producer (128 threads: cp.async 16-byte copies into 128B-swizzled shared
+// memory, completion signalled with cp.async.mbarrier.arrive.noinc); warpgroups 1..NWG = consumers
+// (NWG = BM / 64; each owns 64 rows of the BM x BN tile and issues m64nBNk16 wgmmas).
+//
+// Three tiers picked at run time by M (the launch grid/block/smem expressions use the same rule),
+// so one candidate serves M = 1 .. 16k:  tier 0 (M <= T0_MAXM), tier 1 (M <= T1_MAXM), tier 2.
+// Tier params Tt_{BM (64|128), BN (64|128|256), ST (stages), SPLIT (split-K; tier 2: 1)}.
+// Split-K: each CTA writes an fp32 partial tile to the workspace; the last CTA of the tile (atomic
+// ticket, TICKETS ints at the start of the workspace) sums the partials in split order and writes C.
+//
+// Problem params: DTYPE (1 fp16, 2 bf16), NN, KK (constant N, K), TICKETS, WATCHDOG (1: an mbarrier
+// wait longer than 2 s traps instead of hanging the GPU).
+//
+// ------------------------------------------------------------------------------------------------
+// Shared-memory layout and the wgmma matrix descriptor (why each field has its value)
+// ------------------------------------------------------------------------------------------------
+// A k-tile is BK = 64 elements = 128 bytes of one row: exactly one row of the 128-byte swizzle
+// atom. A tile of R rows (R = BM for A, BN for B; both operands are K-major, i.e. "row-major
+// [rows][K]") is stored as R rows of 128 bytes, row r at byte r*128, and the 16-byte chunk c of
+// that row (elements 8c .. 8c+7) at chunk position (c XOR (r & 7)):
+//        byte(r, c) = r*128 + ((c ^ (r & 7)) << 4)
+// This is the hardware's 128B swizzle ("Swizzle<3,4,3>"): address bits [4:6] XOR address bits
+// [7:9], applied to the address *inside an aligned 1024-byte block* (8 rows x 128 bytes). It only
+// matches our store pattern if every tile starts at a 1024-byte aligned shared address: the
+// dynamic shared base is rounded up to 1024 at run time, and each stage / tile size is a multiple
+// of 1024 (R*128 with R a multiple of 64).
+//
+// Descriptor (64 bits, PTX ISA "matrix descriptor" for wgmma):
+//   bits  0-13  start address >> 4  (shared address of the first element the wgmma reads; 18 bits
+//               of address, 16-byte units)
+//   bits 16-29  leading-dimension byte offset >> 4: the distance between core matrices along K.
+//               For K-major operands in a swizzled mode the whole K extent of one wgmma (16
+//               elements = 32 bytes) lies inside one 128-byte swizzle row, so it is not used;
+//               set to 1 (16 bytes) as CUTLASS does.
+//   bits 32-45  stride-dimension byte offset >> 4: the distance between consecutive groups of 8
+//               rows (core matrices along M or N) = 8 rows * 128 bytes = 1024 -> 64.
+//   bits 49-51  base offset = 0: the swizzle pattern starts at a 1024-aligned address (above).
+//   bits 62-63  layout: 1 = 128-byte swizzle (0 none, 2 = 64B, 3 = 32B).
+// K steps inside the 64-wide k-tile (kk = 0..3, 16 elements each) advance the start address by
+// kk*32 bytes. Why that is right: the hardware forms the address of logical (row r, chunk c') as
+// start + r*128 + c'*16 = tile + r*128 + (2kk + c')*16 (no carry out of bits 4-6 since
+// 2kk + c' <= 7), then XORs bits [4:6] with bits [7:9] = r & 7, giving chunk (2kk + c') ^ (r & 7):
+// exactly where the producer stored chunk c = 2kk + c' of row r.
+// Consumer warpgroup w reads A rows 64w .. 64w+63: start = A tile + w*64*128 (1024-aligned).
+// The B operand is the whole BN x 64 tile: N = BN rows, same descriptor form (trans-b = 0 means
+// K-major, which is how B [N, K] is stored). trans-a = 0 likewise for A [M, K].
+//
+// Accumulator layout of m64nNk16 (f32): thread t of the warpgroup (warp w = t/32, lane l) holds
+// d[i], i < N/2, for row 16w + l/4 + 8*((i/2)&1) and column 8*(i/4) + 2*(l%4) + (i&1).
+//
+// Pipeline (ST stages, k-tile kt uses stage s = kt % ST in round r = kt / ST):
+//   full[s]  (count 128): each producer thread's cp.async.mbarrier.arrive.noinc fires when its own
+//            copies of that stage have landed (noinc: the arrive counts toward the 128).
+//   empty[s] (count 128*NWG): every consumer thread arrives once its wgmmas reading s completed.
+//   Producer, round r: wait empty[s] parity (r&1)^1 (r = 0 passes at once: a fresh barrier counts
+//   its "preceding phase" as complete), copy, arrive full[s].  Consumer: wait full[s] parity r&1,
+//   fence.proxy.async (cp.async wrote through the generic proxy, wgmma reads through the async
+//   proxy), wgmma x4, commit, wait until only this group is in flight, release stage of kt-1.
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#define BK 64          // k elements per stage: one 128-byte swizzle row of fp16/bf16
+#define ROW_BYTES 128  // BK * 2
+#define MAX_ST 8
+#define MAX_THREADS 384
+
+#ifndef DTYPE
+#define DTYPE 1
+#endif
+#ifndef WATCHDOG
+#define WATCHDOG 1
+#endif
+#if DTYPE == 2
+typedef __nv_bfloat16 half_t;
+typedef __nv_bfloat162 half2_t;
+#define WG_TYPE "bf16"
+__device__ __forceinline__ half2_t pack2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+#else
+typedef __half half_t;
+typedef __half2 half2_t;
+#define WG_TYPE "f16"
+__device__ __forceinline__ half2_t pack2(float a, float b) { return __floats2half2_rn(a, b); }
+#endif
+
+namespace {
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier ------------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ bool mbar_try(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile(
+        "{\n.reg .pred P;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, P;\n}\n"
+        : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    if (mbar_try(bar, parity)) return;
+#if WATCHDOG
+    // Every legitimate wait here lasts about one k-tile (microseconds); one that lasts 2 s is a
+    // lost phase: trap, so the launch fails with an error instead of hanging the GPU.
+    const unsigned long long t0 = global_ns();
+    while (!mbar_try(bar, parity))
+        if (global_ns() - t0 > 2000000000ull) __trap();
+#else
+    while (!mbar_try(bar, parity)) {
+    }
+#endif
+}
+
+// ---- cp.async ------------------------------------------------------------------------------------
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+    const int n = valid ? 16 : 0;  // 0 source bytes: the 16 destination bytes are zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// ---- wgmma ---------------------------------------------------------------------------------------
+__device__ __forceinline__ unsigned long long smem_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)   // start address, 16-byte units
+           | (1ull << 16)                                 // LBO (unused for swizzled K-major)
+           | (64ull << 32)                                // SBO: 1024 bytes between 8-row groups
+           | (1ull << 62);                                // 128-byte swizzle
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving reads/writes of the accumulators across a wgmma wait.
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db);
+
+// BEGIN GENERATED wgmma wrappers (gen_wgmma_ops.py; do not edit by hand)
+template <> __device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." WG_TYPE "." WG_TYPE " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "n"(1)
+        : "memory");
+}
+
+template <> __device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." WG_TYPE "." WG_TYPE " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(1)
+        : "memory");
+}
+
+template <> __device__ __forceinline__ void wgmma_ss<256>(float (&d)[128], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." WG_TYPE "." WG_TYPE " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "n"(1)
+        : "memory");
+}
+// END GENERATED wgmma wrappers
+
+// ---- tile coordinates ----------------------------------------------------------------------------
+struct TileCoord {
+    int m_tile, n_tile, split, m_tiles;
+};
+
+template <int BM, int BN, int SPLIT, bool GROUPED>
+__device__ __forceinline__ TileCoord tile_coord(int M) {
+    constexpr int N_TILES = NN / BN;
+    TileCoord t;
+    t.m_tiles = (M + BM - 1) / BM;
+    int bid = blockIdx.x;
+    t.split = bid / (t.m_tiles * N_TILES);
+    bid -= t.split * t.m_tiles * N_TILES;
+    if (GROUPED) {  // groups of 16 M-tiles sweep all N-tiles: A and B tiles are reused from L2
+        constexpr int G = 16;
+        const int g = bid / (G * N_TILES);
+        const int first = g * G;
+        const int gsize = min(t.m_tiles - first, G);
+        const int in = bid - g * G * N_TILES;
+        t.m_tile = first + in % gsize;
+        t.n_tile = in / gsize;
+    } else {        // M-tiles fastest: the CTAs that share a B tile run together
+        t.m_tile = bid % t.m_tiles;
+        t.n_tile = bid / t.m_tiles;
+    }
+    return t;
+}
+
+// ---- producer warpgroup --------------------------------------------------------------------------
+template <int BM, int BN, int ST, int SPLIT, bool GROUPED>
+__device__ __forceinline__ void producer(const half_t* __restrict__ A, const half_t* __restrict__ B,
+                                         int M, unsigned base, unsigned full0, unsigned empty0) {
+    constexpr int KT = KK / SPLIT / BK;
+    constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
+    const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUPED>(M);
+    const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
+    const int kbeg = tc.split * (KK / SPLIT);
+    const int p = threadIdx.x;        // 0..127
+    const int c = p & 7;              // this thread's 16-byte chunk of each 128-byte row
+    const int r0 = p >> 3;            // its rows: r0, r0 + 16, r0 + 32, ...
+    // r & 7 == r0 & 7 for all of its rows, so the swizzled chunk offset is one constant
+    const unsigned dst0 = r0 * ROW_BYTES + ((c ^ (r0 & 7)) << 4);
+    const half_t* a_src = A + (size_t)min(m0 + r0, M - 1) * KK + kbeg + c * 8;
+    const half_t* b_src = B + (size_t)(n0 + r0) * KK + kbeg + c * 8;
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % ST;
+        mbar_wait(empty0 + 8 * s, ((kt / ST) & 1) ^ 1);
+        const unsigned sa = base + s * STAGE_BYTES + dst0;
+        const unsigned sb = sa + BM * ROW_BYTES;
+        const int k = kt * BK;
+#pragma unroll
+        for (int j = 0; j < BM / 16; ++j) {
+            const bool ok = m0 + r0 + 16 * j < M;   // rows past M are zero-filled
+            cp_async16(sa + j * 16 * ROW_BYTES, a_src + (ok ? (size_t)16 * j * KK : 0) + k, ok);
+        }
+#pragma unroll
+        for (int j = 0; j < BN / 16; ++j)
+            cp_async16(sb + j * 16 * ROW_BYTES, b_src + (size_t)16 * j * KK + k, true);
+        cp_async_arrive_noinc(full0 + 8 * s);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// ---- consumer warpgroups -------------------------------------------------------------------------
+template <int BM, int BN, int ST, int SPLIT, bool GROUPED>
+__device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restrict__ ws, int M,
+                                         unsigned base, unsigned full0, unsigned empty0, int* s_last) {
+    constexpr int NWG = BM / 64;
+    constexpr int KT = KK / SPLIT / BK;
+    constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
+    constexpr int R = BN / 2;  // accumulators per thread
+    static_assert(BM == 64 || BM == 128, "BM: 64 or 128");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN: 64, 128 or 256");
+    static_assert(ST >= 2 && ST <= MAX_ST, "stages");
+    static_assert(NN % BN == 0 && KK % (BK * SPLIT) == 0 && KT >= 1, "tiles must divide N and K");
+
+    const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUPED>(M);
+    const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
+    const int ct = threadIdx.x - 128;          // consumer thread 0 .. 128*NWG-1
+    const int wg = ct >> 7;                    // consumer warpgroup: rows 64*wg .. 64*wg+63
+    const int t = ct & 127, warp = t >> 5, lane = t & 31;
+
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.f;
+
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % ST;
+        mbar_wait(full0 + 8 * s, (kt / ST) & 1);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        const unsigned sa = base + s * STAGE_BYTES + wg * 64 * ROW_BYTES;
+        const unsigned sb = base + s * STAGE_BYTES + BM * ROW_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+            wgmma_ss<BN>(acc, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32));
+        wgmma_commit();
+        if (kt > 0) {            // the group of kt-1 is done: its stage can be refilled
+            wgmma_wait<1>();
+            mbar_arrive(empty0 + 8 * ((kt - 1) % ST));
+        }
+    }
+    wgmma_wait<0>();
+    fence_acc(acc);
+
+    const int row = m0 + wg * 64 + warp * 16 + (lane >> 2);
+    const int col0 = n0 + (lane & 3) * 2;
+    if (SPLIT == 1) {
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = col0 + 8 * j;
+            if (row < M)
+                *reinterpret_cast<half2_t*>(C + (size_t)row * NN + col) = pack2(acc[4 * j], acc[4 * j + 1]);
+            if (row + 8 < M)
+                *reinterpret_cast<half2_t*>(C + (size_t)(row + 8) * NN + col) =
+                    pack2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        return;
+    }
+
+    // Split-K: partial tile to the workspace, then the tile's last CTA reduces in split order.
+    int* tickets = reinterpret_cast<int*>(ws);
+    float* parts = ws + TICKETS;
+    float* part = parts + (size_t)tc.split * M * NN;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+        const int col = col0 + 8 * j;
+        if (row < M)
+            __stcg(reinterpret_cast<float2*>(part + (size_t)row * NN + col), make_float2(acc[4 * j], acc[4 * j + 1]));
+        if (row + 8 < M)
+            __stcg(reinterpret_cast<float2*>(part + (size_t)(row + 8) * NN + col),
+                   make_float2(acc[4 * j + 2], acc[4 * j + 3]));
+    }
+    __threadfence();
+    // named barrier 1 over the consumer threads only (the producer warpgroup is not waiting here)
+    asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    const int tile = tc.n_tile * tc.m_tiles + tc.m_tile;
+    if (ct == 0) *s_last = atomicAdd(tickets + tile, 1) == SPLIT - 1;
+    asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+    if (!*s_last) return;
+    __threadfence();
+    constexpr int C4 = BN / 4;
+    for (int i = ct; i < BM * C4; i += NWG * 128) {
+        const int r = i / C4, c = (i % C4) * 4;
+        const int grow = m0 + r;
+        if (grow >= M) continue;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+        for (int sp = 0; sp < SPLIT; ++sp) {
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(parts + ((size_t)sp * M + grow) * NN + n0 + c));
+            sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        half2_t h[2] = {pack2(sum.x, sum.y), pack2(sum.z, sum.w)};
+        *reinterpret_cast<uint2*>(C + (size_t)grow * NN + n0 + c) = *reinterpret_cast<uint2*>(h);
+    }
+    if (ct == 0) tickets[tile] = 0;  // ready for a next call on the same (unzeroed) workspace
+}
+
+template <int BM, int BN, int ST>
+constexpr bool fits() { return ST * (BM + BN) * ROW_BYTES + 1024 <= 227 * 1024 - 2048; }  // static smem incl. 1 KB reserved
+
+}  // namespace
+
+static_assert(T2_SPLIT == 1, "tier 2 has no split-K");
+static_assert(fits<T0_BM, T0_BN, T0_ST>() && fits<T1_BM, T1_BN, T1_ST>() && fits<T2_BM, T2_BN, T2_ST>(),
+              "shared memory");
+
+// __launch_bounds__(384, 1): the register cap at entry (168) that setmaxnreg needs; tiers with
+// BM = 64 launch 256 threads.
+extern "C" __global__ void __launch_bounds__(MAX_THREADS, 1)
+gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, half_t* __restrict__ C,
+                  float* __restrict__ ws, int M) {
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long bars[2 * MAX_ST];
+    __shared__ int s_last;
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 128B swizzle needs 1024 alignment
+    const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[MAX_ST]);
+    const int tier = M <= T0_MAXM ? 0 : (M <= T1_MAXM ? 1 : 2);
+    const int nwg = (tier == 0 ? T0_BM : tier == 1 ? T1_BM : T2_BM) / 64;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < MAX_ST; ++s) {
+            mbar_init(full0 + 8 * s, 128);
+            mbar_init(empty0 + 8 * s, 128 * nwg);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (tier == 0)
+            producer<T0_BM, T0_BN, T0_ST, T0_SPLIT, false>(A, B, M, base, full0, empty0);
+        else if (tier == 1)
+            producer<T1_BM, T1_BN, T1_ST, T1_SPLIT, false>(A, B, M, base, full0, empty0);
+        else
+            producer<T2_BM, T2_BN, T2_ST, 1, true>(A, B, M, base, full0, empty0);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        if (tier == 0)
+            consumer<T0_BM, T0_BN, T0_ST, T0_SPLIT, false>(C, ws, M, base, full0, empty0, &s_last);
+        else if (tier == 1)
+            consumer<T1_BM, T1_BN, T1_ST, T1_SPLIT, false>(C, ws, M, base, full0, empty0, &s_last);
+        else
+            consumer<T2_BM, T2_BN, T2_ST, 1, true>(C, ws, M, base, full0, empty0, &s_last);
+    }
+}
