@@ -43,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default=str(get().shared_dir / "sol_execbench"))
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--cache-dir", default=str(get().cache_dir), help="counts cache (default ~/.cache/solforge)")
     ap.add_argument("--no-latency", action="store_true",
                     help="price without the profile's fixed per-kernel latency (pure roofline)")
     ap.add_argument("--out", default=str(REPO / "data" / "results" / "roofline_validation_b200.csv"))
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
         profile = profile.model_copy(update={"latency_s": 0.0})
     dirs = problem_dirs(Path(args.root))
     t0 = time.perf_counter()
-    counted = count_many(dirs, None if args.no_cache else get().cache_dir, jobs=args.jobs)
+    counted = count_many(dirs, None if args.no_cache else Path(args.cache_dir), jobs=args.jobs)
     seconds = time.perf_counter() - t0
 
     per_problem, all_rows = [], []

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ SMALL_NUMEL = 1 << 16
 MATERIALIZE_NUMEL = 1 << 22
 # A reference that runs more aten ops than this is stopped (TraceTooLong) rather than timing out.
 MAX_OPS = 60_000
+# ... or runs longer than this (seconds of wall time per workload).
+MAX_SECONDS = 60.0
 
 _GATHER_SRC0 = {"index", "index_select", "gather", "take", "_unsafe_index", "take_along_dim"}
 
@@ -232,6 +235,7 @@ class HybridMode(TorchDispatchMode):
         self.counts = Counts()
         self.use = use
         self.origins = origins if origins is not None else Origins()
+        self.t0 = time.perf_counter()
 
     # The mode is not re-entered while __torch_dispatch__ runs, so the ops below execute directly.
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -241,6 +245,8 @@ class HybridMode(TorchDispatchMode):
         self.counts.ops += 1
         if self.counts.ops > MAX_OPS:
             raise TraceTooLong(f"more than {MAX_OPS} aten ops")
+        if self.counts.ops % 256 == 0 and time.perf_counter() - self.t0 > MAX_SECONDS:
+            raise TraceTooLong(f"tracing took more than {MAX_SECONDS:.0f} s")
         tensors = _tensors((args, kwargs))
         name = func._overloadpacket.__name__
         if not tensors:
