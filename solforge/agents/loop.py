@@ -90,6 +90,9 @@ class OptimizeLoop:
         self.run_id = self.store.create_run(kind="optimize", gpu_profile=self.lab.gpu_profile,
                                             config=self._config_json())
         report = LoopReport(self.run_id, gpu=self.lab.has_gpu)
+        # workers may be added after construction (the CLI wires the LLM to loop.on_llm_call)
+        self.cfg.planner.llm_available = "llm" in self.workers
+        self.cfg.planner.gpu_available = self.lab.has_gpu
         if not self.lab.has_gpu:
             report.notes.append(NO_GPU + ": attempts stay 'compiled' until evaluated on a GPU")
             self.progress(NO_GPU)

@@ -226,3 +226,38 @@ def test_model_benchmarks_with_the_evaluate_tool_and_repairs_correctness(store, 
     assert len(rows) == 2 and len(server.requests) == 4
     assert "provider outage" in report.stop_reason or "no worker" in report.stop_reason or \
         "no problem can make progress" in report.stop_reason
+
+
+def test_optimize_cli_with_a_model(tmp_path, sol_execbench_dir, monkeypatch, capsys):
+    """`solforge optimize --model ... --api-base ...`: the CLI wires the LLM worker to the loop."""
+    from solforge.cli import main
+
+    monkeypatch.setenv("SOLFORGE_SHARED_DIR", str(sol_execbench_dir.parent))
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SCRIPTED_LLM_KEY", SECRET)
+    monkeypatch.setattr("solforge.agents.lab.gpu_available", lambda: False)
+    db = tmp_path / "cli.duckdb"
+    # a problem no kernel family serves, so the planner must hand it to the LLM; the scripted model
+    # answers with a kernel for another problem, which the static check rejects (unknown tensors)
+    name = "001_attention_softmax_dropout_value_matmul_backward"
+    with ScriptedLLM([{"content": reply_with(candidate_json(RMSNORM_H128)), "repeat": 3}]) as server:
+        rc = main(["--json", "optimize", "--problems", f"L1/{name}",
+                   "--model", "openai/scripted", "--api-base", server.api_base,
+                   "--api-key-env", "SCRIPTED_LLM_KEY", "--max-calls", "3", "--budget-attempts", "5",
+                   "--db", str(db)])
+    assert rc == 0
+    cap = capsys.readouterr()
+    rep = json.loads(cap.out)
+    assert len(server.requests) == 3, (rep["stop_reason"], cap.err[-1500:])
+    assert server.headers[0]["authorization"] == f"Bearer {SECRET}"
+    assert rep["spent"]["attempts"] == 3
+    from solforge.store import Store
+
+    s = Store(db)
+    rows = s.query("SELECT agent, model, outcome, error FROM attempts")
+    assert [(r["agent"], r["model"], r["outcome"]) for r in rows] == [("llm", "openai/scripted", "invalid")] * 3
+    assert "hidden_states" in rows[0]["error"]  # names the tensor the problem does not have
+    assert s.scalar("SELECT count(*) FROM llm_calls") == 3
+    reasons = " ".join(r["reason"] for r in s.query("SELECT reason FROM planner_decisions"))
+    assert "LLM call cap reached" in reasons
+    s.close()
