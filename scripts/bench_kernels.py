@@ -47,7 +47,7 @@ def cmd_prepare(args) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from solforge.compile.api import compile_candidate, stage
-    from solforge.kernels import families_for
+    from solforge.kernels import all_families, families_for
     from solforge.problem.loader import load_problem_dir
 
     shared = Path(args.shared) / "sol_execbench"
@@ -63,7 +63,12 @@ def cmd_prepare(args) -> None:
         problem = load_problem_dir(pdir)
         fams = families_for(problem)
         if args.families:
-            fams = [f for f in fams if f.name in args.families.split(",")]
+            wanted = args.families.split(",")
+            fams = [f for f in fams if f.name in wanted]
+            # a family named here is benchmarked even while not offered to the search (that is
+            # how a new family gets its first GPU check)
+            fams += [f for f in all_families() if f.name in wanted and f not in fams
+                     and f.matches(problem)]
         for fam in fams:
             limit = args.max_gemm if fam.name.startswith("gemm") else args.max_variants
             listed = extra.get(problem.name, {}).get(fam.name, [])
@@ -78,6 +83,8 @@ def cmd_prepare(args) -> None:
             for f in ("definition.json", "workload.jsonl", "reference.py"):
                 if (pdir / f).exists():
                     shutil.copy(pdir / f, pd / f)
+            if args.m_values:
+                _write_m_workloads(pdir / "workload.jsonl", pd / "workload.jsonl", args.m_values)
             entry = {"key": key, "problem": problem.name, "subset": pdir.parent.name,
                      "family": fam.name, "variants": []}
             for i, params in enumerate(variants):
@@ -110,7 +117,45 @@ def cmd_prepare(args) -> None:
         sys.exit(1)
 
 
+def _write_m_workloads(src: Path, dst: Path, m_values: str) -> None:
+    """Replace a one-var-axis problem's workloads by one per value (--m-values 1,16,4096): the
+    first workload is the template (its inputs and tolerance), only the var axis changes."""
+    lines = [json.loads(l) for l in src.read_text().splitlines() if l.strip()]
+    tmpl = lines[0]
+    if len(tmpl["axes"]) != 1:
+        raise SystemExit(f"--m-values needs one var axis, {src} has {sorted(tmpl['axes'])}")
+    axis = next(iter(tmpl["axes"]))
+    out = []
+    for v in (int(x) for x in m_values.split(",")):
+        w = json.loads(json.dumps(tmpl))
+        w["axes"] = {axis: v}
+        w["uuid"] = f"{tmpl['uuid'][:8]}-{axis}{v}"
+        out.append(json.dumps(w))
+    dst.write_text("\n".join(out) + "\n")
+
+
 # ──────────────────────────────────────────── run (GPU) ──────────────────────────────────────────
+def _error_pattern(out, ref, tol) -> str:
+    """Where a 2-D output is wrong: bad fraction, first bad (row, col), and the rows mod 64 /
+    columns mod 64 that are bad most often (a tile or swizzle bug shows as a pattern there)."""
+    try:
+        x, y = out.float().reshape(-1, out.shape[-1]), ref.float().reshape(-1, ref.shape[-1])
+        bad = ~((x - y).abs() <= tol.max_atol + tol.max_rtol * y.abs())
+        n = int(bad.sum())
+        if n == 0:
+            return "no bad elements"
+        idx = bad.nonzero()
+        r, c = idx[:, 0], idx[:, 1]
+        top = lambda v: [int(i) for i in (v % 64).bincount(minlength=64).topk(4).indices]
+        nan = int(x.isnan().sum())
+        return (f"bad {n}/{bad.numel()} ({n / bad.numel():.3f}) nan {nan} first ({int(r[0])},{int(c[0])}) "
+                f"out {float(x[r[0], c[0]]):.4g} ref {float(y[r[0], c[0]]):.4g} "
+                f"bad rows%64 {top(r)} cols%64 {top(c)} bad rows {int(bad.any(1).sum())}/{bad.shape[0]} "
+                f"cols {int(bad.any(0).sum())}/{bad.shape[1]}")
+    except Exception as e:  # noqa: BLE001
+        return f"pattern failed: {e}"
+
+
 class Timer:
     """CUDA-event timing of one call with the L2 flushed before each call; median of the calls."""
 
@@ -280,6 +325,9 @@ def cmd_run(args) -> None:
                             ok, err = ok and o, max(err, e_ or 0.0)
                             reason = reason or r_
                         row.update(ok=ok, max_abs_err=err, reason=reason)
+                        if not ok and len(refs) == 1:
+                            k = next(iter(refs))
+                            row["pattern"] = _error_pattern(outs[k], refs[k], rw.workload.tolerance)
                         if ok:
                             row["t_kernel_ms"], row["spread_ms"] = timer(plan_.run)
                     except Exception as e:  # noqa: BLE001
@@ -349,6 +397,9 @@ def _print_problem(rows_path: Path, problem: str) -> None:
         n_ok[r["variant"]][1] += 1
     fails = [f"{v}:{a}/{b}" for v, (a, b) in n_ok.items() if a < b]
     reasons = sorted({r.get("reason", "")[:160] for r in rows if not r.get("ok")})[:2]
+    pats = [f"{r['variant']} {r['axes']}: {r['pattern']}" for r in rows if r.get("pattern")][:2]
+    for pat in pats:
+        print(f"    {pat}", flush=True)
     if best is None:
         print(f"{problem:44s} NO CORRECT VARIANT  fails {fails} {reasons}", flush=True)
     else:
@@ -445,6 +496,8 @@ def cmd_report(args) -> None:
     for r in rows:
         by_pf.setdefault((r["problem"], r["family"]), []).append(r)
     for (prob, fam_name), rs in sorted(by_pf.items()):
+        if args.no_best:
+            break
         fb = best_variants(rs).get(prob)
         if fb is None:
             continue
@@ -473,6 +526,37 @@ def cmd_report(args) -> None:
     print("\n".join(txt))
 
 
+def cmd_table(args) -> None:
+    """Per problem and workload: the reference's time and each family's best variant there (and
+    the spread of all its variants), so a new family can be compared at each size."""
+    rows = _load_rows(Path(args.rows))
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["problem"], json.dumps(r["axes"], sort_keys=True)), []).append(r)
+    fams = sorted({r["family"] for r in rows})
+    head = f"{'problem':24s} {'axes':>22s} {'torch_us':>9s}" + "".join(
+        f" {f + '_us':>15s} {'x':>5s} {'var':>5s} {'ok':>5s}" for f in fams)
+    lines = [head]
+    for (prob, axes), rs in sorted(by.items(), key=lambda kv: (kv[0][0], sorted(json.loads(kv[0][1]).values()))):
+        te = _t_base(rs[0])
+        ax = " ".join(f"{k}={v}" for k, v in json.loads(axes).items())
+        line = f"{prob[:24]:24s} {ax:>22s} {te * 1e3:9.1f}"
+        for f in fams:
+            fr = [r for r in rs if r["family"] == f]
+            ok = [r for r in fr if r.get("ok") and r.get("t_kernel_ms")]
+            if not ok:
+                line += f" {'-':>15s} {'':>5s} {'':>5s} {len(ok):>2d}/{len(fr):<2d}"
+                continue
+            b = min(ok, key=lambda r: r["t_kernel_ms"])
+            line += (f" {b['t_kernel_ms'] * 1e3:15.1f} {te / b['t_kernel_ms']:5.2f} "
+                     f"{b['variant'].split(':')[-1]:>5s} {len(ok):>2d}/{len(fr):<2d}")
+        lines.append(line)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -486,6 +570,8 @@ def main() -> None:
     p.add_argument("--variants", default="", help="JSON {problem: {family: [params, ...]}} tried first")
     p.add_argument("--only-listed", action="store_true", help="only the --variants params")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--m-values", default="", help="e.g. 1,16,64,512,4096: one workload per value "
+                   "of the (single) var axis instead of the problem's workloads")
     p.add_argument("--keep", action="store_true")
     r = sub.add_parser("run")
     r.add_argument("--dir", default=str(REPO / ".carry" / "bench"))
@@ -499,8 +585,12 @@ def main() -> None:
     s.add_argument("--env", required=True)
     s.add_argument("--dir", default=str(REPO / ".carry" / "bench"))
     s.add_argument("--gpu", default="h200")
+    s.add_argument("--no-best", action="store_true", help="do not write kernels_cuda/<family>/best/")
+    t = sub.add_parser("table", help="per-workload table: reference vs each family's best variant")
+    t.add_argument("--rows", required=True)
+    t.add_argument("--out", default="")
     args = ap.parse_args()
-    {"prepare": cmd_prepare, "run": cmd_run, "report": cmd_report}[args.cmd](args)
+    {"prepare": cmd_prepare, "run": cmd_run, "report": cmd_report, "table": cmd_table}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -354,7 +354,7 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
 }
 
 template <int BM, int BN, int ST>
-constexpr bool fits() { return ST * (BM + BN) * ROW_BYTES + 1024 <= 227 * 1024 - 2048; }  // static smem incl. 1 KB reserved
+__host__ __device__ constexpr bool fits() { return ST * (BM + BN) * ROW_BYTES + 1024 <= 227 * 1024 - 2048; }  // static smem incl. 1 KB reserved
 
 }  // namespace
 
