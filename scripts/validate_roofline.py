@@ -44,6 +44,10 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--cache-dir", default=str(get().cache_dir), help="counts cache (default ~/.cache/solforge)")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="use only problems whose counts are already cached (a partial report)")
+    ap.add_argument("--max-workloads", type=int, default=None,
+                    help="count only the first N workloads of each problem (a sample, to save time)")
     ap.add_argument("--no-latency", action="store_true",
                     help="price without the profile's fixed per-kernel latency (pure roofline)")
     ap.add_argument("--out", default=str(REPO / "data" / "results" / "roofline_validation_b200.csv"))
@@ -55,7 +59,23 @@ def main(argv=None) -> int:
         profile = profile.model_copy(update={"latency_s": 0.0})
     dirs = problem_dirs(Path(args.root))
     t0 = time.perf_counter()
-    counted = count_many(dirs, None if args.no_cache else Path(args.cache_dir), jobs=args.jobs)
+    if args.cached_only:
+        from solforge.problem.loader import load_problem_dir
+        from solforge.roofline.batch import cached_only
+
+        counted = [pc for d in dirs
+                   if (pc := cached_only(load_problem_dir(d, d.parent.name), Path(args.cache_dir)))]
+    else:
+        items = dirs
+        if args.max_workloads:
+            from solforge.problem.loader import load_problem_dir
+
+            items = []
+            for d in dirs:
+                p = load_problem_dir(d, d.parent.name)
+                p.workloads = p.workloads[:args.max_workloads]
+                items.append(p)
+        counted = count_many(items, None if args.no_cache else Path(args.cache_dir), jobs=args.jobs)
     seconds = time.perf_counter() - t0
 
     per_problem, all_rows = [], []
@@ -97,7 +117,7 @@ def main(argv=None) -> int:
     n = len(ratios)
     within = sum(1 for x in ratios if 0.5 <= x <= 2.0)
     print(f"B200 profile: {profile.display_name}; latency term {profile.latency_s * 1e6:.2f} us")
-    print(f"problems: {len(per_problem)}, compared: {n}, workloads compared: {len(wl_ratios)} "
+    print(f"problems: {len(per_problem)} of {len(dirs)}, compared: {n}, workloads compared: {len(wl_ratios)} "
           f"of {len(all_rows)}, unsupported workloads: {sum(r['unsupported'] for r in per_problem)}")
     print(f"counting time: {seconds:.1f} s (jobs={args.jobs}, cache={'off' if args.no_cache else 'on'})")
     print("per-problem ratio ours/NVIDIA (geomean over workloads):")

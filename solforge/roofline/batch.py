@@ -50,6 +50,13 @@ def _published(problem: Problem) -> list[dict]:
     return list(ref.get("per_workload") or [])
 
 
+def cached_only(problem: Problem, cache_dir: Optional[Path]) -> Optional[ProblemCount]:
+    """The cached counts of a problem, or None (no counting)."""
+    if cache_dir is None or not _cache_file(cache_dir, problem.content_hash).exists():
+        return None
+    return count_cached(problem, cache_dir)
+
+
 def count_cached(problem: Problem, cache_dir: Optional[Path]) -> ProblemCount:
     h = problem.content_hash
     if cache_dir is not None:
