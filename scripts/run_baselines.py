@@ -1,17 +1,28 @@
 #!/usr/bin/env python3
 """T_b for every workload of every problem: the reference in eager PyTorch and under torch.compile,
-timed on the GPU with the evaluator's timer (CUPTI span, L2 flush, rotated inputs).
+timed with the evaluator's timer (CUPTI span, L2 flush, rotated inputs); T_b = the faster of the two.
 
-    python scripts/run_baselines.py --dataset DIR --out OUTDIR [--deadline-s 480] [--compile-workers 8]
-                                    [--existing data/results/baselines_h200.csv]
+    python3 scripts/run_baselines.py --dataset DIR --out OUTDIR --deadline-s 180
+        [--existing data/results/baselines_h200.csv] [--gpus auto|0,1|N] [--device cuda|cpu]
 
-One eager worker walks all problems; N compile workers share them (torch.compile is CPU-heavy);
-every measurement holds a GPU file lock, so timings never overlap (compiles and input generation do).
-A worker that crashes or overruns a problem's time limit is killed and restarted after that problem,
-which is recorded with the reason. At the deadline everything stops and what finished is written:
-OUTDIR/baselines_rows.jsonl (every row), OUTDIR/baselines_h200.csv (one line per workload) and
-OUTDIR/baselines_failures.md (problems whose reference cannot run, with the reason). Rows already in
---existing (status passed) are never measured again.
+Plan, made to finish inside a hard deadline on a box with a few GPUs and many CPU cores:
+1. Eager first, on every GPU at once (one worker per GPU, CUDA_VISIBLE_DEVICES pins it): every
+   workload not yet in --existing, in tasks of at most --chunk workloads, slowest first, claimed by
+   whichever GPU is free (a claim is a file made with O_EXCL), so both GPUs end together.
+   Slow references (Python loops over sequences, huge GEMMs) are cut by repetitions, never skipped:
+   a call slower than --workload-budget-s is timed once; past --hurry-at-s every workload gets one
+   warm-up and a single rep when the budget says so.
+2. torch.compile next: --compile-workers per GPU (default: the CPU cores shared out) start importing
+   torch while eager runs, and begin when the GPU's eager work is done; compiles run in parallel on the
+   CPU, every timed measurement (and input generation) holds the GPU's lock. Cheap-to-compile problems
+   first; references that loop over `.item()` values last.
+A worker that dies or overruns --task-timeout-s is killed and restarted; its task is recorded. At the
+deadline everything is killed. OUTDIR/baselines_h200.csv (merged with --existing), baselines_rows.jsonl
+and baselines_failures.md are rewritten every --flush-s seconds, at the deadline and on SIGTERM/SIGINT,
+so they exist whatever happens. The last lines printed: workloads with eager / compile / neither per
+subset.
+
+--device cpu is a dry run of the same machinery on the CPU (wall-clock timer, no CUDA): for testing.
 """
 
 from __future__ import annotations
@@ -20,295 +31,573 @@ import argparse
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+CSV_COLS = ["problem", "workload_uuid", "eager_ms", "compile_ms", "T_b_ms", "T_b_variant", "label",
+            "gpu", "driver", "clocks", "timing_method", "eager_status", "compile_status",
+            "eager_spread", "compile_spread", "eager_message", "compile_message", "subset",
+            "eager_reps", "compile_reps"]
 
-def problem_dirs(dataset: Path) -> list[Path]:
-    return sorted(p.parent for p in dataset.glob("*/*/definition.json"))
+
+# ── the plan ─────────────────────────────────────────────────────────────────────────────────────
+def discover(dataset: Path, only: str = "") -> list[dict]:
+    """Problems with their workload uuids and a cost guess, read without the problem model (fast)."""
+    out = []
+    pre = tuple(x for x in only.split(",") if x)
+    for d in sorted(p.parent for p in dataset.glob("*/*/definition.json")):
+        if pre and not d.name.startswith(pre):
+            continue
+        uuids = [json.loads(line)["uuid"] for line in (d / "workload.jsonl").read_text().splitlines()
+                 if line.strip()]
+        ref = json.loads((d / "definition.json").read_text()).get("reference", "")
+        lat = {}
+        try:
+            b = json.loads((d / "b200_reference.json").read_text())
+            lat = {i: w.get("baseline_latency_ms") or 0.0 for i, w in
+                   enumerate(b.get("per_workload", []))}
+        except (OSError, ValueError):
+            pass
+        # Python loops that read tensor values (.item()) run thousands of tiny kernels per call in
+        # eager mode and make torch.compile break graphs and recompile: the slow ones.
+        loops = ".item()" in ref and "for " in ref
+        cost = [0.03 + 20 * (lat.get(i, 0.05) * (30 if loops else 2)) / 1e3 for i in range(len(uuids))]
+        out.append({"dir": str(d), "name": d.name, "subset": d.parent.name, "uuids": uuids,
+                    "cost": cost, "loops": loops, "ref_len": len(ref)})
+    return out
+
+
+def read_existing(path) -> dict:
+    """(problem, uuid) -> row of an earlier CSV."""
+    if not path or not Path(path).exists():
+        return {}
+    with open(path, newline="") as f:
+        return {(r["problem"], r["workload_uuid"]): r for r in csv.DictReader(f)}
+
+
+def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int) -> dict:
+    """variant -> ordered task list; a task is (problem, uuids still to measure)."""
+    tasks: dict = {v: [] for v in variants}
+    for v in variants:
+        for p in problems:
+            todo = [(u, c) for u, c in zip(p["uuids"], p["cost"])
+                    if not existing.get((p["name"], u), {}).get(f"{v}_ms")]
+            if not todo:
+                continue
+            # eager: split big problems so that both GPUs share them; compile: one task per problem
+            # (one compile serves its workloads)
+            size = chunk if v == "eager" else len(todo)
+            for k in range(0, len(todo), size):
+                part = todo[k:k + size]
+                tasks[v].append({"id": f"{v}-{p['name']}-{k // size}", "problem": p["name"],
+                                 "subset": p["subset"], "dir": p["dir"], "uuids": [u for u, _ in part],
+                                 "cost": sum(c for _, c in part), "loops": p["loops"],
+                                 "ref_len": p["ref_len"]})
+    if "eager" in tasks:  # longest first: the last task to finish is a short one
+        tasks["eager"].sort(key=lambda t: -t["cost"])
+    if "compile" in tasks:  # most workloads per unit of compile work first, loops last
+        tasks["compile"].sort(key=lambda t: (t["loops"], t["ref_len"] / len(t["uuids"])))
+    return tasks
 
 
 # ── worker ───────────────────────────────────────────────────────────────────────────────────────
+class WallTimer:
+    """--device cpu only: wall-clock timing of CPU calls, so the machinery can be tested anywhere."""
+
+    def measure(self, call, reps, warmup_ms=10.0, budget_s=10.0, min_warmup_calls=2, min_reps=5):
+        from solforge.evaluate.timing import Timing
+
+        per = 1e-3
+        if warmup_ms > 0 or min_warmup_calls > 0:
+            t0, n = time.perf_counter(), 0
+            while n < max(min_warmup_calls, 1) or (time.perf_counter() - t0) * 1e3 < warmup_ms:
+                call(n)
+                n += 1
+            per = (time.perf_counter() - t0) / n
+            reps = max(min(reps, min_reps), min(reps, int(budget_s / max(per, 1e-6))))
+        samples = []
+        for i in range(reps):
+            t0 = time.perf_counter()
+            call(i)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        return Timing(samples, "cpu-wall")
+
+
+def claim(claims: Path, task_id: str) -> bool:
+    try:
+        os.close(os.open(claims / task_id, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 def worker(args) -> int:
-    import torch
-
-    from solforge.evaluate import hardware
-    from solforge.evaluate.baseline import time_problem
-    from solforge.evaluate.timing import Timer
-    from solforge.problem import load_problem_dir
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    done = {tuple(x) for x in json.loads(Path(args.skip_file).read_text())} if args.skip_file else set()
     out = open(args.rows, "a", buffering=1)
 
     def emit(obj):
         out.write(json.dumps(obj) + "\n")
 
-    emit({"event": "hardware", **hardware.capture().__dict__})
-    timer = Timer(torch.device("cuda"))
+    import torch
+
+    from solforge.evaluate import hardware
+    from solforge.evaluate.baseline import time_problem
+    from solforge.problem import load_problem_dir
+
+    if args.variant == "compile":
+        import torch._dynamo  # noqa: F401 - the heavy imports, done while eager runs
+        import torch._inductor.compile_fx  # noqa: F401
+    emit({"event": "ready"})
+    go = Path(args.go) if args.go else None
+    while go is not None and not go.exists():
+        if Path(args.claims, "STOP").exists():
+            return 0
+        time.sleep(0.2)
+    cpu = args.device == "cpu"
+    if not cpu:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        hw = hardware.capture(torch.device("cuda", 0)).__dict__
+        hw["clocks"] = hardware.clocks(args.gpu_index)  # nvidia-smi numbers GPUs physically
+        from solforge.evaluate.timing import Timer
+
+        timer = Timer(torch.device("cuda", 0))
+    else:
+        hw = {"gpu_name": "cpu (dry run)", "driver": "", "torch_version": torch.__version__}
+        timer = WallTimer()
+    emit({"event": "hardware", **hw})
+    tasks = json.loads(Path(args.tasks).read_text())
+    claims = Path(args.claims)
     stage = Path(args.stage)
-    for pdir in [Path(p) for p in args.problems.split(os.pathsep) if p]:
-        emit({"event": "begin", "problem_dir": str(pdir)})
-        try:
-            problem = load_problem_dir(pdir)
-        except Exception as e:  # noqa: BLE001
-            emit({"event": "end", "problem_dir": str(pdir), "error": f"load: {e}"})
+    for t in tasks:
+        if (claims / "STOP").exists():
+            break
+        if not claim(claims, t["id"]):
             continue
-        skip = frozenset(u for (p, u, v) in done if p == problem.name and v == args.variant)
-        for row in time_problem(problem, args.variant, stage, reps=args.reps,
-                                problem_budget_s=args.problem_budget_s, lock_path=args.lock,
-                                skip=skip, timer=timer):
-            emit({"event": "row", **row.to_json()})
-        emit({"event": "end", "problem_dir": str(pdir), "problem": problem.name})
-        emit({"event": "hardware", **hardware.capture().__dict__})  # clocks under load, not idle
-        torch.cuda.empty_cache()
-        torch._dynamo.reset() if args.variant == "compile" else None
+        emit({"event": "begin", "task": t["id"]})
+        try:
+            problem = load_problem_dir(Path(t["dir"]))
+        except Exception as e:  # noqa: BLE001
+            emit({"event": "end", "task": t["id"], "error": f"load: {type(e).__name__}: {e}"})
+            continue
+        for row in time_problem(problem, args.variant, stage, reps=args.reps, only=t["uuids"],
+                                device="cpu" if cpu else "cuda:0", timer=timer,
+                                workload_budget_s=args.workload_budget_s, problem_budget_s=1e9,
+                                min_reps=args.min_reps, hurry_at=args.hurry_at,
+                                hurry_after_s=args.hurry_after_s, lock_path=args.lock,
+                                inputs_in_lock=args.variant == "compile"):
+            emit({"event": "row", "gpu": args.gpu_index, **row.to_json()})
+        emit({"event": "end", "task": t["id"]})
+        if not cpu:
+            torch.cuda.empty_cache()
+        if args.variant == "compile":
+            torch._dynamo.reset()
+    emit({"event": "idle"})
     return 0
 
 
 # ── parent ───────────────────────────────────────────────────────────────────────────────────────
-class Chain:
-    """A worker process over a list of problems, restarted after the problem it died on."""
+class Proc:
+    """One worker process (variant, GPU); restarted after a death while its variant has tasks."""
 
-    def __init__(self, name, variant, problems, args, out: Path, skip_file: str):
-        self.name, self.variant, self.todo = name, variant, list(problems)
-        self.args, self.out, self.skip_file = args, out, skip_file
-        self.rows_path = out / f"rows_{name}.jsonl"
+    def __init__(self, name: str, variant: str, gpu: int, run: "Run"):
+        self.name, self.variant, self.gpu, self.run = name, variant, gpu, run
+        self.rows_path = run.out / "workers" / f"{name}.jsonl"
+        self.log_path = run.out / "workers" / f"{name}.log"
         self.proc = None
-        self.read_pos = 0
-        self.current = None
-        self.current_since = 0.0
-        self.failures: list[dict] = []
-        self.rows: list[dict] = []
-        self.hardware: dict = {}
-        self.limit = args.problem_timeout_s
+        self.pos = 0
+        self.current = None          # task id in flight
+        self.since = 0.0
+        self.done_rows: set = set()  # uuids of the current task already reported
+        self.finished = False        # exited after running out of tasks
+        self.ready = False
 
-    def start(self):
-        if not self.todo:
-            return
+    def start(self) -> None:
+        a = self.run.args
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--variant", self.variant,
-               "--problems", os.pathsep.join(map(str, self.todo)), "--rows", str(self.rows_path),
-               "--lock", str(self.out / "gpu.lock"), "--stage", str(self.out / f"stage_{self.name}"),
-               "--reps", str(self.args.reps), "--problem-budget-s", str(self.args.problem_budget_s),
-               "--skip-file", self.skip_file]
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
-                   TORCHINDUCTOR_COMPILE_THREADS=str(self.args.compile_threads))
-        self.log = open(self.out / f"worker_{self.name}.log", "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
-        self.current, self.current_since = None, time.monotonic()
+               "--tasks", str(self.run.task_file[self.variant]), "--claims", str(self.run.claims),
+               "--rows", str(self.rows_path), "--stage", str(self.run.out / "stage" / self.name),
+               "--lock", str(self.run.out / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
+               "--device", a.device, "--reps", str(a.reps), "--min-reps", str(a.min_reps),
+               "--workload-budget-s", str(a.workload_budget_s)]
+        if self.variant == "eager":
+            cmd += ["--hurry-at", str(self.run.hurry_epoch)]
+        else:
+            cmd += ["--go", str(self.run.out / f"go_compile_gpu{self.gpu}"),
+                    "--hurry-after-s", str(a.compile_hurry_after_s)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
+            [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        if a.device != "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = str(self.gpu)
+        if self.variant == "compile":
+            env.update(TORCHINDUCTOR_COMPILE_THREADS=str(a.compile_threads), OMP_NUM_THREADS="1")
+        else:
+            env.setdefault("OMP_NUM_THREADS", "4")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.current = None
 
-    def poll(self):
-        if self.rows_path.exists():
-            with open(self.rows_path) as f:
-                f.seek(self.read_pos)
-                while True:
-                    line = f.readline()
-                    if not line or not line.endswith("\n"):
-                        break
-                    self.read_pos = f.tell()
-                    obj = json.loads(line)
-                    ev = obj.pop("event")
-                    if ev == "hardware":
-                        self.hardware = obj
-                    elif ev == "begin":
-                        self.current, self.current_since = obj["problem_dir"], time.monotonic()
-                    elif ev == "row":
-                        self.rows.append(obj)
-                    elif ev == "end":
-                        if obj.get("error"):
-                            self.failures.append({"problem_dir": obj["problem_dir"],
-                                                  "variant": self.variant, "reason": obj["error"]})
-                        if obj["problem_dir"] in map(str, self.todo):
-                            self.todo = self.todo[[str(p) for p in self.todo].index(obj["problem_dir"]) + 1:]
-                        self.current = None
-        if self.proc is None:
+    def read(self) -> None:
+        if not self.rows_path.exists():
+            return
+        with open(self.rows_path) as f:
+            f.seek(self.pos)
+            while True:
+                line = f.readline()
+                if not line.endswith("\n"):
+                    break
+                self.pos = f.tell()
+                obj = json.loads(line)
+                ev = obj.pop("event")
+                if ev == "ready":
+                    self.ready = True
+                elif ev == "hardware":
+                    self.run.hardware.setdefault(self.gpu, obj)
+                elif ev == "begin":
+                    self.current, self.since, self.done_rows = obj["task"], time.monotonic(), set()
+                elif ev == "row":
+                    self.done_rows.add(obj["workload_uuid"])
+                    self.run.rows.append(obj)
+                elif ev == "end":
+                    if obj.get("error"):
+                        self.run.fail(obj["task"], self.variant, obj["error"], self.done_rows)
+                    self.current = None
+
+    def poll(self) -> None:
+        self.read()
+        if self.proc is None or self.finished:
             return
         rc = self.proc.poll()
-        overrun = self.current and time.monotonic() - self.current_since > self.limit
-        if rc is not None or overrun:
-            if overrun:
-                self.kill()
-            reason = (f"over the {self.limit:.0f} s problem limit (killed)" if overrun
-                      else f"worker died (exit {rc})")
-            if self.current:
-                self.failures.append({"problem_dir": self.current, "variant": self.variant,
-                                      "reason": reason + ": " + self.tail()})
-                strs = [str(p) for p in self.todo]
-                if self.current in strs:
-                    self.todo = self.todo[strs.index(self.current) + 1:]
-            elif rc is not None and rc != 0 and self.todo:
-                self.failures.append({"problem_dir": str(self.todo[0]), "variant": self.variant,
-                                      "reason": reason + ": " + self.tail()})
-                self.todo = self.todo[1:]
-            elif rc == 0:
-                self.todo = []
+        limit = self.run.args.task_timeout_s
+        overrun = self.current is not None and time.monotonic() - self.since > limit
+        if rc is None and not overrun:
+            return
+        if overrun:
+            self.kill()
+            self.read()
+        if self.current is not None:
+            why = f"over the {limit:.0f} s task limit (killed)" if overrun else \
+                f"worker died (exit {rc})"
+            self.run.fail(self.current, self.variant, why + ": " + self.tail(), self.done_rows)
+            self.current = None
+        if rc == 0 and not overrun:
+            self.finished = True
             self.proc = None
+            return
+        self.proc = None
+        if self.run.has_unclaimed(self.variant) and self.run.left() > 15:
             self.start()
+        else:
+            self.finished = True
 
     def tail(self) -> str:
         try:
-            return (self.out / f"worker_{self.name}.log").read_text(errors="replace")[-600:].replace("\n", " | ")
+            return self.log_path.read_text(errors="replace")[-500:].replace("\n", " | ")
         except OSError:
             return ""
 
-    def kill(self):
+    def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, 9)
+                os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.proc.wait()
 
     @property
-    def running(self) -> bool:
-        return self.proc is not None
+    def active(self) -> bool:
+        return self.proc is not None and not self.finished
 
 
-def read_existing(path: Path) -> dict:
-    """(problem, uuid) -> existing CSV row, for rows measured before."""
-    if not path or not path.exists():
-        return {}
-    with open(path) as f:
-        return {(r["problem"], r["workload_uuid"]): r for r in csv.DictReader(f)}
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.t0 = time.monotonic()
+        self.out = args.out
+        (self.out / "workers").mkdir(parents=True, exist_ok=True)
+        (self.out / "stage").mkdir(exist_ok=True)
+        self.claims = self.out / "claims"
+        self.claims.mkdir(exist_ok=True)
+        for f in self.claims.iterdir():  # a fresh plan every run
+            f.unlink()
+        self.hurry_epoch = time.time() + (args.hurry_at_s if args.hurry_at_s is not None
+                                          else 0.55 * args.deadline_s)
+        self.rows: list[dict] = []
+        self.failures: list[dict] = []
+        self.hardware: dict = {}
+        self.clocks: dict = {}
+        self.lock = threading.Lock()
+
+    def left(self) -> float:
+        return self.args.deadline_s - (time.monotonic() - self.t0)
+
+    def fail(self, task_id, variant, reason, done_uuids) -> None:
+        t = self.task_by_id.get(task_id, {})
+        missing = [u for u in t.get("uuids", []) if u not in done_uuids]
+        self.failures.append({"task": task_id, "problem": t.get("problem", task_id),
+                              "variant": variant, "reason": reason[:700], "unmeasured": len(missing)})
+
+    def has_unclaimed(self, variant) -> bool:
+        return any(not (self.claims / t["id"]).exists() for t in self.tasks.get(variant, []))
+
+
+def gpu_list(spec: str, device: str) -> list[int]:
+    if spec != "auto":
+        return list(range(int(spec))) if spec.isdigit() and "," not in spec else \
+            [int(x) for x in spec.split(",") if x]
+    if device == "cpu":
+        return [0]
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis:
+        return [int(x) for x in vis.split(",") if x.strip().isdigit()]
+    try:
+        n = len([x for x in subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                           timeout=20).stdout.splitlines() if x.startswith("GPU")])
+        return list(range(max(n, 1)))
+    except Exception:  # noqa: BLE001
+        return [0]
+
+
+def sample_clocks(run: Run, stop: threading.Event) -> None:
+    """Clocks under load, every 15 s, all GPUs in one nvidia-smi call (workers never wait for it)."""
+    while not stop.is_set():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,clocks.sm,clocks.mem,clocks.max.sm",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                                 timeout=10).stdout
+            for line in out.strip().splitlines():
+                i, sm, mem, smax = [x.strip() for x in line.split(",")]
+                with run.lock:
+                    run.clocks[int(i)] = {"sm_mhz": int(sm), "mem_mhz": int(mem),
+                                          "sm_max_mhz": int(smax)}
+        except Exception:  # noqa: BLE001
+            pass
+        stop.wait(15)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", action="store_true")
-    ap.add_argument("--variant", default="eager")
-    ap.add_argument("--problems", default="")
-    ap.add_argument("--rows"), ap.add_argument("--lock"), ap.add_argument("--stage")
-    ap.add_argument("--skip-file", default="")
     ap.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "sol_execbench")
     ap.add_argument("--out", type=Path, default=Path("baselines_out"))
-    ap.add_argument("--existing", type=Path, default=REPO / "data/results/baselines_h200.csv")
-    ap.add_argument("--deadline-s", type=float, default=480.0)
-    ap.add_argument("--compile-workers", type=int, default=8)
-    ap.add_argument("--eager-workers", type=int, default=4)
-    ap.add_argument("--compile-threads", type=int, default=2)
+    ap.add_argument("--existing", default=str(REPO / "data/results/baselines_h200.csv"),
+                    help="earlier CSV: its measured rows are kept and not measured again ('' = none)")
+    ap.add_argument("--deadline-s", type=float, default=180.0, help="hard limit for the whole run")
+    ap.add_argument("--gpus", default="auto", help="auto, a count, or indices such as 0,1")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--variants", default="eager,compile")
+    ap.add_argument("--compile-workers", type=int, default=0, help="per GPU (0: CPU cores shared out)")
+    ap.add_argument("--compile-threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--problem-budget-s", type=float, default=30.0)
-    ap.add_argument("--problem-timeout-s", type=float, default=150.0)
+    ap.add_argument("--min-reps", type=int, default=3)
+    ap.add_argument("--workload-budget-s", type=float, default=0.3,
+                    help="timed calls per workload stop at this much GPU time (>= --min-reps)")
+    ap.add_argument("--hurry-at-s", type=float, default=None,
+                    help="after this many seconds eager takes single reps where needed "
+                         "(default 0.55 x deadline)")
+    ap.add_argument("--compile-hurry-after-s", type=float, default=20.0)
+    ap.add_argument("--chunk", type=int, default=12, help="workloads per eager task")
+    ap.add_argument("--task-timeout-s", type=float, default=60.0)
+    ap.add_argument("--flush-s", type=float, default=20.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
+    # worker-side
+    ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--variant", default="eager")
+    ap.add_argument("--tasks"), ap.add_argument("--claims"), ap.add_argument("--rows")
+    ap.add_argument("--stage"), ap.add_argument("--lock"), ap.add_argument("--go", default="")
+    ap.add_argument("--gpu-index", type=int, default=0)
+    ap.add_argument("--hurry-at", type=float, default=None)
+    ap.add_argument("--hurry-after-s", type=float, default=None)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
+    return parent(args)
 
-    t0 = time.monotonic()
-    args.out.mkdir(parents=True, exist_ok=True)
-    existing = read_existing(args.existing)
-    done = []
-    for (p, u), r in existing.items():
-        for v in ("eager", "compile"):
-            if r.get(f"{v}_ms"):
-                done.append([p, u, v])
-    skip_file = args.out / "skip.json"
-    skip_file.write_text(json.dumps(done))
-    dirs = problem_dirs(args.dataset)
-    if args.only:
-        pre = tuple(args.only.split(","))
-        dirs = [d for d in dirs if d.name.startswith(pre)]
-    chains = []
-    variants = args.variants.split(",")
-    if "eager" in variants:
-        k = max(1, args.eager_workers)
-        for i in range(k):
-            chains.append(Chain(f"eager{i}", "eager", dirs[i::k], args, args.out, str(skip_file)))
-    if "compile" in variants:
-        k = max(1, args.compile_workers)
-        for i in range(k):
-            chains.append(Chain(f"compile{i}", "compile", dirs[i::k], args, args.out, str(skip_file)))
-    for c in chains:
-        c.start()
-    while any(c.running for c in chains):
-        time.sleep(0.5)
-        for c in chains:
-            c.poll()
-        if time.monotonic() - t0 > args.deadline_s:
-            for c in chains:
-                c.kill()
-                c.poll_final = True
+
+def parent(args) -> int:
+    run = Run(args)
+    existing = read_existing(args.existing) if args.existing else {}
+    problems = discover(args.dataset, args.only)
+    variants = [v for v in args.variants.split(",") if v]
+    run.tasks = plan(problems, existing, variants, args.chunk)
+    run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}
+    run.task_file = {}
+    for v, ts in run.tasks.items():
+        run.task_file[v] = args.out / f"tasks_{v}.json"
+        run.task_file[v].write_text(json.dumps(ts))
+    gpus = gpu_list(args.gpus, args.device)
+    ncpu = os.cpu_count() or 2
+    k = args.compile_workers or max(1, min(14, (ncpu - 2 * len(gpus) - 2) // len(gpus)))
+    print(f"baselines: {len(problems)} problems, tasks " +
+          ", ".join(f"{v} {len(ts)} ({sum(len(t['uuids']) for t in ts)} workloads)"
+                    for v, ts in run.tasks.items()) +
+          f"; GPUs {gpus}; {k} compile workers per GPU; deadline {args.deadline_s:.0f} s", flush=True)
+    procs: list[Proc] = []
+    for g in gpus:
+        if run.tasks.get("eager"):
+            procs.append(Proc(f"eager_gpu{g}", "eager", g, run))
+    for g in gpus:
+        if run.tasks.get("compile"):
+            procs += [Proc(f"compile_gpu{g}_{i}", "compile", g, run) for i in range(k)]
+    stop = threading.Event()
+    if args.device != "cpu":
+        threading.Thread(target=sample_clocks, args=(run, stop), daemon=True).start()
+
+    def finish(*_sig):
+        (run.claims / "STOP").touch()
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.read()
+            if p.current is not None:
+                run.fail(p.current, p.variant, "stopped at the deadline", p.done_rows)
+                p.current = None
+        stop.set()
+        write_outputs(run, existing, problems)
+        if _sig:
+            sys.exit(1)
+
+    signal.signal(signal.SIGTERM, finish)
+    signal.signal(signal.SIGINT, finish)
+    for p in procs:
+        if p.variant == "eager":
+            p.start()
+    started_compile = False
+    last_flush = time.monotonic()
+    margin = 3.0  # seconds kept for killing and writing
+    while run.left() > margin:
+        time.sleep(0.25)
+        for p in procs:
+            if p.proc is not None or p.finished:
+                p.poll()
+        eager = [p for p in procs if p.variant == "eager"]
+        # compile workers import torch while eager runs (after the eager workers are up)
+        if not started_compile and (all(p.ready or p.finished for p in eager) or not eager):
+            for p in procs:
+                if p.variant == "compile":
+                    p.start()
+            started_compile = True
+        for g in gpus:
+            go = args.out / f"go_compile_gpu{g}"
+            mine = [p for p in eager if p.gpu == g]
+            if not go.exists() and not run.has_unclaimed("eager") and \
+                    all(p.finished or p.proc is None for p in mine):
+                go.touch()
+                print(f"[{time.monotonic() - run.t0:5.0f} s] GPU {g}: eager done, compile starts",
+                      flush=True)
+        if time.monotonic() - last_flush > args.flush_s:
+            write_outputs(run, existing, problems, quiet=True)
+            last_flush = time.monotonic()
+        if started_compile and not any(p.active for p in procs):
             break
-    for c in chains:
-        c.proc = None
-        c.poll()
-    write_outputs(args, chains, existing, time.monotonic() - t0)
+    finish()
     return 0
 
 
-def write_outputs(args, chains, existing: dict, wall: float) -> None:
-    rows = [r for c in chains for r in c.rows]
-    with open(args.out / "baselines_rows.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    hw = next((c.hardware for c in chains if c.hardware), {})
-    clocks = hw.get("clocks", {})
-    table: dict = {}
-    for key, r in existing.items():
-        table[key] = dict(r)
+# ── outputs ──────────────────────────────────────────────────────────────────────────────────────
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_outputs(run: Run, existing: dict, problems: list[dict], quiet: bool = False) -> None:
+    import io
+
+    out = run.out
+    rows = list(run.rows)
+    _atomic_write(out / "baselines_rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    subset = {p["name"]: p["subset"] for p in problems}
+    table = {k: dict(r) for k, r in existing.items()}
+    with run.lock:
+        clocks = dict(run.clocks)
     for r in rows:
         key = (r["problem"], r["workload_uuid"])
         e = table.setdefault(key, {"problem": r["problem"], "workload_uuid": r["workload_uuid"]})
         v = r["variant"]
-        if r["status"] == "passed" or not e.get(f"{v}_ms"):
-            e[f"{v}_ms"] = f"{r['median_ms']:.6f}" if r.get("median_ms") else ""
-            e[f"{v}_spread"] = f"{r['spread']:.4f}" if r.get("spread") is not None else ""
-            e[f"{v}_status"] = r["status"]
-            e[f"{v}_message"] = (r.get("message") or "")[:200]
-            e["label"] = r.get("label") or e.get("label", "")
-            e["gpu"] = hw.get("gpu_name", e.get("gpu", ""))
-            e["driver"] = hw.get("driver", e.get("driver", ""))
-            e["clocks"] = json.dumps({k: clocks.get(k) for k in ("sm_mhz", "mem_mhz", "sm_max_mhz")})
-            e["timing_method"] = r.get("timing_method") or e.get("timing_method", "")
-    cols = ["problem", "workload_uuid", "eager_ms", "compile_ms", "T_b_ms", "T_b_variant", "label",
-            "gpu", "driver", "clocks", "timing_method", "eager_status", "compile_status",
-            "eager_spread", "compile_spread", "eager_message", "compile_message"]
+        if r["status"] != "passed" and e.get(f"{v}_ms"):
+            continue  # never replace a measurement with a failure
+        hw = run.hardware.get(r.get("gpu", 0), {})
+        e[f"{v}_ms"] = f"{r['median_ms']:.6f}" if r["status"] == "passed" and r.get("median_ms") \
+            else ""
+        e[f"{v}_spread"] = f"{r['spread']:.4f}" if r.get("spread") is not None else ""
+        e[f"{v}_status"] = r["status"]
+        e[f"{v}_message"] = (r.get("message") or "")[:200]
+        e[f"{v}_reps"] = str(r.get("n_reps") or "")
+        e["label"] = r.get("label") or e.get("label", "")
+        e["gpu"] = hw.get("gpu_name", e.get("gpu", ""))
+        e["driver"] = hw.get("driver", e.get("driver", ""))
+        c = clocks.get(r.get("gpu", 0)) or hw.get("clocks") or {}
+        e["clocks"] = json.dumps({k: c.get(k) for k in ("sm_mhz", "mem_mhz", "sm_max_mhz")})
+        e["timing_method"] = r.get("timing_method") or e.get("timing_method", "")
     for e in table.values():
+        e["subset"] = subset.get(e["problem"], e.get("subset", ""))
         cands = [(float(e[f"{v}_ms"]), v) for v in ("eager", "compile") if e.get(f"{v}_ms")]
         if cands:
             best = min(cands)
             e["T_b_ms"], e["T_b_variant"] = f"{best[0]:.6f}", best[1]
-    with open(args.out / "baselines_h200.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for key in sorted(table):
-            w.writerow(table[key])
-    # problems whose reference cannot run, with the reason
-    fails: dict = {}
-    for c in chains:
-        for fl in c.failures:
-            fails.setdefault(Path(fl["problem_dir"]).name, []).append(f"{fl['variant']}: {fl['reason']}")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for key in sorted(table):
+        w.writerow(table[key])
+    _atomic_write(out / "baselines_h200.csv", buf.getvalue())
+
+    # per subset: workloads of the dataset with eager / compile / neither
+    stats: dict = {}
+    for p in problems:
+        s = stats.setdefault(p["subset"], {"workloads": 0, "eager": 0, "compile": 0, "T_b": 0,
+                                           "neither": 0})
+        for u in p["uuids"]:
+            e = table.get((p["name"], u), {})
+            s["workloads"] += 1
+            s["eager"] += bool(e.get("eager_ms"))
+            s["compile"] += bool(e.get("compile_ms"))
+            s["T_b"] += bool(e.get("eager_ms") or e.get("compile_ms"))
+            s["neither"] += not (e.get("eager_ms") or e.get("compile_ms"))
+    tot = {k: sum(s[k] for s in stats.values()) for k in ("workloads", "eager", "compile", "T_b",
+                                                          "neither")}
+    wall = time.monotonic() - run.t0
+    hw = next(iter(run.hardware.values()), {})
+    lines = [f"# Baseline run on {hw.get('gpu_name', '?')} (driver {hw.get('driver', '?')}, "
+             f"torch {hw.get('torch_version', '?')})", "",
+             f"wall {wall:.0f} s of a {run.args.deadline_s:.0f} s deadline; GPUs "
+             f"{sorted(run.hardware)}; new rows {len(rows)}", "",
+             "| subset | workloads | eager | compile | T_b (either) | neither |", "|---|---|---|---|---|---|"]
+    for name in sorted(stats) + ["all"]:
+        s = stats.get(name, tot)
+        lines.append(f"| {name} | {s['workloads']} | {s['eager']} | {s['compile']} | {s['T_b']} | "
+                     f"{s['neither']} |")
+    lines += ["", "## Tasks that failed, died or were stopped (reason)", ""]
+    for f in run.failures:
+        lines.append(f"- {f['problem']} [{f['variant']}, task {f['task']}]: {f['unmeasured']} "
+                     f"workload(s) unmeasured: {f['reason']}")
+    lines += ["", "## Workloads whose reference failed (status: message)", ""]
+    bad: dict = {}
     for r in rows:
         if r["status"] not in ("passed", "skipped"):
-            fails.setdefault(r["problem"], []).append(
-                f"{r['variant']} {r['workload_uuid'][:8]}: {r['status']}: {r.get('message', '')[:300]}")
-    boxed: dict = {}
-    for r in rows:
-        if r["status"] == "skipped":
-            boxed.setdefault(r["problem"], set()).add(r["variant"])
-    n_wl = len(table)
-    n_eager = sum(1 for e in table.values() if e.get("eager_ms"))
-    n_comp = sum(1 for e in table.values() if e.get("compile_ms"))
-    with open(args.out / "baselines_failures.md", "w") as f:
-        f.write(f"# Baseline run on {hw.get('gpu_name', '?')} (driver {hw.get('driver', '?')})\n\n")
-        f.write(f"wall {wall:.0f} s; workloads with eager: {n_eager}, with compile: {n_comp}, "
-                f"rows in table: {n_wl}\n\n## Problems with failures (reason)\n\n")
-        for p in sorted(fails):
-            reasons = fails[p]
-            f.write(f"- {p}: {len(reasons)} failure(s); first: {reasons[0][:400]}\n")
-        f.write("\n## Problems cut by the per-problem time box (some workloads not measured)\n\n")
-        for p in sorted(boxed):
-            f.write(f"- {p}: {', '.join(sorted(boxed[p]))}\n")
-    print(f"baselines: {n_eager} eager, {n_comp} compile, {len(fails)} problems with failures, "
-          f"{wall:.0f} s", flush=True)
+            bad.setdefault((r["problem"], r["variant"]), []).append(r)
+    for (p, v), rs in sorted(bad.items()):
+        lines.append(f"- {p} [{v}]: {len(rs)} workload(s); first: {rs[0]['status']}: "
+                     f"{(rs[0].get('message') or '')[:300]}")
+    lines += ["", "## Problems with workloads that have neither eager nor compile", ""]
+    for p in problems:
+        n = sum(1 for u in p["uuids"] if not (table.get((p["name"], u), {}).get("eager_ms") or
+                                              table.get((p["name"], u), {}).get("compile_ms")))
+        if n:
+            lines.append(f"- {p['subset']}/{p['name']}: {n} of {len(p['uuids'])}")
+    _atomic_write(out / "baselines_failures.md", "\n".join(lines) + "\n")
+    if not quiet:
+        print("\n".join(lines[2:6 + len(stats) + 1]), flush=True)
+    else:
+        print(f"[{wall:5.0f} s] eager {tot['eager']}, compile {tot['compile']}, neither "
+              f"{tot['neither']} of {tot['workloads']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 
@@ -71,20 +71,34 @@ def _compiled(fn):
 def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warmup_ms: float = 10.0,
                  workload_budget_s: float = 1.5, problem_budget_s: float = 60.0,
                  lock_path: Optional[str] = None, skip: frozenset = frozenset(),
-                 blob_roots: Optional[list] = None, timer: Optional[Timer] = None
-                 ) -> Iterator[BaselineRow]:
-    """Yield one BaselineRow per workload of `problem` (a solforge.problem.Problem)."""
-    dev = torch.device("cuda")
+                 blob_roots: Optional[list] = None, timer: Optional[Timer] = None,
+                 only: Optional[Sequence[str]] = None, device=None, min_reps: int = 5,
+                 hurry_at: Optional[float] = None, hurry_after_s: Optional[float] = None,
+                 inputs_in_lock: bool = False) -> Iterator[BaselineRow]:
+    """Yield one BaselineRow per workload of `problem` (a solforge.problem.Problem).
+
+    `only`: these workload uuids, in this order (default: all but `skip`). Past `problem_budget_s`
+    the remaining workloads are yielded as skipped. Slow references are cut by repetitions instead:
+    a workload whose single call exceeds `workload_budget_s` is timed once (its first call was the
+    warm-up); after `hurry_after_s` in this problem or past the epoch `hurry_at` (time.time()) every
+    workload gets one warm-up call and as many timed calls as half the budget allows, at least one.
+    `inputs_in_lock`: make inputs under the GPU lock too (several processes on one GPU)."""
+    dev = torch.device(device or "cuda")
     defn = problem.definition
     name = defn.name
     t_problem = time.monotonic()
+    wanted = list(problem.workloads)
+    if only is not None:
+        by_uuid = {w.uuid: w for w in problem.workloads}
+        wanted = [by_uuid[u] for u in only if u in by_uuid]
     try:
         mod = load_reference(defn, stage_dir, name="ref_" + "".join(c if c.isalnum() else "_"
                                                                    for c in name))
     except Exception as e:  # noqa: BLE001
-        for w in problem.workloads:
-            yield BaselineRow(name, w.uuid, variant, "runtime_error",
-                              message=f"reference does not load: {type(e).__name__}: {e}")
+        for w in wanted:
+            if w.uuid not in skip:
+                yield BaselineRow(name, w.uuid, variant, "runtime_error",
+                                  message=f"reference does not load: {type(e).__name__}: {e}")
         return
     label = ""
     shim = None
@@ -96,36 +110,68 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
         custom = getattr(mod, defn.custom_inputs_entrypoint) if defn.custom_inputs_entrypoint \
             else None
         timer = timer or Timer(dev)
-        for w in problem.workloads:
+        for w in wanted:
             if w.uuid in skip:
                 continue
-            if time.monotonic() - t_problem > problem_budget_s:
+            elapsed = time.monotonic() - t_problem
+            if elapsed > problem_budget_s:
                 yield BaselineRow(name, w.uuid, variant, "skipped", label=label,
                                   message=f"problem time box of {problem_budget_s:.0f} s reached")
                 continue
+            hurry = (hurry_at is not None and time.time() > hurry_at) or \
+                (hurry_after_s is not None and elapsed > hurry_after_s)
             yield _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
-                                 warmup_ms, workload_budget_s, lock_path, label)
+                                 warmup_ms, workload_budget_s, lock_path, label, min_reps=min_reps,
+                                 hurry=hurry, inputs_in_lock=inputs_in_lock)
     finally:
         if shim is not None:
             shim.remove()
 
 
+def _sync(dev) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps, warmup_ms,
-                   budget_s, lock_path, label) -> BaselineRow:
+                   budget_s, lock_path, label, *, min_reps: int = 5, hurry: bool = False,
+                   inputs_in_lock: bool = False) -> BaselineRow:
     t0 = time.monotonic()
     row = BaselineRow(name, w.uuid, variant, "runtime_error", label=label)
     try:
         factory = InputFactory(w, dev, custom_fn=custom, blob_roots=blob_roots or [])
-        sets = [factory.make(100 + j) for j in range(2)]
+        # Input generation is GPU work: where other processes share the GPU, it waits for the lock
+        # so that it never overlaps somebody else's measurement.
+        with gpu_lock(lock_path if inputs_in_lock else None):
+            sets = [factory.make(100 + j) for j in range(2)]
+            _sync(dev)
         order = list(w.definition.inputs)
         args = [[s[k] for k in order] for s in sets]
         if factory.notes:
             row.message = "; ".join(factory.notes)
         with torch.no_grad():
-            fn(*args[0])  # the compile (outside the lock: it is CPU work)
-            torch.cuda.synchronize()
+            t1 = time.perf_counter()
+            fn(*args[0])  # eager: the first touch; compile: the compile (CPU work, outside the lock)
+            _sync(dev)
+            call_s = time.perf_counter() - t1
+            if variant != "eager":  # the first call was mostly compiling: time a warm one
+                t1 = time.perf_counter()
+                fn(*args[1])
+                _sync(dev)
+                call_s = time.perf_counter() - t1
             with gpu_lock(lock_path):
-                t = timer.measure(lambda i: fn(*args[i % 2]), reps, warmup_ms, budget_s)
+                call = lambda i: fn(*args[i % 2])  # noqa: E731
+                if call_s >= budget_s:
+                    # Slower than the whole budget: the calls so far were the warm-up; one timed call.
+                    t = timer.measure(call, 1, warmup_ms=0, min_warmup_calls=0)
+                    row.message = (row.message + "; " if row.message else "") + \
+                        f"slow reference ({call_s:.2f} s a call): 1 timed call"
+                elif hurry:
+                    t = timer.measure(call, reps, warmup_ms=0, budget_s=budget_s / 2,
+                                      min_warmup_calls=1, min_reps=1)
+                else:
+                    t = timer.measure(call, reps, warmup_ms, budget_s, min_warmup_calls=1,
+                                      min_reps=min_reps)
         row.status = "passed"
         row.median_ms, row.p10_ms, row.p90_ms, row.spread = t.median_ms, t.p10_ms, t.p90_ms, t.spread
         row.n_reps, row.timing_method = t.n, t.method

@@ -114,12 +114,13 @@ class Timer:
         return (time.perf_counter() - t0) * 1e3 / n
 
     def measure(self, call: Callable[[int], object], reps: int, warmup_ms: float = 25.0,
-                budget_s: float = 10.0, min_warmup_calls: int = 2) -> Timing:
-        """Warm up, then time `reps` flushed calls (fewer if they would exceed budget_s).
-        With warmup_ms=0 and min_warmup_calls=0 every timed call is a first call (the caching probe)."""
+                budget_s: float = 10.0, min_warmup_calls: int = 2, min_reps: int = 5) -> Timing:
+        """Warm up, then time `reps` flushed calls (fewer if they would exceed budget_s, but at least
+        min_reps). With warmup_ms=0 and min_warmup_calls=0 every timed call is a first call (the
+        caching probe)."""
         if warmup_ms > 0 or min_warmup_calls > 0:
             per_call_ms = self.warmup(call, warmup_ms, min_calls=max(min_warmup_calls, 1))
-            reps = max(min(reps, 5), min(reps, int(budget_s * 1e3 / max(per_call_ms, 1e-3))))
+            reps = max(min(reps, min_reps), min(reps, int(budget_s * 1e3 / max(per_call_ms, 1e-3))))
         if self._cupti_ok is not False:
             try:
                 t = self._measure_cupti(call, reps)
