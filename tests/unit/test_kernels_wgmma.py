@@ -1,0 +1,110 @@
+"""gemm_wgmma family: serves the 7 FlashInfer-Bench GEMMs, launch expressions agree with the
+kernel's tier rule, compiles for sm_90a with HGMMA (wgmma) in its SASS, and the family.json gate
+decides whether families_for() offers it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from solforge.candidate import Candidate, eval_expr, launch_env
+from solforge.kernels import FamilyError, families_for, get_family, gemm_wgmma
+from solforge.kernels.build import compile_cuda_candidate
+from solforge.problem.loader import load_problem_dir
+from tests.unit.test_compile_arch import _wheel_bin, sass_opcodes
+
+GEMMS = ["004_gemm_n128_k2048", "005_gemm_n256_k7168", "006_gemm_n2048_k4096", "007_gemm_n4096_k4096",
+         "008_gemm_n4096_k14336", "010_gemm_n6144_k4096", "011_gemm_n28672_k4096"]
+
+
+def _problem(sol_execbench_dir, name):
+    return load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / name)
+
+
+@pytest.mark.parametrize("name", GEMMS)
+def test_instantiates_for_every_gemm(sol_execbench_dir, name):
+    problem = _problem(sol_execbench_dir, name)
+    fam = get_family("gemm_wgmma")
+    space = fam.param_space(problem)
+    assert len(space) >= 4
+    n, k = problem.definition.const_axes["N"], problem.definition.const_axes["K"]
+    for params in (space[0], space[-1]):
+        cand = fam.instantiate(problem, params)
+        Candidate.model_validate_json(cand.model_dump_json())
+        launch = cand.launches[0]
+        for w in problem.workloads:
+            m = w.axes["M"]
+            env = launch_env(w.axes, w.scalars(), cand.params)
+            tier = 0 if m <= params["T0_MAXM"] else 1 if m <= params["T1_MAXM"] else 2
+            bm, bn, st, split = (params[f"T{tier}_{key}"] for key in ("BM", "BN", "ST", "SPLIT"))
+            # the kernel picks the same tier from M: grid, block and smem must match it
+            assert eval_expr(launch.grid[0], env) == -(-m // bm) * (n // bn) * split
+            assert eval_expr(launch.block[0], env) == 128 * (1 + bm // 64)
+            smem = eval_expr(launch.smem, env)
+            assert smem == st * (bm + bn) * 128 + 1024 and smem <= 227 * 1024 - 2048
+            assert k % (64 * split) == 0 and n % bn == 0
+            ws = eval_expr(cand.workspace, env)
+            assert ws >= 4 * cand.params["TICKETS"] + (4 * n * m * split if split > 1 else 0)
+            if split > 1:  # one ticket per output tile of a split tier
+                assert cand.params["TICKETS"] >= -(-m // bm) * (n // bn)
+
+
+def test_compiles_for_sm90a_with_hgmma(sol_execbench_dir, tmp_path):
+    problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
+    fam = get_family("gemm_wgmma")
+    params = dict(fam.param_space(problem)[0])
+    # one tier per wgmma width: m64n64, m64n128, m64n256
+    params.update(T0_BN=64, T1_BN=128, T2_BN=256, T2_BM=128, T2_ST=4)
+    cubin, log = compile_cuda_candidate(fam.instantiate(problem, params))
+    assert cubin[:4] == b"\x7fELF"
+    assert "serialized" not in log, log  # ptxas did not fall back to serialized wgmma
+    ops = sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
+    assert {"HGMMA", "LDGSTS", "SYNCS", "USETMAXREG"} <= ops, sorted(ops)
+    sass = tmp_path / "k.cubin"
+    env = {**os.environ, "PATH": f"{_wheel_bin('nvdisasm').parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    text = subprocess.run([str(_wheel_bin("cuobjdump")), "-sass", str(sass)], capture_output=True,
+                          text=True, env=env, check=True).stdout
+    for width in (64, 128, 256):
+        assert f"HGMMA.64x{width}x16.F32" in text
+    assert "LDL" not in text and "STL" not in text  # no register spills to local memory
+
+
+def test_bf16_variant_compiles(sol_execbench_dir):
+    problem = _problem(sol_execbench_dir, "004_gemm_n128_k2048")
+    defn = problem.definition
+    data = json.loads(defn.model_dump_json())
+    for spec in list(data["inputs"].values()) + list(data["outputs"].values()):
+        spec["dtype"] = "bfloat16"
+    bf = type(defn).model_validate(data)
+    fam = get_family("gemm_wgmma")
+    cand = fam.instantiate(bf, fam.param_space(bf)[0])
+    assert cand.params["DTYPE"] == 2
+    cubin, _ = compile_cuda_candidate(cand)
+    assert cubin[:4] == b"\x7fELF"
+
+
+def test_bad_params_rejected(sol_execbench_dir):
+    problem = _problem(sol_execbench_dir, "005_gemm_n256_k7168")
+    fam = get_family("gemm_wgmma")
+    base = fam.param_space(problem)[0]
+    for bad in ({"T2_SPLIT": 2}, {"T0_BM": 96}, {"T1_BN": 512}, {"T2_ST": 9}, {"T0_SPLIT": 5},
+                {"T2_BM": 128, "T2_BN": 256, "T2_ST": 8}, {"T0_MAXM": 300}, {"EXTRA": 1}):
+        with pytest.raises(FamilyError):
+            fam.instantiate(problem, {**base, **bad})
+
+
+def test_offered_gate(sol_execbench_dir, monkeypatch):
+    problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
+    monkeypatch.setattr(gemm_wgmma, "offered", lambda: False)
+    assert "gemm_wgmma" not in [f.name for f in families_for(problem)]
+    assert get_family("gemm_wgmma").matches(problem)  # still there for benchmarks
+    monkeypatch.setattr(gemm_wgmma, "offered", lambda: True)
+    assert "gemm_wgmma" in [f.name for f in families_for(problem)]
+
+
+def test_family_json_gate_is_read():
+    data = json.loads((gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "family.json").read_text())
+    assert gemm_wgmma.offered() is bool(data["offered"])
