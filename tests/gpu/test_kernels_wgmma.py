@@ -1,0 +1,73 @@
+"""gemm_wgmma on a GPU: every tier, partial tiles (M not a multiple of BM) and split-K against
+torch.matmul in float32, with fresh random inputs and a NaN-poisoned output.
+
+The H200 benchmark (data/results/kernels_wgmma_h200_by_m.txt) checked M = 1, 16, 64, 512, 4096;
+this adds the odd sizes of the real workloads (partial tiles in tiers 1 and 2) and tier edges.
+Compiles here (NVRTC from cuda-python) unless the stage folder is given in $SOLFORGE_WGMMA_STAGES
+(built on the CPU side by build_stages below)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "sol_execbench" / "FlashInfer-Bench"
+CASES = {  # problem -> M values: tier edges (64/65, 256/257), odd sizes from the workloads
+    "004_gemm_n128_k2048": [3, 64, 65, 93, 289, 952, 16294],
+    "007_gemm_n4096_k4096": [1, 35, 65, 256, 257, 972, 2379],
+    "008_gemm_n4096_k14336": [7, 129, 2053],
+}
+
+
+def build_stages(folder: Path) -> None:
+    """Compile the first-guess variant of each case's problem into folder/<problem>/."""
+    from solforge.compile.api import compile_candidate, stage
+    from solforge.kernels import get_family
+    from solforge.problem.loader import load_problem_dir
+
+    fam = get_family("gemm_wgmma")
+    for name in CASES:
+        problem = load_problem_dir(SHARED / name)
+        cand = fam.instantiate(problem, fam.param_space(problem)[0])
+        res = compile_candidate(cand)
+        assert res.ok, res.log
+        stage(cand, res, folder / name)
+
+
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory) -> Path:
+    given = os.environ.get("SOLFORGE_WGMMA_STAGES")
+    if given and all((Path(given) / n / "manifest.json").exists() for n in CASES):
+        return Path(given)
+    folder = tmp_path_factory.mktemp("wgmma")
+    build_stages(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gemm_wgmma_matches_matmul(stages, name):
+    from solforge.compile.launcher import load_stage
+
+    rt = load_stage(stages / name)
+    p = rt.candidate["params"]
+    n, k = p["NN"], p["KK"]
+    g = torch.Generator(device="cuda").manual_seed(7)
+    for m in CASES[name]:
+        a = torch.randn(m, k, device="cuda", generator=g).half()
+        b = torch.randn(n, k, device="cuda", generator=g).half()
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.half)
+        plan = rt.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k}, {})
+        plan.run()
+        plan.run()  # a second call on the same workspace (split-K tickets reset) gives the same C
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float().T
+        assert not c.isnan().any(), f"M={m}: unwritten outputs"
+        rel = ((c.float() - ref).norm() / ref.norm()).item()
+        assert rel < 2e-3, f"{name} M={m}: relative error {rel:.2e}"
+    rt.close()
