@@ -202,6 +202,7 @@ def cmd_run(args) -> None:
 
     d = Path(args.dir)
     meta = json.loads((d / "candidates.json").read_text())
+    meta = meta[:args.limit] if args.limit else meta
     stages = [d / m["stage"] for m in meta] * args.repeat
     gpus = [g for g in (args.gpus.split(",") if args.gpus else visible_gpus()) if g]
     if args.dry and not gpus:
@@ -212,7 +213,12 @@ def cmd_run(args) -> None:
     dry_s = args.dry_seconds if args.dry else None
     if not args.dry:  # warm the page cache and the CUDA driver once, outside the measurement
         _evaluate(stages[0], {"CUDA_VISIBLE_DEVICES": gpus[0]}, None, args.timeout)
+    dest = Path(args.out or os.environ.get("OUT") or REPO / "data" / "results")
+    dest.mkdir(parents=True, exist_ok=True)
+    stem = "two_gpu_run_dry" if args.dry else "two_gpu_run"
     one = one_pass(stages, gpus[:1], dry_s, args.timeout)
+    (dest / f"{stem}_one_gpu_pass.json").write_text(json.dumps(one, indent=1, default=str))
+    print(f"1 GPU: {one['candidates_per_min']:.2f} candidates/min, {one['wall_s']:.1f} s", flush=True)
     two = one_pass(stages, gpus, dry_s, args.timeout)
     ratio = two["candidates_per_min"] / one["candidates_per_min"]
     busy2 = two["busy_while_work_remains"]
@@ -223,9 +229,6 @@ def cmd_run(args) -> None:
     out = {"dry": bool(args.dry), "dry_seconds": dry_s, "candidates": len(stages),
            "host": os.uname().nodename, "one_gpu": one, "two_gpus": two, "verdict": verdict,
            "command": " ".join(sys.argv)}
-    dest = Path(args.out or os.environ.get("OUT") or REPO / "data" / "results")
-    dest.mkdir(parents=True, exist_ok=True)
-    stem = "two_gpu_run_dry" if args.dry else "two_gpu_run"
     (dest / f"{stem}.json").write_text(json.dumps(out, indent=1, default=str))
     text = table(out)
     (dest / f"{stem}.txt").write_text(text)
@@ -263,10 +266,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare")
-    p.add_argument("--problems", default="FlashInfer-Bench/*", help="glob over SUBSET/NAME")
+    p.add_argument("--problems", default="*rmsnorm*", help="glob over SUBSET/NAME")
     p.add_argument("--per-problem", type=int, default=2, help="param sets per family and problem")
     p.add_argument("--limit", type=int, default=16, help="candidates in all")
-    p.add_argument("--reps", type=int, help="timed repetitions per workload (default settings)")
+    p.add_argument("--reps", type=int, default=20, help="timed repetitions per workload")
     p.add_argument("--shared", default=str(REPO.parent / "shared"))
     p.add_argument("--dir", default=str(REPO / ".carry" / "two_gpu"))
     p.set_defaults(func=cmd_prepare)
@@ -274,6 +277,7 @@ def main(argv=None) -> None:
     r.add_argument("--dir", default=str(REPO / ".carry" / "two_gpu"))
     r.add_argument("--gpus", help="two CUDA_VISIBLE_DEVICES entries, e.g. 0,1 (default: visible)")
     r.add_argument("--repeat", type=int, default=1, help="run the candidate set this many times per pass")
+    r.add_argument("--limit", type=int, help="only the first N staged candidates")
     r.add_argument("--timeout", type=float, default=300.0, help="per-candidate evaluator limit, s")
     r.add_argument("--dry", action="store_true", help="no GPU: pinned sleep processes stand in")
     r.add_argument("--dry-seconds", type=float, default=1.0)

@@ -22,15 +22,25 @@ def select_attempts(store, attempt_ids: Optional[list[str]], problems: Optional[
         "created_at DESC) = 1 ORDER BY problem", [problems, problems])
 
 
-@task(name="load-stored-problems", cache_policy=NO_CACHE)
+@task(name="load-problems-by-name", cache_policy=NO_CACHE)
 def load_stored_problems(store, names: list[str]) -> list:
-    """Problems by name, from the directory each was ingested from."""
+    """Problems by name: from the directory each was ingested from, else from the shared tree."""
     from pathlib import Path
+    from types import SimpleNamespace
 
+    from solforge import settings
+    from solforge.cli.optimize import select_problems
+    from solforge.errors import InputError
     from solforge.problem import load_problem_dir
 
     out = []
     for r in store.query("SELECT name, subset, source FROM problems WHERE list_contains(?, name)", [names]):
         if r["source"] and Path(r["source"]).is_dir():
             out.append(load_problem_dir(Path(r["source"]), subset=r["subset"]))
+    for name in sorted(set(names) - {p.name for p in out}):
+        try:
+            out += select_problems(SimpleNamespace(problems=name, subset=None, limit=1, with_family=False),
+                                   settings.get().shared_dir)
+        except InputError:
+            pass  # not ingested and not in the shared tree: reported as missing by the flow
     return out
