@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import time
 from functools import lru_cache
+from pathlib import Path
 
 from .. import settings as settings_mod
 from ..candidate import Candidate
@@ -30,8 +31,12 @@ def compiler_identity(language: str) -> tuple[str, str]:
 
 
 def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, use_cache: bool = True,
-                      timeout_s: float | None = None, cache_dir=None) -> CompileResult:
+                      timeout_s: float | None = None, cache_dir=None, pch: bool | None = None) -> CompileResult:
     """Compile every source unit of a candidate for `arch` (default settings.arch, "sm_90a").
+
+    CUDA C++ units reuse NVRTC precompiled headers kept in <cache_dir>/nvrtc_pch (see pch.py), also
+    when use_cache is False (that switch is about finished results); pch=False (or the setting
+    nvrtc_pch=False) compiles without them. The cubins are the same either way.
 
     Never raises for a bad candidate source: the result's status is error/timeout and `log` holds the
     compiler's words verbatim. Raises pydantic's ValidationError if `candidate` is not a Candidate.
@@ -55,6 +60,9 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
 
     job = {"sources": cand.sources, "params": cand.params, "options": cand.options, "arch": arch,
            "kernels": kernels, "launches": [launch.model_dump() for launch in cand.launches]}
+    if cand.language != "cute" and (getattr(cfg, "nvrtc_pch", True) if pch is None else pch):
+        job["pch_dir"] = str(Path(cache_dir or cfg.cache_dir) / "nvrtc_pch")
+        job["pch_max_bytes"] = int(getattr(cfg, "nvrtc_pch_max_mb", 0) or 0) << 20
     from .worker import run_job
 
     out = run_job("cute" if cand.language == "cute" else "nvrtc", job, timeout_s)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 
-from . import toolchain
+from . import pch, toolchain
 from .elf import kernel_params, read_cubin, sm_of_arch
 
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".hh", ".inc", ".inl")
@@ -28,12 +28,20 @@ def split_units(sources: dict[str, str]) -> tuple[dict[str, str], dict[str, str]
     return units, headers
 
 
-def final_options(arch: str, params: dict, options: list[str]) -> list[str]:
-    """All options for NVRTC: base (arch, std, wheel include dirs) + params as -D + candidate's."""
+def _base_and_extra(arch: str, options: list[str]) -> tuple[list[str], list[str]]:
     extra = toolchain.check_options(options)
     base = toolchain.base_options(arch)
     if any(o.lstrip("-").startswith("std=") for o in extra):
         base = [o for o in base if not o.startswith("-std=")]
+    return base, extra
+
+
+def final_options(arch: str, params: dict, options: list[str]) -> list[str]:
+    """All options for NVRTC: base (arch, std, wheel include dirs) + params as -D + candidate's.
+
+    This is what a compile means and what is recorded; with a PCH (pch.py) the params reach NVRTC as
+    #define lines after the unit's #include block instead, with the same cubin."""
+    base, extra = _base_and_extra(arch, options)
     return base + toolchain.define_options(params) + extra
 
 
@@ -53,7 +61,8 @@ def _check(res, what: str):
 
 
 def _compile_unit(name: str, src: str, headers: dict[str, str], opts: list[str],
-                  name_exprs: list[str]) -> tuple[bool, str, bytes, dict[str, str]]:
+                  name_exprs: list[str], on_compiled=None) -> tuple[bool, str, bytes, dict[str, str]]:
+    """One NVRTC program. on_compiled(prog) runs right after nvrtcCompileProgram (PCH bookkeeping)."""
     from cuda.bindings import nvrtc
 
     hnames = list(headers)
@@ -65,6 +74,8 @@ def _compile_unit(name: str, src: str, headers: dict[str, str], opts: list[str],
             _check(nvrtc.nvrtcAddNameExpression(prog, e.encode()), f"nvrtcAddNameExpression({e})")
         bopts = [o.encode() for o in opts]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
+        if on_compiled is not None:
+            on_compiled(prog)
         (size,) = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
         buf = b" " * size
         _check(nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
@@ -113,6 +124,48 @@ def check_launch_args(launches: list[dict], entries: dict, cubins: dict[str, byt
     return out
 
 
+def _pch_plan(job: dict, headers: dict[str, str]):
+    """(PchFiles, options without params, params header text), or None for the plain -D way."""
+    root = job.get("pch_dir")
+    if not root or pch.PARAMS_HEADER in job["sources"]:
+        return None
+    defines = toolchain.define_options(job.get("params", {}))
+    try:
+        if not pch.supported():
+            return None
+        files = pch.files_for(root, job.get("pch_max_bytes") or pch.MAX_BYTES)
+        if not pch.injectable(job.get("params", {}), defines, files.tag_dir):
+            return None
+    except (OSError, RuntimeError, toolchain.ToolchainError):
+        return None  # no PCH is only slower
+    base, extra = _base_and_extra(job["arch"], job.get("options", []))
+    return files, base + extra + pch.PCH_OPTIONS, pch.params_header(defines)
+
+
+def _compile_unit_pch(name: str, src: str, headers: dict[str, str], name_exprs: list[str],
+                      files: "pch.PchFiles", opts: list[str], params_text: str):
+    """The unit with params after its #include block, making or using the PCH of that block."""
+    n = pch.include_block_lines(src, headers)
+    head = "".join(src.splitlines(keepends=True)[:n])
+    unit_headers = {**headers, pch.PARAMS_HEADER: params_text}
+    key = files.key(head, opts)
+    popts, creates = files.options_for(key)
+
+    def on_compiled(prog):
+        if creates:
+            try:
+                files.after_create(prog, key)
+            except OSError:
+                files.failed.add(key)
+
+    src2 = pch.rewrite(src, n)
+    out = _compile_unit(name, src2, unit_headers, opts + popts, name_exprs, on_compiled)
+    if not out[0] and popts and "precompiled header" in out[1]:
+        # the PCH file vanished or could not be read: compile without it
+        out = _compile_unit(name, src2, unit_headers, opts, name_exprs)
+    return out
+
+
 def compile_cuda(job: dict) -> dict:
     """job: sources, params, options, arch, kernels. Returns a plain dict (crosses a process pipe)."""
     t0, c0 = time.perf_counter(), time.process_time()
@@ -130,10 +183,14 @@ def compile_cuda(job: dict) -> dict:
                 "compile_seconds": time.perf_counter() - t0}
     kernels = list(dict.fromkeys(job.get("kernels", [])))
     header_text = "\n".join(headers.values())
+    pch_plan = _pch_plan(job, headers)
     logs, cubins, entries, ok = [], {}, {}, True
     for uname, src in units.items():
         exprs = [k for k in kernels if _is_name_expr(k) and _base_ident(k) in src + header_text]
-        good, log, cubin, lowered = _compile_unit(uname, src, headers, opts, exprs)
+        if pch_plan is None:
+            good, log, cubin, lowered = _compile_unit(uname, src, headers, opts, exprs)
+        else:
+            good, log, cubin, lowered = _compile_unit_pch(uname, src, headers, exprs, *pch_plan)
         if log.strip():
             logs.append(log if len(units) == 1 else f"== {uname} ==\n{log}")
         if not good:
