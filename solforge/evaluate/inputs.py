@@ -359,8 +359,10 @@ class InputFactory:
             self.notes.append(f"safetensors blobs not found; synthesized valid {', '.join(missing)} "
                               "from the workload's axes")
 
-    def make(self, round_index: int) -> dict[str, Any]:
-        """Inputs by name (tensors on the device, Python scalars), fresh for each round."""
+    def make(self, round_index: int, only: Optional[set] = None) -> dict[str, Any]:
+        """Inputs by name (tensors on the device, Python scalars), fresh for each round. `only`: just
+        these names, the others not generated (cheap checks of metadata; blob, scalar and synthesized
+        values are the same as in a full call, random tensors may differ: they share a generator)."""
         seed = seed_for(self.rw.uuid, round_index)
         g = torch.Generator(device=self.device).manual_seed(seed)
         defn, wl = self.defn, self.rw.workload
@@ -374,6 +376,8 @@ class InputFactory:
         sampling = (defn.op_type or "") == "sampling"
         out: dict[str, Any] = {}
         for name, spec in defn.inputs.items():
+            if only is not None and name not in only:
+                continue
             src = wl.inputs.get(name)
             if isinstance(src, ScalarInput):
                 out[name] = src.value

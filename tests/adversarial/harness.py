@@ -120,3 +120,31 @@ def stage(adv: Adversary, root: Path, workloads: list[str], settings: Optional[d
         cr = compiled(cand, Path(adv.needs_cubins).stem)
     return stage_candidate(folder, problem, candidate=cand, compile_result=cr,
                            host_source=adv.path.read_text(), job=job)
+
+
+# ── the bare GPU box: only the stdlib, pydantic, numpy, torch and cuda-python ─────────────────────
+BARE_BOX_BLOCKED = ("duckdb", "prefect", "litellm", "polars", "rich", "cutlass", "pandas", "httpx",
+                    "openai")
+
+_BLOCKER = '''import importlib.abc, sys
+BLOCKED = %r
+
+
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is not installed on the bare GPU box")
+        return None
+
+
+sys.meta_path.insert(0, _Block())
+'''
+
+
+def bare_box_site(folder: Path) -> Path:
+    """A folder with a sitecustomize.py that makes BARE_BOX_BLOCKED unimportable in any Python started
+    with it on PYTHONPATH (run_stage(extra_pythonpath=[...]) for the spawned driver)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_BLOCKER % (BARE_BOX_BLOCKED,))
+    return folder

@@ -28,13 +28,13 @@ GPU_WORKLOADS = ["adv-1m"]
 CPU_WORKLOADS = ["adv-4k"]
 
 
-def _run(adv, root: Path, workloads):
+def _run(adv, root: Path, workloads, extra_pythonpath=None):
     from solforge.evaluate.runner import run_stage
 
     timeout = 40.0 if adv.expect_status == "timeout" else 240.0
     stage = harness.stage(adv, root, workloads)
     return run_stage(stage, timeout_s=timeout, workload_timeout_s=30.0 if adv.expect_status ==
-                     "timeout" else None)
+                     "timeout" else None, extra_pythonpath=extra_pythonpath)
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,13 @@ def cpu_reports(tmp_path_factory):
     if HAS_GPU:
         pytest.skip("the GPU run covers these")
     root = tmp_path_factory.mktemp("adv_cpu")
+    # The drivers run as on the bare GPU box: store/orchestration packages unimportable.
+    bare = [str(harness.bare_box_site(root / "bare_box"))]
     # Each candidate is its own process, and starting one is mostly waiting for torch's import
     # (I/O), so they all start at once, the honest control with them.
     with ThreadPoolExecutor(max_workers=len(CPU_ADVERSARIES) + 1) as pool:
-        futs = {a.name: pool.submit(_run, a, root, CPU_WORKLOADS) for a in CPU_ADVERSARIES}
-        futs["honest"] = pool.submit(_run_honest, root)
+        futs = {a.name: pool.submit(_run, a, root, CPU_WORKLOADS, bare) for a in CPU_ADVERSARIES}
+        futs["honest"] = pool.submit(_run_honest, root, bare)
         return {k: f.result() for k, f in futs.items()}
 
 
@@ -58,13 +60,13 @@ HONEST = ("import torch\n"
           "    outputs['out'].copy_(z)\n")
 
 
-def _run_honest(root: Path):
+def _run_honest(root: Path, extra_pythonpath=None):
     from solforge.evaluate.runner import run_stage, stage_candidate
     from solforge.problem import load_problem_dir
 
     st = stage_candidate(root / "honest", load_problem_dir(harness.PROBLEM_DIR), host_source=HONEST,
                          job={"allow_torch": True, "workloads": CPU_WORKLOADS})
-    return run_stage(st, timeout_s=240)
+    return run_stage(st, timeout_s=240, extra_pythonpath=extra_pythonpath)
 
 
 def _assert_expected(adv, report):
@@ -80,7 +82,8 @@ def test_host_adversary_caught_on_cpu(adv, cpu_reports):
 
 
 def test_cpu_control_passes(cpu_reports):
-    """The same machinery passes an honest host candidate: the guards are not blanket rejections."""
+    """The same machinery passes an honest host candidate: the guards are not blanket rejections.
+    Its driver ran with the bare box's packages only (harness.bare_box_site)."""
     rep = cpu_reports["honest"]
     r = rep.results[0]
     assert r.status.value == "passed", r.message + rep.stderr_tail

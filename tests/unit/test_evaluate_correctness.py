@@ -47,7 +47,13 @@ def test_shape_dtype_and_missing_outputs():
 
 
 def test_poison_makes_unwritten_elements_fail():
-    for dt in (torch.float32, torch.bfloat16, torch.float8_e4m3fn):
+    for dt in (torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2, torch.int32,
+               torch.uint8, torch.bool):
+        x = torch.empty(8, dtype=dt)
+        # in place, and the buffer itself comes back: a uint8 view returned for an fp8 output (the
+        # bug this test first caught) would be allocated as the kernel's output with the wrong dtype
+        assert poison_(x) is x and x.dtype == dt
+    for dt in (torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         t = poison_(torch.empty(8, dtype=dt))
         assert torch.isnan(t.float()).all()
     a = poison_(torch.empty(8, dtype=torch.int32), 0)

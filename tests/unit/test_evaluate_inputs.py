@@ -44,7 +44,8 @@ def test_synthesized_paged_metadata_is_valid(sol_execbench_dir):
     for rw in p.workloads[:10]:
         f = I.InputFactory(rw, "cpu")
         assert f.notes and "synthesized" in f.notes[0]
-        x = f.make(0)
+        # only the metadata: the paged K/V caches (up to 10^8 random elements each) are not checked
+        x = f.make(0, only={"qo_indptr", "kv_indptr", "kv_indices"})
         qo, kv, idx = x["qo_indptr"], x["kv_indptr"], x["kv_indices"]
         assert qo[0] == 0 and kv[0] == 0
         assert int(qo[-1]) == rw.axes["total_q"] and int(kv[-1]) == rw.axes["num_kv_indices"]

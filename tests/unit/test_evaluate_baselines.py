@@ -1,0 +1,101 @@
+"""scripts/run_baselines.py: the plan (skip measured rows, eager chunks, order), the merge into the
+CSV, and one real dry run on the CPU (--device cpu): two workers sharing tasks through claim files, an
+earlier CSV kept, a hung reference stopped by the hard deadline with every output still written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+import run_baselines as rb  # noqa: E402
+
+ADV = REPO / "tests/adversarial/problem"
+
+
+def _problem(root: Path, subset: str, name: str, reference: str | None = None,
+             workloads: list | None = None) -> Path:
+    d = root / subset / name
+    d.mkdir(parents=True)
+    defn = json.loads((ADV / "definition.json").read_text())
+    defn["name"] = name
+    defn["reference"] = reference or "import torch\n\n\ndef run(x, y):\n    return torch.sin(x) + y\n"
+    (d / "definition.json").write_text(json.dumps(defn))
+    lines = [json.loads(x) for x in (ADV / "workload.jsonl").read_text().splitlines() if x.strip()]
+    out = []
+    for w in workloads or [{"uuid": "w4k", "n": 4096}, {"uuid": "w64k", "n": 65536}]:
+        x = dict(lines[0], uuid=w["uuid"], axes={"n": w["n"]})
+        out.append(json.dumps(x))
+    (d / "workload.jsonl").write_text("\n".join(out) + "\n")
+    return d
+
+
+def test_plan_skips_measured_rows_chunks_eager_and_orders_compile(tmp_path):
+    _problem(tmp_path, "A", "p_small")
+    _problem(tmp_path, "A", "p_big", workloads=[{"uuid": f"u{i}", "n": 1024} for i in range(5)])
+    _problem(tmp_path, "B", "p_loop", reference="def run(x, y):\n    for i in range(int(x[0].item())):"
+                                                "\n        pass\n    return x + y\n")
+    probs = rb.discover(tmp_path)
+    assert [p["name"] for p in probs] == ["p_big", "p_small", "p_loop"]
+    assert [p["loops"] for p in probs] == [False, False, True]
+    existing = {("p_small", "w4k"): {"eager_ms": "0.5", "compile_ms": ""},
+                ("p_loop", "w4k"): {"eager_ms": "", "compile_ms": "0.7"}}
+    tasks = rb.plan(probs, existing, ["eager", "compile"], chunk=2)
+    eager = {t["id"]: t["uuids"] for t in tasks["eager"]}
+    assert eager["eager-p_small-0"] == ["w64k"]  # w4k was measured before
+    assert [eager[f"eager-p_big-{k}"] for k in range(3)] == [["u0", "u1"], ["u2", "u3"], ["u4"]]
+    costs = [t["cost"] for t in tasks["eager"]]
+    assert costs == sorted(costs, reverse=True)  # longest first
+    comp = tasks["compile"]
+    assert [t["problem"] for t in comp][-1] == "p_loop"  # loops over .item() compile last
+    assert next(t for t in comp if t["problem"] == "p_loop")["uuids"] == ["w64k"]
+    assert len([t for t in comp if t["problem"] == "p_big"]) == 1  # one compile task per problem
+
+
+def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path):
+    data = tmp_path / "data"
+    _problem(data, "S1", "fast_a")
+    _problem(data, "S1", "fast_b")
+    _problem(data, "S2", "hung", reference="import time\n\ndef run(x, y):\n    time.sleep(600)\n"
+                                           "    return x + y\n", workloads=[{"uuid": "h1", "n": 8}])
+    old = tmp_path / "old.csv"
+    with open(old, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["problem", "workload_uuid", "eager_ms", "compile_ms",
+                                          "eager_status"])
+        w.writeheader()
+        w.writerow({"problem": "fast_a", "workload_uuid": "w4k", "eager_ms": "1.234000",
+                    "eager_status": "passed"})
+        w.writerow({"problem": "gone", "workload_uuid": "x", "eager_ms": "9.000000"})
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset", str(data),
+                        "--out", str(out), "--existing", str(old), "--device", "cpu", "--gpus", "2",
+                        "--variants", "eager", "--deadline-s", "25", "--task-timeout-s", "600",
+                        "--chunk", "1", "--reps", "3"],
+                       capture_output=True, text=True, timeout=120)
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert wall < 40  # the deadline holds although one reference never returns
+    rows = [json.loads(x) for x in (out / "baselines_rows.jsonl").read_text().splitlines()]
+    got = sorted((x["problem"], x["workload_uuid"]) for x in rows)
+    assert got == [("fast_a", "w64k"), ("fast_b", "w4k"), ("fast_b", "w64k")]  # each once, none re-run
+    assert all(x["status"] == "passed" and x["median_ms"] > 0 and x["n_reps"] >= 1 for x in rows)
+    table = {(x["problem"], x["workload_uuid"]): x for x in csv.DictReader(open(out / "baselines_h200.csv"))}
+    assert table[("fast_a", "w4k")]["eager_ms"] == "1.234000"  # kept from --existing
+    assert table[("fast_a", "w4k")]["T_b_ms"] == "1.234000"
+    assert table[("gone", "x")]["eager_ms"] == "9.000000"  # rows of other problems are kept too
+    assert table[("fast_b", "w64k")]["T_b_variant"] == "eager"
+    assert table[("fast_b", "w64k")]["subset"] == "S1"
+    assert ("hung", "h1") not in table
+    assert (out / "claims" / "eager-hung-0").exists()
+    fails = (out / "baselines_failures.md").read_text()
+    assert "hung [eager, task eager-hung-0]: 1 workload(s) unmeasured: stopped at the deadline" in fails
+    assert "| S1 | 4 | 4 | 0 | 4 | 0 |" in fails and "| S2 | 1 | 0 | 0 | 0 | 1 |" in fails
+    assert "| S2 | 1 | 0 | 0 | 0 | 1 |" in r.stdout  # the summary is printed at the end
+    shutil.rmtree(out / "stage", ignore_errors=True)
