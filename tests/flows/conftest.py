@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from .prefect_server import api as call_api
 from .prefect_server import prefect, prefect_env, prefect_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,5 +23,7 @@ def prefect_api(tmp_path_factory):
         prefect(["work-pool", "create", "cpu", "--type", "process"], env, REPO)
         # one slot per GPU of the (pretend) two-GPU host: one benchmark per GPU at a time
         prefect(["work-pool", "create", "gpu", "--type", "process"], env, REPO)
-        prefect(["work-pool", "set-concurrency-limit", "gpu", "2"], env, REPO)
-        yield SimpleNamespace(api=api, env=env, home=home)
+        call_api(api, "PATCH", "/work_pools/gpu", {"concurrency_limit": 2})
+        assert call_api(api, "GET", "/work_pools/gpu")["concurrency_limit"] == 2
+        yield SimpleNamespace(api=api, env=env, home=home,
+                              call=lambda method, path, body=None: call_api(api, method, path, body))

@@ -66,3 +66,15 @@ def prefect(args: list[str], env: dict, cwd: Path, timeout: float = 180) -> subp
     if r.returncode != 0:
         raise AssertionError(f"prefect {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r
+
+
+def api(api_url: str, method: str, path: str, body: dict | None = None):
+    """One call to the server's REST API (faster than a `prefect` CLI process on a busy machine)."""
+    import json
+
+    req = urllib.request.Request(f"{api_url}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        raw = r.read()
+    return json.loads(raw) if raw else None

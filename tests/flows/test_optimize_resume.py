@@ -19,7 +19,6 @@ import pytest
 
 from solforge.store import Store
 
-from .prefect_server import prefect
 
 REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = "FlashInfer-Bench/0[01]*"  # 9 problems a kernel family serves (rmsnorm, gemm): 9 compiles
@@ -40,7 +39,7 @@ def _count(db: Path, sql: str, params=None) -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir):
+def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, request):
     db = tmp_path / "opt.duckdb"
     env = {**prefect_api.env, "SOLFORGE_CACHE_DIR": str(tmp_path / "compile-cache"),
            "SOLFORGE_GPU_LOCK_DIR": str(tmp_path / "locks"), "PREFECT_LOGGING_LEVEL": "INFO"}
@@ -68,6 +67,19 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir):
                                "('queued', 'compiled')", [run1["id"]])
     assert open_at_kill, "the kill left nothing open"
     store.close()
+
+    # the same job, never killed, through the flow function with NO server (Prefect's ephemeral API
+    # in a subprocess of its own), its own compile cache, alongside run 2: it must make the same candidates
+    ref_db = tmp_path / "ref.duckdb"
+    eph = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    eph.update(PREFECT_HOME=str(tmp_path / "ephemeral_home"), SOLFORGE_CACHE_DIR=str(tmp_path / "ref-cache"),
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
+    code = ("import json, sys; sys.path.insert(0, '.'); from flows.optimize import optimize; "
+            f"r = optimize(problems={PROBLEMS!r}, with_family=True, budget_attempts=200, gpus='', "
+            f"db={str(ref_db)!r}); print('RESULT ' + json.dumps(r))")
+    ref = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=eph, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    request.addfinalizer(lambda: ref.poll() is None and os.killpg(ref.pid, signal.SIGKILL))
 
     # run 2: same parameters -> same resume key
     r2 = subprocess.run(_args(db), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -106,18 +118,13 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir):
     assert compiled_in.get(run1["id"], 0) >= 3 and compiled_in.get(run2["id"], 0) > 0
     store.close()
 
-    # the same job, never killed, through the flow function with NO server (Prefect's ephemeral API
-    # in a subprocess of its own), warm compile cache: it must have made the same candidates
-    ref_db = tmp_path / "ref.duckdb"
-    eph = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    eph.update(PREFECT_HOME=str(tmp_path / "ephemeral_home"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
-    code = ("import json, sys; sys.path.insert(0, '.'); from flows.optimize import optimize; "
-            f"r = optimize(problems={PROBLEMS!r}, with_family=True, budget_attempts=200, gpus='', "
-            f"db={str(ref_db)!r}); print('RESULT ' + json.dumps(r))")
-    ref = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=eph, capture_output=True,
-                         text=True, timeout=400)
-    assert ref.returncode == 0, ref.stdout[-2000:] + ref.stderr[-3000:]
-    result = json.loads(ref.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    try:
+        ref_out, ref_err = ref.communicate(timeout=400)
+    finally:
+        if ref.poll() is None:
+            os.killpg(ref.pid, signal.SIGKILL)
+    assert ref.returncode == 0, ref_out[-2000:] + ref_err[-3000:]
+    result = json.loads(ref_out.split("RESULT ", 1)[1].splitlines()[0])
     assert result["gpu"] is False and result["leaderboard"] and "need a GPU" in " ".join(result["notes"])
     want = {(r["problem"], r["source_hash"]) for r in Store(ref_db).query(
         "SELECT problem, source_hash FROM attempts WHERE outcome = 'compiled'")}
@@ -126,5 +133,5 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir):
     assert compiled_in[run1["id"]] + compiled_in[run2["id"]] == len(want)
 
     # the UI artifacts of the resumed run are on the server
-    arts = prefect(["artifact", "ls"], {**prefect_api.env, "COLUMNS": "300"}, REPO).stdout
-    assert "optimize-leaderboard" in arts and "optimize-summary" in arts, arts
+    arts = {a["key"] for a in prefect_api.call("POST", "/artifacts/filter", {})}
+    assert {"optimize-leaderboard", "optimize-summary"} <= arts, arts

@@ -3,7 +3,6 @@ through a process worker, and find its results in DuckDB."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -24,18 +23,20 @@ def test_deploy_and_run_ingest_through_a_process_worker(tmp_path, sol_execbench_
     db = tmp_path / "runs.duckdb"
     env = prefect_api.env
     prefect(["deploy", "--all"], env, REPO)
-    out = prefect(["deployment", "ls"], env, REPO).stdout
-    for name in ("ingest/ingest-shared", "extract/extract-zoo", "baseline/baseline-eager",
-                 "optimize/optimize-compile-only", "optimize/optimize-nightly", "replay/replay-best",
-                 "report/report"):
-        assert name in out, f"{name} not deployed:\n{out}"
-    nightly = prefect(["deployment", "inspect", "optimize/optimize-nightly"], env, REPO).stdout
-    assert "0 2 * * *" in nightly and "'gpu'" in nightly, nightly
+    deps = {(d["name"], d["work_pool_name"], d.get("work_queue_name")): d
+            for d in prefect_api.call("POST", "/deployments/filter", {})}
+    names = {n for n, *_ in deps}
+    for name in ("ingest-shared", "extract-zoo", "baseline-eager", "optimize-compile-only",
+                 "optimize-nightly", "replay-best", "report"):
+        assert name in names, f"{name} not deployed: {sorted(names)}"
+    nightly = next(d for (n, *_), d in deps.items() if n == "optimize-nightly")
+    assert nightly["work_pool_name"] == "gpu" and nightly["work_queue_name"] == "multi-gpu"
+    assert [s["schedule"].get("cron") for s in nightly["schedules"]] == ["0 2 * * *"]
     prefect(["deployment", "run", "ingest/ingest-shared",
              "--param", f"path={tmp_path / 'tree'}", "--param", f"db={db}"], env, REPO)
     prefect(["worker", "start", "--pool", "cpu", "--run-once"], env, REPO, timeout=300)
-    runs = prefect(["flow-run", "ls", "--state", "COMPLETED"], env, REPO).stdout
-    assert "ingest" in runs, runs
+    runs = prefect_api.call("POST", "/flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}})
+    assert any(r["parameters"].get("db") == str(db) for r in runs), runs
     store = Store(db)
     rows = store.query("SELECT name, subset FROM problems ORDER BY name")
     assert [r["subset"] for r in rows] == ["L1", "L1"]
