@@ -101,13 +101,15 @@ def _t_base(r: dict) -> tuple[Optional[float], Optional[str]]:
     return min(opts)
 
 
-def _ensure_roofline(store: Store, problems: dict, gpu_profile: str, cache_dir: Optional[Path],
-                     summary: ImportSummary, progress: Callable[[str], None]) -> dict:
-    """(problem, uuid) -> t_sol_ms; computes missing roofline rows with the project's roofline."""
+def _ensure_roofline(store: Store, problems: dict, needed: set, gpu_profile: str,
+                     cache_dir: Optional[Path], summary: ImportSummary,
+                     progress: Callable[[str], None]) -> dict:
+    """(problem, uuid) -> t_sol_ms; computes the roofline rows `needed` lacks with the project's
+    roofline (rows already in the store are kept as they are)."""
     have = {(r["problem"], r["workload_uuid"]): r["t_sol_ms"] for r in store.query(
         "SELECT problem, workload_uuid, t_sol_ms FROM roofline WHERE gpu_profile = ?", [gpu_profile])}
-    todo = [p for name, p in problems.items()
-            if any((name, w.uuid) not in have for w in p.workloads)]
+    missing = {k for k in needed if k not in have}
+    todo = [p for name, p in problems.items() if any(k[0] == name for k in missing)]
     if todo:
         from ..roofline.batch import count_cached
         from ..roofline.estimate import roofline
@@ -118,6 +120,8 @@ def _ensure_roofline(store: Store, problems: dict, gpu_profile: str, cache_dir: 
         for p in todo:
             progress(f"roofline {p.name}")
             for c in count_cached(p, cache_dir).counts:
+                if (p.name, c.uuid) in have:
+                    continue
                 rf = roofline(p.name, c, profile)
                 rows.append({"problem": p.name, "workload_uuid": c.uuid, "gpu_profile": gpu_profile,
                              "flops": rf.total_flops, "bytes": rf.dram_bytes, "t_sol_ms": rf.t_sol_ms,
@@ -125,7 +129,8 @@ def _ensure_roofline(store: Store, problems: dict, gpu_profile: str, cache_dir: 
                              "details": {"flops": rf.flops, "method": c.method, "reason": rf.reason,
                                          "by": IMPORTER}})
                 have[(p.name, c.uuid)] = rf.t_sol_ms
-        store.upsert_rows("roofline", rows, key=("problem", "workload_uuid", "gpu_profile"))
+        if rows:
+            store.upsert_rows("roofline", rows, key=("problem", "workload_uuid", "gpu_profile"))
         summary.roofline_rows += len(rows)
     return have
 
@@ -177,8 +182,9 @@ def import_bench_rows(store: Store, rows_files: Iterable[Path], *, baselines_csv
     if problems:
         upsert_problems(store, list(problems.values()))
         summary.problems = len(problems)
-    t_sol = _ensure_roofline(store, problems, gpu_profile, roofline_cache, summary, progress) \
-        if problems else {}
+    needed = {(r["problem"], r["uuid"]) for _, _, rows in todo for r in rows}
+    t_sol = _ensure_roofline(store, problems, needed, gpu_profile, roofline_cache, summary,
+                             progress) if problems else {}
 
     # T_b per workload: the fastest baseline any imported file saw for it (same bench timer). Round 1
     # timed eager only; without this its attempts would be scored against a slower baseline.
