@@ -3,7 +3,8 @@
 The exported torch binding evaluates a candidate's grid/block/smem/args/workspace expressions at run
 time, from the tensor shapes it is given, with the same meaning as the Python evaluator the launcher
 uses: every value is a double (exact for integers below 2**53, far above any tensor size), `/` is true
-division, `//` and `%` follow Python's floor semantics, `and`/`or` return an operand, and
+division, `//` and `%` follow Python's floor semantics, `and`/`or` give 1 or 0 (the evaluator's
+all()/any()), and
 ceil_div(a, b) = -((-a) // b). The helpers it calls (sf_*) are emitted by `CPP_HELPERS`.
 """
 
@@ -24,8 +25,8 @@ static inline double sf_mod(double a, double b) {
 static inline double sf_ceil_div(double a, double b) { return -std::floor(-a / b); }
 static inline double sf_min(double a, double b) { return b < a ? b : a; }
 static inline double sf_max(double a, double b) { return b > a ? b : a; }
-static inline double sf_and(double a, double b) { return a != 0.0 ? b : a; }
-static inline double sf_or(double a, double b) { return a != 0.0 ? a : b; }
+static inline double sf_and(double a, double b) { return (a != 0.0 && b != 0.0) ? 1.0 : 0.0; }
+static inline double sf_or(double a, double b) { return (a != 0.0 || b != 0.0) ? 1.0 : 0.0; }
 """
 
 _BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
