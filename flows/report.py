@@ -21,13 +21,18 @@ from tasks.report import build_report, leaderboard_rows  # noqa: E402
 
 @flow(name="report", log_prints=True)
 def report(run_id: Optional[str] = None, out_dir: str = "reports", db: Optional[str] = None) -> dict:
-    """run_id: only this run's attempts (None: every attempt in the store). out_dir: where
-    solforge.report writes its files, when it exists."""
+    """run_id: only this run's attempts (None: every attempt in the store). out_dir: where the
+    HTML report from solforge.report is written."""
     store = open_store(db)
     rows = leaderboard_rows(quote(store), run_id)
-    built = build_report(db, out_dir)
+    built = build_report(quote(store), out_dir, run_id)
     title = f"Leaderboard of run `{run_id[:8]}`" if run_id else "Leaderboard (all runs)"
-    notes = [] if built else ["solforge.report is not there yet: leaderboard from SQL only"]
+    if built is None:
+        notes = ["solforge.report is not importable here: leaderboard from SQL only"]
+    elif "error" in built:
+        notes = [f"solforge.report failed ({built['error']}): leaderboard from SQL only"]
+    else:
+        notes = [f"full report: {built['html']}"]
     create_table_artifact(lb.table_rows(rows), key="leaderboard", description=title)
     create_markdown_artifact(lb.markdown(rows, title, notes), key="leaderboard-summary")
     print(lb.markdown(rows, title, notes))

@@ -16,13 +16,22 @@ def leaderboard_rows(store, run_id: Optional[str] = None) -> list[dict]:
 
 
 @task(name="build-report", cache_policy=NO_CACHE)
-def build_report(db: Optional[str], out_dir: str) -> Optional[dict]:
-    """HOOK: solforge.report (owner: reports) builds the full report when it exists; the contract
-    expected here is `solforge.report.build(db_path, out_dir) -> dict` (paths written, summary).
-    Until then None: the flow publishes the SQL leaderboard alone."""
+def build_report(store, out_dir: str, run_id: Optional[str] = None) -> Optional[dict]:
+    """HOOK into solforge.report (owner: reports): its analysis + self-contained HTML, written to
+    out_dir/report.html. None when that module is not importable; {"error": ...} when it fails, so the
+    SQL leaderboard is still published."""
+    from pathlib import Path
+
     try:
-        from solforge import report
+        from solforge.report import analysis, html
     except ImportError:
         return None
-    build = getattr(report, "build", None)
-    return build(db, out_dir) if build else None
+    try:
+        data = analysis.load(store, run_id)
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / (f"report-{run_id[:8]}.html" if run_id else "report.html")
+        path.write_text(html.render(data))
+        return {"html": str(path.resolve())}
+    except Exception as e:  # noqa: BLE001 - the report is extra; the leaderboard still goes out
+        return {"error": f"{type(e).__name__}: {e}"}
