@@ -1,11 +1,18 @@
 """Compile speed: NVRTC (through solforge.compile) vs nvcc on the same kernels, CuTe DSL, cache hits.
 
-    .venv/bin/python scripts/bench_compile.py [--reps 15] [--out data/results/bench_compile.txt]
+    .venv/bin/python scripts/bench_compile.py [--reps 21] [--out data/results/bench_compile.txt]
 
 nvcc (/usr/local/bin/nvcc, CUDA 13.0) is used here ONLY as the comparison baseline; solforge never
-calls it. Each NVRTC/CuTe compile bypasses the cache (use_cache=False) with a warm worker process,
-as a long-running pipeline sees it. "end-to-end" is compile_candidate's wall time (worker IPC and
-cubin checks included); "compiler" is the time inside the worker.
+calls it. It gets the same source, -arch, -std, params (-D) and cubin output, with -O3 spelled out
+(NVRTC's default); the SASS of both cubins is compared at the end. Each NVRTC/CuTe compile bypasses
+the result cache (use_cache=False) with a warm worker process, as a long-running pipeline sees it;
+NVRTC's precompiled headers (solforge/compile/pch.py) are on unless a row says otherwise.
+
+"wall e2e" is compile_candidate's wall time (worker IPC and cubin checks included), "wall compiler"
+the time inside the worker, "cpu" the worker's CPU seconds for the compile (nvcc: CPU of all its
+processes). This machine is shared: wall times follow the load average (printed per section), CPU
+times much less, so ratios are given both ways. NVRTC and nvcc runs are interleaved so both see
+the same load. p50 = median.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -28,123 +36,202 @@ from solforge.compile import compile_candidate, samples  # noqa: E402
 from solforge.compile.api import compiler_identity  # noqa: E402
 
 NVCC = "/usr/local/bin/nvcc"  # baseline only
+LOADS: list[float] = []
 
 
 def p50(xs):
     return statistics.median(xs)
 
 
-def bench_nvrtc(cand: dict, reps: int) -> tuple[list[float], list[float], list[float]]:
-    compile_candidate(cand, use_cache=False)  # start + warm the worker
-    e2e, inner, cpu = [], [], []
-    for _ in range(reps):
-        r = compile_candidate(cand, use_cache=False)
-        assert r.ok, r.log
-        e2e.append(r.seconds)
-        inner.append(r.compile_seconds)
-        cpu.append(r.compile_cpu_seconds)
-    return e2e, inner, cpu
+def load() -> float:
+    LOADS.append(os.getloadavg()[0])
+    return LOADS[-1]
 
 
-def bench_nvcc(source: str, params: dict, reps: int) -> tuple[list[float], list[float]]:
+def nvrtc_once(cand: dict, **kw) -> tuple[float, float, float, dict]:
+    r = compile_candidate(cand, use_cache=False, **kw)
+    assert r.ok, r.log
+    return r.seconds, r.compile_seconds, r.compile_cpu_seconds, r.cubins
+
+
+def nvcc_cmd(d: Path, params: dict) -> list[str]:
+    return [NVCC, "-cubin", "-arch=sm_90a", "-std=c++17", "-O3", *(f"-D{k}={v}" for k, v in params.items()),
+            "-o", str(d / "k.cubin"), str(d / "kernel.cu")]
+
+
+def nvcc_once(cmd: list[str]) -> tuple[float, float]:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+
+
+class Series:
+    def __init__(self):
+        self.wall, self.inner, self.cpu = [], [], []
+
+    def add(self, wall, inner=None, cpu=None):
+        self.wall.append(wall)
+        if inner is not None:
+            self.inner.append(inner)
+        if cpu is not None:
+            self.cpu.append(cpu)
+
+
+def bench_kernel(cand: dict, reps: int, sweep: list[dict] | None):
+    """NVRTC (PCH), NVRTC without PCH, NVRTC first compile of an include block, nvcc: interleaved."""
+    src, params = cand["sources"]["kernel.cu"], cand["params"]
+    pch, nopch, cold, nv, sw = Series(), Series(), Series(), Series(), Series()
+    nvrtc_once(cand)                       # worker start, PCH of this include block made
+    nvrtc_once(cand, pch=False)
     with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "kernel.cu"
-        src.write_text(source)
-        cmd = [NVCC, "-cubin", "-arch=sm_90a", "-std=c++17", *(f"-D{k}={v}" for k, v in params.items()),
-               "-o", str(Path(d) / "k.cubin"), str(src)]
-        subprocess.run(cmd, check=True, capture_output=True)  # warm the file cache
-        out, cpu = [], []
-        for _ in range(reps):
-            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
-            out.append(time.perf_counter() - t0)
-            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
-        return out, cpu
+        d = Path(d)
+        (d / "kernel.cu").write_text(src)
+        cmd = nvcc_cmd(d, params)
+        nvcc_once(cmd)                     # file cache warm
+        for i in range(reps):
+            w, c, cpu, cubins = nvrtc_once(cand)
+            pch.add(w, c, cpu)
+            w, c, cpu, ref = nvrtc_once(cand, pch=False)
+            nopch.add(w, c, cpu)
+            assert ref == cubins, "PCH changed the cubin"
+            if sweep:
+                w, c, cpu, _ = nvrtc_once({**cand, "params": sweep[i % len(sweep)]})
+                sw.add(w, c, cpu)
+            if i % 3 == 0:
+                # a new option set: new PCH key, so this compile makes the PCH (what a worker pays once)
+                w, c, cpu, _ = nvrtc_once({**cand, "options": [f"-DBENCH_COLD_{os.getpid()}_{i}=1"]})
+                cold.add(w, c, cpu)
+                w, cpu = nvcc_once(cmd)
+                nv.add(w, cpu=cpu)
+        nv_cubin = (d / "k.cubin").read_bytes()
+    return pch, nopch, cold, nv, sw, cubins, nv_cubin
 
 
-def bench_cute(reps: int) -> tuple[list[float], list[float], float]:
+def bench_cute(reps: int) -> tuple[Series, float]:
     t0 = time.perf_counter()
     first = compile_candidate(samples.cute_candidate(block=32), use_cache=False)  # worker: import + warm-up
     start = time.perf_counter() - t0
     assert first.ok, first.log
-    e2e, inner = [], []
+    s = Series()
     for i in range(reps):
         # a new block size each time, so no cache in the DSL can answer
         r = compile_candidate(samples.cute_candidate(block=64 + 32 * i), use_cache=False)
         assert r.ok, r.log
-        e2e.append(r.seconds)
-        inner.append(r.compile_seconds)
-    return e2e, inner, start
+        s.add(r.seconds, r.compile_seconds, r.compile_cpu_seconds)
+    return s, start
 
 
-def bench_cache_hit(reps: int, cache_dir: Path) -> list[float]:
+def bench_cache_hit(reps: int, cache_dir: Path) -> Series:
     cand = samples.candidate(samples.DEQUANT_CU, "dequant_fp8_bf16", params={"VEC": 4})
     assert compile_candidate(cand, cache_dir=cache_dir).ok
-    out = []
+    s = Series()
     for _ in range(reps):
         r = compile_candidate(cand, cache_dir=cache_dir)
         assert r.cache_hit
-        out.append(r.seconds)
-    return out
+        s.add(r.seconds)
+    return s
+
+
+def sass(blob: bytes) -> list[str] | None:
+    """Instructions of a cubin (cuobjdump from the wheel), addresses and encodings stripped."""
+    import nvidia
+
+    tool = next((Path(p) / "cu13" / "bin" for p in nvidia.__path__ if (Path(p) / "cu13/bin/cuobjdump").exists()),
+                None)
+    if tool is None:
+        return None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(blob)
+        f.flush()
+        out = subprocess.run([str(tool / "cuobjdump"), "-sass", f.name], capture_output=True, text=True,
+                             env={**os.environ, "PATH": f"{tool}{os.pathsep}{os.environ.get('PATH', '')}"}).stdout
+    return [re.sub(r"/\*[0-9a-f]{4,}\*/", "", ln).split(";")[0].strip()
+            for ln in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+
+
+def fmt_row(what, s: Series | None, target=None, single=None) -> str:
+    if single is not None:
+        e2e, inner, cpu, mx = single, None, None, single
+    else:
+        e2e, mx = p50(s.wall), max(s.wall)
+        inner = p50(s.inner) if s.inner else None
+        cpu = p50(s.cpu) if s.cpu else None
+    ok = "" if target is None else ("yes" if e2e <= target else "NO")
+    cpu_ok = "" if target is None or cpu is None else ("yes" if cpu <= target else "NO")
+    f = lambda v: "" if v is None else f"{v * 1e3:.1f}"  # noqa: E731
+    return (f"{what:<58} {f(e2e):>9} {f(inner):>9} {f(cpu):>9} {f(mx):>9} "
+            f"{'' if target is None else f'{target * 1e3:.0f}':>7}  {ok:<3} {cpu_ok}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=21)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     reps = args.reps
-    load0 = os.getloadavg()[0]
+    load0 = load()
 
-    plain = samples.candidate(samples.SCALE_CU, "scale")
-    headers = samples.candidate(samples.DEQUANT_CU, "dequant_fp8_bf16", params={"VEC": 4})
-    wgmma = samples.candidate(samples.WGMMA_TMA_CU, "wgmma_tma_tile")
-
-    rows = []
-    res, res_cpu = {}, {}
-    for label, cand, target in [("plain kernel (scale)", plain, 0.100),
-                                ("bf16/fp8 headers (dequant)", headers, 1.5),
-                                ("wgmma + TMA inline PTX", wgmma, None)]:
-        e2e, inner, cpu = bench_nvrtc(cand, reps)
-        nv, nv_cpu = bench_nvcc(cand["sources"]["kernel.cu"], cand["params"], max(3, reps // 3))
-        res[label] = (p50(e2e), p50(nv))
-        res_cpu[label] = (p50(cpu), p50(nv_cpu))
-        rows.append((f"NVRTC {label}", p50(e2e), p50(inner), max(e2e), target, p50(cpu)))
-        rows.append((f"nvcc  {label} (baseline)", p50(nv), None, max(nv), None, p50(nv_cpu)))
-    cute_e2e, cute_inner, cute_start = bench_cute(max(5, reps // 2))
-    rows.append(("CuTe DSL elementwise, after import", p50(cute_e2e), p50(cute_inner), max(cute_e2e), 0.5,
-                 None))
-    rows.append(("CuTe DSL worker start (import + warm-up)", cute_start, None, cute_start, None, None))
+    kernels = [
+        ("plain kernel (scale)", samples.candidate(samples.SCALE_CU, "scale"), 0.100, None),
+        ("bf16/fp8 headers (dequant)",
+         samples.candidate(samples.DEQUANT_CU, "dequant_fp8_bf16", params={"VEC": 4}), 1.5,
+         [{"VEC": v} for v in (1, 2, 8, 16)]),
+        ("wgmma + TMA inline PTX", samples.candidate(samples.WGMMA_TMA_CU, "wgmma_tma_tile"), None, None),
+    ]
+    rows, ratios, sass_lines, section_loads = [], [], [], []
+    for label, cand, target, sweep in kernels:
+        before = load()
+        pch, nopch, cold, nv, sw, cubin, nv_cubin = bench_kernel(cand, reps, sweep)
+        section_loads.append(f"{label}: {before:.1f}->{load():.1f}")
+        rows.append(fmt_row(f"NVRTC {label}", pch, target))
+        if sweep:
+            rows.append(fmt_row(f"NVRTC {label}, new params each compile", sw, target))
+        rows.append(fmt_row(f"NVRTC {label}, no PCH", nopch))
+        rows.append(fmt_row(f"NVRTC {label}, first with its headers", cold))
+        rows.append(fmt_row(f"nvcc  {label} (baseline)", nv))
+        ratios.append((label, p50(pch.wall) / p50(nv.wall), p50(pch.cpu) / p50(nv.cpu),
+                       p50(nopch.wall) / p50(nv.wall), p50(nopch.cpu) / p50(nv.cpu)))
+        a, b = sass(cubin["kernel.cu"]), sass(nv_cubin)
+        if a is not None:
+            diff = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+            sass_lines.append(f"  {label:<44} NVRTC {len(a)} / nvcc {len(b)} instructions, "
+                              + ("identical" if a == b else f"{diff} differ"))
+    before = load()
+    cute, cute_start = bench_cute(max(5, reps // 2))
+    rows.append(fmt_row("CuTe DSL elementwise, after import", cute, 0.5))
+    rows.append(fmt_row("CuTe DSL worker start (import + warm-up)", None, single=cute_start))
     with tempfile.TemporaryDirectory() as d:
         hits = bench_cache_hit(reps * 4, Path(d))
-    rows.append(("cache hit (lookup + load cubins)", p50(hits), None, max(hits), 0.005, None))
+    rows.append(fmt_row("cache hit (lookup + load cubins)", hits, 0.005))
+    section_loads.append(f"CuTe + cache: {before:.1f}->{load():.1f}")
 
-    lines = []
-    lines.append(f"# bench_compile  {time.strftime('%Y-%m-%d %H:%M:%S')}  host={platform.node()} "
-                 f"cpus={os.cpu_count()} python={platform.python_version()} "
-                 f"loadavg(1m) at start/end={load0:.1f}/{os.getloadavg()[0]:.1f} (other work shares these cores)")
-    lines.append(f"# {compiler_identity('cuda')[1]}")
-    lines.append(f"# {compiler_identity('cute')[1]};  nvcc baseline: {NVCC} "
-                 f"({subprocess.run([NVCC, '--version'], capture_output=True, text=True).stdout.splitlines()[-1]})")
-    lines.append(f"# reps={reps}; arch sm_90a; times in ms; p50 = median")
-    lines.append(f"{'what':<46} {'p50 e2e':>9} {'p50 compiler':>13} {'p50 cpu':>9} {'max':>9} "
-                 f"{'target':>8}  ok")
-    for what, e2e, inner, mx, target, cpu in rows:
-        ok = "" if target is None else ("yes" if e2e <= target else "NO")
-        lines.append(f"{what:<46} {e2e * 1e3:>9.1f} {'' if inner is None else f'{inner * 1e3:.1f}':>13} "
-                     f"{'' if cpu is None else f'{cpu * 1e3:.1f}':>9} "
-                     f"{mx * 1e3:>9.1f} {'' if target is None else f'{target * 1e3:.0f}':>8}  {ok}")
-    lines.append("")
-    lines.append(f"{'NVRTC / nvcc ratio (p50 e2e), target <= 0.1':<46}")
-    for label, (n, c) in res.items():
-        ratio = n / c
-        lines.append(f"  {label:<44} {ratio:>9.3f}  {'yes' if ratio <= 0.1 else 'NO'}")
-    lines.append(f"{'NVRTC / nvcc ratio (p50 CPU seconds; load-proof)':<46}")
-    for label, (n, c) in res_cpu.items():
-        ratio = n / c
-        lines.append(f"  {label:<44} {ratio:>9.3f}  {'yes' if ratio <= 0.1 else 'NO'}")
+    nvcc_version = subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout.splitlines()[-1]
+    lines = [
+        f"# bench_compile  {time.strftime('%Y-%m-%d %H:%M:%S')}  host={platform.node()} cpus={os.cpu_count()} "
+        f"python={platform.python_version()}",
+        f"# load average (1 min) start/end {load0:.1f}/{load():.1f}, over the run min/median/max "
+        f"{min(LOADS):.1f}/{p50(LOADS):.1f}/{max(LOADS):.1f} on {os.cpu_count()} cores (other work shares them)",
+        f"#   per section: {'; '.join(section_loads)}",
+        f"# {compiler_identity('cuda')[1]}",
+        f"# {compiler_identity('cute')[1]};  nvcc baseline: {NVCC} ({nvcc_version})",
+        f"# reps={reps} (nvcc and 'first with its headers': every 3rd rep); arch sm_90a; times in ms; p50 = median",
+        "# 'first with its headers': the first compile of an #include block + option set in a worker (makes the"
+        " PCH); 'new params each compile': a param sweep reusing that PCH; 'no PCH': params as -D, no PCH",
+        f"# 'ok' compares the p50 wall e2e with the target, the last column the p50 CPU",
+        f"{'what':<58} {'wall e2e':>9} {'compiler':>9} {'cpu':>9} {'max wall':>9} {'target':>7}  ok  cpu ok",
+        *rows,
+        "",
+        "NVRTC / nvcc on the same kernel, target <= 0.1     wall p50   CPU p50   (no PCH: wall   CPU)",
+    ]
+    for label, rw, rc, nw, nc in ratios:
+        ok = "yes" if max(rw, rc) <= 0.1 else ("CPU yes" if rc <= 0.1 else "NO")
+        lines.append(f"  {label:<46} {rw:>9.3f} {rc:>9.3f}   ({nw:.3f} {nc:.3f})  {ok}")
+    if sass_lines:
+        lines.append("SASS of the NVRTC cubin vs the nvcc cubin (same -O3 code generation):")
+        lines.extend(sass_lines)
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -226,8 +226,10 @@ def compile_cute_isolated(job: dict) -> dict:
     os.close(w)
     with os.fdopen(r, "rb") as f:
         data = f.read()
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     if not data:
         return _err("error", f"solforge: the CuTe compile process died (wait status {status})",
                     time.perf_counter())
-    return pickle.loads(data)
+    out = pickle.loads(data)
+    out["compile_cpu_seconds"] = usage.ru_utime + usage.ru_stime  # the child's CPU (load-proof time)
+    return out

@@ -145,11 +145,16 @@ def _pch_plan(job: dict, headers: dict[str, str]):
 def _compile_unit_pch(name: str, src: str, headers: dict[str, str], name_exprs: list[str],
                       files: "pch.PchFiles", opts: list[str], params_text: str):
     """The unit with params after its #include block, making or using the PCH of that block."""
+    if src.startswith("\ufeff"):
+        src = src[1:]  # a byte-order mark must stay first; NVRTC ignores it there anyway
     n = pch.include_block_lines(src, headers)
     head = "".join(src.splitlines(keepends=True)[:n])
     unit_headers = {**headers, pch.PARAMS_HEADER: params_text}
     key = files.key(head, opts)
-    popts, creates = files.options_for(key)
+    try:
+        popts, creates = files.options_for(key)
+    except OSError:  # PCH folder not writable: only slower
+        popts, creates = [], False
 
     def on_compiled(prog):
         if creates:
