@@ -225,6 +225,8 @@ def assistant_message(reply: dict) -> dict:
     """The reply as a message to append to the conversation (OpenAI format)."""
     m: dict = {"role": "assistant", "content": reply.get("content") or ""}
     if reply.get("tool_calls"):
+        # some providers reject an empty text block beside tool calls: send no text at all
+        m["content"] = reply.get("content") or None
         m["tool_calls"] = [{"id": c["id"], "type": "function",
                             "function": {"name": c["name"], "arguments": c["arguments"]}}
                            for c in reply["tool_calls"]]
