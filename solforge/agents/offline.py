@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .llm import Context, SessionResult, TryFn
-from .outcome import AttemptStatus
 
 INITIAL_RANDOM = 3   # random picks per family after its best guess
 MAX_SPACE = 4096     # param sets considered per family (spaces are enumerated lists)
