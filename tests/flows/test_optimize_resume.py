@@ -43,6 +43,19 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, r
     db = tmp_path / "opt.duckdb"
     env = {**prefect_api.env, "SOLFORGE_CACHE_DIR": str(tmp_path / "compile-cache"),
            "SOLFORGE_GPU_LOCK_DIR": str(tmp_path / "locks"), "PREFECT_LOGGING_LEVEL": "INFO"}
+    # the same job, never killed, through the flow function with NO server (Prefect's ephemeral API
+    # in a subprocess of its own), its own compile cache, started first so its server start-up overlaps runs 1 and 2: it must make the same candidates
+    ref_db = tmp_path / "ref.duckdb"
+    eph = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    eph.update(PREFECT_HOME=str(tmp_path / "ephemeral_home"), SOLFORGE_CACHE_DIR=str(tmp_path / "ref-cache"),
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
+    code = ("import json, sys; sys.path.insert(0, '.'); from flows.optimize import optimize; "
+            f"r = optimize(problems={PROBLEMS!r}, with_family=True, budget_attempts=200, gpus='', "
+            f"db={str(ref_db)!r}); print('RESULT ' + json.dumps(r))")
+    ref = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=eph, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    request.addfinalizer(lambda: ref.poll() is None and os.killpg(ref.pid, signal.SIGKILL))
+
     log1 = open(tmp_path / "run1.log", "w")
     proc = subprocess.Popen(_args(db), cwd=REPO, env=env, stdout=log1, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -67,19 +80,6 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, r
                                "('queued', 'compiled')", [run1["id"]])
     assert open_at_kill, "the kill left nothing open"
     store.close()
-
-    # the same job, never killed, through the flow function with NO server (Prefect's ephemeral API
-    # in a subprocess of its own), its own compile cache, alongside run 2: it must make the same candidates
-    ref_db = tmp_path / "ref.duckdb"
-    eph = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    eph.update(PREFECT_HOME=str(tmp_path / "ephemeral_home"), SOLFORGE_CACHE_DIR=str(tmp_path / "ref-cache"),
-               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300")
-    code = ("import json, sys; sys.path.insert(0, '.'); from flows.optimize import optimize; "
-            f"r = optimize(problems={PROBLEMS!r}, with_family=True, budget_attempts=200, gpus='', "
-            f"db={str(ref_db)!r}); print('RESULT ' + json.dumps(r))")
-    ref = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=eph, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
-    request.addfinalizer(lambda: ref.poll() is None and os.killpg(ref.pid, signal.SIGKILL))
 
     # run 2: same parameters -> same resume key
     r2 = subprocess.run(_args(db), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
