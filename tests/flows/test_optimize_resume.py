@@ -44,7 +44,8 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, r
     env = {**prefect_api.env, "SOLFORGE_CACHE_DIR": str(tmp_path / "compile-cache"),
            "SOLFORGE_GPU_LOCK_DIR": str(tmp_path / "locks"), "PREFECT_LOGGING_LEVEL": "INFO"}
     # the same job, never killed, through the flow function with NO server (Prefect's ephemeral API
-    # in a subprocess of its own), its own compile cache, started first so its server start-up overlaps runs 1 and 2: it must make the same candidates
+    # in a subprocess of its own), its own compile cache; started first so that its server start-up
+    # overlaps runs 1 and 2. It must make the same candidates as the killed-and-resumed job.
     ref_db = tmp_path / "ref.duckdb"
     eph = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
     eph.update(PREFECT_HOME=str(tmp_path / "ephemeral_home"), SOLFORGE_CACHE_DIR=str(tmp_path / "ref-cache"),
@@ -52,8 +53,10 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, r
     code = ("import json, sys; sys.path.insert(0, '.'); from flows.optimize import optimize; "
             f"r = optimize(problems={PROBLEMS!r}, with_family=True, budget_attempts=200, gpus='', "
             f"db={str(ref_db)!r}); print('RESULT ' + json.dumps(r))")
-    ref = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=eph, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # output to files, not pipes: nobody reads them until the end, and a full pipe would block it
+    ref_outf, ref_errf = open(tmp_path / "ref.out", "w"), open(tmp_path / "ref.err", "w")
+    ref = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=eph, stdout=ref_outf,
+                           stderr=ref_errf, text=True, start_new_session=True)
     request.addfinalizer(lambda: ref.poll() is None and os.killpg(ref.pid, signal.SIGKILL))
 
     log1 = open(tmp_path / "run1.log", "w")
@@ -119,10 +122,13 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, r
     store.close()
 
     try:
-        ref_out, ref_err = ref.communicate(timeout=400)
+        ref.wait(timeout=400)
     finally:
         if ref.poll() is None:
             os.killpg(ref.pid, signal.SIGKILL)
+        ref_outf.close()
+        ref_errf.close()
+    ref_out, ref_err = (tmp_path / "ref.out").read_text(), (tmp_path / "ref.err").read_text()
     assert ref.returncode == 0, ref_out[-2000:] + ref_err[-3000:]
     result = json.loads(ref_out.split("RESULT ", 1)[1].splitlines()[0])
     assert result["gpu"] is False and result["leaderboard"] and "need a GPU" in " ".join(result["notes"])
