@@ -10,8 +10,10 @@ Plan, made to finish inside a hard deadline on a box with a few GPUs and many CP
    workload not yet in --existing, in tasks of at most --chunk workloads, slowest first, claimed by
    whichever GPU is free (a claim is a file made with O_EXCL), so both GPUs end together.
    Slow references (Python loops over sequences, huge GEMMs) are cut by repetitions, never skipped:
-   a call slower than --workload-budget-s is timed once; past --hurry-at-s every workload gets one
-   warm-up and a single rep when the budget says so.
+   each eager task gets a timed-call budget per workload of (time left until --eager-share of the
+   deadline) x (eager workers) / (workloads not yet claimed), at most --workload-budget-s; below half
+   of that, min reps drop to 1, and a call slower than the budget is timed once (its first call was
+   the warm-up).
 2. torch.compile next: --compile-workers per GPU (default: the CPU cores shared out) start importing
    torch while eager runs, and begin when the GPU's eager work is done; compiles run in parallel on the
    CPU, every timed measurement (and input generation) holds the GPU's lock. Cheap-to-compile problems
@@ -138,6 +140,17 @@ def claim(claims: Path, task_id: str) -> bool:
         return False
 
 
+def eager_budget(args, tasks: list, claims: Path, this_task: int, overhead_s: float = 0.04) -> float:
+    """Timed-call seconds per workload that lets the eager pass end by --eager-end: the time left,
+    shared by the eager workers, over the workloads nobody has claimed yet (this task's included),
+    less a fixed cost per workload (inputs, first call, profiler)."""
+    taken = set(os.listdir(claims))
+    todo = this_task + sum(len(t["uuids"]) for t in tasks if t["id"] not in taken)
+    left = args.eager_end - time.time()
+    share = left * args.eager_workers / max(todo, 1) - overhead_s
+    return max(0.002, min(args.workload_budget_s, share))
+
+
 def worker(args) -> int:
     out = open(args.rows, "a", buffering=1)
 
@@ -152,7 +165,8 @@ def worker(args) -> int:
 
     if args.variant == "compile":
         import torch._dynamo  # noqa: F401 - the heavy imports, done while eager runs
-        import torch._inductor.compile_fx  # noqa: F401
+        if args.compile_backend == "inductor":
+            import torch._inductor.compile_fx  # noqa: F401
     emit({"event": "ready"})
     go = Path(args.go) if args.go else None
     while go is not None and not go.exists():
@@ -186,12 +200,18 @@ def worker(args) -> int:
         except Exception as e:  # noqa: BLE001
             emit({"event": "end", "task": t["id"], "error": f"load: {type(e).__name__}: {e}"})
             continue
+        budget, min_reps = args.workload_budget_s, args.min_reps
+        if args.eager_end is not None:
+            budget = eager_budget(args, tasks, claims, len(t["uuids"]))
+            if budget < args.workload_budget_s / 2:
+                min_reps = 1
         for row in time_problem(problem, args.variant, stage, reps=args.reps, only=t["uuids"],
                                 device="cpu" if cpu else "cuda:0", timer=timer,
-                                workload_budget_s=args.workload_budget_s, problem_budget_s=1e9,
-                                min_reps=args.min_reps, hurry_at=args.hurry_at,
+                                workload_budget_s=budget, problem_budget_s=1e9,
+                                warmup_ms=min(10.0, budget * 1e3 / 4), min_reps=min_reps,
                                 hurry_after_s=args.hurry_after_s, lock_path=args.lock,
-                                inputs_in_lock=args.variant == "compile"):
+                                inputs_in_lock=args.variant == "compile",
+                                compile_backend=args.compile_backend):
             emit({"event": "row", "gpu": args.gpu_index, **row.to_json()})
         emit({"event": "end", "task": t["id"]})
         if not cpu:
@@ -225,9 +245,9 @@ class Proc:
                "--rows", str(self.rows_path), "--stage", str(self.run.out / "stage" / self.name),
                "--lock", str(self.run.out / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
                "--device", a.device, "--reps", str(a.reps), "--min-reps", str(a.min_reps),
-               "--workload-budget-s", str(a.workload_budget_s)]
+               "--workload-budget-s", str(a.workload_budget_s), "--compile-backend", a.compile_backend]
         if self.variant == "eager":
-            cmd += ["--hurry-at", str(self.run.hurry_epoch)]
+            cmd += ["--eager-end", str(self.run.eager_end), "--eager-workers", str(self.run.n_eager)]
         else:
             cmd += ["--go", str(self.run.out / f"go_compile_gpu{self.gpu}"),
                     "--hurry-after-s", str(a.compile_hurry_after_s)]
@@ -327,8 +347,8 @@ class Run:
         self.claims.mkdir(exist_ok=True)
         for f in self.claims.iterdir():  # a fresh plan every run
             f.unlink()
-        self.hurry_epoch = time.time() + (args.hurry_at_s if args.hurry_at_s is not None
-                                          else 0.55 * args.deadline_s)
+        self.eager_end = time.time() + args.eager_share * args.deadline_s
+        self.n_eager = 1
         self.rows: list[dict] = []
         self.failures: list[dict] = []
         self.hardware: dict = {}
@@ -394,13 +414,14 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="eager,compile")
     ap.add_argument("--compile-workers", type=int, default=0, help="per GPU (0: CPU cores shared out)")
     ap.add_argument("--compile-threads", type=int, default=1)
+    ap.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile backend (T_b uses inductor; 'eager' tests the machinery fast)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--min-reps", type=int, default=3)
     ap.add_argument("--workload-budget-s", type=float, default=0.3,
                     help="timed calls per workload stop at this much GPU time (>= --min-reps)")
-    ap.add_argument("--hurry-at-s", type=float, default=None,
-                    help="after this many seconds eager takes single reps where needed "
-                         "(default 0.55 x deadline)")
+    ap.add_argument("--eager-share", type=float, default=0.6,
+                    help="eager should be done by this fraction of the deadline: it sets the reps")
     ap.add_argument("--compile-hurry-after-s", type=float, default=20.0)
     ap.add_argument("--chunk", type=int, default=12, help="workloads per eager task")
     ap.add_argument("--task-timeout-s", type=float, default=60.0)
@@ -412,7 +433,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks"), ap.add_argument("--claims"), ap.add_argument("--rows")
     ap.add_argument("--stage"), ap.add_argument("--lock"), ap.add_argument("--go", default="")
     ap.add_argument("--gpu-index", type=int, default=0)
-    ap.add_argument("--hurry-at", type=float, default=None)
+    ap.add_argument("--eager-end", type=float, default=None)
+    ap.add_argument("--eager-workers", type=int, default=1)
     ap.add_argument("--hurry-after-s", type=float, default=None)
     args = ap.parse_args(argv)
     if args.worker:
@@ -442,6 +464,7 @@ def parent(args) -> int:
     for g in gpus:
         if run.tasks.get("eager"):
             procs.append(Proc(f"eager_gpu{g}", "eager", g, run))
+    run.n_eager = max(1, len(procs))
     for g in gpus:
         if run.tasks.get("compile"):
             procs += [Proc(f"compile_gpu{g}_{i}", "compile", g, run) for i in range(k)]

@@ -56,7 +56,7 @@ def gpu_lock(path: Optional[str]):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _compiled(fn):
+def _compiled(fn, backend: str = "inductor"):
     import torch._dynamo as dynamo
 
     # One compile per problem: shapes that change between workloads turn on dynamic shapes
@@ -65,7 +65,7 @@ def _compiled(fn):
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo.config, name):
             setattr(dynamo.config, name, 256)
-    return torch.compile(fn)
+    return torch.compile(fn, backend=backend)
 
 
 def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warmup_ms: float = 10.0,
@@ -74,7 +74,8 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
                  blob_roots: Optional[list] = None, timer: Optional[Timer] = None,
                  only: Optional[Sequence[str]] = None, device=None, min_reps: int = 5,
                  hurry_at: Optional[float] = None, hurry_after_s: Optional[float] = None,
-                 inputs_in_lock: bool = False) -> Iterator[BaselineRow]:
+                 inputs_in_lock: bool = False, compile_backend: str = "inductor"
+                 ) -> Iterator[BaselineRow]:
     """Yield one BaselineRow per workload of `problem` (a solforge.problem.Problem).
 
     `only`: these workload uuids, in this order (default: all but `skip`). Past `problem_budget_s`
@@ -82,7 +83,8 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
     a workload whose single call exceeds `workload_budget_s` is timed once (its first call was the
     warm-up); after `hurry_after_s` in this problem or past the epoch `hurry_at` (time.time()) every
     workload gets one warm-up call and as many timed calls as half the budget allows, at least one.
-    `inputs_in_lock`: make inputs under the GPU lock too (several processes on one GPU)."""
+    `inputs_in_lock`: make inputs under the GPU lock too (several processes on one GPU).
+    `compile_backend`: torch.compile's backend ("eager" only to test the machinery quickly)."""
     dev = torch.device(device or "cuda")
     defn = problem.definition
     name = defn.name
@@ -106,7 +108,7 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
         shim = Fp4Shim().install()
         label = DEQUANT_LABEL
     try:
-        fn = mod.run if variant == "eager" else _compiled(mod.run)
+        fn = mod.run if variant == "eager" else _compiled(mod.run, compile_backend)
         custom = getattr(mod, defn.custom_inputs_entrypoint) if defn.custom_inputs_entrypoint \
             else None
         timer = timer or Timer(dev)
