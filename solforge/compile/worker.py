@@ -26,6 +26,8 @@ from pathlib import Path
 
 _REPO = str(Path(__file__).resolve().parents[2])
 _MAX_JOBS_PER_WORKER = 500  # recycle now and then: compilers are not leak-free
+_NVRTC_MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": str(512 << 20), "MALLOC_TOP_PAD_": str(64 << 20),
+                     "MALLOC_MMAP_THRESHOLD_": str(64 << 20)}
 
 
 def _send(fd: int, obj) -> None:
@@ -62,6 +64,12 @@ class Worker:
         self.jobs = 0
         env = dict(os.environ)
         env["PYTHONPATH"] = _REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if backend == "nvrtc":
+            # NVRTC allocates and frees ~100 MB per compile; glibc's default gives it back to the
+            # kernel each time (brk shrink, munmap) and the next compile faults it in again: ~5 ms of
+            # system time per compile. Keep freed memory in the worker (a caller's settings win).
+            for k, v in _NVRTC_MALLOC_ENV.items():
+                env.setdefault(k, v)
         self.proc = subprocess.Popen([sys.executable, "-m", "solforge.compile.worker", backend],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=_REPO)
 
