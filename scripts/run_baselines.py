@@ -33,6 +33,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,7 +179,8 @@ def worker(args) -> int:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         hw = hardware.capture(torch.device("cuda", 0)).__dict__
-        hw["clocks"] = hardware.clocks(args.gpu_index)  # nvidia-smi numbers GPUs physically
+        if args.gpu_index.isdigit():  # nvidia-smi numbers GPUs physically
+            hw["clocks"] = hardware.clocks(int(args.gpu_index))
         from solforge.evaluate.timing import Timer
 
         timer = Timer(torch.device("cuda", 0))
@@ -368,21 +370,22 @@ class Run:
         return any(not (self.claims / t["id"]).exists() for t in self.tasks.get(variant, []))
 
 
-def gpu_list(spec: str, device: str) -> list[int]:
+def gpu_list(spec: str, device: str) -> list[str]:
+    """GPU ids as CUDA_VISIBLE_DEVICES takes them (indices or GPU-UUIDs)."""
     if spec != "auto":
-        return list(range(int(spec))) if spec.isdigit() and "," not in spec else \
-            [int(x) for x in spec.split(",") if x]
+        return [str(i) for i in range(int(spec))] if spec.isdigit() else \
+            [x.strip() for x in spec.split(",") if x.strip()]
     if device == "cpu":
-        return [0]
-    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return ["0"]
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if vis:
-        return [int(x) for x in vis.split(",") if x.strip().isdigit()]
+        return [x.strip() for x in vis.split(",") if x.strip()]
     try:
         n = len([x for x in subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
                                            timeout=20).stdout.splitlines() if x.startswith("GPU")])
-        return list(range(max(n, 1)))
+        return [str(i) for i in range(max(n, 1))]
     except Exception:  # noqa: BLE001
-        return [0]
+        return ["0"]
 
 
 def sample_clocks(run: Run, stop: threading.Event) -> None:
@@ -395,7 +398,7 @@ def sample_clocks(run: Run, stop: threading.Event) -> None:
             for line in out.strip().splitlines():
                 i, sm, mem, smax = [x.strip() for x in line.split(",")]
                 with run.lock:
-                    run.clocks[int(i)] = {"sm_mhz": int(sm), "mem_mhz": int(mem),
+                    run.clocks[str(int(i))] = {"sm_mhz": int(sm), "mem_mhz": int(mem),
                                           "sm_max_mhz": int(smax)}
         except Exception:  # noqa: BLE001
             pass
@@ -432,7 +435,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", default="eager")
     ap.add_argument("--tasks"), ap.add_argument("--claims"), ap.add_argument("--rows")
     ap.add_argument("--stage"), ap.add_argument("--lock"), ap.add_argument("--go", default="")
-    ap.add_argument("--gpu-index", type=int, default=0)
+    ap.add_argument("--gpu-index", default="0")
     ap.add_argument("--eager-end", type=float, default=None)
     ap.add_argument("--eager-workers", type=int, default=1)
     ap.add_argument("--hurry-after-s", type=float, default=None)
@@ -483,6 +486,9 @@ def parent(args) -> int:
                 p.current = None
         stop.set()
         write_outputs(run, existing, problems)
+        # many small files nobody needs afterwards (reference copies, claim markers)
+        shutil.rmtree(args.out / "stage", ignore_errors=True)
+        shutil.rmtree(run.claims, ignore_errors=True)
         if _sig:
             sys.exit(1)
 
@@ -546,7 +552,7 @@ def write_outputs(run: Run, existing: dict, problems: list[dict], quiet: bool = 
         v = r["variant"]
         if r["status"] != "passed" and e.get(f"{v}_ms"):
             continue  # never replace a measurement with a failure
-        hw = run.hardware.get(r.get("gpu", 0), {})
+        hw = run.hardware.get(str(r.get("gpu", "0")), {})
         e[f"{v}_ms"] = f"{r['median_ms']:.6f}" if r["status"] == "passed" and r.get("median_ms") \
             else ""
         e[f"{v}_spread"] = f"{r['spread']:.4f}" if r.get("spread") is not None else ""
@@ -556,7 +562,7 @@ def write_outputs(run: Run, existing: dict, problems: list[dict], quiet: bool = 
         e["label"] = r.get("label") or e.get("label", "")
         e["gpu"] = hw.get("gpu_name", e.get("gpu", ""))
         e["driver"] = hw.get("driver", e.get("driver", ""))
-        c = clocks.get(r.get("gpu", 0)) or hw.get("clocks") or {}
+        c = clocks.get(str(r.get("gpu", "0"))) or hw.get("clocks") or {}
         e["clocks"] = json.dumps({k: c.get(k) for k in ("sm_mhz", "mem_mhz", "sm_max_mhz")})
         e["timing_method"] = r.get("timing_method") or e.get("timing_method", "")
     for e in table.values():
