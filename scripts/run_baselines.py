@@ -2,7 +2,7 @@
 """T_b for every workload of every problem: the reference in eager PyTorch and under torch.compile,
 timed with the evaluator's timer (CUPTI span, L2 flush, rotated inputs); T_b = the faster of the two.
 
-    python3 scripts/run_baselines.py --dataset DIR --out OUTDIR --deadline-s 180
+    python3 scripts/run_baselines.py --dataset DIR --out OUTDIR --work /tmp/blw --deadline-s 180
         [--existing data/results/baselines_h200.csv] [--gpus auto|0,1|N] [--device cuda|cpu]
 
 Plan, made to finish inside a hard deadline on a box with a few GPUs and many CPU cores:
@@ -20,7 +20,7 @@ Plan, made to finish inside a hard deadline on a box with a few GPUs and many CP
    first; references that loop over `.item()` values last.
 A worker that dies or overruns --task-timeout-s is killed and restarted; its task is recorded. At the
 deadline everything is killed. OUTDIR/baselines_h200.csv (merged with --existing), baselines_rows.jsonl
-and baselines_failures.md are rewritten every --flush-s seconds, at the deadline and on SIGTERM/SIGINT,
+and baselines_failures.md (nothing else: scratch goes to --work) are rewritten every --flush-s seconds, at the deadline and on SIGTERM/SIGINT,
 so they exist whatever happens. The last lines printed: workloads with eager / compile / neither per
 subset.
 
@@ -230,8 +230,8 @@ class Proc:
 
     def __init__(self, name: str, variant: str, gpu: int, run: "Run"):
         self.name, self.variant, self.gpu, self.run = name, variant, gpu, run
-        self.rows_path = run.out / "workers" / f"{name}.jsonl"
-        self.log_path = run.out / "workers" / f"{name}.log"
+        self.rows_path = run.work / "workers" / f"{name}.jsonl"
+        self.log_path = run.work / "workers" / f"{name}.log"
         self.proc = None
         self.pos = 0
         self.current = None          # task id in flight
@@ -244,14 +244,14 @@ class Proc:
         a = self.run.args
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--variant", self.variant,
                "--tasks", str(self.run.task_file[self.variant]), "--claims", str(self.run.claims),
-               "--rows", str(self.rows_path), "--stage", str(self.run.out / "stage" / self.name),
-               "--lock", str(self.run.out / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
+               "--rows", str(self.rows_path), "--stage", str(self.run.work / "stage" / self.name),
+               "--lock", str(self.run.work / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
                "--device", a.device, "--reps", str(a.reps), "--min-reps", str(a.min_reps),
                "--workload-budget-s", str(a.workload_budget_s), "--compile-backend", a.compile_backend]
         if self.variant == "eager":
             cmd += ["--eager-end", str(self.run.eager_end), "--eager-workers", str(self.run.n_eager)]
         else:
-            cmd += ["--go", str(self.run.out / f"go_compile_gpu{self.gpu}"),
+            cmd += ["--go", str(self.run.work / f"go_compile_gpu{self.gpu}"),
                     "--hurry-after-s", str(a.compile_hurry_after_s)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
             [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -343,9 +343,15 @@ class Run:
         self.args = args
         self.t0 = time.monotonic()
         self.out = args.out
-        (self.out / "workers").mkdir(parents=True, exist_ok=True)
-        (self.out / "stage").mkdir(exist_ok=True)
-        self.claims = self.out / "claims"
+        self.out.mkdir(parents=True, exist_ok=True)
+        # scratch (worker logs and rows, claims, locks) apart from the few result files: a device
+        # call brings back only a handful of files from its output folder
+        self.work = args.work or (args.out / "work")
+        (self.work / "workers").mkdir(parents=True, exist_ok=True)
+        (self.work / "stage").mkdir(exist_ok=True)
+        for f in self.work.glob("go_compile_gpu*"):
+            f.unlink()
+        self.claims = self.work / "claims"
         self.claims.mkdir(exist_ok=True)
         for f in self.claims.iterdir():  # a fresh plan every run
             f.unlink()
@@ -408,7 +414,10 @@ def sample_clocks(run: Run, stop: threading.Event) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "sol_execbench")
-    ap.add_argument("--out", type=Path, default=Path("baselines_out"))
+    ap.add_argument("--out", type=Path, default=Path("baselines_out"),
+                    help="the results: baselines_h200.csv, baselines_failures.md, baselines_rows.jsonl")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="scratch: worker logs, claims, locks (default OUT/work)")
     ap.add_argument("--existing", default=str(REPO / "data/results/baselines_h200.csv"),
                     help="earlier CSV: its measured rows are kept and not measured again ('' = none)")
     ap.add_argument("--deadline-s", type=float, default=180.0, help="hard limit for the whole run")
@@ -454,7 +463,7 @@ def parent(args) -> int:
     run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}
     run.task_file = {}
     for v, ts in run.tasks.items():
-        run.task_file[v] = args.out / f"tasks_{v}.json"
+        run.task_file[v] = run.work / f"tasks_{v}.json"
         run.task_file[v].write_text(json.dumps(ts))
     gpus = gpu_list(args.gpus, args.device)
     ncpu = os.cpu_count() or 2
@@ -487,7 +496,7 @@ def parent(args) -> int:
         stop.set()
         write_outputs(run, existing, problems)
         # many small files nobody needs afterwards (reference copies, claim markers)
-        shutil.rmtree(args.out / "stage", ignore_errors=True)
+        shutil.rmtree(run.work / "stage", ignore_errors=True)
         shutil.rmtree(run.claims, ignore_errors=True)
         if _sig:
             sys.exit(1)
@@ -513,7 +522,7 @@ def parent(args) -> int:
                     p.start()
             started_compile = True
         for g in gpus:
-            go = args.out / f"go_compile_gpu{g}"
+            go = run.work / f"go_compile_gpu{g}"
             mine = [p for p in eager if p.gpu == g]
             if not go.exists() and not run.has_unclaimed("eager") and \
                     all(p.finished or p.proc is None for p in mine):
