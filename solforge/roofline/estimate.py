@@ -27,7 +27,7 @@ from .hardware import HardwareProfile
 from .inputs import build_inputs
 from .trace import HybridMode, InputUse, Origins, nbytes, patch_cuda_init
 
-COUNTER_VERSION = 2  # bump when the counting rules change: cached counts are keyed by it
+COUNTER_VERSION = 3  # bump when the counting rules change: cached counts are keyed by it
 
 
 class CountStatus(str, enum.Enum):
@@ -91,40 +91,109 @@ def _exec_reference(source: str, name: str) -> dict[str, Any]:
     return mod
 
 
-def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> WorkloadCount:
+@dataclass
+class TraceLog:
+    """What one concrete trace saw, per counted aten op: the material fit.py compares across workloads.
+
+    quantities: (op index, kind, key) -> amount, kind "f" (FLOPs on unit `key`), "r" (fraction of input
+    `key` read), "w" (bytes written in place into input `key`). aliased: output name -> the input it
+    returns after updating it in place (charged the written bytes, not its full size)."""
+
+    names: list[str]
+    quantities: dict[tuple[int, str, str], float]
+    aliased: dict[str, str]
+
+
+def _quantities(log: list) -> dict[tuple[int, str, str], float]:
+    q: dict[tuple[int, str, str], float] = {}
+    for i, (_name, flops, reads) in enumerate(log):
+        for unit, f in flops:
+            k = (i, "f", unit)
+            q[k] = q.get(k, 0.0) + f
+        for kind, root, amount in reads:
+            k = (i, kind, root)
+            q[k] = q.get(k, 0.0) + amount
+    return q
+
+
+def _aliased_outputs(defn, result, use: InputUse) -> dict[str, str]:
+    """Outputs that are an input (whole, not a view of part of it) the reference wrote into in place."""
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    names = [k for k, s in defn.outputs.items()]
+    if len(outs) != len(names):
+        return {}
+    aliased = {}
+    for k, o in zip(names, outs):
+        tag = use.root_of(o)
+        if tag is not None and tag[1] >= 1.0 and use.written.get(tag[0], 0.0) > 0:
+            aliased[k] = tag[0]
+    return aliased
+
+
+def finish_count(wl: ResolvedWorkload, index: int, flops: dict[str, float], read: dict[str, float],
+                 written: dict[str, float], aliased: dict[str, str], ops: int, seconds: float,
+                 method: str = "trace") -> WorkloadCount:
+    """A WorkloadCount from per-workload totals: bytes = inputs read (each at most once) + outputs
+    written once, where an output that is an input updated in place costs only the bytes written."""
+    defn = wl.definition
+    in_bytes = declared = out_bytes = 0.0
+    for k, s in defn.inputs.items():
+        if s.is_scalar:
+            continue
+        full = nbytes(wl.input_shapes[k], itemsize(s.dtype))
+        declared += full
+        in_bytes += min(1.0, read.get(k, 0.0)) * full
+    for k, s in defn.outputs.items():
+        if s.is_scalar:
+            continue
+        full = nbytes(wl.output_shapes[k], itemsize(s.dtype))
+        root = aliased.get(k)
+        out_bytes += min(full, written.get(root, 0.0)) if root is not None else full
+    return WorkloadCount(wl.uuid, index, CountStatus.OK, {u: f for u, f in flops.items() if f},
+                         in_bytes, out_bytes, declared, ops, seconds, method=method)
+
+
+def trace_workload(wl: ResolvedWorkload, index: int,
+                   module: dict[str, Any]) -> tuple[WorkloadCount, Optional[TraceLog]]:
+    """Run the reference of one workload under HybridMode: its count and its per-op log."""
     defn = wl.definition
     t0 = time.perf_counter()
-    declared = sum(nbytes(wl.input_shapes[k], itemsize(s.dtype)) for k, s in defn.inputs.items()
-                   if not s.is_scalar)
-    out_bytes = sum(nbytes(wl.output_shapes[k], itemsize(s.dtype)) for k, s in defn.outputs.items()
-                    if not s.is_scalar)
     torch.manual_seed(index)
     use = InputUse()
     origins = Origins()
+    log: list = []
     try:
         with HybridMode(counting=False, origins=origins):
             inputs = build_inputs(wl, module)
         for k, v in inputs.items():
             if isinstance(v, torch.Tensor):
                 use.mark(k, v)
-        with HybridMode(counting=True, use=use, origins=origins) as mode:
-            module["run"](**inputs)
+        with HybridMode(counting=True, use=use, origins=origins, log=log) as mode:
+            result = module["run"](**inputs)
+        aliased = _aliased_outputs(defn, result, use)
     except Exception as e:  # noqa: BLE001 - any failure of a foreign reference is a reason, not a crash
         tb = traceback.extract_tb(e.__traceback__)
         where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<reference")), "")
+        declared = sum(nbytes(wl.input_shapes[k], itemsize(s.dtype)) for k, s in defn.inputs.items()
+                       if not s.is_scalar)
+        out_bytes = sum(nbytes(wl.output_shapes[k], itemsize(s.dtype)) for k, s in defn.outputs.items()
+                        if not s.is_scalar)
         return WorkloadCount(wl.uuid, index, CountStatus.UNSUPPORTED, input_bytes_declared=declared,
                              output_bytes=out_bytes, seconds=time.perf_counter() - t0,
-                             reason=f"{type(e).__name__}: {str(e)[:300]} {where}".strip())
-    in_bytes = 0.0
-    for k, s in defn.inputs.items():
-        if s.is_scalar:
-            continue
-        in_bytes += use.fraction(k) * nbytes(wl.input_shapes[k], itemsize(s.dtype))
-    return WorkloadCount(wl.uuid, index, CountStatus.OK, dict(mode.counts.flops), in_bytes, out_bytes,
-                         declared, mode.counts.ops, time.perf_counter() - t0)
+                             reason=f"{type(e).__name__}: {str(e)[:300]} {where}".strip()), None
+    count = finish_count(wl, index, dict(mode.counts.flops), dict(use.read), dict(use.written), aliased,
+                         mode.counts.ops, time.perf_counter() - t0)
+    return count, TraceLog([e[0] for e in log], _quantities(log), aliased)
 
 
-def count_problem(problem: Problem) -> list[WorkloadCount]:
+def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> WorkloadCount:
+    return trace_workload(wl, index, module)[0]
+
+
+def count_problem(problem: Problem, fit: bool = True) -> list[WorkloadCount]:
+    """Counts of every workload. fit=True traces a few workloads and predicts the others from per-op
+    monomial fits checked on an extra traced workload (fit.py); it falls back to tracing each workload
+    whenever the fit is not exact. fit=False traces every workload."""
     patch_cuda_init()
     defn = problem.definition
     try:
@@ -134,14 +203,23 @@ def count_problem(problem: Problem) -> list[WorkloadCount]:
                               reason=f"reference does not import: {type(e).__name__}: {e}")
                 for i, w in enumerate(problem.workloads)]
     from .analytic import analytic_count
+    from .fit import count_fitted
 
-    out = []
+    out: list[Optional[WorkloadCount]] = []
+    todo = []
     for i, w in enumerate(problem.workloads):
         c = analytic_count(w, i)
         if c is not None:
             c.method = "analytic"
-        out.append(c if c is not None else count_workload(w, i, module))
-    return out
+        else:
+            todo.append(i)
+        out.append(c)
+    if todo:
+        traced = count_fitted([problem.workloads[i] for i in todo], todo, module) if fit else \
+            [count_workload(problem.workloads[i], i, module) for i in todo]
+        for i, c in zip(todo, traced):
+            out[i] = c
+    return out  # type: ignore[return-value]
 
 
 def roofline(problem: str, c: WorkloadCount, profile: HardwareProfile,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from .flops import matmul_operands, op_flops
 
@@ -36,6 +36,9 @@ SMALL_NUMEL = 1 << 16
 # Meta inputs up to this many elements (all inputs of one op together) may be filled with random values
 # when an op needs values; beyond it the op stays on meta or the trace fails.
 MATERIALIZE_NUMEL = 1 << 22
+# Integer/bool tensors stay real (they drive control flow) unless bigger than this: a [B, H, S, S]
+# attention mask made contiguous is data, not bookkeeping, and costs seconds to build for real.
+BIG_INDEX_NUMEL = 1 << 24
 # A reference that runs more aten ops than this is stopped (TraceTooLong) rather than timing out.
 MAX_OPS = 60_000
 # ... or runs longer than this (seconds of wall time per workload).
@@ -75,11 +78,13 @@ class TensorTags:
 
 
 class InputUse:
-    """Which fraction of each named input the ops read, following views, casts and gathers."""
+    """Which fraction of each named input the ops read, following views, casts and gathers, and how
+    many bytes the ops write in place into each input (a KV cache updated at a few positions)."""
 
     def __init__(self):
         self.tags = TensorTags()  # tensor -> (root input name, fraction of the root it covers)
         self.read: dict[str, float] = defaultdict(float)
+        self.written: dict[str, float] = defaultdict(float)  # root -> bytes written in place
 
     def mark(self, name: str, t: torch.Tensor) -> None:
         self.tags.set(t, (name, 1.0))
@@ -87,11 +92,19 @@ class InputUse:
     def fraction(self, name: str) -> float:
         return min(1.0, self.read.get(name, 0.0))
 
-    def observe(self, func, name: str, args, out) -> None:
-        tagged = [(a, tag) for a in _tensors(args) if (tag := self.tags.get(a)) is not None]
+    def root_of(self, t) -> tuple[str, float] | None:
+        return self.tags.get(t) if isinstance(t, torch.Tensor) else None
+
+    def observe(self, func, name: str, args, out, arg_tensors=None, outs=None) -> list:
+        """Record what this op reads (and writes in place) of the inputs; return the contributions
+        [(kind, root, amount)] with kind "r" (fraction read) or "w" (bytes written)."""
+        tensors = arg_tensors if arg_tensors is not None else _tensors(args)
+        tagged = [(a, tag) for a in tensors if (tag := self.tags.get(a)) is not None]
         if not tagged:
-            return
-        outs = _tensors(out)
+            return _NONE
+        if outs is None:
+            outs = _tensors(out)
+        contrib = []
         is_view = getattr(func, "is_view", False) or name in ("_to_copy", "clone", "contiguous",
                                                                "alias", "lift_fresh", "detach")
         for a, (root, cov) in tagged:
@@ -101,11 +114,45 @@ class InputUse:
                 scale = 1.0 if o.dtype != a.dtype else min(1.0, o.numel() / max(1, a.numel()))
                 self.tags.set(o, (root, cov * scale))
             elif (name in _GATHER_SRC0 or name == "embedding") and a is args[0] and outs:
-                self.read[root] += cov * min(1.0, outs[0].numel() / max(1, a.numel()))
-            elif name in ("copy_", "fill_", "zero_") and a is args[0]:
-                pass  # overwritten, not read
+                f = cov * min(1.0, outs[0].numel() / max(1, a.numel()))
+                self.read[root] += f
+                contrib.append(("r", root, f))
+            elif a is args[0] and (name in ("copy_", "fill_", "zero_") or
+                                   (name in _INDEX_PUT and not _accumulate(args))):
+                # overwritten, not read: charge the bytes written into the input
+                w = float(_written_numel(name, a, args)) * a.element_size()
+                self.written[root] += w
+                contrib.append(("w", root, w))
             else:
                 self.read[root] += cov
+                contrib.append(("r", root, cov))
+        return contrib
+
+
+_NONE: list = []
+_INDEX_PUT = ("index_put_", "_index_put_impl_")
+
+
+def _accumulate(args) -> bool:
+    return bool(args[3]) if len(args) > 3 else False
+
+
+def _written_numel(name: str, a: torch.Tensor, args) -> int:
+    """Elements an in-place write touches: all of `a` for copy_/fill_, the indexed part for index_put_."""
+    if name not in _INDEX_PUT:
+        return a.numel()
+    indices = args[1]
+    idx = [i for i in indices if i is not None]
+    if not idx:
+        return a.numel()
+    try:
+        n = math.prod(torch.broadcast_shapes(*[tuple(i.shape) for i in idx]))
+    except RuntimeError:
+        return a.numel()
+    if any(i.dtype == torch.bool for i in idx):
+        return a.numel()  # a mask: at most everything (the count of true values is data)
+    rest = [a.shape[d] for d in range(a.dim()) if d >= len(indices) or indices[d] is None]
+    return int(n * math.prod(rest))
 
 
 # Precision ranks: a tensor "of fp8 origin" is one computed from fp8 data by casts, views and
@@ -149,8 +196,9 @@ class Origins:
         own = precision_of(t.dtype) if (t.is_floating_point() or t.dtype == torch.int8) else 3
         return min(own, self.tags.get(t, 9))
 
-    def observe(self, func, name: str, args, out) -> None:
-        ins = [a for a in _tensors(args) if a.is_floating_point() or a.dtype == torch.int8]
+    def observe(self, func, name: str, args, out, arg_tensors=None, outs=None) -> None:
+        ins = [a for a in (arg_tensors if arg_tensors is not None else _tensors(args))
+               if a.is_floating_point() or a.dtype == torch.int8]
         if not ins:
             return
         low = min(self.rank(a) for a in ins)
@@ -160,7 +208,7 @@ class Origins:
             exact = getattr(func, "is_view", False) or name in self._EXACT
             if not exact or len(ins) != 1:
                 return
-        for o in _tensors(out):
+        for o in (outs if outs is not None else _tensors(out)):
             if o.is_floating_point() and precision_of(o.dtype) > low:
                 self.tags.set(o, low)
 
@@ -176,8 +224,24 @@ class Origins:
 
 
 def _tensors(x):
-    flat, _ = tree_flatten(x)
-    return [t for t in flat if isinstance(t, torch.Tensor)]
+    """Every tensor in nested tuples/lists/dicts (aten args are only these; no pytree needed)."""
+    out: list[torch.Tensor] = []
+    _collect(x, out)
+    return out
+
+
+def _collect(x, out) -> None:
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            if isinstance(y, torch.Tensor):
+                out.append(y)
+            elif isinstance(y, (tuple, list, dict)):
+                _collect(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _collect(y, out)
 
 
 def _is_floatish(t: torch.Tensor) -> bool:
@@ -185,6 +249,7 @@ def _is_floatish(t: torch.Tensor) -> bool:
 
 
 _POOL: dict[str, torch.Tensor] = {}
+_NAMES: dict = {}  # OpOverload -> its packet name (the attribute walk is per op otherwise)
 
 
 def _normal_pool(n: int) -> torch.Tensor:
@@ -229,8 +294,11 @@ def _fix_device(v):
 
 class HybridMode(TorchDispatchMode):
     def __init__(self, counting: bool = False, use: InputUse | None = None,
-                 origins: Origins | None = None):
+                 origins: Origins | None = None, log: list | None = None):
         super().__init__()
+        # log: when a list, one (op name, [(unit, flops)], [(kind, root, amount)]) per counted op,
+        # in order: what fit.py compares across workloads and fits per op.
+        self.log = log
         self.counting = counting
         self.counts = Counts()
         self.use = use
@@ -239,33 +307,45 @@ class HybridMode(TorchDispatchMode):
 
     # The mode is not re-entered while __torch_dispatch__ runs, so the ops below execute directly.
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if "device" in kwargs:
-            kwargs = dict(kwargs, device=_fix_device(kwargs["device"]))
-        self.counts.ops += 1
-        if self.counts.ops > MAX_OPS:
+        if kwargs:
+            if "device" in kwargs:
+                kwargs = dict(kwargs, device=_fix_device(kwargs["device"]))
+        else:
+            kwargs = {}
+        counts = self.counts
+        counts.ops += 1
+        if counts.ops > MAX_OPS:
             raise TraceTooLong(f"more than {MAX_OPS} aten ops")
-        if self.counts.ops % 256 == 0 and time.perf_counter() - self.t0 > MAX_SECONDS:
+        if counts.ops % 256 == 0 and time.perf_counter() - self.t0 > MAX_SECONDS:
             raise TraceTooLong(f"tracing took more than {MAX_SECONDS:.0f} s")
-        tensors = _tensors((args, kwargs))
-        name = func._overloadpacket.__name__
+        arg_tensors = _tensors(args)
+        tensors = arg_tensors + _tensors(kwargs) if kwargs else arg_tensors
+        name = _NAMES.get(func)
+        if name is None:
+            name = _NAMES[func] = func._overloadpacket.__name__
         if not tensors:
             out = self._factory(func, args, kwargs)
         elif any(t.is_meta for t in tensors):
             out = self._mixed(func, name, args, kwargs, tensors)
         elif any(_is_floatish(t) for t in tensors):
             out = self._real_or_meta(func, args, kwargs)
+        elif any(t.numel() > BIG_INDEX_NUMEL for t in tensors):
+            out = self._real_or_meta(func, args, kwargs)  # e.g. .contiguous() of an expanded mask
         else:
             out = func(*args, **kwargs)  # integer/bool bookkeeping: always real
-        if self.use is not None:
-            self.use.observe(func, name, args, out)
+        outs = _tensors(out)
+        reads = self.use.observe(func, name, args, out, arg_tensors, outs) if self.use is not None \
+            else _NONE
         mm = matmul_operands(name, args)
         low = self.origins.matmul_dtype(*mm) if mm else None
         if not mm:
-            self.origins.observe(func, name, args, out)
+            self.origins.observe(func, name, args, out, arg_tensors, outs)
         if self.counting:
-            for unit, f in op_flops(func, args, kwargs, out, low):
-                self.counts.flops[unit] += f
+            flops = op_flops(func, args, kwargs, out, low)
+            for unit, f in flops:
+                counts.flops[unit] += f
+            if self.log is not None:
+                self.log.append((name, flops, reads))
         return out
 
     def _factory(self, func, args, kwargs):
@@ -273,19 +353,20 @@ class HybridMode(TorchDispatchMode):
         if dev is not None and torch.device(dev).type == "meta":
             return func(*args, **kwargs)
         probe = func(*args, **dict(kwargs, device=META))
-        big_float = any(_is_floatish(t) and t.numel() > SMALL_NUMEL for t in _tensors(probe))
-        if big_float:
+        big = any(t.numel() > (SMALL_NUMEL if _is_floatish(t) else BIG_INDEX_NUMEL) for t in _tensors(probe))
+        if big:
             return probe
         return func(*args, **kwargs)
 
     @staticmethod
     def _real_or_meta(func, args, kwargs):
-        """Real inputs: run for real unless the result would be a big float tensor (probe on meta)."""
+        """Real inputs: run for real unless the result would be a big float tensor, or an integer/bool
+        one of more than BIG_INDEX_NUMEL elements (probe on meta)."""
         try:
             probe = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
         except Exception:  # noqa: BLE001 - data-dependent shapes: only the real run can tell
             return func(*args, **kwargs)
-        if any(_is_floatish(t) and t.numel() > SMALL_NUMEL for t in _tensors(probe)) \
+        if any(t.numel() > (SMALL_NUMEL if _is_floatish(t) else BIG_INDEX_NUMEL) for t in _tensors(probe)) \
                 and not func._schema.is_mutable:
             return probe
         return func(*args, **kwargs)

@@ -1,0 +1,222 @@
+"""Counting a problem's workloads from a few traces: per-op monomial fits, checked on an extra trace.
+
+Tracing costs 1-3 ms per aten op (torch's Python meta kernels), per workload; a problem has 17
+workloads on average that differ only in their var axes. For most references the sequence of aten ops is
+the same for every workload and each op's contribution (FLOPs on a unit, the fraction of an input it
+reads, the bytes it writes in place) is a constant times a product of powers of the axes: a matmul is
+2*M*N*K, a gather reads n_indices / n_rows of its source. So:
+
+1. trace two workloads (the smallest, and the small one that differs from it in the most axes);
+2. require the same op sequence, then for every (op, quantity) find the monomials c * prod(axis^e),
+   e in {-1..3}, that reproduce the traced values exactly (relative 1e-9);
+3. where two monomials fit the traced points but predict different values for some other workload,
+   trace a workload that tells them apart (at most MAX_FIT_TRACES traces);
+4. check: trace one more workload, the one farthest (in log-axis space) from those traced, and compare
+   every per-op quantity with the prediction;
+5. only when all of that holds are the other workloads predicted (method "fit"); any failure
+   (different op sequences, data-dependent counts, a quantity no monomial fits, a failed trace, a
+   mismatch in the check) falls back to tracing every remaining workload. Nothing is guessed.
+
+Variables: the workloads' numeric axes (expr axes included) and scalars that vary across the problem
+and are >= 0 (an axis that is 0 somewhere only with exponents >= 0).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Optional
+
+import numpy as np
+
+from ..problem.workload import ResolvedWorkload
+from .estimate import TraceLog, WorkloadCount, finish_count, trace_workload
+
+EXPONENTS = (-1, 0, 1, 2, 3)
+MAX_VARS = 5  # 5^5 = 3125 candidate monomials; more varying axes: trace every workload
+MAX_FIT_TRACES = 6
+MIN_WORKLOADS = 4  # with fewer, tracing all of them is as cheap as fitting and checking
+RTOL = 1e-9
+# why each fallback to tracing every workload happened (diagnostics for the benchmark script)
+FALLBACKS: list[str] = []
+
+
+def fit_variables(wls: list[ResolvedWorkload]) -> tuple[list[str], bool]:
+    """(names of the numeric axes/scalars that vary across the workloads and are >= 0 everywhere, one
+    name per distinct column of values; whether some other value varies too: a negative number, a bool,
+    a string, which no monomial can follow)."""
+    vals = [w.axes_and_scalars() for w in wls]
+    keys = sorted(set().union(*vals))
+    names, other, seen = [], False, set()
+    for k in keys:
+        col = tuple(v.get(k) for v in vals)
+        if len({repr(x) for x in col}) <= 1:
+            continue
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in col):
+            if col not in seen:  # an expr axis equal to a scalar input: one variable
+                seen.add(col)
+                names.append(k)
+        else:
+            other = True
+    return names, other
+
+
+class MonomialFit:
+    """Candidate monomials prod(x_v^e_v) over the variables, evaluated at every workload."""
+
+    def __init__(self, x: np.ndarray):
+        n, k = x.shape
+        self.logx = np.log1p(x) if k else np.zeros((n, 0))
+        exps = np.array(list(itertools.product(EXPONENTS, repeat=k)), dtype=np.float64).reshape(-1, k)
+        # exact powers (float64 products of integers), not exp(log): the fit compares to 1e-9
+        m = np.ones((exps.shape[0], n))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for v in range(k):
+                m *= x[None, :, v] ** exps[:, v:v + 1]
+        # an axis that is 0 somewhere cannot appear with a negative exponent
+        self.m = m[np.isfinite(m).all(axis=1)]
+
+    def fit(self, y: np.ndarray, traced: list[int]) -> tuple[Optional[np.ndarray], np.ndarray]:
+        """(prediction at every workload, or None if no monomial fits; mask of workloads where the
+        monomials that fit disagree)."""
+        n = self.m.shape[1]
+        scale = float(np.max(np.abs(y)))
+        if scale == 0.0:
+            return np.zeros(n), np.zeros(n, dtype=bool)
+        t0 = int(np.argmax(np.abs(y)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = y[t0] / self.m[:, traced[t0]]
+            err = np.abs(c[:, None] * self.m[:, traced] - y[None, :])
+        ok = np.all(err <= RTOL * scale, axis=1) & np.isfinite(c)
+        if not ok.any():
+            return None, np.zeros(n, dtype=bool)
+        p = c[ok, None] * self.m[ok]
+        hi, lo = p.max(axis=0), p.min(axis=0)
+        ambiguous = (hi - lo) > RTOL * np.maximum(np.abs(hi), np.abs(lo))
+        return p[0], ambiguous
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= RTOL * max(abs(a), abs(b))
+
+
+class _Problem:
+    def __init__(self, wls: list[ResolvedWorkload], indices: list[int], module: dict[str, Any]):
+        self.wls, self.indices, self.module = wls, indices, module
+        self.results: list[Optional[WorkloadCount]] = [None] * len(wls)
+        self.logs: dict[int, TraceLog] = {}
+        self.why = ""
+
+    def trace(self, j: int) -> bool:
+        c, log = trace_workload(self.wls[j], self.indices[j], self.module)
+        self.results[j] = c
+        if log is not None:
+            self.logs[j] = log
+        return log is not None
+
+    def trace_rest(self, why: str = "") -> list[WorkloadCount]:
+        self.why = why
+        FALLBACKS.append(why)
+        for j, r in enumerate(self.results):
+            if r is None:
+                self.trace(j)
+        return self.results  # type: ignore[return-value]
+
+
+def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
+                 module: dict[str, Any]) -> list[WorkloadCount]:
+    """Counts for wls (their indices in the problem are `indices`); see the module docstring."""
+    pb = _Problem(wls, indices, module)
+    n = len(wls)
+    names, other = fit_variables(wls)
+    if n < MIN_WORKLOADS or other or len(names) > MAX_VARS:
+        return pb.trace_rest("few workloads" if n < MIN_WORKLOADS else
+                             "a varying non-integer value" if other else "too many varying axes")
+    x = np.array([[float(w.axes_and_scalars()[v]) for v in names] for w in wls]).reshape(n, len(names))
+    mf = MonomialFit(x)
+    size = mf.logx.sum(axis=1)
+
+    def dist(j: int, traced: list[int]) -> float:
+        return min(float(np.abs(mf.logx[j] - mf.logx[t]).sum()) for t in traced)
+
+    first = int(np.argmin(size))
+    traced = [first]
+    if names:
+        differs = (x != x[first]).sum(axis=1)
+        second = min((j for j in range(n) if j != first),
+                     key=lambda j: (-int(differs[j]), float(size[j])))
+        traced.append(second)
+    for j in traced:
+        if not pb.trace(j):
+            return pb.trace_rest("a traced workload failed")
+    while True:
+        pred = _fit_all(mf, pb, traced)
+        if isinstance(pred, str):
+            return pb.trace_rest(pred)
+        keys, p, ambiguous = pred
+        untraced_amb = [j for j in range(n) if ambiguous[j] > 0 and pb.results[j] is None]
+        if not untraced_amb:
+            break
+        if len(traced) >= MAX_FIT_TRACES:
+            return pb.trace_rest("still ambiguous")
+        j = max(untraced_amb, key=lambda j: (int(ambiguous[j]), dist(j, traced)))
+        traced.append(j)
+        if not pb.trace(j):
+            return pb.trace_rest("a traced workload failed")
+    untraced = [j for j in range(n) if pb.results[j] is None]
+    if not untraced:
+        return pb.results  # type: ignore[return-value]
+    check = max(untraced, key=lambda j: (dist(j, traced), -float(size[j])))
+    ref = pb.logs[traced[0]]
+    if not pb.trace(check) or not _matches(pb.logs[check], ref, keys, p[:, check]):
+        return pb.trace_rest("the check workload differs from the prediction")
+    for j in untraced:
+        if j != check:
+            pb.results[j] = _predicted(wls[j], indices[j], keys, p[:, j], ref)
+    return pb.results  # type: ignore[return-value]
+
+
+def _fit_all(mf: MonomialFit, pb: _Problem, traced: list[int]):
+    """(keys, predictions [key x workload], ambiguity votes per workload), or why not (a str) when the
+    traced workloads do not share one op sequence or some quantity fits no monomial."""
+    logs = [pb.logs[t] for t in traced]
+    ref = logs[0]
+    if any(lg.names != ref.names or lg.aliased != ref.aliased for lg in logs[1:]):
+        return "op sequences differ"
+    keys = sorted(set().union(*(lg.quantities for lg in logs)))
+    y = np.array([[lg.quantities.get(k, 0.0) for lg in logs] for k in keys]).reshape(len(keys), len(logs))
+    n = mf.m.shape[1]
+    p = np.zeros((len(keys), n))
+    votes = np.zeros(n, dtype=np.int64)
+    memo: dict[tuple, tuple] = {}
+    for i in range(len(keys)):
+        row = tuple(y[i])
+        if row not in memo:
+            memo[row] = mf.fit(y[i], traced)
+        pred, amb = memo[row]
+        if pred is None:
+            return f"no monomial fits op {keys[i][0]} ({ref.names[keys[i][0]]}) {keys[i][1]}:{keys[i][2]}"
+        p[i] = pred
+        votes += amb
+    return keys, p, votes
+
+
+def _matches(log: TraceLog, ref: TraceLog, keys: list, predicted: np.ndarray) -> bool:
+    if log.names != ref.names or log.aliased != ref.aliased:
+        return False
+    if set(log.quantities) - set(keys):
+        return False
+    return all(_close(log.quantities.get(k, 0.0), float(v)) for k, v in zip(keys, predicted))
+
+
+def _predicted(wl: ResolvedWorkload, index: int, keys: list, values: np.ndarray,
+               ref: TraceLog) -> WorkloadCount:
+    flops: dict[str, float] = {}
+    read: dict[str, float] = {}
+    written: dict[str, float] = {}
+    for (_op, kind, key), v in zip(keys, values):
+        d = flops if kind == "f" else read if kind == "r" else written
+        d[key] = d.get(key, 0.0) + float(v)
+    return finish_count(wl, index, flops, read, written, ref.aliased, len(ref.names), 0.0, method="fit")
+
+
+__all__ = ["count_fitted", "fit_variables", "MonomialFit"]
