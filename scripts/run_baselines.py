@@ -239,6 +239,8 @@ class Proc:
         self.done_rows: set = set()  # uuids of the current task already reported
         self.finished = False        # exited after running out of tasks
         self.ready = False
+        self.began = False           # began a task since its last start
+        self.bad_starts = 0          # deaths before any task: the environment, not a reference
 
     def start(self) -> None:
         a = self.run.args
@@ -284,6 +286,7 @@ class Proc:
                     self.run.hardware.setdefault(self.gpu, obj)
                 elif ev == "begin":
                     self.current, self.since, self.done_rows = obj["task"], time.monotonic(), set()
+                    self.began = True
                 elif ev == "row":
                     self.done_rows.add(obj["workload_uuid"])
                     self.run.rows.append(obj)
@@ -309,12 +312,18 @@ class Proc:
                 f"worker died (exit {rc})"
             self.run.fail(self.current, self.variant, why + ": " + self.tail(), self.done_rows)
             self.current = None
+        elif rc not in (0, None):  # died between tasks or before the first (imports, CUDA init)
+            self.run.failures.append({"task": "-", "problem": self.name, "variant": self.variant,
+                                      "reason": f"worker died (exit {rc}): {self.tail()}"[:700],
+                                      "unmeasured": 0})
+            self.bad_starts += 0 if self.began else 1
         if rc == 0 and not overrun:
             self.finished = True
             self.proc = None
             return
         self.proc = None
-        if self.run.has_unclaimed(self.variant) and self.run.left() > 15:
+        if self.run.has_unclaimed(self.variant) and self.run.left() > 15 and self.bad_starts < 2:
+            self.began = False
             self.start()
         else:
             self.finished = True
