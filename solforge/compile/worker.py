@@ -124,10 +124,16 @@ def warm(backend: str) -> None:
 
 
 def shutdown() -> None:
+    """Stop the idle workers: end of input first, so each exits cleanly (the nvrtc worker removes its
+    precompiled-header folder on exit); killed if it has not exited after 2 s."""
     with _lock:
         for pool in _idle.values():
             for w in pool:
-                w.kill()
+                try:
+                    w.proc.stdin.close()
+                    w.proc.wait(timeout=2)
+                except Exception:  # noqa: BLE001 - still running or already gone
+                    w.kill()
         _idle.clear()
 
 
