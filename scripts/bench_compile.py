@@ -37,6 +37,7 @@ from solforge.compile.api import compiler_identity  # noqa: E402
 
 NVCC = "/usr/local/bin/nvcc"  # baseline only
 LOADS: list[float] = []
+PRESSURE: list[float | None] = []
 
 
 def p50(xs):
@@ -45,7 +46,18 @@ def p50(xs):
 
 def load() -> float:
     LOADS.append(os.getloadavg()[0])
+    PRESSURE.append(cpu_pressure())
     return LOADS[-1]
+
+
+def cpu_pressure() -> float | None:
+    """Share of the last 10 s in which some runnable task waited for a CPU (Linux PSI), in %: unlike
+    the load average it says directly how much a compile here had to queue."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return float(line.split("avg10=")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def nvrtc_once(cand: dict, **kw) -> tuple[float, float, float, dict]:
@@ -155,6 +167,10 @@ def sass(blob: bytes) -> list[str] | None:
             for ln in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
 
 
+def _psi(v) -> str:
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
 def fmt_row(what, s: Series | None, target=None, single=None) -> str:
     if single is not None:
         e2e, inner, cpu, mx = single, None, None, single
@@ -186,9 +202,9 @@ def main() -> int:
     ]
     rows, ratios, sass_lines, section_loads = [], [], [], []
     for label, cand, target, sweep in kernels:
-        before = load()
+        before, psi0 = load(), PRESSURE[-1]
         pch, nopch, cold, nv, sw, cubin, nv_cubin = bench_kernel(cand, reps, sweep)
-        section_loads.append(f"{label}: {before:.1f}->{load():.1f}")
+        section_loads.append(f"{label}: {before:.1f}->{load():.1f} ({_psi(psi0)}->{_psi(PRESSURE[-1])})")
         rows.append(fmt_row(f"NVRTC {label}", pch, target))
         if sweep:
             rows.append(fmt_row(f"NVRTC {label}, new params each compile", sw, target))
@@ -202,14 +218,14 @@ def main() -> int:
             diff = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
             sass_lines.append(f"  {label:<44} NVRTC {len(a)} / nvcc {len(b)} instructions, "
                               + ("identical" if a == b else f"{diff} differ"))
-    before = load()
+    before, psi0 = load(), PRESSURE[-1]
     cute, cute_start = bench_cute(max(5, reps // 2))
     rows.append(fmt_row("CuTe DSL elementwise, after import", cute, 0.5))
     rows.append(fmt_row("CuTe DSL worker start (import + warm-up)", None, single=cute_start))
     with tempfile.TemporaryDirectory() as d:
         hits = bench_cache_hit(reps * 4, Path(d))
     rows.append(fmt_row("cache hit (lookup + load cubins)", hits, 0.005))
-    section_loads.append(f"CuTe + cache: {before:.1f}->{load():.1f}")
+    section_loads.append(f"CuTe + cache: {before:.1f}->{load():.1f} ({_psi(psi0)}->{_psi(PRESSURE[-1])})")
 
     nvcc_version = subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout.splitlines()[-1]
     lines = [
@@ -217,7 +233,8 @@ def main() -> int:
         f"python={platform.python_version()}",
         f"# load average (1 min) start/end {load0:.1f}/{load():.1f}, over the run min/median/max "
         f"{min(LOADS):.1f}/{p50(LOADS):.1f}/{max(LOADS):.1f} on {os.cpu_count()} cores (other work shares them)",
-        f"#   per section: {'; '.join(section_loads)}",
+        f"#   per section, load average (CPU pressure: % of the last 10 s some task waited for a CPU): "
+        f"{'; '.join(section_loads)}",
         f"# {compiler_identity('cuda')[1]}",
         f"# {compiler_identity('cute')[1]};  nvcc baseline: {NVCC} ({nvcc_version})",
         f"# reps={reps} (nvcc and 'first with its headers': every 3rd rep); arch sm_90a; times in ms; p50 = median",
