@@ -18,7 +18,8 @@ Plan, made to finish inside a hard deadline on a box with a few GPUs and many CP
    torch while eager runs, and begin when the GPU's eager work is done; compiles run in parallel on the
    CPU, every timed measurement (and input generation) holds the GPU's lock. Cheap-to-compile problems
    first; references that loop over `.item()` values last.
-A worker that dies or overruns --task-timeout-s is killed and restarted; its task is recorded. At the
+A worker that dies or finishes no workload for --task-timeout-s is killed and restarted; the workload
+in flight is recorded, the rest of its task queued again. At the
 deadline everything is killed. OUTDIR/baselines_h200.csv (merged with --existing), baselines_rows.jsonl
 and baselines_failures.md (nothing else: scratch goes to --work) are rewritten every --flush-s seconds, at the deadline and on SIGTERM/SIGINT,
 so they exist whatever happens. The last lines printed: workloads with eager / compile / neither per
@@ -289,6 +290,7 @@ class Proc:
                     self.began = True
                 elif ev == "row":
                     self.done_rows.add(obj["workload_uuid"])
+                    self.since = time.monotonic()  # the limit is on one workload, not a whole task
                     self.run.rows.append(obj)
                 elif ev == "end":
                     if obj.get("error"):
@@ -308,9 +310,10 @@ class Proc:
             self.kill()
             self.read()
         if self.current is not None:
-            why = f"over the {limit:.0f} s task limit (killed)" if overrun else \
+            why = f"no workload done in {limit:.0f} s (killed)" if overrun else \
                 f"worker died (exit {rc})"
-            self.run.fail(self.current, self.variant, why + ": " + self.tail(), self.done_rows)
+            self.run.fail(self.current, self.variant, why + ": " + self.tail(), self.done_rows,
+                          requeue=True)
             self.current = None
         elif rc not in (0, None):  # died between tasks or before the first (imports, CUDA init)
             self.run.failures.append({"task": "-", "problem": self.name, "variant": self.variant,
@@ -375,11 +378,18 @@ class Run:
     def left(self) -> float:
         return self.args.deadline_s - (time.monotonic() - self.t0)
 
-    def fail(self, task_id, variant, reason, done_uuids) -> None:
+    def fail(self, task_id, variant, reason, done_uuids, requeue: bool = False) -> None:
         t = self.task_by_id.get(task_id, {})
         missing = [u for u in t.get("uuids", []) if u not in done_uuids]
+        rest = missing[1:] if requeue else []  # rows come in task order: missing[0] was in flight
         self.failures.append({"task": task_id, "problem": t.get("problem", task_id),
-                              "variant": variant, "reason": reason[:700], "unmeasured": len(missing)})
+                              "variant": variant, "reason": reason[:700],
+                              "unmeasured": len(missing) - len(rest)})
+        if rest:  # the workloads after the one that hung or crashed become a task of their own
+            new = dict(t, id=f"{task_id}.r", uuids=rest)
+            self.tasks[variant].append(new)
+            self.task_by_id[new["id"]] = new
+            _atomic_write(self.task_file[variant], json.dumps(self.tasks[variant]))
 
     def has_unclaimed(self, variant) -> bool:
         return any(not (self.claims / t["id"]).exists() for t in self.tasks.get(variant, []))
@@ -445,7 +455,8 @@ def main(argv=None) -> int:
                     help="eager should be done by this fraction of the deadline: it sets the reps")
     ap.add_argument("--compile-hurry-after-s", type=float, default=20.0)
     ap.add_argument("--chunk", type=int, default=12, help="workloads per eager task")
-    ap.add_argument("--task-timeout-s", type=float, default=60.0)
+    ap.add_argument("--task-timeout-s", type=float, default=60.0,
+                    help="a worker that finishes no workload for this long is killed and restarted")
     ap.add_argument("--flush-s", type=float, default=20.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
     # worker-side

@@ -107,3 +107,23 @@ def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path)
     assert "hung [eager, task eager-hung-0]: 1 workload(s) unmeasured: stopped at the deadline" in fails
     assert "| S1 | 4 | 4 | " in fails and "| S2 | 1 | 0 | 0 | 0 | 1 |" in fails
     assert "| S2 | 1 | 0 | 0 | 0 | 1 |" in r.stdout  # the summary is printed at the end
+
+
+def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
+    import argparse
+
+    run = rb.Run(argparse.Namespace(out=tmp_path / "o", work=None, deadline_s=60.0, eager_share=0.6))
+    t = {"id": "eager-p-0", "problem": "p", "uuids": ["a", "b", "c", "d"], "dir": "x"}
+    run.tasks = {"eager": [t]}
+    run.task_by_id = {t["id"]: t}
+    run.task_file = {"eager": run.work / "tasks_eager.json"}
+    (run.claims / "eager-p-0").touch()
+    assert not run.has_unclaimed("eager")
+    run.fail("eager-p-0", "eager", "no workload done in 60 s (killed)", {"a"}, requeue=True)
+    # "b" was in flight when the worker was killed; "c" and "d" go to a new task for the restart
+    assert run.failures[-1]["unmeasured"] == 1
+    on_disk = json.loads(run.task_file["eager"].read_text())
+    assert on_disk[-1]["id"] == "eager-p-0.r" and on_disk[-1]["uuids"] == ["c", "d"]
+    assert run.has_unclaimed("eager")
+    run.fail("eager-p-0.r", "eager", "stopped at the deadline", {"c"})  # no requeue at the deadline
+    assert run.failures[-1]["unmeasured"] == 1 and len(run.tasks["eager"]) == 2
