@@ -156,7 +156,7 @@ def header_macro_names(folder: Path) -> frozenset:
     """Every identifier on a #if/#ifdef/#ifndef/#elif/#define/#undef line of the wheel headers: a param
     with such a name may be meant for the headers, so it must stay a -D. Scanning takes ~1 s of CPU,
     so the list is kept next to the PCH files (per toolchain) and in memory."""
-    key = str(folder)
+    key = toolchain_tag()  # the headers, whichever cache folder asks
     if key not in _macro_names:
         f = folder / "header_macros.json"
         try:
