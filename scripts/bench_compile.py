@@ -10,9 +10,10 @@ NVRTC's precompiled headers (solforge/compile/pch.py) are on unless a row says o
 
 "wall e2e" is compile_candidate's wall time (worker IPC and cubin checks included), "wall compiler"
 the time inside the worker, "cpu" the CPU seconds of the worker and the caller for the compile
-(nvcc: CPU of all its processes; CuTe: the compile's forked child). This machine is shared: wall times follow the load average (printed per section), CPU
-times much less, so ratios are given both ways. NVRTC and nvcc runs are interleaved so both see
-the same load. p50 = median.
+(nvcc: CPU of all its processes; CuTe: the compile's forked child). This machine is shared: wall
+times follow the load (load average and CPU pressure are printed per section), CPU times much less,
+so ratios are given both ways. NVRTC and nvcc runs are interleaved so both see the same load.
+p50 = median.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def main() -> int:
         f"# reps={reps} (nvcc and 'first with its headers': every 3rd rep); arch sm_90a; times in ms; p50 = median",
         "# 'first with its headers': the first compile of an #include block + option set in a worker (makes the"
         " PCH); 'new params each compile': a param sweep reusing that PCH; 'no PCH': params as -D, no PCH",
-        f"# 'ok' compares the p50 wall e2e with the target, the last column the p50 CPU",
+        "# 'ok' compares the p50 wall e2e with the target, the last column the p50 CPU",
         f"{'what':<58} {'wall e2e':>9} {'compiler':>9} {'cpu':>9} {'max wall':>9} {'target':>7}  ok  cpu ok",
         *rows,
         "",
