@@ -102,6 +102,7 @@ class TraceLog:
     names: list[str]
     quantities: dict[tuple[int, str, str], float]
     aliased: dict[str, str]
+    ops: int = 0  # every aten op the trace ran (names holds only those that count)
 
 
 def _quantities(log: list) -> dict[tuple[int, str, str], float]:
@@ -183,7 +184,7 @@ def trace_workload(wl: ResolvedWorkload, index: int,
                              reason=f"{type(e).__name__}: {str(e)[:300]} {where}".strip()), None
     count = finish_count(wl, index, dict(mode.counts.flops), dict(use.read), dict(use.written), aliased,
                          mode.counts.ops, time.perf_counter() - t0)
-    return count, TraceLog([e[0] for e in log], _quantities(log), aliased)
+    return count, TraceLog([e[0] for e in log], _quantities(log), aliased, mode.counts.ops)
 
 
 def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> WorkloadCount:

@@ -17,6 +17,9 @@ reads, the bytes it writes in place) is a constant times a product of powers of 
    (different op sequences, data-dependent counts, a quantity no monomial fits, a failed trace, a
    mismatch in the check) falls back to tracing every remaining workload. Nothing is guessed.
 
+A quantity no monomial fits alone (an MoE expert's matmul: tokens routed to it at random) is fitted
+summed over the ops of the same name, kind and key (all experts: tokens * top_k exactly), and checked so.
+
 Variables: the workloads' numeric axes (expr axes included) and scalars that vary across the problem
 and are >= 0 (an axis that is 0 somewhere only with exponents >= 0).
 """
@@ -152,7 +155,7 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         pred = _fit_all(mf, pb, traced)
         if isinstance(pred, str):
             return pb.trace_rest(pred)
-        keys, p, ambiguous = pred
+        keys, p, ambiguous, summed = pred
         untraced_amb = [j for j in range(n) if ambiguous[j] > 0 and pb.results[j] is None]
         if not untraced_amb:
             break
@@ -167,7 +170,7 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         return pb.results  # type: ignore[return-value]
     check = max(untraced, key=lambda j: (dist(j, traced), -float(size[j])))
     ref = pb.logs[traced[0]]
-    if not pb.trace(check) or not _matches(pb.logs[check], ref, keys, p[:, check]):
+    if not pb.trace(check) or not _matches(pb.logs[check], ref, keys, p[:, check], summed):
         return pb.trace_rest("the check workload differs from the prediction")
     for j in untraced:
         if j != check:
@@ -175,37 +178,68 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
     return pb.results  # type: ignore[return-value]
 
 
+def _grouped(q: dict, names: list[str], summed: set) -> dict:
+    """A log's quantities with the keys in `summed` replaced by their sum per (op name, kind, key)."""
+    if not summed:
+        return q
+    out: dict = {}
+    for k, v in q.items():
+        if k in summed:
+            k = ("sum:" + names[k[0]], k[1], k[2])
+        out[k] = out.get(k, 0.0) + v
+    return out
+
+
 def _fit_all(mf: MonomialFit, pb: _Problem, traced: list[int]):
-    """(keys, predictions [key x workload], ambiguity votes per workload), or why not (a str) when the
-    traced workloads do not share one op sequence or some quantity fits no monomial."""
+    """(keys, predictions [key x workload], ambiguity votes per workload, summed keys), or why not (a
+    str) when the traced workloads do not share one op sequence or some quantity fits no monomial.
+
+    A quantity that fits no monomial on its own is fitted summed with the others of the same op name,
+    kind and key: an MoE reference's per-expert matmul depends on how many tokens the (random) routing
+    sent to that expert, while the sum over the experts is tokens * top_k * ... exactly."""
     logs = [pb.logs[t] for t in traced]
     ref = logs[0]
     if any(lg.names != ref.names or lg.aliased != ref.aliased for lg in logs[1:]):
         return "op sequences differ"
-    keys = sorted(set().union(*(lg.quantities for lg in logs)))
-    y = np.array([[lg.quantities.get(k, 0.0) for lg in logs] for k in keys]).reshape(len(keys), len(logs))
-    n = mf.m.shape[1]
-    p = np.zeros((len(keys), n))
-    votes = np.zeros(n, dtype=np.int64)
-    memo: dict[tuple, tuple] = {}
-    for i in range(len(keys)):
-        row = tuple(y[i])
-        if row not in memo:
-            memo[row] = mf.fit(y[i], traced)
-        pred, amb = memo[row]
-        if pred is None:
-            return f"no monomial fits op {keys[i][0]} ({ref.names[keys[i][0]]}) {keys[i][1]}:{keys[i][2]}"
-        p[i] = pred
-        votes += amb
-    return keys, p, votes
+    summed: set = set()
+    for attempt in range(2):
+        qs = [_grouped(lg.quantities, ref.names, summed) for lg in logs]
+        keys = sorted(set().union(*qs), key=repr)
+        y = np.array([[q.get(k, 0.0) for q in qs] for k in keys]).reshape(len(keys), len(logs))
+        n = mf.m.shape[1]
+        p = np.zeros((len(keys), n))
+        votes = np.zeros(n, dtype=np.int64)
+        memo: dict[tuple, tuple] = {}
+        failed = []
+        for i in range(len(keys)):
+            row = tuple(y[i])
+            if row not in memo:
+                memo[row] = mf.fit(y[i], traced)
+            pred, amb = memo[row]
+            if pred is None:
+                failed.append(keys[i])
+                continue
+            p[i] = pred
+            votes += amb
+        if not failed:
+            return keys, p, votes, summed
+        if attempt == 1 or any(isinstance(k[0], str) for k in failed):
+            k = failed[0]
+            op = k[0] if isinstance(k[0], str) else f"op {k[0]} ({ref.names[k[0]]})"
+            return f"no monomial fits {op} {k[1]}:{k[2]}"
+        # every op of a failing signature: one that fits by chance (equal random values) is random too
+        sigs = {(ref.names[k[0]], k[1], k[2]) for k in failed}
+        summed = {k for q in qs for k in q if (ref.names[k[0]], k[1], k[2]) in sigs}
+    raise AssertionError("unreachable")
 
 
-def _matches(log: TraceLog, ref: TraceLog, keys: list, predicted: np.ndarray) -> bool:
+def _matches(log: TraceLog, ref: TraceLog, keys: list, predicted: np.ndarray, summed: set) -> bool:
     if log.names != ref.names or log.aliased != ref.aliased:
         return False
-    if set(log.quantities) - set(keys):
+    q = _grouped(log.quantities, ref.names, summed)
+    if set(q) - set(keys):
         return False
-    return all(_close(log.quantities.get(k, 0.0), float(v)) for k, v in zip(keys, predicted))
+    return all(_close(q.get(k, 0.0), float(v)) for k, v in zip(keys, predicted))
 
 
 def _predicted(wl: ResolvedWorkload, index: int, keys: list, values: np.ndarray,
@@ -213,10 +247,10 @@ def _predicted(wl: ResolvedWorkload, index: int, keys: list, values: np.ndarray,
     flops: dict[str, float] = {}
     read: dict[str, float] = {}
     written: dict[str, float] = {}
-    for (_op, kind, key), v in zip(keys, values):
+    for (_op, kind, key), v in zip(keys, values):  # op: an index, or "sum:<name>" for summed ones
         d = flops if kind == "f" else read if kind == "r" else written
         d[key] = d.get(key, 0.0) + float(v)
-    return finish_count(wl, index, flops, read, written, ref.aliased, len(ref.names), 0.0, method="fit")
+    return finish_count(wl, index, flops, read, written, ref.aliased, ref.ops, 0.0, method="fit")
 
 
 __all__ = ["count_fitted", "fit_variables", "MonomialFit"]

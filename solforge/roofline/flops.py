@@ -66,6 +66,11 @@ _REDUCE = {"sum", "mean", "amax", "amin", "max", "min", "prod", "var", "std", "v
            "kthvalue", "all", "any"}
 
 
+# tagged pointwise by aten but pure data movement (the rules above: copies and casts are 0 FLOPs)
+_COPIES = {"clone", "_to_copy", "copy", "copy_", "contiguous", "lift_fresh_copy", "to", "_copy_from",
+           "_copy_from_and_resize"}
+
+
 def tc_unit(dtype: torch.dtype) -> str:
     return _TC_UNIT.get(dtype, SIMT)
 
@@ -160,7 +165,7 @@ def op_flops(func, args, kwargs, out, matmul_dtype=None) -> list[tuple[str, floa
         return [(SIMT, float(_numel(src)))]
     if name == "index_put" and len(args) > 3 and args[3]:
         return [(SIMT, float(_numel(args[2])))]
-    if torch.Tag.pointwise in func.tags:
+    if torch.Tag.pointwise in func.tags and name not in _COPIES and not name.endswith("_copy"):
         return [(SIMT, float(_numel(o)))]
     return []
 

@@ -344,7 +344,9 @@ class HybridMode(TorchDispatchMode):
             flops = op_flops(func, args, kwargs, out, low)
             for unit, f in flops:
                 counts.flops[unit] += f
-            if self.log is not None:
+            if self.log is not None and (flops or reads):
+                # only ops that contribute: whether torch reshapes by a view or by a copy (size-1
+                # dims, strides) must not make two workloads' sequences differ
                 self.log.append((name, flops, reads))
         return out
 
