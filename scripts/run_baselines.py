@@ -7,7 +7,7 @@ timed with the evaluator's timer (CUPTI span, L2 flush, rotated inputs); T_b = t
 
 Plan, made to finish inside a hard deadline on a box with a few GPUs and many CPU cores:
 1. Eager first, on every GPU at once (one worker per GPU, CUDA_VISIBLE_DEVICES pins it): every
-   workload not yet in --existing, in tasks of at most --chunk workloads, slowest first, claimed by
+   workload not yet in --existing, in tasks of at most --chunk workloads, cheapest first, claimed by
    whichever GPU is free (a claim is a file made with O_EXCL), so both GPUs end together.
    Slow references (Python loops over sequences, huge GEMMs) are cut by repetitions, never skipped:
    each eager task gets a timed-call budget per workload of (time left until --eager-share of the
@@ -104,8 +104,10 @@ def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int) 
                                  "subset": p["subset"], "dir": p["dir"], "uuids": [u for u, _ in part],
                                  "cost": sum(c for _, c in part), "loops": p["loops"],
                                  "ref_len": p["ref_len"]})
-    if "eager" in tasks:  # longest first: the last task to finish is a short one
-        tasks["eager"].sort(key=lambda t: -t["cost"])
+    if "eager" in tasks:
+        # Shortest first: under a deadline, coverage (a T_b for as many workloads as possible) beats
+        # makespan. Longest-first spent a whole 255 s H200 run on a few looping references.
+        tasks["eager"].sort(key=lambda t: t["cost"])
     if "compile" in tasks:  # most workloads per unit of compile work first, loops last
         tasks["compile"].sort(key=lambda t: (t["loops"], t["ref_len"] / len(t["uuids"])))
     return tasks

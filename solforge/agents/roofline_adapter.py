@@ -69,10 +69,13 @@ def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
 
 def _baselines(problem, store, sols: list[WorkloadSol]) -> None:
     try:
+        # T_b is the faster of eager and torch.compile (each variant's latest measurement).
         rows = store.query(
-            "SELECT workload_uuid, median_ms FROM baselines WHERE problem = ? AND variant = 'eager' "
-            "AND median_ms IS NOT NULL QUALIFY row_number() OVER (PARTITION BY workload_uuid "
-            "ORDER BY created_at DESC) = 1", [problem.name])
+            "SELECT workload_uuid, min(median_ms) AS median_ms FROM (SELECT workload_uuid, median_ms "
+            "FROM baselines WHERE problem = ? AND variant IN ('eager', 'compile') "
+            "AND median_ms IS NOT NULL AND coalesce(status, 'passed') = 'passed' "
+            "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant "
+            "ORDER BY created_at DESC) = 1) GROUP BY workload_uuid", [problem.name])
     except Exception as e:  # noqa: BLE001
         log.debug("no baselines: %s", e)
         return
