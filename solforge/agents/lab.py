@@ -12,7 +12,8 @@ import time
 from typing import Callable, Optional
 
 from ..candidate import Candidate, eval_expr, launch_env
-from .outcome import AttemptStatus, Outcome, WorkloadOutcome, sol_score
+from ..roofline.score import sol_score
+from .outcome import AttemptStatus, Outcome, WorkloadOutcome
 from .prompts import GpuInfo, WorkloadSol
 
 log = logging.getLogger(__name__)
@@ -165,9 +166,4 @@ class Lab:
 
 
 def _score(t_k, t_sol, t_b):
-    try:
-        from ..roofline import sol_score as roofline_score  # the project's one definition
-
-        return roofline_score(t_k, t_sol, t_b)
-    except Exception:  # noqa: BLE001 - not there yet or undefined for these numbers
-        return sol_score(t_k, t_sol, t_b)
+    return sol_score(t_k, t_b, t_sol)  # the project's one definition (solforge.roofline.score)

@@ -6,10 +6,11 @@ per-workload results by solforge.agents.lab; they map onto the attempts/scores r
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Optional
+
+from ..roofline.score import problem_speedup, problem_sol_score
 
 
 class AttemptStatus(str, Enum):
@@ -58,20 +59,14 @@ class Outcome:
 
     @property
     def sol_score(self) -> Optional[float]:
-        """Mean SOL score over workloads, only when every workload is correct and scored."""
+        """The problem's SOL score (geomean over workloads), only when every workload is scored."""
         if self.status is not AttemptStatus.OK or not self.workloads:
             return None
-        s = [w.sol_score for w in self.workloads]
-        if any(x is None or not math.isfinite(x) for x in s):
-            return None
-        return sum(s) / len(s)
+        return problem_sol_score(w.sol_score for w in self.workloads)
 
     @property
     def mean_speedup(self) -> Optional[float]:
-        s = [w.speedup for w in self.workloads if w.speedup]
-        if not s or len(s) != len(self.workloads):
-            return None
-        return math.exp(sum(math.log(x) for x in s) / len(s))  # geometric mean
+        return problem_speedup(w.speedup for w in self.workloads) if self.workloads else None
 
     def summary(self) -> dict:
         d = asdict(self)
@@ -80,11 +75,3 @@ class Outcome:
         d["sol_score"] = self.sol_score
         return d
 
-
-def sol_score(t_k: float, t_sol: float, t_b: float) -> Optional[float]:
-    """S = 1 / (1 + (T_k - T_sol) / (T_b - T_sol)); None when undefined (T_b <= T_sol).
-
-    Used only where solforge.roofline's own scorer is absent; the two must agree (tested)."""
-    if t_k is None or t_sol is None or t_b is None or t_b <= t_sol:
-        return None
-    return 1.0 / (1.0 + (t_k - t_sol) / (t_b - t_sol))

@@ -19,6 +19,11 @@ from pathlib import Path
 
 
 def register(sub) -> None:
+    r = sub.add_parser("rescore", help="fill speedups and SOL scores of attempts whose baselines "
+                                       "arrived after their evaluation")
+    r.add_argument("--db", help="DuckDB file")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_rescore)
     p = sub.add_parser("optimize", help="run the planner and workers on problems (needs a GPU to time)",
                        description=__doc__.split("\n\n")[0])
     sel = p.add_argument_group("problems")
@@ -208,3 +213,16 @@ def _output():
                 print("\t".join("" if v is None else str(v) for v in r), file=sys.stderr)
 
         return Plain, plain_table
+
+
+def _rescore(args) -> int:
+    from ..agents.rescore import rescore
+    from ..store import Store
+    from .output import console, emit_json
+
+    counts = rescore(Store(args.db) if args.db else Store())
+    if args.json:
+        emit_json(counts)
+    else:
+        console().print(f"rescored {counts['workloads']} workload(s) of {counts['attempts']} attempt(s)")
+    return 0

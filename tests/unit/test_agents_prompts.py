@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome, sol_score
+from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from solforge.roofline.score import sol_score
 from solforge.agents.parse import ParseError, parse_reply
 from solforge.agents.prompts import (GpuInfo, WorkloadSol, format_feedback, problem_prompt,
                                      protocol_sections, repair_message, scrub, secret_values,
@@ -98,14 +99,14 @@ def test_scrub_removes_keys(monkeypatch):
 
 
 def test_sol_score_formula():
-    assert sol_score(10.0, 1.0, 10.0) == pytest.approx(0.5)  # baseline speed -> 0.5
-    assert sol_score(1.0, 1.0, 10.0) == pytest.approx(1.0)  # at SOL -> 1
-    assert sol_score(5.0, 1.0, 1.0) is None  # undefined when T_b <= T_sol
+    assert sol_score(10.0, 10.0, 1.0) == pytest.approx(0.5)  # baseline speed -> 0.5
+    assert sol_score(1.0, 10.0, 1.0) == pytest.approx(1.0)  # at SOL -> 1
+    assert sol_score(5.0, 1.0, 1.0) == 0.0  # T_b <= T_sol: SOL-ExecBench's edge case
     o = Outcome(AttemptStatus.OK, workloads=[WorkloadOutcome("a", "passed", True, sol_score=0.4),
                                              WorkloadOutcome("b", "passed", True, sol_score=0.8)])
-    assert o.sol_score == pytest.approx(0.6)
+    assert o.sol_score == pytest.approx((0.4 * 0.8) ** 0.5)  # per problem: geomean over workloads
     o.workloads[1].sol_score = None
-    assert o.sol_score is None  # one unscored workload: no mean
+    assert o.sol_score is None  # one unscored workload: no problem score
 
 
 def test_resolve_api_key(monkeypatch):
