@@ -198,19 +198,26 @@ class OptimizeLoop:
             return self.try_candidate(problem, agent, cand, parent, call_ids)
         return try_candidate
 
+    def _open_attempt(self, problem, agent: str, cand: Candidate, parent: Optional[str],
+                      call_ids: Sequence[str]) -> str:
+        """Write the attempt (queued) before anything runs, and link the LLM calls that made it."""
+        aid = self.store.create_attempt(problem.name, run_id=self.run_id, parent_id=parent,
+                                        agent=agent, model=self.cfg.model if agent == "llm" else None,
+                                        language=cand.language, candidate=cand, params=cand.params,
+                                        source_hash=cand.source_hash())
+        if call_ids:
+            marks = ",".join("?" * len(call_ids))
+            self.store.execute(f"UPDATE llm_calls SET attempt_id = ? WHERE id IN ({marks})",
+                               [aid, *call_ids])
+        return aid
+
     def try_candidate(self, problem, agent: str, cand: Candidate, parent: Optional[str],
                       call_ids: Sequence[str] = ()) -> tuple[str, Outcome]:
         s = self.store
         wall = self.cfg.budget.wall_seconds
         if wall is not None and time.monotonic() - self._t_start >= wall:
             raise _OutOfTime()
-        aid = s.create_attempt(problem.name, run_id=self.run_id, parent_id=parent, agent=agent,
-                               model=self.cfg.model if agent == "llm" else None,
-                               language=cand.language, candidate=cand, params=cand.params,
-                               source_hash=cand.source_hash())
-        if call_ids:
-            marks = ",".join("?" * len(call_ids))
-            s.execute(f"UPDATE llm_calls SET attempt_id = ? WHERE id IN ({marks})", [aid, *call_ids])
+        aid = self._open_attempt(problem, agent, cand, parent, call_ids)
         self.spent.add(attempts=1)
         bad = self.lab.check(problem, cand)
         if bad is not None:

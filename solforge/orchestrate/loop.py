@@ -174,13 +174,7 @@ class OrchestratedLoop(OptimizeLoop):
             with self._lock:
                 self.cache_hits += 1
             return self._note(problem, aid, out)
-        aid = s.create_attempt(problem.name, run_id=self.run_id, parent_id=parent, agent=agent,
-                               model=self.cfg.model if agent == "llm" else None,
-                               language=cand.language, candidate=cand, params=cand.params,
-                               source_hash=cand.source_hash())
-        if call_ids:
-            marks = ",".join("?" * len(call_ids))
-            s.execute(f"UPDATE llm_calls SET attempt_id = ? WHERE id IN ({marks})", [aid, *call_ids])
+        aid = self._open_attempt(problem, agent, cand, parent, call_ids)
         with self._lock:
             self.spent.add(attempts=1)
         bad = st.check(self.lab, problem, cand)
