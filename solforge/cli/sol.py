@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -65,17 +66,25 @@ def cmd_sol(args) -> int:
     if not items:
         raise InputError("no problems matched", field="--problem" if args.problem else "--root")
     cache = None if args.no_cache else Path(st.cache_dir)
-    t0 = time.perf_counter()
+    t0, c0, load0 = time.perf_counter(), os.times(), os.getloadavg()[0]
     with con.status(f"counting {len(items)} problem(s) ..."):
         counted = count_many(items, cache, jobs=args.jobs)
-    elapsed = time.perf_counter() - t0
+    elapsed, c1 = time.perf_counter() - t0, os.times()
+    # CPU seconds of this process and its (reaped) worker processes: the box is shared, so wall time
+    # alone says little; the load average says how shared
+    cpu = (c1.user - c0.user) + (c1.system - c0.system) + (c1.children_user - c0.children_user) + \
+        (c1.children_system - c0.children_system)
+    load = max(load0, os.getloadavg()[0])
     csv_rows, db_rows, summary = [], [], []
     n_fail = 0
+    methods: dict[str, int] = {}  # trace | fit | analytic workloads (how each count was obtained)
     for pc in counted:
         rls = price(pc, profile, args.measured)
         csv_rows += rows_for_csv(pc, rls)
         db_rows += store_rows(pc, rls)
         bad = [r for r in rls if r.t_sol_ms is None]
+        for c in pc.counts:
+            methods[c.method] = methods.get(c.method, 0) + 1
         n_fail += len(bad)
         limiters = sorted({r.limiter for r in rls if r.limiter})
         summary.append({"problem": pc.name, "workloads": len(rls), "unsupported": len(bad),
@@ -86,11 +95,13 @@ def cmd_sol(args) -> int:
     if store is not None:
         store.upsert_rows("roofline", db_rows, key=("problem", "workload_uuid", "gpu_profile"))
     if args.json:
-        emit_json({"gpu": profile.name, "seconds": elapsed, "problems": summary,
+        emit_json({"gpu": profile.name, "seconds": elapsed, "cpu_seconds": cpu, "load_average": load,
+                   "methods": methods, "problems": summary,
                    "workloads": csv_rows if len(items) <= 5 else None})
     else:
         table(f"speed of light on {profile.display_name} ({len(csv_rows)} workloads, "
-              f"{n_fail} unsupported, {elapsed:.1f} s)",
+              f"{n_fail} unsupported, {elapsed:.1f} s wall, {cpu:.1f} s CPU, load {load:.1f}; "
+              + ", ".join(f"{k} {v}" for k, v in sorted(methods.items())) + ")",
               ["problem", "workloads", "T_sol geomean (ms)", "limiter", "note"],
               [(s["problem"], s["workloads"],
                 f"{s['t_sol_ms_geomean']:.5g}" if s["t_sol_ms_geomean"] else "-",

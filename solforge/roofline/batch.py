@@ -107,6 +107,16 @@ def _warm() -> None:
         torch.empty(2, 2, device="meta") + 1
 
 
+def _cost_hint(item) -> int:
+    if isinstance(item, Problem):
+        return len(item.definition.reference or "") * max(1, len(item.workloads))
+    try:
+        d = Path(item)
+        return (d / "definition.json").stat().st_size * max(1, (d / "workload.jsonl").stat().st_size // 200)
+    except OSError:
+        return 0
+
+
 def count_many(items: Iterable, cache_dir: Optional[Path], jobs: int = 2,
                progress: Optional[Callable[[ProblemCount], None]] = None) -> list[ProblemCount]:
     """items: Problems, or problem directories (Path; the subset is the parent directory's name)."""
@@ -126,6 +136,9 @@ def count_many(items: Iterable, cache_dir: Optional[Path], jobs: int = 2,
                 progress(r)
         return results
     _warm()
+    # longest first, so that no big problem starts last and runs alone: the size of a problem's
+    # definition (its reference and custom-input code) is a cheap proxy of its tracing cost
+    tasks.sort(key=lambda t: -_cost_hint(t[1][0]))
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
         futs = [ex.submit(fn, a) for fn, a in tasks]

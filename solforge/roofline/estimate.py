@@ -103,11 +103,12 @@ class TraceLog:
     quantities: dict[tuple[int, str, str], float]
     aliased: dict[str, str]
     ops: int = 0  # every aten op the trace ran (names holds only those that count)
+    lines: list[int] = field(default_factory=list)  # the reference line that issued each op in names
 
 
 def _quantities(log: list) -> dict[tuple[int, str, str], float]:
     q: dict[tuple[int, str, str], float] = {}
-    for i, (_name, flops, reads) in enumerate(log):
+    for i, (_name, flops, reads, _line) in enumerate(log):
         for unit, f in flops:
             k = (i, "f", unit)
             q[k] = q.get(k, 0.0) + f
@@ -184,7 +185,8 @@ def trace_workload(wl: ResolvedWorkload, index: int,
                              reason=f"{type(e).__name__}: {str(e)[:300]} {where}".strip()), None
     count = finish_count(wl, index, dict(mode.counts.flops), dict(use.read), dict(use.written), aliased,
                          mode.counts.ops, time.perf_counter() - t0)
-    return count, TraceLog([e[0] for e in log], _quantities(log), aliased, mode.counts.ops)
+    return count, TraceLog([e[0] for e in log], _quantities(log), aliased, mode.counts.ops,
+                           [e[3] for e in log])
 
 
 def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> WorkloadCount:

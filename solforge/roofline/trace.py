@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 import weakref
 from collections import defaultdict
@@ -296,8 +297,8 @@ class HybridMode(TorchDispatchMode):
     def __init__(self, counting: bool = False, use: InputUse | None = None,
                  origins: Origins | None = None, log: list | None = None):
         super().__init__()
-        # log: when a list, one (op name, [(unit, flops)], [(kind, root, amount)]) per counted op,
-        # in order: what fit.py compares across workloads and fits per op.
+        # log: when a list, one (op name, [(unit, flops)], [(kind, root, amount)], reference line)
+        # per counted op, in order: what fit.py compares across workloads and fits per op.
         self.log = log
         self.counting = counting
         self.counts = Counts()
@@ -347,7 +348,7 @@ class HybridMode(TorchDispatchMode):
             if self.log is not None and (flops or reads):
                 # only ops that contribute: whether torch reshapes by a view or by a copy (size-1
                 # dims, strides) must not make two workloads' sequences differ
-                self.log.append((name, flops, reads))
+                self.log.append((name, flops, reads, _reference_line()))
         return out
 
     def _factory(self, func, args, kwargs):
@@ -377,12 +378,14 @@ class HybridMode(TorchDispatchMode):
         small = sum(t.numel() for t in tensors if t.is_meta) <= MATERIALIZE_NUMEL
         if small and name not in ("copy_",) and self._needs_values(func, name, tensors):
             return self._real(func, args, kwargs)
-        try:
-            out = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
-        except Exception:
-            if not small:
-                raise
-            return self._real(func, args, kwargs)
+        out = _fast_pointwise(func, name, args, kwargs, tensors)
+        if out is None:
+            try:
+                out = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+            except Exception:
+                if not small:
+                    raise
+                return self._real(func, args, kwargs)
         if small and any(not _is_floatish(o) for o in _tensors(out)) and \
                 any(_is_floatish(t) and t.is_meta for t in tensors) and not getattr(func, "is_view", False):
             # indices / masks computed from fake floats: make them real so they can drive control flow
@@ -408,6 +411,72 @@ class HybridMode(TorchDispatchMode):
             return x
 
         return func(*tree_map(real, args), **tree_map(real, kwargs))
+
+
+def _reference_line() -> int:
+    """The line of the problem's reference (code compiled as "<reference ...>") that issued the
+    current op, or -1: ops from one line in a loop body are one family for fit.py."""
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_filename.startswith("<reference"):
+            return f.f_lineno
+        f = f.f_back
+    return -1
+
+
+_TINY: dict = {}
+_POINTWISE: dict = {}  # OpOverload -> whether the fast path applies
+
+
+def _tiny(t: torch.Tensor) -> torch.Tensor:
+    """A CPU stand-in of t's dtype and rank with one element (rank 0 stays rank 0: type promotion
+    treats 0-dim tensors like scalars), holding 1 (no division by zero in integer ops)."""
+    key = (t.dim(), t.dtype)
+    v = _TINY.get(key)
+    if v is None:
+        shape = (1,) * t.dim()
+        try:
+            v = torch.ones(shape, dtype=t.dtype)
+        except (RuntimeError, TypeError):
+            v = torch.full(shape, 0x22, dtype=torch.uint8).view(t.dtype)
+        _TINY[key] = v
+    return v
+
+
+def _fast_pointwise(func, name: str, args, kwargs, tensors):
+    """The meta result of a pointwise op without torch's Python meta kernel (1-3 ms each through
+    torch._refs): the dtype from running the op on 1-element CPU stand-ins (exact type promotion), the
+    shape by broadcasting. Out-of-place results are contiguous, which only ever lets a later .view()
+    succeed where the strided result would have needed .reshape(); no count depends on strides.
+    None when the fast path does not apply (the caller then runs the meta kernel)."""
+    ok = _POINTWISE.get(func)
+    if ok is None:
+        schema = func._schema
+        ok = (torch.Tag.pointwise in func.tags and not getattr(func, "is_view", False)
+              and len(schema.returns) == 1 and not any(a.is_out for a in schema.arguments)
+              and "rand" not in name and "bernoulli" not in name)
+        _POINTWISE[func] = ok
+    if not ok or (kwargs and ("device" in kwargs or "memory_format" in kwargs or "out" in kwargs)):
+        return None
+    mutable = func._schema.is_mutable
+    try:
+        shape = torch.broadcast_shapes(*[t.shape for t in tensors])
+        tiny = [_tiny(a).clone() if (mutable and i == 0) else _tiny(a) if isinstance(a, torch.Tensor)
+                else a for i, a in enumerate(args)]
+        if any(isinstance(a, (list, tuple)) for a in args):
+            return None
+        r = func(*tiny, **kwargs)
+    except Exception:  # noqa: BLE001 - anything unusual: the meta kernel decides
+        return None
+    if not isinstance(r, torch.Tensor):
+        return None
+    if mutable:
+        first = args[0] if args else None
+        if not (isinstance(first, torch.Tensor) and first.is_meta and tuple(first.shape) == tuple(shape)
+                and first.dtype == r.dtype):
+            return None
+        return first
+    return torch.empty(shape, dtype=r.dtype, device=META)
 
 
 def patch_cuda_init():
