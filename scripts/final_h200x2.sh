@@ -28,7 +28,7 @@ timeout -k 5 ${T2:-150} python3 scripts/two_gpu_run.py run --gpus 0,1 --limit ${
     --dir .carry/export_check --out $OUT/export_check.json > $L/40_export.log 2>&1;
   echo "export rc=$?" >> $L/40_export.log ) &
 ( CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider \
-    tests/gpu/test_kernels_wgmma.py > $L/50_wgmma_tests.log 2>&1; echo "wgmma tests rc=$?" >> $L/50_wgmma_tests.log ) &
+    tests/gpu/test_gpu_kernels_wgmma.py > $L/50_wgmma_tests.log 2>&1; echo "wgmma tests rc=$?" >> $L/50_wgmma_tests.log ) &
 wait
 rm -f $OUT/bl/baselines_rows.jsonl $OUT/bl/run.log
 for f in $L/*; do echo "=== $f"; cat "$f"; done > $OUT/logs.txt
