@@ -11,6 +11,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ class ProblemCount:
     counts: list[WorkloadCount]
     published: list[dict]  # b200_reference per_workload entries (may be empty)
     cached: bool = False
+    seconds: float = 0.0  # wall time spent counting (0 when cached)
 
 
 def problem_dirs(root: Path) -> list[Path]:
@@ -68,7 +70,9 @@ def count_cached(problem: Problem, cache_dir: Optional[Path]) -> ProblemCount:
                 return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), True)
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged cache entry is recomputed
+    t0 = time.perf_counter()
     counts = count_problem(problem)
+    seconds = time.perf_counter() - t0
     if cache_dir is not None:
         f = _cache_file(cache_dir, h)
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +81,7 @@ def count_cached(problem: Problem, cache_dir: Optional[Path]) -> ProblemCount:
                                    "counter_version": COUNTER_VERSION,
                                    "counts": [c.to_json() for c in counts]}))
         tmp.replace(f)
-    return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), False)
+    return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), False, seconds)
 
 
 def _count_dir(args) -> ProblemCount:

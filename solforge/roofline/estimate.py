@@ -47,7 +47,8 @@ class WorkloadCount:
     ops: int = 0
     seconds: float = 0.0
     reason: str = ""
-    method: str = "trace"  # trace | analytic
+    method: str = "trace"  # trace | fit | analytic
+    note: str = ""  # why a traced workload was not fitted (fit.py's fallback), for diagnostics
 
     @property
     def bytes(self) -> float:

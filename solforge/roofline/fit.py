@@ -125,6 +125,9 @@ class _Problem:
         for j, r in enumerate(self.results):
             if r is None:
                 self.trace(j)
+        for r in self.results:
+            if r is not None and r.method == "trace":
+                r.note = f"not fitted: {why}"
         return self.results  # type: ignore[return-value]
 
 
@@ -140,6 +143,7 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
     x = np.array([[float(w.axes_and_scalars()[v]) for v in names] for w in wls]).reshape(n, len(names))
     mf = MonomialFit(x)
     size = mf.logx.sum(axis=1)
+    median = float(np.median(size))
 
     def dist(j: int, traced: list[int]) -> float:
         return min(float(np.abs(mf.logx[j] - mf.logx[t]).sum()) for t in traced)
@@ -172,7 +176,10 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         untraced = [j for j in range(n) if pb.results[j] is None]
         if not untraced:
             return pb.results  # type: ignore[return-value]
-        check = max(untraced, key=lambda j: (dist(j, traced), -float(size[j])))
+        # the farthest from the traced ones among the workloads no bigger than the median one: as
+        # informative as possible while affordable (a loop per item makes the biggest the slowest)
+        affordable = [j for j in untraced if size[j] <= median] or untraced
+        check = max(affordable, key=lambda j: (dist(j, traced), -float(size[j])))
         ref = pb.logs[traced[0]]
         if not pb.trace(check):
             return pb.trace_rest("a traced workload failed")
@@ -213,19 +220,34 @@ def _after_failure(pb: _Problem, failed: int, mf: MonomialFit, first: int) -> li
     return pb.results  # type: ignore[return-value]
 
 
-def _sig(ref: TraceLog, k) -> tuple:
+class _All:
+    """`summed` value meaning: every op summed per family (the traced op sequences differ)."""
+
+    def __contains__(self, k) -> bool:
+        return True
+
+    def __bool__(self) -> bool:
+        return True
+
+
+ALL = _All()
+
+
+def _sig(log: TraceLog, k) -> tuple:
     """An op's family: its name and the reference line that issued it (one line of a loop body)."""
-    return ref.names[k[0]], ref.lines[k[0]] if ref.lines else -1, k[1], k[2]
+    return log.names[k[0]], log.lines[k[0]] if log.lines else -1, k[1], k[2]
 
 
-def _grouped(q: dict, ref: TraceLog, summed: set) -> dict:
-    """A log's quantities with the keys in `summed` replaced by their sum per family, kind and key."""
+def _grouped(log: TraceLog, summed) -> dict:
+    """A log's quantities with the keys in `summed` (a set of keys, or ALL) replaced by their sum per
+    family, kind and key."""
+    q = log.quantities
     if not summed:
         return q
     out: dict = {}
     for k, v in q.items():
         if k in summed:
-            name, line, kind, key = _sig(ref, k)
+            name, line, kind, key = _sig(log, k)
             k = (f"sum:{name}@{line}", kind, key)
         out[k] = out.get(k, 0.0) + v
     return out
@@ -233,21 +255,23 @@ def _grouped(q: dict, ref: TraceLog, summed: set) -> dict:
 
 def _fit_all(mf: MonomialFit, pb: _Problem, traced: list[int]):
     """(keys, predictions [key x workload], ambiguity votes per workload, summed keys), or why not (a
-    str) when the traced workloads do not share one op sequence or some quantity fits no monomial.
+    str) when some quantity fits no monomial.
 
     A quantity that fits no monomial on its own is fitted summed over its family (same op name and
     reference line, kind and key): an MoE reference's per-expert matmul depends on how many tokens the
     (random) routing sent to that expert, while the sum over the experts is tokens * top_k * ... exactly.
-    First only the failing ops are summed, then every op of a failing family."""
+    First only the failing ops are summed, then every op of a failing family. When the traced workloads
+    run different op sequences (a loop over a var axis: per head, per sequence), every op is summed
+    per family at once: a loop body line run B*H times sums to a monomial too."""
     logs = [pb.logs[t] for t in traced]
     ref = logs[0]
-    if any(lg.names != ref.names or lg.lines != ref.lines or lg.aliased != ref.aliased
-           for lg in logs[1:]):
-        return "op sequences differ"
-    summed: set = set()
+    if any(lg.aliased != ref.aliased for lg in logs[1:]):
+        return "outputs alias different inputs"
+    same = all(lg.names == ref.names and lg.lines == ref.lines for lg in logs[1:])
+    summed = set() if same else ALL
     first_failed: list = []
-    for attempt in range(3):
-        qs = [_grouped(lg.quantities, ref, summed) for lg in logs]
+    for attempt in range(3 if same else 1):
+        qs = [_grouped(lg, summed) for lg in logs]
         keys = sorted(set().union(*qs), key=repr)
         y = np.array([[q.get(k, 0.0) for q in qs] for k in keys]).reshape(len(keys), len(logs))
         n = mf.m.shape[1]
@@ -267,24 +291,26 @@ def _fit_all(mf: MonomialFit, pb: _Problem, traced: list[int]):
             votes += amb
         if not failed:
             return keys, p, votes, summed
-        if attempt == 0:
+        if same and attempt == 0:
             first_failed = failed
-            summed = set(failed)  # the failing ops, summed per signature
-        elif attempt == 1:
-            # every op of a failing signature: one that fitted by chance (equal random values) is random
+            summed = set(failed)  # the failing ops, summed per family
+        elif same and attempt == 1:
+            # every op of a failing family: one that fitted by chance (equal random values) is random
             sigs = {_sig(ref, k) for k in first_failed}
-            summed = {k for q in (lg.quantities for lg in logs) for k in q if _sig(ref, k) in sigs}
+            summed = {k for lg in logs for k in lg.quantities if _sig(lg, k) in sigs}
         else:
             k = failed[0]
             op = k[0] if isinstance(k[0], str) else f"op {k[0]} ({ref.names[k[0]]})"
-            return f"no monomial fits {op} {k[1]}:{k[2]}"
+            return f"no monomial fits {op} {k[1]}:{k[2]}" + ("" if same else " (op sequences differ)")
     raise AssertionError("unreachable")
 
 
-def _matches(log: TraceLog, ref: TraceLog, keys: list, predicted: np.ndarray, summed: set) -> bool:
-    if log.names != ref.names or log.lines != ref.lines or log.aliased != ref.aliased:
+def _matches(log: TraceLog, ref: TraceLog, keys: list, predicted: np.ndarray, summed) -> bool:
+    if log.aliased != ref.aliased:
         return False
-    q = _grouped(log.quantities, ref, summed)
+    if summed is not ALL and (log.names != ref.names or log.lines != ref.lines):
+        return False
+    q = _grouped(log, summed)
     if set(q) - set(keys):
         return False
     return all(_close(q.get(k, 0.0), float(v)) for k, v in zip(keys, predicted))
