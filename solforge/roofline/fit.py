@@ -17,6 +17,8 @@ reads, the bytes it writes in place) is a constant times a product of powers of 
 5. only when all of that holds are the other workloads predicted (method "fit"); any failure
    (different op sequences, data-dependent counts, a quantity no monomial fits, a failed trace, a
    mismatch in the check) falls back to tracing every remaining workload. Nothing is guessed.
+   A workload whose own trace runs past the op/time budget (a reference looping per item, at its
+   biggest size) is predicted by a fit that holds on the traced workloads and the check (note says so).
 
 A quantity no monomial fits alone (an MoE expert's matmul: tokens routed to it at random) is fitted
 summed over its family: the ops of the same name issued by the same line of the reference (one line of
@@ -111,6 +113,7 @@ class _Problem:
         self.results: list[Optional[WorkloadCount]] = [None] * len(wls)
         self.logs: dict[int, TraceLog] = {}
         self.why = ""
+        self.long: dict[int, WorkloadCount] = {}  # traced past the op/time budget (fit.count_fitted)
 
     def trace(self, j: int) -> bool:
         c, log = trace_workload(self.wls[j], self.indices[j], self.module)
@@ -121,6 +124,8 @@ class _Problem:
 
     def trace_rest(self, why: str = "") -> list[WorkloadCount]:
         self.why = why
+        for j, c in self.long.items():  # already traced past the budget: not again
+            self.results[j] = c
         FALLBACKS.append(why)
         for j, r in enumerate(self.results):
             if r is None:
@@ -145,55 +150,87 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
     size = mf.logx.sum(axis=1)
     median = float(np.median(size))
 
+    checks = 0
+
     def dist(j: int, traced: list[int]) -> float:
         return min(float(np.abs(mf.logx[j] - mf.logx[t]).sum()) for t in traced)
 
     first = int(np.argmin(size))
+    if not pb.trace(first):
+        return _after_failure(pb, first, mf, first)
     traced = [first]
+    budget = [MAX_FIT_TRACES - 1]  # traces left for fitting and checking
+
+    def attempt(j: int) -> str:
+        """Trace j: "ok"; "long" when it ran past the op or time budget (left to the fit, as a
+        bigger workload of a reference that loops per item); "fail" for any other failure."""
+        budget[0] -= 1
+        if pb.trace(j):
+            return "ok"
+        if pb.results[j].reason.startswith("TraceTooLong"):
+            pb.long[j] = pb.results[j]
+            pb.results[j] = None
+            return "long"
+        return "fail"
+
+    def open_(j: int) -> bool:
+        return pb.results[j] is None and j not in pb.long
+
     if names:
         differs = (x != x[first]).sum(axis=1)
-        second = min((j for j in range(n) if j != first),
-                     key=lambda j: (-int(differs[j]), float(size[j])))
-        traced.append(second)
-    for j in traced:
-        if not pb.trace(j):
-            return _after_failure(pb, j, mf, first)
-    checks = 0
+        for j in sorted((j for j in range(n) if j != first), key=lambda j: (-int(differs[j]), float(size[j]))):
+            r = attempt(j)
+            if r == "ok":
+                traced.append(j)
+                break
+            if r == "fail":
+                return pb.trace_rest("a traced workload failed")
+            if budget[0] <= 1:
+                return pb.trace_rest("traces ran past the budget")
     while True:
         pred = _fit_all(mf, pb, traced)
         if isinstance(pred, str):
             return pb.trace_rest(pred)
         keys, p, ambiguous, summed = pred
-        untraced_amb = [j for j in range(n) if ambiguous[j] > 0 and pb.results[j] is None]
+        untraced_amb = [j for j in range(n) if ambiguous[j] > 0 and open_(j)]
         if untraced_amb:
-            if len(traced) >= MAX_FIT_TRACES:
+            if budget[0] <= 0:
                 return pb.trace_rest("still ambiguous")
             j = max(untraced_amb, key=lambda j: (int(ambiguous[j]), dist(j, traced)))
-            traced.append(j)
-            if not pb.trace(j):
+            r = attempt(j)
+            if r == "fail":
                 return pb.trace_rest("a traced workload failed")
+            if r == "ok":
+                traced.append(j)
             continue
-        untraced = [j for j in range(n) if pb.results[j] is None]
-        if not untraced:
+        untraced = [j for j in range(n) if open_(j)]
+        if not untraced and not pb.long:
             return pb.results  # type: ignore[return-value]
+        if not untraced or budget[0] <= 0:
+            return pb.trace_rest("no workload left to check the fit on")
         # the farthest from the traced ones among the workloads no bigger than the median one: as
         # informative as possible while affordable (a loop per item makes the biggest the slowest)
         affordable = [j for j in untraced if size[j] <= median] or untraced
         check = max(affordable, key=lambda j: (dist(j, traced), -float(size[j])))
         ref = pb.logs[traced[0]]
-        if not pb.trace(check):
+        r = attempt(check)
+        if r == "fail":
             return pb.trace_rest("a traced workload failed")
+        if r == "long":
+            continue
         if _matches(pb.logs[check], ref, keys, p[:, check], summed):
             break
         # a per-op count that fitted the traced points by chance (an MoE expert's random token count):
         # refit with the check workload among the traced ones, then check on another workload
         checks += 1
-        if checks >= MAX_CHECKS or len(traced) >= MAX_FIT_TRACES:
+        if checks >= MAX_CHECKS:
             return pb.trace_rest("the check workload differs from the prediction")
         traced.append(check)
-    for j in untraced:
+    for j in untraced + sorted(pb.long):
         if j != check:
             pb.results[j] = _predicted(wls[j], indices[j], keys, p[:, j], ref)
+            if j in pb.long:
+                pb.results[j].note = f"fitted: its own trace ran past the budget ({pb.long[j].reason[:80]})"
     return pb.results  # type: ignore[return-value]
 
 
