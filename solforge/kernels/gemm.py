@@ -9,7 +9,6 @@ serves every workload of a problem.
 
 from __future__ import annotations
 
-import itertools
 import re
 from typing import Optional
 
@@ -103,21 +102,8 @@ class GemmFamily(Family):
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         n, k = spec.info["n"], spec.info["k"]
         t0, t1, t2 = self._tier_options(n, k)
-        out = []
-        # Vary one tier at a time around the first choice of each: the tiers serve disjoint M
-        # ranges, so the benchmark can pick each tier's best from these and combine them.
         base = (t0[len(t0) // 2] if t0 else None, t1[len(t1) // 2] if t1 else None, t2[0])
-        seen = set()
-        for which, opts in ((0, t0), (1, t1), (2, t2)):
-            for c in opts:
-                tiers = list(base)
-                tiers[which] = c
-                key = tuple(tiers)
-                if key in seen:
-                    continue
-                seen.add(key)
-                out.append(self._params_of(*tiers))
-        return out
+        return vary_one_tier(base, ((0, t0), (1, t1), (2, t2)), self._params_of)
 
     @staticmethod
     def _params_of(t0, t1, t2, t0_max: int = 16, t1_max: int = 256) -> dict:
@@ -175,3 +161,20 @@ class GemmFamily(Family):
             for key in TIER_KEYS:
                 out[f"T{i}_{key}"] = src[f"T{i}_{key}"]
         return out
+
+
+def vary_one_tier(base: tuple, order, params_of) -> list[dict]:
+    """Param sets varying one M-tier at a time around `base`, tiers in the given order, no repeats.
+
+    The tiers serve disjoint M ranges, so a benchmark can take each tier's winner from these and
+    combine them into one candidate."""
+    out, seen = [], set()
+    for which, opts in order:
+        for c in opts:
+            tiers = list(base)
+            tiers[which] = c
+            key = tuple(tiers)
+            if key not in seen:
+                seen.add(key)
+                out.append(params_of(*tiers))
+    return out

@@ -19,7 +19,7 @@ from typing import Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import CUDA_DIR, Family, FamilyError, Spec, read_source
-from .gemm import GemmFamily
+from .gemm import GemmFamily, vary_one_tier
 
 TIER_KEYS = ("BM", "BN", "ST", "SPLIT")
 BK = 64
@@ -100,18 +100,8 @@ class GemmWgmmaFamily(Family):
         n, k = spec.info["n"], spec.info["k"]
         t0, t1, t2 = self._tier_options(n, k)
         base = (t0[len(t0) // 2], t1[len(t1) // 2], t2[0])
-        out, seen = [], set()
-        # one tier varied at a time around the first guess: tiers serve disjoint M ranges, so a
-        # benchmark can take each tier's winner and combine them (combine())
-        for which, opts in ((2, t2), (0, t0), (1, t1)):
-            for c in opts:
-                tiers = list(base)
-                tiers[which] = c
-                key = tuple(tiers)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(self._params_of(*tiers))
-        return out
+        # the large-M tier first: its winner matters most (combine() joins the tiers' winners)
+        return vary_one_tier(base, ((2, t2), (0, t0), (1, t1)), self._params_of)
 
     @staticmethod
     def _params_of(t0, t1, t2, t0_max: int = 64, t1_max: int = 256) -> dict:
