@@ -196,7 +196,8 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         if untraced_amb:
             if budget[0] <= 0:
                 return pb.trace_rest("still ambiguous")
-            j = max(untraced_amb, key=lambda j: (int(ambiguous[j]), dist(j, traced)))
+            # any workload where the fitting monomials disagree tells them apart: the cheapest
+            j = min(untraced_amb, key=lambda j: (float(size[j]), -int(ambiguous[j])))
             r = attempt(j)
             if r == "fail":
                 return pb.trace_rest("a traced workload failed")

@@ -41,6 +41,9 @@ MATERIALIZE_NUMEL = 1 << 22
 BIG_INDEX_NUMEL = 1 << 24
 # A reference that runs more aten ops than this is stopped (TraceTooLong) rather than timing out.
 MAX_OPS = 60_000
+# Building the inputs (a custom-inputs entrypoint that fills index tensors element by element) may run
+# more ops than a reference; they are cheap (real integer tensors).
+MAX_BUILD_OPS = 1_000_000
 # ... or runs longer than this (seconds of wall time per workload).
 MAX_SECONDS = 15.0
 
@@ -318,6 +321,12 @@ class HybridMode(TorchDispatchMode):
         self.t0 = time.perf_counter()
         self._materialized: list = []  # [(weakref to a meta tensor, the values it was filled with)]
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ in dynamo.disable unless told not to: nothing here is ever
+        # compiled, and the wrapper costs an import of torch._dynamo (seconds) and a frame per op
+        return False
+
     # The mode is not re-entered while __torch_dispatch__ runs, so the ops below execute directly.
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if kwargs:
@@ -327,12 +336,19 @@ class HybridMode(TorchDispatchMode):
             kwargs = {}
         counts = self.counts
         counts.ops += 1
-        if counts.ops > MAX_OPS:
-            raise TraceTooLong(f"more than {MAX_OPS} aten ops")
+        if counts.ops > (MAX_OPS if self.counting else MAX_BUILD_OPS):
+            raise TraceTooLong(f"more than {MAX_OPS if self.counting else MAX_BUILD_OPS} aten ops"
+                               + ("" if self.counting else " building the inputs"))
         if counts.ops % 256 == 0 and time.perf_counter() - self.t0 > MAX_SECONDS:
             raise TraceTooLong(f"tracing took more than {MAX_SECONDS:.0f} s")
         arg_tensors = _tensors(args)
         tensors = arg_tensors + _tensors(kwargs) if kwargs else arg_tensors
+        if not self.counting and tensors and not any(
+                t.is_meta or _is_floatish(t) or t.dtype == torch.int8 or t.numel() > BIG_INDEX_NUMEL
+                for t in tensors):
+            # building inputs: integer bookkeeping on real tensors (a custom-inputs loop writing
+            # positions one element at a time) needs none of the tracking below
+            return func(*args, **kwargs)
         name = _NAMES.get(func)
         if name is None:
             name = _NAMES[func] = func._overloadpacket.__name__
