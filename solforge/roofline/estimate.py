@@ -104,7 +104,7 @@ class TraceLog:
     quantities: dict[tuple[int, str, str], float]
     aliased: dict[str, str]
     ops: int = 0  # every aten op the trace ran (names holds only those that count)
-    lines: list[int] = field(default_factory=list)  # the reference line that issued each op in names
+    lines: list[tuple] = field(default_factory=list)  # reference call path (lines) of each op
 
 
 def _quantities(log: list) -> dict[tuple[int, str, str], float]:

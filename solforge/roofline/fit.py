@@ -21,8 +21,8 @@ reads, the bytes it writes in place) is a constant times a product of powers of 
    biggest size) is predicted by a fit that holds on the traced workloads and the check (note says so).
 
 A quantity no monomial fits alone (an MoE expert's matmul: tokens routed to it at random) is fitted
-summed over its family: the ops of the same name issued by the same line of the reference (one line of
-a loop over the experts), per kind and key (all experts: tokens * top_k exactly), and checked so.
+summed over its family: the ops of the same name issued from the same call path of the reference (one
+line of a loop over the experts), per kind and key (all experts: tokens * top_k exactly), and checked so.
 
 Variables: the workloads' numeric axes (expr axes included) and scalars that vary across the problem
 and are >= 0 (an axis that is 0 somewhere only with exponents >= 0).
@@ -272,8 +272,9 @@ ALL = _All()
 
 
 def _sig(log: TraceLog, k) -> tuple:
-    """An op's family: its name and the reference line that issued it (one line of a loop body)."""
-    return log.names[k[0]], log.lines[k[0]] if log.lines else -1, k[1], k[2]
+    """An op's family: its name and the reference call path that issued it (one line of a loop body,
+    reached through the same calls)."""
+    return log.names[k[0]], log.lines[k[0]] if log.lines else (), k[1], k[2]
 
 
 def _grouped(log: TraceLog, summed) -> dict:
@@ -286,7 +287,7 @@ def _grouped(log: TraceLog, summed) -> dict:
     for k, v in q.items():
         if k in summed:
             name, line, kind, key = _sig(log, k)
-            k = (f"sum:{name}@{line}", kind, key)
+            k = (f"sum:{name}@{','.join(map(str, line))}", kind, key)
         out[k] = out.get(k, 0.0) + v
     return out
 

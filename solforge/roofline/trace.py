@@ -450,15 +450,18 @@ class HybridMode(TorchDispatchMode):
         return func(*tree_map(real, args), **tree_map(real, kwargs))
 
 
-def _reference_line() -> int:
-    """The line of the problem's reference (code compiled as "<reference ...>") that issued the
-    current op, or -1: ops from one line in a loop body are one family for fit.py."""
+def _reference_line() -> tuple[int, ...]:
+    """Where in the problem's reference (code compiled as "<reference ...>") the current op comes
+    from: the line numbers of every reference frame on the stack, innermost first. Ops with one call
+    path (one line of a loop body, reached through the same calls) are one family for fit.py; a
+    helper called for Q and for the attention probabilities gives two families."""
     f = sys._getframe(2)
+    out = []
     while f is not None:
         if f.f_code.co_filename.startswith("<reference"):
-            return f.f_lineno
+            out.append(f.f_lineno)
         f = f.f_back
-    return -1
+    return tuple(out)
 
 
 _WRITES_FIRST: dict = {}
