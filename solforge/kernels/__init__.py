@@ -17,9 +17,10 @@ from .elementwise import ActivationFamily
 from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
 from .rmsnorm import RMSNormFamily
+from .softmax import SoftmaxFamily
 
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
-                          GemmWgmmaFamily()]
+                          GemmWgmmaFamily(), SoftmaxFamily()]
 
 
 def all_families() -> list[Family]:
