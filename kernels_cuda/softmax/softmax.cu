@@ -30,6 +30,7 @@
 static_assert(VEC * sizeof(elem_t) <= 16, "at most 16 bytes per load");
 static_assert(TPR >= 32 ? TPR % 32 == 0 : (TPR & (TPR - 1)) == 0, "TPR: power of 2 or multiple of 32");
 static_assert(TPR * ROWS <= 1024, "at most 1024 threads per block");
+static_assert(!(SOFTCAP_ROUND) || (SOFTCAP) != 0.0, "SOFTCAP_ROUND needs a soft-cap value");
 
 #define NEG_INF __uint_as_float(0xff800000u)  // -inf (NVRTC has no math.h INFINITY)
 constexpr int CACHE = NPT * VEC;                  // elements per thread held in registers

@@ -46,7 +46,7 @@ def _softmax_dim_ok(code: str, ndim: int) -> bool:
     calls = re.findall(r"softmax\(([^\n]*)\)", code)
     if len(calls) != 1:
         return False
-    m = re.search(r"(?:dim\s*=\s*|,\s*)(-?\d+)\b", calls[0])
+    m = re.search(r"(?:dim\s*=\s*|,\s*|^\s*)(-?\d+)\b", calls[0])  # x.softmax(-1) too
     return m is not None and int(m.group(1)) in (-1, ndim - 1)
 
 
@@ -124,7 +124,9 @@ class SoftmaxFamily(Family):
         vec = 16 // DTYPE_BYTES[spec.info["dtype"]]
         n_axis = spec.info["n"]
         ns = sorted(int(w.axes[n_axis]) for w in workloads if n_axis in getattr(w, "axes", {}))
-        n_typ = ns[len(ns) // 2] if ns else (int(n_axis) if n_axis.isdigit() else 1024)
+        if not ns:
+            ns = [int(n_axis) if n_axis.isdigit() else 1024]
+        n_med, n_max = ns[len(ns) // 2], ns[-1]
         out: list[dict] = []
         for tpr, rows in ((8, 32), (16, 16), (32, 4), (32, 8), (64, 4), (128, 2), (128, 1),
                           (256, 1), (512, 1), (1024, 1)):
@@ -134,9 +136,9 @@ class SoftmaxFamily(Family):
 
         def key(p: dict) -> tuple:
             cover = p["TPR"] * p["VEC"] * p["NPT"]
-            # best guess: the row fits in registers, about 2-4 vectors per thread, 256 threads
-            fits = cover >= n_typ
-            return (not fits, abs(-(-n_typ // (p["TPR"] * p["VEC"])) - 3),
+            # best guess: the longest workload row fits in registers (single pass everywhere),
+            # about 2 vectors per thread on the median row, 256 threads
+            return (cover < n_max, abs(-(-n_med // (p["TPR"] * p["VEC"])) - 2),
                     p["TPR"] * p["ROWS"] != 256, cover)
         out.sort(key=key)
         return out

@@ -44,6 +44,11 @@ import torch
 def run(x):
     return torch.softmax(x * 0.125, dim=-1)
 """
+METHOD = """
+import torch
+def run(x):
+    return x.softmax(-1)
+"""
 WRONG_DIM = """
 import torch
 def run(x):
@@ -86,6 +91,7 @@ def test_reads_softcap_facts_from_046(sol_execbench_dir):
 @pytest.mark.parametrize("ref,dtype,fixed", [
     (PLAIN, "bfloat16", {"DTYPE": 2, "SOFTCAP": 0.0, "SOFTCAP_ROUND": 0}),
     (PLAIN, "float16", {"DTYPE": 1, "SOFTCAP": 0.0, "SOFTCAP_ROUND": 0}),
+    (METHOD, "float32", {"DTYPE": 0, "SOFTCAP": 0.0, "SOFTCAP_ROUND": 0}),
     (CAP_FLOAT, "bfloat16", {"DTYPE": 2, "SOFTCAP": 50.0, "SOFTCAP_ROUND": 0}),
 ])
 def test_synthetic_references_matched(ref, dtype, fixed):
@@ -119,6 +125,8 @@ def test_claimed_problem_compiles(sol_execbench_dir, rel):
     fam = get_family("softmax")
     space = fam.param_space(problem)
     assert len(space) >= 10
+    longest = max(w.axes["seq_len_k"] for w in problem.workloads)
+    assert space[0]["TPR"] * space[0]["VEC"] * space[0]["NPT"] >= longest  # single pass first
     # best guess, last, one warp per row, one block per row with the widest register cache
     picks = [space[0], space[-1], {"TPR": 32, "ROWS": 8, "VEC": 8, "NPT": 4},
              {"TPR": 256, "ROWS": 1, "VEC": 8, "NPT": 8}]
