@@ -107,6 +107,10 @@ def _warm() -> None:
     from .trace import HybridMode, patch_cuda_init
 
     patch_cuda_init()
+    # torch's Python reference kernels import torch._dynamo on first use (seconds): once, here,
+    # rather than in every worker
+    import torch._dynamo  # noqa: F401
+
     with HybridMode():
         torch.empty(2, 2, device="meta") + 1
 
