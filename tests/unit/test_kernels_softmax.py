@@ -160,3 +160,39 @@ def test_bad_params_rejected(bad):
         get_family("softmax").instantiate(defn, {**base, **bad})
     with pytest.raises(FamilyError):
         get_family("softmax").instantiate(defn, {**base, "SOFTCAP": 1.0})  # fixed, not tunable
+
+
+def _emulate(x, fixed):
+    """The kernel's arithmetic in torch on the CPU (float32 steps, dtype roundings where it rounds)."""
+    import torch
+    dt = x.dtype
+    f = x.float()
+    c = fixed["SOFTCAP"]
+    if c and fixed["SOFTCAP_ROUND"]:
+        f = (f * (1.0 / c)).to(dt).float()
+        f = torch.tanh(f).to(dt).float()
+        f = (f * c).to(dt).float()
+    elif c:
+        f = torch.tanh(f / c) * c
+    m = f.amax(-1, keepdim=True)
+    e = torch.exp(f - m)
+    return (e / e.sum(-1, keepdim=True)).to(dt)
+
+
+def test_fixed_params_reproduce_reference_on_cpu(sol_execbench_dir):
+    """The facts read from 046's reference, run through the kernel's arithmetic, give the reference's
+    output within its tolerance (the CUDA code itself is unverified until the GPU run)."""
+    import torch
+    problem = _problem(sol_execbench_dir, CLAIMED[0])
+    spec = get_family("softmax").analyze(problem.definition)
+    ns: dict = {}
+    exec(compile(problem.definition.reference, "reference.py", "exec"), ns)
+    torch.manual_seed(0)
+    x = (torch.randn(2, 8, 33, 691) * 40).to(torch.bfloat16)  # wide logits: the cap matters
+    want = ns["run"](x).float()
+    got = _emulate(x, spec.fixed).float()
+    tol = problem.workloads[0].workload.tolerance
+    assert torch.allclose(got, want, atol=tol.max_atol, rtol=tol.max_rtol)
+    # a wrong cap value is caught by the same comparison
+    assert not torch.allclose(_emulate(x, {**spec.fixed, "SOFTCAP": 3.0}).float(), want,
+                              atol=tol.max_atol, rtol=tol.max_rtol)
