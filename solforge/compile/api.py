@@ -49,7 +49,8 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
     compiler, version = compiler_identity(cand.language)
     kernels = [launch.kernel for launch in cand.launches]
     key = cache_key(language=cand.language, sources=cand.sources, params=cand.params,
-                    options=cand.options, arch=arch, compiler_version=version, kernels=kernels)
+                    options=cand.options, arch=arch, compiler_version=version, kernels=kernels,
+                    launch_args=[[launch.kernel, launch.args] for launch in cand.launches])
     cache = CompileCache(cache_dir or cfg.cache_dir) if use_cache else None
     if cache is not None:
         hit = cache.get(key)

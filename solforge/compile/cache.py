@@ -20,9 +20,12 @@ from .result import CompileResult, _cubin_filename
 
 
 def cache_key(*, language: str, sources: dict[str, str], params: dict, options: list[str], arch: str,
-              compiler_version: str, kernels: list[str]) -> str:
+              compiler_version: str, kernels: list[str], launch_args: list | None = None) -> str:
+    # The launch args are part of the key: compiling checks them against each kernel's parameter
+    # table, so a candidate with wrong args must not be answered by a correct candidate's entry.
     payload = {"language": language, "sources": sources, "params": params, "options": options,
-               "arch": arch, "compiler": compiler_version, "kernels": sorted(set(kernels)), "v": 1}
+               "arch": arch, "compiler": compiler_version, "kernels": sorted(set(kernels)),
+               "launch_args": launch_args or [], "v": 2}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -88,6 +88,14 @@ def test_units_headers_and_template_kernels(cache):
     assert kb.unit == "b.cu" and kb.symbol.startswith("_Z") and kb.symbol in read_cubin(res.cubins["b.cu"]).functions
 
 
+def test_wrong_launch_args_are_not_answered_from_the_cache(cache):
+    good = samples.candidate(samples.SCALE_CU, "scale")
+    assert compile_candidate(good, cache_dir=cache).ok
+    short = samples.candidate(samples.SCALE_CU, "scale", args=["x", "y", "int32:n"])
+    res = compile_candidate(short, cache_dir=cache)
+    assert not res.cache_hit and res.status == CompileStatus.error, res.log
+
+
 def test_launch_args_must_match_the_kernel_parameters(cache):
     short = samples.candidate(samples.SCALE_CU, "scale", args=["x", "y", "int32:n"])
     res = compile_candidate(short, cache_dir=cache)
