@@ -6,7 +6,7 @@ workload, then per problem the geometric mean over its workloads. Prints the dis
 quantiles, share within [0.5, 2], worst outliers) and writes data/results/roofline_validation_b200.csv
 (one row per problem) and data/results/roofline_b200_workloads.csv (one row per workload).
 
-    .venv/bin/python scripts/validate_roofline.py [--root ../shared/sol_execbench] [--jobs 2] [--no-cache]
+    .venv/bin/python scripts/validate_roofline.py --no-cache [--root ../shared/sol_execbench] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import statistics
 import sys
 import time
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     if args.no_latency:
         profile = profile.model_copy(update={"latency_s": 0.0})
     dirs = problem_dirs(Path(args.root))
-    t0 = time.perf_counter()
+    t0, c0, load0 = time.perf_counter(), os.times(), os.getloadavg()[0]
     if args.cached_only:
         from solforge.problem.loader import load_problem_dir
         from solforge.roofline.batch import cached_only
@@ -76,7 +77,9 @@ def main(argv=None) -> int:
                 p.workloads = p.workloads[:args.max_workloads]
                 items.append(p)
         counted = count_many(items, None if args.no_cache else Path(args.cache_dir), jobs=args.jobs)
-    seconds = time.perf_counter() - t0
+    seconds, c1 = time.perf_counter() - t0, os.times()
+    cpu = sum(getattr(c1, k) - getattr(c0, k) for k in ("user", "system", "children_user", "children_system"))
+    load = max(load0, os.getloadavg()[0])
 
     per_problem, all_rows = [], []
     for pc in counted:
@@ -119,7 +122,13 @@ def main(argv=None) -> int:
     print(f"B200 profile: {profile.display_name}; latency term {profile.latency_s * 1e6:.2f} us")
     print(f"problems: {len(per_problem)} of {len(dirs)}, compared: {n}, workloads compared: {len(wl_ratios)} "
           f"of {len(all_rows)}, unsupported workloads: {sum(r['unsupported'] for r in per_problem)}")
-    print(f"counting time: {seconds:.1f} s (jobs={args.jobs}, cache={'off' if args.no_cache else 'on'})")
+    methods: dict[str, int] = {}
+    for r in all_rows:
+        k = r["method"] if r["status"] == "ok" else "unsupported"
+        methods[k] = methods.get(k, 0) + 1
+    print(f"counting time: {seconds:.1f} s wall, {cpu:.1f} s CPU, load average {load:.1f} "
+          f"(jobs={args.jobs}, cache={'off' if args.no_cache else 'on'}); workloads by method: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(methods.items())))
     print("per-problem ratio ours/NVIDIA (geomean over workloads):")
     print(f"  median {statistics.median(ratios):.3f}   geomean {geomean(ratios):.3f}")
     print("  quantiles  " + "  ".join(f"p{int(q * 100):02d}={quantile(ratios, q):.3f}"

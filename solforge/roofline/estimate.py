@@ -128,7 +128,7 @@ def _aliased_outputs(defn, result, use: InputUse) -> dict[str, str]:
     aliased = {}
     for k, o in zip(names, outs):
         tag = use.root_of(o)
-        if tag is not None and tag[1] >= 1.0 and use.written.get(tag[0], 0.0) > 0:
+        if tag is not None and tag[2] and tag[1] >= 1.0 and use.written.get(tag[0], 0.0) > 0:
             aliased[k] = tag[0]
     return aliased
 

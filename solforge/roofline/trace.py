@@ -38,7 +38,7 @@ SMALL_NUMEL = 1 << 16
 MATERIALIZE_NUMEL = 1 << 22
 # Integer/bool tensors stay real (they drive control flow) unless bigger than this: a [B, H, S, S]
 # attention mask made contiguous is data, not bookkeeping, and costs seconds to build for real.
-BIG_INDEX_NUMEL = 1 << 24
+BIG_INDEX_NUMEL = 1 << 27
 # A reference that runs more aten ops than this is stopped (TraceTooLong) rather than timing out.
 MAX_OPS = 60_000
 # Building the inputs (a custom-inputs entrypoint that fills index tensors element by element) may run
@@ -85,17 +85,19 @@ class InputUse:
     many bytes the ops write in place into each input (a KV cache updated at a few positions)."""
 
     def __init__(self):
-        self.tags = TensorTags()  # tensor -> (root input name, fraction of the root it covers)
+        # tensor -> (root input name, fraction of the root it covers, whether it shares the root's memory:
+        # a view, not a copy such as clone() -- only writes into the input itself are in-place updates)
+        self.tags = TensorTags()
         self.read: dict[str, float] = defaultdict(float)
         self.written: dict[str, float] = defaultdict(float)  # root -> bytes written in place
 
     def mark(self, name: str, t: torch.Tensor) -> None:
-        self.tags.set(t, (name, 1.0))
+        self.tags.set(t, (name, 1.0, True))
 
     def fraction(self, name: str) -> float:
         return min(1.0, self.read.get(name, 0.0))
 
-    def root_of(self, t) -> tuple[str, float] | None:
+    def root_of(self, t) -> tuple[str, float, bool] | None:
         return self.tags.get(t) if isinstance(t, torch.Tensor) else None
 
     def observe(self, func, name: str, args, out, arg_tensors=None, outs=None) -> list:
@@ -110,18 +112,21 @@ class InputUse:
         contrib = []
         is_view = getattr(func, "is_view", False) or name in ("_to_copy", "clone", "contiguous",
                                                                "alias", "lift_fresh", "detach")
-        for a, (root, cov) in tagged:
+        for a, (root, cov, alias) in tagged:
             if is_view and len(tagged) == 1 and outs:
                 o = outs[0]
                 # a dtype view re-reads the same bytes; other views cover a part (slices) or repeat it
                 scale = 1.0 if o.dtype != a.dtype else min(1.0, o.numel() / max(1, a.numel()))
-                self.tags.set(o, (root, cov * scale))
+                shares = alias and name not in ("_to_copy", "clone", "contiguous")
+                self.tags.set(o, (root, cov * scale, shares))
             elif (name in _GATHER_SRC0 or name == "embedding") and a is args[0] and outs:
                 f = cov * min(1.0, outs[0].numel() / max(1, a.numel()))
                 self.read[root] += f
                 contrib.append(("r", root, f))
-            elif a is args[0] and (name in ("copy_", "fill_", "zero_") or
-                                   (name in _INDEX_PUT and not _accumulate(args))):
+            elif a is args[0] and name in ("copy_", "fill_", "zero_") and not alias:
+                pass  # overwriting a copy of the input: the copy's read is counted where it is used
+            elif a is args[0] and alias and (name in ("copy_", "fill_", "zero_") or
+                                             (name in _INDEX_PUT and not _accumulate(args))):
                 # overwritten, not read: charge the bytes written into the input
                 w = float(_written_numel(name, a, args)) * a.element_size()
                 self.written[root] += w
