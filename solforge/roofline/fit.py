@@ -11,9 +11,11 @@ reads, the bytes it writes in place) is a constant times a product of powers of 
    e in {-1..3}, that reproduce the traced values exactly (relative 1e-9);
 3. where two monomials fit the traced points but predict different values for some other workload,
    trace a workload that tells them apart (at most MAX_FIT_TRACES traces);
-4. check: trace one more workload, the one farthest (in log-axis space) from those traced, and compare
+4. check: trace one more workload, the least round one (fewest factors of two: integer divisions
+   show there) and then the farthest (in log-axis space) from those traced, and compare
    every per-op quantity with the prediction (when it differs, fit again with it among the traced
-   workloads and check on another one, once);
+   workloads and check on another one, once); a fit that needed family sums (data-dependent per-op
+   counts) is checked on two workloads;
 5. only when all of that holds are the other workloads predicted (method "fit"); any failure
    (different op sequences, data-dependent counts, a quantity no monomial fits, a failed trace, a
    mismatch in the check) falls back to tracing every remaining workload. Nothing is guessed.
@@ -66,6 +68,17 @@ def fit_variables(wls: list[ResolvedWorkload]) -> tuple[list[str], bool]:
         else:
             other = True
     return names, other
+
+
+def _twos(v: float) -> int:
+    """Factors of two in an integer value (at most 10; 0 for non-integers and 0)."""
+    if v != int(v) or v == 0:
+        return 0
+    n, k = int(v), 0
+    while n % 2 == 0 and k < 10:
+        n //= 2
+        k += 1
+    return k
 
 
 class MonomialFit:
@@ -149,8 +162,11 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
     mf = MonomialFit(x)
     size = mf.logx.sum(axis=1)
     median = float(np.median(size))
+    roundness = [sum(_twos(v) for v in row) for row in x]
 
     checks = 0
+    passed: list[int] = []  # check workloads whose trace matched the prediction
+    traced_checks: list[int] = []  # passed checks that further checks should keep away from
 
     def dist(j: int, traced: list[int]) -> float:
         return min(float(np.abs(mf.logx[j] - mf.logx[t]).sum()) for t in traced)
@@ -210,9 +226,11 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         if not untraced or budget[0] <= 0:
             return pb.trace_rest("no workload left to check the fit on")
         # the farthest from the traced ones among the workloads no bigger than the median one: as
-        # informative as possible while affordable (a loop per item makes the biggest the slowest)
-        affordable = [j for j in untraced if size[j] <= median] or untraced
-        check = max(affordable, key=lambda j: (dist(j, traced), -float(size[j])))
+        # informative as possible while affordable (a loop per item makes the biggest the slowest),
+        # ... after the least round axis values (fewest factors of two): a count with a floor division
+        # (capacity = int(T / 16)) is a monomial on multiples of 16 only
+        check = max(untraced, key=lambda j: (-roundness[j], size[j] <= median,
+                                             dist(j, traced + traced_checks), -float(size[j])))
         ref = pb.logs[traced[0]]
         r = attempt(check)
         if r == "fail":
@@ -220,7 +238,12 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         if r == "long":
             continue
         if _matches(pb.logs[check], ref, keys, p[:, check], summed):
-            break
+            passed.append(check)
+            # sums over data-dependent families (random routing) are checked on two workloads
+            if not summed or len(passed) >= 2:
+                break
+            traced_checks.append(check)
+            continue
         # a per-op count that fitted the traced points by chance (an MoE expert's random token count):
         # refit with the check workload among the traced ones, then check on another workload
         checks += 1
@@ -228,7 +251,7 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
             return pb.trace_rest("the check workload differs from the prediction")
         traced.append(check)
     for j in untraced + sorted(pb.long):
-        if j != check:
+        if j not in passed:
             pb.results[j] = _predicted(wls[j], indices[j], keys, p[:, j], ref)
             if j in pb.long:
                 pb.results[j].note = f"fitted: its own trace ran past the budget ({pb.long[j].reason[:80]})"
