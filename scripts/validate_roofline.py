@@ -39,6 +39,67 @@ def quantile(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _compare_one(path: str) -> dict:
+    """Count one problem both ways: fitted (fit.py) and every workload traced; report differences."""
+    import torch
+
+    from solforge.problem.loader import load_problem_dir
+    from solforge.roofline.estimate import count_problem
+
+    torch.set_num_threads(1)
+    d = Path(path)
+    p = load_problem_dir(d, d.parent.name)
+    t0 = time.perf_counter()
+    fitted = count_problem(p, fit=True)
+    t1 = time.perf_counter()
+    traced = count_problem(p, fit=False)
+    t2 = time.perf_counter()
+
+    def rel(a: float, b: float) -> float:
+        return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+    diffs = []
+    for a, b in zip(fitted, traced):
+        if a.status != b.status:
+            diffs.append(f"workload {a.index} ({a.method}): {a.status.value} vs traced {b.status.value}")
+            continue
+        worst = max([rel(a.bytes, b.bytes)] + [rel(a.flops.get(u, 0.0), b.flops.get(u, 0.0))
+                                               for u in set(a.flops) | set(b.flops)])
+        if worst > 1e-6:
+            diffs.append(f"workload {a.index} ({a.method}): relative difference {worst:.2e}")
+    return {"problem": f"{d.parent.name}/{d.name}", "workloads": len(fitted),
+            "fitted": sum(c.method == "fit" for c in fitted), "fit_s": t1 - t0, "trace_s": t2 - t1,
+            "diffs": diffs}
+
+
+def compare_trace(dirs: list[Path], jobs: int, out: Path) -> int:
+    """--compare-trace: fitted counts against tracing every workload, for every problem."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from solforge.roofline.batch import _warm
+
+    _warm()
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+        rows = list(ex.map(_compare_one, [str(d) for d in dirs]))
+    n = sum(r["workloads"] for r in rows)
+    nf = sum(r["fitted"] for r in rows)
+    lines = [f"fitted vs traced, every workload of {len(rows)} problems: {n} workloads, {nf} fitted "
+             f"(the rest traced or analytic); counting time {sum(r['fit_s'] for r in rows):.0f} s fitted, "
+             f"{sum(r['trace_s'] for r in rows):.0f} s traced (CPU-bound, one process each)",
+             f"problems with a difference (relative > 1e-6 in FLOPs of a unit or bytes, or status): "
+             f"{sum(1 for r in rows if r['diffs'])}"]
+    for r in rows:
+        for d in r["diffs"]:
+            lines.append(f"  {r['problem']}: {d}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(get().shared_dir / "sol_execbench"))
@@ -53,7 +114,13 @@ def main(argv=None) -> int:
                     help="price without the profile's fixed per-kernel latency (pure roofline)")
     ap.add_argument("--out", default=str(REPO / "data" / "results" / "roofline_validation_b200.csv"))
     ap.add_argument("--workloads-out", default=str(REPO / "data" / "results" / "roofline_b200_workloads.csv"))
+    ap.add_argument("--compare-trace", action="store_true",
+                    help="instead: count every problem fitted and fully traced, report any difference "
+                         "(writes data/results/roofline_fit_vs_trace.txt)")
     args = ap.parse_args(argv)
+    if args.compare_trace:
+        return compare_trace(problem_dirs(Path(args.root)), args.jobs,
+                             REPO / "data" / "results" / "roofline_fit_vs_trace.txt")
 
     profile = load_profile("b200")
     if args.no_latency:

@@ -14,7 +14,9 @@ reads, the bytes it writes in place) is a constant times a product of powers of 
 4. check: trace one more workload, the least round one (fewest factors of two: integer divisions
    show there) and then the farthest (in log-axis space) from those traced, and compare
    every per-op quantity with the prediction (when it differs, fit again with it among the traced
-   workloads and check on another one, once);
+   workloads and check on another one, once); then one workload of every structural class not yet
+   traced (which variables are 1, which pairs are equal: torch reshapes size-1 dims by views, not
+   copies, and that can change a matmul's unit) is checked the same way;
 5. only when all of that holds are the other workloads predicted (method "fit"); any failure
    (different op sequences, data-dependent counts, a quantity no monomial fits, a failed trace, a
    mismatch in the check) falls back to tracing every remaining workload. Nothing is guessed.
@@ -41,7 +43,7 @@ from .estimate import CountStatus, TraceLog, WorkloadCount, finish_count, trace_
 
 EXPONENTS = (-1, 0, 1, 2, 3)
 MAX_VARS = 5  # 5^5 = 3125 candidate monomials; more varying axes: trace every workload
-MAX_FIT_TRACES = 6
+MAX_FIT_TRACES = 9
 MAX_CHECKS = 2  # a failed check adds its workload to the fit once; a second failure ends fitting
 # Check workloads that must match before the others are predicted. One, chosen to expose what a
 # monomial fit can miss (least round axis values: floor divisions; farthest from the fit points),
@@ -167,6 +169,11 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
     size = mf.logx.sum(axis=1)
     median = float(np.median(size))
     roundness = [sum(_twos(v) for v in row) for row in x]
+    # structural classes: which variables are 1 and which pairs are equal. torch takes other paths
+    # for size-1 dims (a reshape that is a view, not a copy) and equal sizes, and they can change what
+    # is counted (a matmul's unit): each class needs a traced or checked workload of its own
+    pairs = list(itertools.combinations(range(len(names)), 2))
+    cls = [tuple(bool(v == 1) for v in row) + tuple(bool(row[a] == row[b]) for a, b in pairs) for row in x]
 
     checks = 0
     passed: list[int] = []  # check workloads whose trace matched the prediction
@@ -235,6 +242,10 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
         # (capacity = int(T / 16)) is a monomial on multiples of 16 only
         check = max(untraced, key=lambda j: (-roundness[j], size[j] <= median,
                                              dist(j, traced + traced_checks), -float(size[j])))
+        covered = {cls[j] for j in traced + passed}
+        uncovered = [j for j in untraced if cls[j] not in covered]
+        if len(passed) >= CHECKS_REQUIRED:
+            check = min(uncovered, key=lambda j: float(size[j]))  # the cheapest of a class not seen
         ref = pb.logs[traced[0]]
         r = attempt(check)
         if r == "fail":
@@ -243,7 +254,8 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
             continue
         if _matches(pb.logs[check], ref, keys, p[:, check], summed):
             passed.append(check)
-            if len(passed) >= CHECKS_REQUIRED:
+            covered.add(cls[check])
+            if len(passed) >= CHECKS_REQUIRED and all(cls[j] in covered for j in untraced):
                 break
             traced_checks.append(check)
             continue
@@ -262,11 +274,12 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
 
 
 def _after_failure(pb: _Problem, failed: int, mf: MonomialFit, first: int) -> list[WorkloadCount]:
-    """A traced workload failed. If the smallest workload failed, trace the one farthest from it: when
+    """A traced workload failed. If the smallest workload ran past the op/time budget, trace the one
+    farthest from it: when
     that fails too, the others are reported unsupported with both reasons (a reference that exceeds
     the op or time budget on its smallest and its most different workload does so on the rest; tracing
     16 workloads to 60 000 ops each would take minutes). Otherwise trace every workload."""
-    if failed != first:
+    if failed != first or not pb.results[first].reason.startswith("TraceTooLong"):
         return pb.trace_rest("a traced workload failed")
     rest = [j for j in range(len(pb.wls)) if pb.results[j] is None]
     if not rest:
