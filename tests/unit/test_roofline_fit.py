@@ -153,12 +153,17 @@ def test_fit_variables_skip_constants_and_merge_equal_columns(tmp_path):
     assert names in (["C"], ["S"]) and not other  # B constant; S and C the same column; 0 allowed
 
 
-SAMPLE = ["L1/002_vae_conv3x3_groupnorm_silu_residual_fused", "L1/015_grouped_query_attention_with_rope_and_qk_norm",
-          "L2/022_video_latent_denoising_unet_block", "Quant/018_nvfp4_attention_output_projection_with_residual"]
+# (problem, whether some workloads are fitted). L1 001: batch-1 workloads reshape by views where the
+# others copy, which changes a matmul's unit; the structural-class check must catch it (no fit).
+SAMPLE = [("L1/002_vae_conv3x3_groupnorm_silu_residual_fused", True),
+          ("L1/015_grouped_query_attention_with_rope_and_qk_norm", True),
+          ("L2/022_video_latent_denoising_unet_block", True),
+          ("Quant/018_nvfp4_attention_output_projection_with_residual", True),
+          ("L1/001_attention_softmax_dropout_value_matmul_backward", False)]
 
 
-@pytest.mark.parametrize("name", SAMPLE)
-def test_fit_equals_tracing_on_shared_problems(name):
+@pytest.mark.parametrize("name,fits", SAMPLE)
+def test_fit_equals_tracing_on_shared_problems(name, fits):
     d = SHARED / "sol_execbench" / name
     if not d.exists():
         pytest.skip(f"{d} not present")
@@ -166,4 +171,4 @@ def test_fit_equals_tracing_on_shared_problems(name):
     fitted = count_problem(p, fit=True)
     traced = count_problem(p, fit=False)
     assert_same_counts(fitted, traced)
-    assert any(c.method == "fit" for c in fitted)
+    assert any(c.method == "fit" for c in fitted) == fits
