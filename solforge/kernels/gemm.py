@@ -135,9 +135,7 @@ class GemmFamily(Family):
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         m, n = spec.info["m"], spec.info["n"]
         p = dict(params)
-        sel = [f"(({m}) <= T0_MAXM)", f"(({m}) > T0_MAXM) * (({m}) <= T1_MAXM)", f"(({m}) > T1_MAXM)"]
-        grid = " + ".join(f"{s} * ceil_div({m}, T{i}_BM) * ({n} // T{i}_BN) * T{i}_SPLIT"
-                          for i, s in enumerate(sel))
+        sel, grid = tier_select_and_grid(m, n)
         smem = " + ".join(f"{s} * {_smem(p[f'T{i}_BM'], p[f'T{i}_BN'], p[f'T{i}_BK'], p[f'T{i}_ST'])}"
                           for i, s in enumerate(sel))
         tickets = max(4, *(-(-p[f"T{i}_MAXM"] // p[f"T{i}_BM"]) * (n // p[f"T{i}_BN"])
@@ -178,3 +176,12 @@ def vary_one_tier(base: tuple, order, params_of) -> list[dict]:
                 seen.add(key)
                 out.append(params_of(*tiers))
     return out
+
+
+def tier_select_and_grid(m: str, n: str) -> tuple[list[str], str]:
+    """Launch expressions that pick an M-tier at run time: one selector term per tier (exactly one is
+    1 for a given M) and the grid they imply (the kernel makes the same choice from M)."""
+    sel = [f"(({m}) <= T0_MAXM)", f"(({m}) > T0_MAXM) * (({m}) <= T1_MAXM)", f"(({m}) > T1_MAXM)"]
+    grid = " + ".join(f"{s} * ceil_div({m}, T{i}_BM) * ({n} // T{i}_BN) * T{i}_SPLIT"
+                      for i, s in enumerate(sel))
+    return sel, grid

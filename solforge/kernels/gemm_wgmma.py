@@ -19,7 +19,7 @@ from typing import Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import CUDA_DIR, Family, FamilyError, Spec, read_source
-from .gemm import GemmFamily, vary_one_tier
+from .gemm import GemmFamily, tier_select_and_grid, vary_one_tier
 
 TIER_KEYS = ("BM", "BN", "ST", "SPLIT")
 BK = 64
@@ -142,9 +142,7 @@ class GemmWgmmaFamily(Family):
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         m, n = spec.info["m"], spec.info["n"]
         p = dict(params)
-        sel = [f"(({m}) <= T0_MAXM)", f"(({m}) > T0_MAXM) * (({m}) <= T1_MAXM)", f"(({m}) > T1_MAXM)"]
-        grid = " + ".join(f"{s} * ceil_div({m}, T{i}_BM) * ({n} // T{i}_BN) * T{i}_SPLIT"
-                          for i, s in enumerate(sel))
+        sel, grid = tier_select_and_grid(m, n)
         block = " + ".join(f"{s} * (128 + 2 * T{i}_BM)" for i, s in enumerate(sel))  # 1 + BM/64 WGs
         smem = " + ".join(f"{s} * {smem_bytes(p[f'T{i}_BM'], p[f'T{i}_BN'], p[f'T{i}_ST'])}"
                           for i, s in enumerate(sel))
