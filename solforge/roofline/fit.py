@@ -274,12 +274,11 @@ def count_fitted(wls: list[ResolvedWorkload], indices: list[int],
 
 
 def _after_failure(pb: _Problem, failed: int, mf: MonomialFit, first: int) -> list[WorkloadCount]:
-    """A traced workload failed. If the smallest workload ran past the op/time budget, trace the one
-    farthest from it: when
+    """A traced workload failed. If the smallest workload failed, trace the one farthest from it: when
     that fails too, the others are reported unsupported with both reasons (a reference that exceeds
     the op or time budget on its smallest and its most different workload does so on the rest; tracing
     16 workloads to 60 000 ops each would take minutes). Otherwise trace every workload."""
-    if failed != first or not pb.results[first].reason.startswith("TraceTooLong"):
+    if failed != first:
         return pb.trace_rest("a traced workload failed")
     rest = [j for j in range(len(pb.wls)) if pb.results[j] is None]
     if not rest:
@@ -291,8 +290,10 @@ def _after_failure(pb: _Problem, failed: int, mf: MonomialFit, first: int) -> li
            f"{pb.results[first].reason}")[:400]
     for j in rest:
         if pb.results[j] is None:
+            f = pb.results[first]
             pb.results[j] = WorkloadCount(pb.wls[j].uuid, pb.indices[j], CountStatus.UNSUPPORTED,
-                                          reason=why)
+                                          reason=why, input_bytes_declared=f.input_bytes_declared,
+                                          output_bytes=f.output_bytes)
     FALLBACKS.append("the smallest and the farthest workloads failed")
     return pb.results  # type: ignore[return-value]
 
