@@ -7,7 +7,7 @@ seconds (the process and its worker processes), the 1-minute load average before
 shared), how many workloads were traced / fitted / analytic / unsupported, and writes the same lines to
 data/results/bench_sol.txt (--out).
 
-    .venv/bin/python scripts/bench_sol.py [--gpu h200 --gpu b200] [--jobs 2] [--root ../shared/sol_execbench]
+    .venv/bin/python scripts/bench_sol.py [--gpu h200 --gpu b200] [--repeat 2] [--jobs 2] [--root ...]
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpu", action="append", help="profiles to time (default: h200 and b200)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="time each profile this many times (the box is "
+                                                          "shared: one run says little about the spread)")
     ap.add_argument("--root", default=None, help="problem folder (default: the CLI's default)")
     ap.add_argument("--out", default=str(REPO / "data" / "results" / "bench_sol.txt"))
     args = ap.parse_args(argv)
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
              f"started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"]
     print(lines[0], flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for gpu in args.gpu or ["h200", "b200"]:
+        for gpu in [g for _ in range(args.repeat) for g in (args.gpu or ["h200", "b200"])]:
             r = run_once(gpu, args.jobs, args.root, Path(tmp) / f"{gpu}.csv")
             line = (f"{gpu}: wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s, load average (1 min) "
                     f"{r['load_before']:.1f} before / {r['load_after']:.1f} after; {r['problems']} problems, "

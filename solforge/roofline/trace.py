@@ -366,6 +366,10 @@ class HybridMode(TorchDispatchMode):
         elif any(t.numel() > BIG_INDEX_NUMEL for t in tensors):
             out = self._real_or_meta(func, args, kwargs)  # e.g. .contiguous() of an expanded mask
         else:
+            if name == "nonzero" and not args[0].is_contiguous():
+                # same indices; torch's CPU nonzero is ~4x slower on a strided view (an MoE
+                # reference's expert_mask[e] of a permuted one_hot, once per expert)
+                args = (args[0].contiguous(),) + tuple(args[1:])
             out = func(*args, **kwargs)  # integer/bool bookkeeping: always real
         outs = _tensors(out)
         reads = self.use.observe(func, name, args, out, arg_tensors, outs) if self.use is not None \
