@@ -275,7 +275,10 @@ def build_solution(att: ExportAttempt, *, name: Optional[str] = None, author: st
         "spec": {"languages": ["cuda_cpp"], "target_hardware": ["LOCAL"],
                  "entry_point": f"{ENTRY}::run", "dependencies": [],
                  "destination_passing_style": True, "binding": "torch",
-                 "compile_options": {"cflags": [], "cuda_cflags": cflags, "ld_flags": ["-lcuda"]}},
+                 # ld_flags empty on purpose: the code uses only the runtime API (torch links
+                 # cudart); their default when the field is left out, -lcuda, needs a libcuda.so on the
+                 # linker's path, which a machine with only the driver's libcuda.so.1 lacks
+                 "compile_options": {"cflags": [], "cuda_cflags": cflags, "ld_flags": []}},
         "sources": sources})
 
 
