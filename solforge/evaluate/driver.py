@@ -1,10 +1,11 @@
-"""The evaluator's process entry: `python -m solforge.evaluate.driver STAGE_DIR`.
+"""The evaluator's process entry: `python -m solforge.evaluate.driver STAGE_DIR`, or main() in a child
+forked by the zygote (zygote.py) that has the same modules preloaded but never initialized CUDA.
 
-Runs in a freshly spawned process per candidate (see runner.py). Reads STAGE_DIR/job.json,
-definition.json, workload.jsonl and the candidate (candidate.json + manifest.json + cubins, or
-host.py), and writes JSON lines to its real stdout: one "hardware" line, then per workload a "start"
-line and a "result" line (an EvalResult), then "done". Anything the candidate or a library prints goes
-to stderr: stdout is reserved before torch is imported.
+Runs in a fresh process per candidate (see runner.py). Reads STAGE_DIR/job.json, definition.json,
+workload.jsonl and the candidate (candidate.json + manifest.json + cubins, or host.py), and writes JSON
+lines to its real stdout: one "hardware" line, then per workload a "start" line and a "result" line (an
+EvalResult), then a "phases" line (seconds per phase, see phases.py) and "done". Anything the candidate
+or a library prints goes to stderr: stdout is reserved (reserve_stdout) before torch is imported.
 
 If a workload loses the CUDA context (illegal address and other sticky errors), the remaining
 workloads are reported as skipped and the process exits with code 3.
@@ -14,14 +15,24 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-# Reserve the real stdout for JSON lines before anything (torch, the candidate) can print to it.
-_OUT_FD = os.dup(1)
-os.dup2(2, 1)
-_OUT = os.fdopen(_OUT_FD, "w", buffering=1)
+_T_MODULE = time.time()  # spawned: the interpreter is up and this module runs
+_OUT = None
 
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from .phases import PhaseClock  # noqa: E402
+
+
+def reserve_stdout() -> None:
+    """Keep the real stdout (fd 1) for JSON lines; everything that prints afterwards (torch, the
+    candidate) goes to stderr."""
+    global _OUT
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    _OUT = os.fdopen(fd, "w", buffering=1)
 
 
 def emit(kind: str, **payload) -> None:
@@ -44,81 +55,165 @@ def load_job(stage: Path):
     return job, defn, workloads
 
 
-def main(argv: list[str]) -> int:
+def _instrument(clock: PhaseClock, device):
+    """Phase accounting for one process: a Timer subclass and an InputFactory subclass that add
+    their seconds to `clock`. Both synchronize after their GPU work so that the seconds land in the
+    phase that caused them. Installed before any candidate code is loaded (trusted code only)."""
+    import torch
+
+    from . import evaluator, inputs, timing
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    class PhasedTimer(timing.Timer):
+        def warmup(self, *a, **k):
+            with clock.phase("timing_warmup"):
+                return super().warmup(*a, **k)
+
+        def _measure_cupti(self, *a, **k):
+            with clock.phase("timing_profile"):
+                return super()._measure_cupti(*a, **k)
+
+        def _measure_events(self, *a, **k):
+            with clock.phase("timing_profile"):
+                return super()._measure_events(*a, **k)
+
+    class PhasedInputFactory(inputs.InputFactory):
+        def make(self, *a, **k):
+            with clock.phase("inputs"):
+                out = super().make(*a, **k)
+                sync()
+                return out
+
+    # The evaluator builds its factories and (lazily) its timer from its module globals; point them
+    # at the phased subclasses. Integrity snapshots the timing module's own callables, not these.
+    evaluator.InputFactory = PhasedInputFactory
+    evaluator.Timer = PhasedTimer
+
+
+def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") -> int:
+    """`t_start`: epoch seconds at which this process started running Python (the zygote child's
+    fork return); `mode` ("spawn" | "zygote") is reported in the phases line."""
     if len(argv) != 1:
         print("usage: python -m solforge.evaluate.driver STAGE_DIR", file=sys.stderr)
         return 2
+    t_start = _T_MODULE if t_start is None else t_start
+    clock = PhaseClock()
+    launch_t = os.environ.get("SOLFORGE_LAUNCH_T")
+    if launch_t:
+        try:
+            clock.add("launch", max(0.0, t_start - float(launch_t)))
+        except ValueError:
+            pass
     stage = Path(argv[0]).resolve()
-    job, defn, workloads = load_job(stage)
+    t0 = time.perf_counter()
+    with clock.phase("imports"):
+        import torch
 
-    import torch
-
-    from . import guards, hardware
-    from .evaluator import EvalConfig, Env, classify_exception, context_alive, evaluate_workload
-    from .reference import DEQUANT_LABEL, Fp4Shim, load_reference, needs_fp4_dequant
-    from .results import EvalResult, EvalStatus
+        from . import guards, hardware
+        from .evaluator import EvalConfig, Env, classify_exception, context_alive, evaluate_workload
+        from .reference import DEQUANT_LABEL, Fp4Shim, load_reference, needs_fp4_dequant
+        from .results import EvalResult, EvalStatus
+        from ..problem import loader  # noqa: F401 - pydantic, counted here rather than in "load"
+    with clock.phase("load"):
+        job, defn, workloads = load_job(stage)
 
     problem = job.get("problem") or defn.name
     config = EvalConfig.from_dict(job.get("settings", {}))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", 0)
-        torch.cuda.set_device(device)
-    else:  # CPU: correctness of host candidates only (how CI exercises the process machinery)
-        device = torch.device("cpu")
-        config.timing = False
+    with clock.phase("cuda_init"):
+        if torch.cuda.is_available():
+            device = torch.device("cuda", 0)
+            torch.cuda.set_device(device)
+            torch.empty(1, device=device)  # the context exists from here on
+            torch.cuda.synchronize(device)
+        else:  # CPU: correctness of host candidates only (how CI exercises the process machinery)
+            device = torch.device("cpu")
+            config.timing = False
     torch.backends.cuda.matmul.allow_tf32 = False  # references are fp32 ground truth
     torch.backends.cudnn.allow_tf32 = False
-    emit("hardware", **hardware.capture(device).__dict__)
+    with clock.phase("hardware"):
+        emit("hardware", **hardware.capture(device).__dict__)
+    _instrument(clock, device)
 
     def fail_all(status, message, from_index=0):
         for w in workloads[from_index:]:
             emit("result", **EvalResult(w.uuid, status, problem=problem, message=message).to_json())
 
-    ref_mod = load_reference(defn, stage)
+    def finish(**extra):
+        emit("phases", mode=mode, pid=os.getpid(), seconds=clock.to_json(),
+             driver_s=round(time.perf_counter() - t0, 6), **extra)
+        emit("done", **extra)
+
+    with clock.phase("load"):
+        ref_mod = load_reference(defn, stage)
     label = ""
     if needs_fp4_dequant(defn):
         Fp4Shim().install()
         label = DEQUANT_LABEL
     custom_fn = getattr(ref_mod, defn.custom_inputs_entrypoint) if defn.custom_inputs_entrypoint \
         else None
+
+    def reference(*args):
+        with clock.phase("reference"):
+            out = ref_mod.run(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return out
+
     kind = job.get("candidate_kind", "cuda")
     integrity = guards.Integrity()  # before any candidate code is loaded
     try:
-        if kind == "host":
-            from .callers import HostCaller
+        with clock.phase("load"):
+            if kind == "host":
+                from .callers import HostCaller
 
-            caller = HostCaller(stage, device, allow_torch=bool(job.get("allow_torch", False)))
-        else:
-            from .callers import CudaCaller
+                caller = HostCaller(stage, device, allow_torch=bool(job.get("allow_torch", False)))
+            else:
+                from .callers import CudaCaller
 
-            caller = CudaCaller(stage, device)
+                caller = CudaCaller(stage, device)
     except Exception as e:  # noqa: BLE001
         status, msg = classify_exception(e)
         fail_all(status, f"loading the candidate failed: {msg}")
-        emit("done")
+        finish()
         return 0
     roots = [stage] + [Path(p) for p in job.get("blob_roots", [])]
-    env = Env(problem=problem, reference=ref_mod.run, caller=caller, device=device, config=config,
+    env = Env(problem=problem, reference=reference, caller=caller, device=device, config=config,
               integrity=integrity, custom_fn=custom_fn, blob_roots=roots,
               t_sol_ms=job.get("t_sol_ms", {}), reference_label=label)
     for i, w in enumerate(workloads):
         emit("start", uuid=w.uuid, index=i)
+        before = clock.snapshot()
+        tw = time.perf_counter()
         res = evaluate_workload(env, w)
+        total = time.perf_counter() - tw
+        parts = clock.since(before)
+        clock.add("checks", max(0.0, total - sum(parts.values())))
+        res.extra["phases"] = {**{k: round(v, 6) for k, v in parts.items()},
+                               "workload": round(total, 6)}
         emit("result", **res.to_json())
         if res.extra.get("context_lost"):
             fail_all(EvalStatus.SKIPPED, f"not evaluated: workload {w.uuid} lost the CUDA context "
                                          f"({res.message[:200]})", i + 1)
-            emit("done", context_lost=True)
+            finish(context_lost=True)
             os._exit(3)  # the context is unusable; skip atexit handlers that would touch it
         if i + 1 < len(workloads) and not context_alive(device):
             fail_all(EvalStatus.SKIPPED, "not evaluated: the CUDA context was lost", i + 1)
-            emit("done", context_lost=True)
+            finish(context_lost=True)
             os._exit(3)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    emit("done")
+    finish()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    reserve_stdout()
+    _rc = main(sys.argv[1:])
+    # Results are flushed line by line; skip interpreter teardown (seconds with torch and a CUDA
+    # context loaded, and nothing of it is needed: the process ends here).
+    for _f in (sys.stdout, sys.stderr, _OUT):
+        _f.flush()
+    os._exit(_rc)

@@ -153,6 +153,9 @@ class RunReport:
     killed: bool = False             # the runner killed the process group (timeout)
     stderr_tail: str = ""
     log: list[str] = field(default_factory=list)
+    launch: str = ""                 # how the process started: "zygote" | "spawn" (runner.py)
+    phases: dict = field(default_factory=dict)  # seconds per phase (phases.py), runner + driver
+    mode: str = "full"               # "full" | "screen" (a subset of workloads, screening.py)
 
     @property
     def all_passed(self) -> bool:
@@ -162,7 +165,8 @@ class RunReport:
         return {"problem": self.problem, "results": [r.to_json() for r in self.results],
                 "hardware": asdict(self.hardware) if self.hardware else None,
                 "wall_s": self.wall_s, "exit_code": self.exit_code, "killed": self.killed,
-                "stderr_tail": self.stderr_tail, "log": self.log}
+                "stderr_tail": self.stderr_tail, "log": self.log, "launch": self.launch,
+                "phases": self.phases, "mode": self.mode}
 
     @classmethod
     def from_json(cls, d: dict) -> "RunReport":
@@ -170,7 +174,8 @@ class RunReport:
                    hardware=HardwareInfo.from_dict(d["hardware"]) if d.get("hardware") else None,
                    wall_s=d.get("wall_s", 0.0), exit_code=d.get("exit_code"),
                    killed=d.get("killed", False), stderr_tail=d.get("stderr_tail", ""),
-                   log=d.get("log", []))
+                   log=d.get("log", []), launch=d.get("launch", ""),
+                   phases=d.get("phases", {}), mode=d.get("mode", "full"))
 
 
 def dumps_line(obj: Any) -> str:

@@ -5,6 +5,14 @@ process. The parent never imports torch.
     stage = stage_candidate(workdir / "cand-1", problem, candidate=cand, compile_result=cr, job=...)
     report = run_stage(stage, timeout_s=300, workload_timeout_s=120)
 
+How the process starts (`launch`, default $SOLFORGE_EVAL_LAUNCH, else "zygote"):
+  spawn   `python -m solforge.evaluate.driver STAGE`: a new interpreter that imports torch itself.
+  zygote  forked by a long-lived fork server (zygote.py, one per Python + PYTHONPATH, started on first
+          use or by prestart()) that imported torch and the evaluator but never initialized CUDA. The
+          child is just as fresh (own session, own stage, scrubbed environment, the same driver); only
+          the imports are shared. If the zygote cannot start or answer, the run falls back to spawn
+          (RunReport.launch and .log say so).
+
 Results come back as JSON lines (driver.py). A workload whose "start" line arrived but whose result
 did not is the one in flight: TIMEOUT when we killed the process group, RUNTIME_ERROR when the process
 died on its own. Workloads after it are SKIPPED. Results that arrived before are kept.
@@ -12,6 +20,7 @@ died on its own. Workloads after it are SKIPPED. Results that arrived before are
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -24,6 +33,8 @@ from pathlib import Path
 from typing import Optional
 
 from .results import EvalResult, EvalStatus, HardwareInfo, RunReport
+
+LAUNCH_MODES = ("zygote", "spawn")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE",
@@ -84,25 +95,133 @@ def _expected_uuids(stage: Path) -> list[str]:
     return out
 
 
+def default_launch() -> str:
+    v = os.environ.get("SOLFORGE_EVAL_LAUNCH", "zygote").strip().lower() or "zygote"
+    return v if v in LAUNCH_MODES else "zygote"
+
+
+_ZYGOTES: dict = {}
+_ZYGOTES_LOCK = threading.Lock()
+
+
+def _zygote_for(python: str, extra_pythonpath: Optional[list[str]]):
+    """The zygote for this interpreter and PYTHONPATH, started if needed (one per runner process)."""
+    from .zygote import Zygote
+
+    env = scrubbed_env(extra_pythonpath)
+    key = (python, env["PYTHONPATH"])
+    with _ZYGOTES_LOCK:
+        z = _ZYGOTES.get(key)
+        if z is not None and (z.error or not z.alive()):
+            z.close()
+            z = None
+        if z is None:
+            z = Zygote(python, env)
+            _ZYGOTES[key] = z
+    return z
+
+
+def prestart(python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None,
+             wait: bool = False) -> dict:
+    """Start the zygote ahead of the first candidate (its torch import then overlaps compiling).
+    Returns its hello ({"ready", "preload_s", "os_threads", ...}) when wait, else {}."""
+    z = _zygote_for(python, extra_pythonpath)
+    if wait:
+        z.ready()
+        return dict(z.hello or {"ready": False, "error": z.error})
+    return {}
+
+
+def shutdown_zygotes() -> None:
+    with _ZYGOTES_LOCK:
+        for z in _ZYGOTES.values():
+            z.close()
+        _ZYGOTES.clear()
+
+
+atexit.register(shutdown_zygotes)
+
+
+class _Spawned:
+    """Popen as the loop below uses it (poll/wait/pid/returncode + a stdout file)."""
+
+    def __init__(self, python, stage, env, err):
+        self.p = subprocess.Popen([python, "-m", "solforge.evaluate.driver", str(stage)],
+                                  cwd=stage, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+        self.pid, self.stdout, self.note = self.p.pid, self.p.stdout, ""
+
+    def poll(self):
+        return self.p.poll()
+
+    def wait(self):
+        return self.p.wait()
+
+    @property
+    def returncode(self):
+        return self.p.returncode
+
+
+class _Forked:
+    def __init__(self, child, read_fd: int):
+        self.child, self.pid, self.stdout = child, child.pid, os.fdopen(read_fd, "rb")
+
+    def poll(self):
+        return self.child.poll()
+
+    def wait(self):
+        return self.child.wait()
+
+    @property
+    def returncode(self):
+        return self.child.returncode
+
+    @property
+    def note(self):
+        return self.child.note
+
+
+def _launch(mode, python, stage, env_extra, extra_pythonpath, err, t_launch, log):
+    """(process handle, mode actually used)."""
+    if mode == "zygote":
+        from .zygote import ZygoteError
+
+        r, w = os.pipe()
+        try:
+            z = _zygote_for(python, extra_pythonpath)
+            child = z.spawn(stage, w, err.fileno(), env={**(env_extra or {})}, t_launch=t_launch)
+            os.close(w)
+            return _Forked(child, r), "zygote"
+        except (ZygoteError, OSError) as e:
+            os.close(r)
+            os.close(w)
+            log.append(f"zygote unavailable, spawned instead: {e}"[:500])
+    env = {**scrubbed_env(extra_pythonpath), **(env_extra or {}), "SOLFORGE_LAUNCH_T": repr(t_launch)}
+    return _Spawned(python, stage, env, err), "spawn"
+
+
 def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,
               python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None,
-              env: Optional[dict] = None) -> RunReport:
-    """Spawn the driver on a staged directory and collect its results, whatever happens to it.
+              env: Optional[dict] = None, launch: Optional[str] = None) -> RunReport:
+    """Start the driver on a staged directory (a fresh process: see `launch` above) and collect its
+    results, whatever happens to it.
 
     `env` adds to the scrubbed environment, e.g. {"CUDA_VISIBLE_DEVICES": "1"} to pin one GPU."""
     stage = Path(stage).resolve()
     expected = _expected_uuids(stage)
     problem = json.loads((stage / "job.json").read_text()).get("problem", "")
     err_path = stage / "driver.stderr"
+    mode = launch or default_launch()
+    if mode not in LAUNCH_MODES:
+        raise ValueError(f"launch must be one of {LAUNCH_MODES}, not {mode!r}")
     t0 = time.monotonic()
+    log: list[str] = []
     with open(err_path, "wb") as err:
-        proc = subprocess.Popen([python, "-m", "solforge.evaluate.driver", str(stage)],
-                                cwd=stage, env={**scrubbed_env(extra_pythonpath), **(env or {})},
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True)
+        proc, mode = _launch(mode, python, stage, env, extra_pythonpath, err, time.time(), log)
         lines: list[dict] = []
         last_start: list = [None]  # the per-workload clock starts at the first "start" line
-        log: list[str] = []
+        t_first: list = [None]
+        t_done: list = [None]
 
         def reader():
             for raw in proc.stdout:
@@ -111,8 +230,13 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
                 except ValueError:
                     log.append(raw.decode(errors="replace")[:500])
                     continue
+                now = time.monotonic()
+                if t_first[0] is None:
+                    t_first[0] = now
                 if obj.get("type") == "start":
-                    last_start[0] = time.monotonic()
+                    last_start[0] = now
+                elif obj.get("type") == "done":
+                    t_done[0] = now
                 lines.append(obj)
 
         th = threading.Thread(target=reader, daemon=True)
@@ -128,19 +252,47 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
             if killed:
                 _kill_group(proc)
                 break
-            time.sleep(0.05)
+            time.sleep(0.01)
         proc.wait()
+        t_exit = time.monotonic()
+        _kill_group(proc, quiet=True)  # anything the candidate left in its process group
         th.join(timeout=5)
+        proc.stdout.close()
+    if getattr(proc, "note", ""):
+        log.append(proc.note)
     stderr_tail = err_path.read_text(errors="replace")[-4000:] if err_path.exists() else ""
-    return _assemble(problem, expected, lines, proc.returncode, killed, why, stderr_tail, log,
-                     time.monotonic() - t0)
+    report = _assemble(problem, expected, lines, proc.returncode, killed, why, stderr_tail, log,
+                       time.monotonic() - t0)
+    report.launch = mode
+    report.phases = _phases(lines, t0, t_first[0], t_done[0], t_exit)
+    return report
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _phases(lines, t0, t_first, t_done, t_exit) -> dict:
+    """The driver's phase seconds plus the runner's view (first line latency, teardown, total)."""
+    ph = next((o for o in lines if o.get("type") == "phases"), None)
+    out = {"seconds": dict(ph.get("seconds", {})) if ph else {},
+           "mode": ph.get("mode") if ph else None, "driver_s": ph.get("driver_s") if ph else None,
+           "pid": ph.get("pid") if ph else None}
+    if t_done is not None:
+        out["seconds"]["teardown"] = round(t_exit - t_done, 6)
+    if t_first is not None:
+        out["first_line_s"] = round(t_first - t0, 6)
+    out["total_s"] = round(t_exit - t0, 6)
+    return out
+
+
+def _kill_group(proc, quiet: bool = False) -> None:
+    """SIGKILL the driver's process group (it is a session leader: its pid is the group id)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        if quiet:
+            return
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _assemble(problem, expected, lines, rc, killed, why, stderr_tail, log, wall) -> RunReport:

@@ -1,0 +1,58 @@
+"""Where an evaluation's seconds go: named phases, accumulated in the driver and returned in the result.
+
+The driver emits one "phases" JSON line before "done"; the runner adds what only it can see (process
+start until the driver's first line, and teardown after "done") and puts the whole dict on
+RunReport.phases. Stdlib only (the runner imports it and never imports torch).
+
+Phase names (seconds):
+  launch          runner asked for a process -> the driver's first Python line ran (spawn: interpreter
+                  start; zygote: fork + handshake)
+  imports         torch and the evaluator's modules (zero-ish in a zygote child: preloaded)
+  cuda_init       CUDA context creation on the device
+  hardware        GPU identity and clocks (hardware.capture)
+  load            the reference module and the candidate (cubins)
+  inputs          making input sets (correctness rounds, rotated timing sets, caching probe)
+  reference       running the reference (synchronized)
+  timing_warmup   warm-up calls before each timed measurement
+  timing_profile  the timed calls under CUPTI (or events), including the profiler's own start/stop
+  timing_parse    reading the profiler's records back
+  checks          the remainder of each workload: candidate correctness calls, comparisons, guards
+  teardown        "done" -> process exit (runner side)
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class PhaseClock:
+    """Accumulates wall seconds per phase name (perf_counter; nested phases are the caller's care)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str, dt: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + dt
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0)
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    def since(self, before: dict[str, float]) -> dict[str, float]:
+        """Seconds per phase accumulated after `before` (a snapshot())."""
+        return {k: v - before.get(k, 0.0) for k, v in self.seconds.items()
+                if v - before.get(k, 0.0) > 0}
+
+    def to_json(self) -> dict:
+        return {k: round(v, 6) for k, v in self.seconds.items()}

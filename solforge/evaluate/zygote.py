@@ -1,0 +1,454 @@
+"""A fork server for evaluator processes: pay for `import torch` once, still one fresh process per
+candidate.
+
+    python -m solforge.evaluate.zygote SOCKET_PATH        (started by runner.py, never by hand)
+
+The zygote is trusted code only. It imports torch, cuda-python and the evaluator's modules but never
+initializes CUDA (it checks: cuCtxGetCurrent must answer "not initialized", and torch must not have
+initialized CUDA; forking a process that has a CUDA context is unsupported, and torch refuses CUDA in
+such a child). For each request it forks one child; the child
+
+  - becomes its own session and process group (the runner kills the group on a timeout),
+  - closes every socket of the zygote (the listening one and every other runner's connection) and any
+    descriptor the imports did not open, so it can talk to nobody but its own stdout/stderr,
+  - takes the runner's pipe as stdout and the stage's stderr file as stderr (passed over the Unix
+    socket with SCM_RIGHTS), /dev/null as stdin, the runner's extra environment (CUDA_VISIBLE_DEVICES
+    of its GPU slot: CUDA reads it at initialization, which happens in the child), chdir's to the stage,
+  - runs driver.main(), then os._exit(): none of the zygote's cleanup runs in it.
+
+Untrusted code (the candidate's cubins or host.py) is only ever loaded by the child, after the same
+integrity snapshot as in a spawned driver. The zygote's environment is the runner's scrubbed one.
+
+Protocol (one connection per child, JSON lines): the runner sends {"stage", "env", "t"} with two
+descriptors (stdout write end, stderr file); the zygote answers {"pid"} (or {"error"}), then {"exit": rc}
+once it reaped the child (rc < 0: killed by signal -rc). A runner that disconnects first gets its
+child's group killed. The zygote exits when its stdin closes (the runner process ended).
+
+The runner side (the Zygote client class) imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
+           "solforge.problem.loader", "solforge.compile.launcher",
+           "solforge.evaluate.evaluator", "solforge.evaluate.callers", "solforge.evaluate.hardware",
+           "solforge.evaluate.reference", "solforge.evaluate.driver")
+_MAX_MSG = 1 << 16
+
+
+class ZygoteError(RuntimeError):
+    pass
+
+
+# ──────────────────────────────────────────── server (the zygote process) ───────────────────────
+def cuda_state() -> str:
+    """'uninitialized' when no CUDA driver context could exist in this process yet, else why not."""
+    mods = sys.modules
+    torch = mods.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "torch initialized CUDA"
+    try:
+        from cuda.bindings import driver
+    except Exception:  # noqa: BLE001 - no cuda-python: nothing of ours could have called cuInit
+        return "uninitialized"
+    try:
+        err, _ = driver.cuCtxGetCurrent()
+    except Exception:  # noqa: BLE001 - no libcuda (a CPU machine)
+        return "uninitialized"
+    if err == driver.CUresult.CUDA_ERROR_NOT_INITIALIZED or \
+            err == getattr(driver.CUresult, "CUDA_ERROR_STUB_LIBRARY", None):
+        return "uninitialized"
+    return f"cuInit was called (cuCtxGetCurrent -> {err})"
+
+
+def _os_threads() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return threading.active_count()
+
+
+def _open_fds() -> set[int]:
+    try:
+        return {int(x) for x in os.listdir("/proc/self/fd")}
+    except OSError:
+        return set()
+
+
+def _send(conn: socket.socket, obj: dict) -> None:
+    try:
+        conn.sendall((json.dumps(obj) + "\n").encode())
+    except OSError:
+        pass
+
+
+def serve(sock_path: str, preload=PRELOAD) -> int:
+    import importlib
+
+    t0 = time.perf_counter()
+    for name in preload:
+        importlib.import_module(name)
+    preload_s = time.perf_counter() - t0
+    state = cuda_state()
+    if state != "uninitialized":
+        print(json.dumps({"ready": False, "error": f"refusing to fork: {state}"}), flush=True)
+        return 1
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(64)
+    # Descriptors the imports opened (kept in children); everything else is closed there.
+    keep = _open_fds() - {srv.fileno()}
+    conns: dict[int, socket.socket] = {}       # fileno -> connection
+    bufs: dict[int, tuple[bytes, list]] = {}   # fileno -> (bytes so far, descriptors so far)
+    children: dict[int, socket.socket] = {}   # pid -> its runner's connection
+    child_of: dict[int, int] = {}             # connection fileno -> pid
+    # A child's exit must wake select() at once (the runner waits for {"exit"}): SIGCHLD writes a
+    # byte into this pipe. Created after `keep`, so children close it.
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    print(json.dumps({"ready": True, "pid": os.getpid(), "preload_s": round(preload_s, 3),
+                      "os_threads": _os_threads(), "cuda": state}), flush=True)
+
+    def drop(fno: int) -> None:
+        c = conns.pop(fno, None)
+        _, fds = bufs.pop(fno, (b"", []))
+        for fd in fds:
+            _close(fd)
+        pid = child_of.pop(fno, None)
+        if pid is not None and pid in children:
+            _killpg(pid)  # its runner went away: nobody will read the results
+        if c is not None:
+            c.close()
+
+    def fork_child(fno: int, req: dict, fds: list) -> None:
+        conn = conns[fno]
+        if len(fds) != 2 or "stage" not in req:
+            _send(conn, {"error": "bad request"})
+            for fd in fds:
+                _close(fd)
+            return drop(fno)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            _send(conn, {"error": f"fork failed: {e}"})
+            for fd in fds:
+                _close(fd)
+            return drop(fno)
+        if pid == 0:
+            _child(req, fds, srv, list(conns.values()), keep)  # never returns
+        for fd in fds:
+            _close(fd)
+        children[pid] = conn
+        child_of[fno] = pid
+        _send(conn, {"pid": pid})
+
+    while True:
+        watch = [srv, sys.stdin, wake_r] + list(conns.values())
+        try:
+            ready, _, _ = select.select(watch, [], [], 0.2)
+        except InterruptedError:
+            ready = []
+        for r in ready:
+            if r is wake_r:
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except OSError:
+                    pass
+            elif r is sys.stdin:
+                if not os.read(sys.stdin.fileno(), 4096):
+                    for pid in list(children):
+                        _killpg(pid)
+                    return 0
+            elif r is srv:
+                c, _ = srv.accept()
+                conns[c.fileno()] = c
+                bufs[c.fileno()] = (b"", [])
+            else:
+                fno = r.fileno()
+                try:
+                    data, fds, _flags, _addr = socket.recv_fds(r, _MAX_MSG, 4)
+                except OSError:
+                    data, fds = b"", []
+                if fno in child_of:  # a request was served; only a close is expected now
+                    if not data:
+                        drop(fno)
+                    for fd in fds:
+                        _close(fd)
+                    continue
+                if not data:
+                    drop(fno)
+                    continue
+                got, have = bufs[fno]
+                got += data
+                have = have + list(fds)
+                bufs[fno] = (got, have)
+                if b"\n" in got:
+                    bufs[fno] = (b"", [])
+                    try:
+                        req = json.loads(got.split(b"\n", 1)[0])
+                    except ValueError:
+                        req = {}
+                    fork_child(fno, req, have)
+                elif len(got) > _MAX_MSG:
+                    drop(fno)
+        while children:  # reap
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is not None:
+                _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                child_of.pop(conn.fileno(), None)
+                drop(conn.fileno())
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> None:
+    """In the forked child: isolate, then run the driver. Never returns."""
+    t_start = time.time()
+    rc = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        srv.close()
+        for c in conns:
+            c.close()
+        out_fd, err_fd = fds
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        for fd in _open_fds():
+            if fd > 2 and fd not in keep:
+                _close(fd)
+        env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+        os.environ.update(env)
+        if req.get("t"):
+            os.environ["SOLFORGE_LAUNCH_T"] = str(req["t"])
+        stage = str(req["stage"])
+        os.chdir(stage)
+        sys.argv = [sys.argv[0], stage]
+        import random
+
+        random.seed()
+        from solforge.evaluate import driver
+
+        driver.reserve_stdout()
+        rc = driver.main([stage], t_start=t_start, mode="zygote")
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001 - reported on the child's stderr, the runner reads it
+        import traceback
+
+        traceback.print_exc()
+        rc = 1
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(rc if isinstance(rc, int) else 1)
+
+
+# ──────────────────────────────────────────── client (the runner's side; no torch) ──────────────
+class ZygoteChild:
+    """A forked evaluator as the runner sees it: Popen's poll()/wait()/pid/returncode."""
+
+    def __init__(self, conn: socket.socket, pid: int, zygote: "Zygote"):
+        self.conn, self.pid, self.zygote = conn, pid, zygote
+        self.returncode: Optional[int] = None
+        self.note = ""
+        self._buf = b""
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is not None:
+            return self.returncode
+        while True:
+            r, _, _ = select.select([self.conn], [], [], 0)
+            if not r:
+                return None
+            try:
+                data = self.conn.recv(4096)
+            except OSError:
+                data = b""
+            if not data:  # the zygote died under us: our child is an orphan now; end it
+                _killpg(self.pid)
+                self.note = "the zygote exited before reporting this child's exit"
+                self.returncode = -signal.SIGKILL
+                self.conn.close()
+                return self.returncode
+            self._buf += data
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if "exit" in msg:
+                    self.returncode = int(msg["exit"])
+                    self.conn.close()
+                    return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        t0 = time.monotonic()
+        while self.poll() is None:
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"child {self.pid} still running after {timeout} s")
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        _killpg(self.pid)
+
+
+class Zygote:
+    """One zygote process (started on creation; ready() waits for its preloads)."""
+
+    def __init__(self, python: str, env: dict, log_path: Optional[Path] = None):
+        self.dir = tempfile.mkdtemp(prefix="solforge-zygote-")
+        self.sock_path = os.path.join(self.dir, "sock")
+        self.log_path = Path(log_path or os.path.join(self.dir, "zygote.log"))
+        self._log = open(self.log_path, "wb")
+        self.t_start = time.monotonic()
+        self.proc = subprocess.Popen([python, "-m", "solforge.evaluate.zygote", self.sock_path],
+                                     env=env, cwd=self.dir, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log,
+                                     start_new_session=True)
+        self.hello: Optional[dict] = None
+        self.error = ""
+        self._lock = threading.Lock()
+
+    def ready(self, timeout: float = 180.0) -> bool:
+        with self._lock:
+            if self.hello is not None:
+                return bool(self.hello.get("ready")) and self.alive()
+            if self.error:
+                return False
+            r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if r else b""
+            try:
+                self.hello = json.loads(line) if line else None
+            except ValueError:
+                self.hello = None
+            if not self.hello or not self.hello.get("ready"):
+                self.error = (self.hello or {}).get("error") or \
+                    f"no hello within {timeout:.0f} s: {self.log_tail()}"
+                self.hello = self.hello or {"ready": False}
+                self.close()
+                return False
+            self.hello["startup_s"] = round(time.monotonic() - self.t_start, 3)
+            return True
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n: int = 1500) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def spawn(self, stage: Path, out_fd: int, err_fd: int, env: Optional[dict] = None,
+              t_launch: Optional[float] = None, timeout: float = 30.0) -> ZygoteChild:
+        if not self.ready():
+            raise ZygoteError(f"zygote not available: {self.error}")
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.sock_path)
+            msg = json.dumps({"stage": str(stage), "env": env or {}, "t": t_launch}).encode() + b"\n"
+            socket.send_fds(conn, [msg], [out_fd, err_fd])
+            r, _, _ = select.select([conn], [], [], timeout)
+            buf = b""
+            while r:
+                data = conn.recv(4096)
+                if not data:
+                    break
+                buf += data
+                if b"\n" in buf:
+                    break
+                r, _, _ = select.select([conn], [], [], timeout)
+            line, rest = (buf.split(b"\n", 1) + [b""])[:2] if b"\n" in buf else (buf, b"")
+            reply = json.loads(line) if line.strip() else {}
+        except (OSError, ValueError) as e:
+            conn.close()
+            raise ZygoteError(f"zygote request failed: {type(e).__name__}: {e}") from None
+        if "pid" not in reply:
+            conn.close()
+            raise ZygoteError(f"zygote refused: {reply.get('error') or 'no answer'}")
+        child = ZygoteChild(conn, int(reply["pid"]), self)
+        child._buf = rest
+        return child
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()  # the zygote's signal to kill its children and exit
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.proc.wait()
+        finally:
+            self._log.close()
+            for p in (self.sock_path,):
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m solforge.evaluate.zygote SOCKET_PATH", file=sys.stderr)
+        return 2
+    return serve(argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+"""The zygote launch (solforge/evaluate/zygote.py through runner.run_stage): each candidate still gets
+its own process, session, stage, environment without secrets, wall-clock limits; faults and hangs are
+recorded and the next candidate runs. Real processes, real forks, host candidates on the CPU."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "adversarial"))
+import harness  # noqa: E402
+
+from solforge.evaluate import runner  # noqa: E402
+from solforge.evaluate.runner import run_stage, stage_candidate  # noqa: E402
+
+WL = ["adv-4k"]
+HONEST = ("import torch\n"
+          "def run(inputs, outputs, ctx):\n"
+          "    z = inputs['x']\n"
+          "    for _ in range(64):\n"
+          "        z = torch.sin(z) + inputs['y']\n"
+          "    outputs['out'].copy_(z)\n")
+
+
+def _body(code: str) -> str:
+    """A host candidate that runs `code` first, then computes the honest answer."""
+    return "import os, sys, time\n" + HONEST.replace(
+        "def run(inputs, outputs, ctx):\n",
+        "def run(inputs, outputs, ctx):\n" + "".join("    " + ln + "\n" for ln in code.splitlines()))
+
+
+@pytest.fixture(scope="module")
+def problem():
+    from solforge.problem import load_problem_dir
+
+    return load_problem_dir(harness.PROBLEM_DIR)
+
+
+@pytest.fixture(scope="module")
+def pypath(tmp_path_factory):
+    # A PYTHONPATH of our own: this module's zygote is not shared with other tests' runs, and its
+    # environment is the one set below (a fake secret in the parent).
+    os.environ["SOLFORGE_TEST_API_KEY"] = "must-not-leak"
+    d = tmp_path_factory.mktemp("zygote_path")
+    hello = runner.prestart(extra_pythonpath=[str(d)], wait=True)
+    assert hello.get("ready"), hello
+    assert hello["cuda"] == "uninitialized"
+    yield [str(d)]
+    os.environ.pop("SOLFORGE_TEST_API_KEY", None)
+
+
+def _run(problem, tmp_path, name, source, pypath, **kw):
+    st = stage_candidate(tmp_path / name, problem, host_source=source,
+                         job={"allow_torch": True, "workloads": WL})
+    return run_stage(st, extra_pythonpath=pypath, launch="zygote", **kw)
+
+
+def test_honest_candidate_passes_with_phases(problem, tmp_path, pypath):
+    rep = _run(problem, tmp_path, "honest", HONEST, pypath, timeout_s=120)
+    r = rep.results[0]
+    assert rep.launch == "zygote" and rep.phases["mode"] == "zygote", rep.log
+    assert r.status.value == "passed", r.message + rep.stderr_tail
+    secs = rep.phases["seconds"]
+    for k in ("launch", "imports", "load", "cuda_init", "reference", "checks", "teardown"):
+        assert k in secs, secs
+    # torch came preloaded: the child's import phase is a dictionary lookup, not an import
+    assert secs["imports"] < 0.5, secs
+    assert "phases" in r.extra and r.extra["phases"]["workload"] > 0
+
+
+def test_each_candidate_is_a_fresh_session_without_secrets(problem, tmp_path, pypath):
+    probe = _body(
+        "leak = [k for k in os.environ if 'API_KEY' in k]\n"
+        "socks = []\n"
+        "for f in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        socks.append(os.readlink(f'/proc/self/fd/{f}'))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "socks = [s for s in socks if s.startswith('socket:')]\n"
+        "if leak or socks or os.getsid(0) != os.getpid() or os.environ.get('CUDA_VISIBLE_DEVICES') != '7':\n"
+        "    raise RuntimeError(f'ISOLATION leak={leak} socks={socks} sid={os.getsid(0)} pid={os.getpid()}')\n"
+        # torch is preloaded in the zygote: a mark left on it must not reach the next candidate
+        "import torch as T\n"
+        "if getattr(T, '_adv_mark', os.getpid()) != os.getpid():\n"
+        "    raise RuntimeError('ISOLATION state survived from another candidate')\n"
+        "T._adv_mark = os.getpid()\n")
+    pids = set()
+    for i in range(2):
+        rep = _run(problem, tmp_path, f"probe{i}", probe, pypath, timeout_s=120,
+                   env={"CUDA_VISIBLE_DEVICES": "7"})
+        r = rep.results[0]
+        assert r.status.value == "passed", r.message + rep.stderr_tail
+        pids.add(rep.phases["pid"])
+    assert len(pids) == 2 and None not in pids
+    assert os.environ.get("SOLFORGE_TEST_API_KEY") == "must-not-leak"  # the parent still has it
+
+
+def test_hang_is_killed_and_next_candidate_runs(problem, tmp_path, pypath):
+    # The hang also leaves a grandchild in its process group: the kill takes the whole group.
+    hang = _body("import subprocess\n"
+                 "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                 "time.sleep(600)")
+    t0 = time.monotonic()
+    rep = _run(problem, tmp_path, "hang", hang, pypath, timeout_s=60, workload_timeout_s=3)
+    assert time.monotonic() - t0 < 30
+    r = rep.results[0]
+    assert rep.killed and r.status.value == "timeout", (r.status, r.message)
+    rep2 = _run(problem, tmp_path, "after_hang", HONEST, pypath, timeout_s=120)
+    assert rep2.results[0].status.value == "passed", rep2.results[0].message
+
+
+def test_crash_is_recorded_and_next_candidate_runs(problem, tmp_path, pypath):
+    crash = _body("import ctypes\nctypes.string_at(0)")  # SIGSEGV in the child
+    rep = _run(problem, tmp_path, "crash", crash, pypath, timeout_s=60)
+    r = rep.results[0]
+    assert r.status.value == "runtime_error" and "SIGSEGV" in r.message, r.message
+    rep2 = _run(problem, tmp_path, "after_crash", HONEST, pypath, timeout_s=120)
+    assert rep2.results[0].status.value == "passed", rep2.results[0].message
+
+
+def test_killing_the_zygote_costs_only_that_candidate(problem, tmp_path, pypath):
+    # The candidate kills its parent (the zygote) and then hangs: its runner must still end it, and
+    # the next run gets a new zygote.
+    evil = _body("import signal\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(600)")
+    t0 = time.monotonic()
+    rep = _run(problem, tmp_path, "evil", evil, pypath, timeout_s=60)
+    assert time.monotonic() - t0 < 30
+    assert rep.results[0].status.value in ("runtime_error", "timeout"), rep.results[0].message
+    rep2 = _run(problem, tmp_path, "after_evil", HONEST, pypath, timeout_s=120)
+    assert rep2.launch == "zygote" and rep2.results[0].status.value == "passed", \
+        rep2.results[0].message + " ".join(rep2.log)
+
+
+def test_falls_back_to_spawn_when_no_zygote(problem, tmp_path, monkeypatch):
+    from solforge.evaluate.zygote import ZygoteError
+
+    def broken(*a, **k):
+        raise ZygoteError("test: no zygote")
+
+    monkeypatch.setattr(runner, "_zygote_for", broken)
+    st = stage_candidate(tmp_path / "fallback", problem, host_source=HONEST,
+                         job={"allow_torch": True, "workloads": WL})
+    rep = run_stage(st, timeout_s=180, launch="zygote")
+    assert rep.launch == "spawn" and any("zygote unavailable" in m for m in rep.log)
+    assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
+    assert rep.phases["seconds"]["imports"] > 0
