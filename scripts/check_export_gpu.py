@@ -34,10 +34,41 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def cmd_prepare(args) -> int:
-    from solforge.export import ExportError, load_attempt
+def prepare_one(att, d: Path, problems_root: Path) -> dict:
+    """One attempt's export folder: solution/ (CUDA C++ only), op/ (torch op package), problem/,
+    candidate.json and, for a CuTe DSL candidate, prebuilt/: its cubin precompiled here, which the
+    box's compile step needs because the box has no DSL (solforge.compile.cute_prebuilt)."""
+    from solforge.compile.api import compile_candidate
+    from solforge.compile.cute_prebuilt import write_prebuilt
+    from solforge.export import ExportError
     from solforge.export.solution import write_solution
     from solforge.export.torch_op import write_torch_op
+
+    prob = att.problem_name
+    if d.exists():
+        shutil.rmtree(d)
+    try:
+        write_solution(att, d / "solution")
+        has_solution = True
+    except ExportError as e:  # CuTe DSL candidates: torch op only
+        print(f"{prob}: no solution.json: {e}")
+        has_solution = False
+    res = compile_candidate(att.candidate)
+    if not res.ok:
+        raise ExportError(f"{prob}: attempt {att.attempt_id} does not compile here:\n{res.log[:2000]}")
+    pdir = write_torch_op(att, d / "op", compiled=res)
+    if att.candidate.language == "cute":
+        write_prebuilt(d / "prebuilt", att.candidate, res)
+    src = next(Path(problems_root).glob(f"*/{prob}"))
+    shutil.copytree(src, d / "problem")
+    (d / "candidate.json").write_text(json.dumps(att.candidate.model_dump(), indent=1))
+    return {"problem": prob, "attempt": att.attempt_id, "package": pdir.name,
+            "solution": has_solution, "language": att.candidate.language,
+            "cubin_hash": res.cubin_hash, "sol_score": att.sol_score, "speedup": att.speedup}
+
+
+def cmd_prepare(args) -> int:
+    from solforge.export import load_attempt
     from solforge.store import Store
 
     s = Store(args.db)
@@ -47,24 +78,38 @@ def cmd_prepare(args) -> int:
     for prob in args.problems:
         att = load_attempt(s, f"best:{prob}")
         d = out / prob
-        if d.exists():
-            shutil.rmtree(d)
-        try:
-            write_solution(att, d / "solution")
-            has_solution = True
-        except ExportError as e:  # CuTe DSL candidates: torch op only
-            print(f"{prob}: no solution.json: {e}")
-            has_solution = False
-        pdir = write_torch_op(att, d / "op")
-        src = next(Path(args.problems_root).glob(f"*/{prob}"))
-        shutil.copytree(src, d / "problem")
-        (d / "candidate.json").write_text(json.dumps(att.candidate.model_dump(), indent=1))
-        index.append({"problem": prob, "attempt": att.attempt_id, "package": pdir.name,
-                      "solution": has_solution,
-                      "sol_score": att.sol_score, "speedup": att.speedup})
+        index.append(prepare_one(att, d, Path(args.problems_root)))
         print(f"{prob}: attempt {att.attempt_id[:12]} -> {d}")
     (out / "index.json").write_text(json.dumps(index, indent=1))
     return 0
+
+
+def use_prebuilt(d: Path) -> None:
+    """Point the compile step at every export's precompiled CuTe cubins. Before the compile worker
+    starts: it reads the variable once, at its own start."""
+    import os
+
+    from solforge.compile.cute_prebuilt import ENV
+
+    dirs = [str(p) for p in sorted(Path(d).resolve().glob("*/prebuilt")) if p.is_dir()]
+    old = [p for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    os.environ[ENV] = os.pathsep.join(dict.fromkeys(dirs + old))
+
+
+def evaluator_parts(cand) -> tuple[dict, dict]:
+    """(cubins, manifest) as solforge.evaluate gets them on this machine: compile_candidate, which on
+    a box without the CuTe DSL answers from the precompiled folder. The H200 failure of session 1
+    ("kernel 'rmsnorm_cute' has no entry in the compile manifest") was this compile failing (no DSL
+    on the box) and its empty manifest being used anyway."""
+    from solforge.compile.api import compile_candidate
+    from solforge.compile.launcher import resolve_entries
+
+    res = compile_candidate(cand)
+    if not res.ok:
+        raise RuntimeError(f"the evaluator's compile failed here ({res.status.value}): {res.log[:1500]}")
+    manifest = res.launch_manifest()
+    resolve_entries(cand.model_dump(), manifest, res.cubins)
+    return res.cubins, manifest
 
 
 def _tolerant(a, b, tol) -> tuple[bool, float]:
@@ -78,14 +123,13 @@ def check_one(entry: dict, d: Path, args) -> dict:
     import torch
 
     from solforge.candidate import Candidate
-    from solforge.compile.api import compile_candidate
     from solforge.compile.launcher import CandidateRuntime
     from solforge.problem.loader import load_problem_dir
 
     problem = load_problem_dir(d / "problem", d.parent.name)
     cand = Candidate.model_validate_json((d / "candidate.json").read_text())
-    res = compile_candidate(cand)
-    rt = CandidateRuntime(cand.model_dump(), res.cubins, res.launch_manifest())
+    cubins, manifest = evaluator_parts(cand)
+    rt = CandidateRuntime(cand.model_dump(), cubins, manifest)
     sys.path.insert(0, str(d / "op"))
     importlib.import_module(entry["package"])
     op = getattr(torch.ops.solforge, entry["package"])
@@ -146,6 +190,7 @@ def check_one(entry: dict, d: Path, args) -> dict:
 def cmd_check(args) -> int:
     d = Path(args.dir)
     index = json.loads((d / "index.json").read_text())
+    use_prebuilt(d)
     results = []
     for entry in index:
         try:

@@ -76,7 +76,7 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
         source_hash=cand.source_hash(), compile_seconds=out.get("compile_seconds", 0.0),
         compile_cpu_seconds=out.get("compile_cpu_seconds", 0.0))
     result.seconds = time.perf_counter() - t0
-    if cache is not None:
+    if cache is not None and not out.get("no_cache"):  # e.g. a CuTe cubin not precompiled (yet)
         cache.put(key, result)
     return result
 

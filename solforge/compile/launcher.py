@@ -160,6 +160,31 @@ def launch_env(axes: dict, scalars: dict, params: dict) -> dict:
     return env
 
 
+def resolve_entries(candidate: dict, manifest: dict, cubins=None) -> dict[str, dict]:
+    """{kernel name: manifest entry} for every kernel the launches name, checked without a GPU.
+
+    A manifest without entries is what a failed compile leaves (e.g. a CuTe candidate compiled where
+    the DSL is missing and no precompiled cubin was carried): say so rather than only "no entry"."""
+    entries = manifest.get("entries", {})
+    units = set(manifest.get("cubins", {})) if cubins is None else set(cubins)
+    out = {}
+    for i, launch in enumerate(candidate["launches"]):
+        name = launch["kernel"]
+        if name in out:
+            continue
+        entry = entries.get(name)
+        if entry is None:
+            why = (" (the manifest has no entries at all: was it written by a failed compile? "
+                   "A CuTe DSL candidate needs its precompiled cubin where the DSL is missing, see "
+                   "solforge.compile.cute_prebuilt)") if not entries else f" (it has {sorted(entries)})"
+            raise LaunchError(f"kernel {name!r} has no entry in the compile manifest{why}")
+        if entry.get("unit") not in units:
+            raise LaunchError(f"launches[{i}] ({name}): manifest unit {entry.get('unit')!r} has no "
+                              f"cubin (have {sorted(units)})")
+        out[name] = entry
+    return out
+
+
 class CandidateRuntime:
     """Loaded modules and functions of one candidate, in the current CUDA context."""
 
@@ -171,6 +196,7 @@ class CandidateRuntime:
         self.candidate = candidate
         self.manifest = manifest
         self.entries = manifest.get("entries", {})
+        resolved = resolve_entries(candidate, manifest, cubins)  # before touching the GPU
         drv = _drv()
         self.device = torch.device("cuda", torch.cuda.current_device() if device is None else device)
         torch.cuda.init()
@@ -188,13 +214,7 @@ class CandidateRuntime:
                     raise LaunchError(f"{unit}: not a cubin (PTX is not loaded on purpose)")
                 self.modules[unit] = check(drv.cuModuleLoadData(blob), f"cuModuleLoadData({unit})")
             self.functions = {}
-            for launch in candidate["launches"]:
-                name = launch["kernel"]
-                if name in self.functions:
-                    continue
-                entry = self.entries.get(name)
-                if entry is None:
-                    raise LaunchError(f"kernel {name!r} has no entry in the compile manifest")
+            for name, entry in resolved.items():
                 mod = self.modules[entry["unit"]]
                 self.functions[name] = check(drv.cuModuleGetFunction(mod, entry["symbol"].encode()),
                                              f"cuModuleGetFunction({entry['symbol']})")
@@ -308,4 +328,4 @@ def load_stage(folder, candidate: dict | None = None, device=None) -> CandidateR
 
 
 __all__ = ["CandidateRuntime", "LaunchPlan", "LaunchError", "load_stage", "read_stage", "launch_env",
-           "check"]
+           "check", "resolve_entries"]

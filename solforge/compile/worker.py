@@ -153,8 +153,10 @@ def _serve(backend: str) -> None:
             missing = f"solforge: the CuTe DSL is not importable here ({e}); pip install nvidia-cutlass-dsl"
 
             def handler(job, _msg=missing):
-                return {"status": "error", "log": _msg, "cubins": {}, "entries": {}, "options": [],
-                        "compile_seconds": 0.0}
+                # a GPU box without the DSL: the cubin precompiled on the CPU machine, if carried
+                from .cute_prebuilt import lookup_job
+
+                return lookup_job(job, _msg)
     else:
         raise SystemExit(f"unknown backend {backend!r}")
     while True:
