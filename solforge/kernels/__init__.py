@@ -16,11 +16,16 @@ from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
 from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
+from .pointwise import PointwiseFamily
 from .rmsnorm import RMSNormFamily
+from .rope import RopeFamily
 from .softmax import SoftmaxFamily
 
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
-                          GemmWgmmaFamily(), SoftmaxFamily()]
+                          GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily()]
+# Generic families go last, and serve only problems no hand-written family above claims.
+GENERIC: list[Family] = [PointwiseFamily()]
+FAMILIES += GENERIC
 
 
 def all_families() -> list[Family]:
@@ -39,7 +44,11 @@ def families_for(problem) -> list[Family]:
 
     A family whose `offered` is false (not yet found correct on a GPU, see its family.json) is
     left out: the search must never be offered a kernel that failed correctness."""
-    return [f for f in FAMILIES if getattr(f, "offered", True) and f.matches(problem)]
+    specific = [f for f in FAMILIES if f not in GENERIC and getattr(f, "offered", True)
+                and f.matches(problem)]
+    if specific:
+        return specific
+    return [f for f in GENERIC if getattr(f, "offered", True) and f.matches(problem)]
 
 
 __all__ = ["Family", "FamilyError", "Spec", "FAMILIES", "all_families", "get_family",

@@ -1,0 +1,74 @@
+// Elementwise kernel skeleton for the pointwise family: float conversions, rounding to the
+// 16-bit types, and vector loads/stores of V elements of any element type.
+//
+// The family generates, after this header: pw_eval (the reference's ops on one element, in
+// float) and pointwise_kernel (which loads each input, calls pw_eval, stores each output).
+// Tunables: VEC (elements per thread per step; inputs and outputs that have the output's shape
+// are read/written with one VEC*sizeof(T)-byte access when that is 2..16 bytes), BLOCK (threads),
+// UNROLL (steps per thread, loads of all steps issued before any math).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// A reference that keeps an intermediate in a 16-bit dtype rounds it there.
+__device__ __forceinline__ float rnd_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float rnd_f16(float v) { return __half2float(__float2half_rn(v)); }
+
+template <int BYTES> struct pw_raw { typedef void type; };
+template <> struct pw_raw<16> { typedef uint4 type; };
+template <> struct pw_raw<8> { typedef uint2 type; };
+template <> struct pw_raw<4> { typedef unsigned int type; };
+template <> struct pw_raw<2> { typedef unsigned short type; };
+
+template <typename T, int V>
+struct alignas(V * sizeof(T) <= 16 ? V * sizeof(T) : 16) pw_vec { T v[V]; };
+
+// Raw bits and elements of one vector (the constructor: __half has a non-trivial one).
+template <typename R, typename T, int V>
+union pw_u {
+    R raw;
+    pw_vec<T, V> v;
+    __device__ __forceinline__ pw_u() {}
+};
+
+// V consecutive elements from p (V * sizeof(T)-aligned) into f, one access when it fits.
+template <typename T, int V>
+__device__ __forceinline__ void load_f(const T* __restrict__ p, float* f) {
+    constexpr int B = V * sizeof(T);
+    if constexpr (B == 2 || B == 4 || B == 8 || B == 16) {
+        typedef typename pw_raw<B>::type R;
+        pw_u<R, T, V> u;
+        u.raw = __ldg(reinterpret_cast<const R*>(p));
+#pragma unroll
+        for (int j = 0; j < V; ++j) f[j] = to_float(u.v.v[j]);
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) f[j] = to_float(p[j]);
+    }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_f(T* __restrict__ p, const float* f) {
+    constexpr int B = V * sizeof(T);
+    if constexpr (B == 2 || B == 4 || B == 8 || B == 16) {
+        typedef typename pw_raw<B>::type R;
+        pw_u<R, T, V> u;
+#pragma unroll
+        for (int j = 0; j < V; ++j) u.v.v[j] = from_float<T>(f[j]);
+        *reinterpret_cast<R*>(p) = u.raw;
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) p[j] = from_float<T>(f[j]);
+    }
+}
