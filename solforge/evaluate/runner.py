@@ -202,12 +202,18 @@ def _launch(mode, python, stage, env_extra, extra_pythonpath, err, t_launch, log
 
 def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,
               python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None,
-              env: Optional[dict] = None, launch: Optional[str] = None) -> RunReport:
+              env: Optional[dict] = None, launch: Optional[str] = None,
+              workloads: Optional[list[str]] = None) -> RunReport:
     """Start the driver on a staged directory (a fresh process: see `launch` above) and collect its
     results, whatever happens to it.
 
-    `env` adds to the scrubbed environment, e.g. {"CUDA_VISIBLE_DEVICES": "1"} to pin one GPU."""
+    `env` adds to the scrubbed environment, e.g. {"CUDA_VISIBLE_DEVICES": "1"} to pin one GPU.
+    `workloads`: evaluate only these uuids, in this order (rewrites the stage's job.json; screening)."""
     stage = Path(stage).resolve()
+    if workloads is not None:
+        job = json.loads((stage / "job.json").read_text())
+        job["workloads"] = list(workloads)
+        (stage / "job.json").write_text(json.dumps(job, indent=1))
     expected = _expected_uuids(stage)
     problem = json.loads((stage / "job.json").read_text()).get("problem", "")
     err_path = stage / "driver.stderr"
