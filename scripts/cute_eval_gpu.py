@@ -199,6 +199,11 @@ def cmd_check(args) -> int:
     report_all = {"problem": problem.name, "cute_dsl_importable_here":
                   importlib.util.find_spec("cutlass") is not None, "prepared": index, "runs": {}}
     ok = True
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+
+    def save():  # after every run: a run cut short by a time limit keeps what finished
+        Path(args.out).write_text(json.dumps(report_all, indent=1, default=str))
+
     for lang in ("cute", "cuda"):
         cand = Candidate.model_validate_json((d / f"{lang}.json").read_text())
         t0 = time.perf_counter()
@@ -215,6 +220,7 @@ def cmd_check(args) -> int:
                "hardware": report.hardware.__dict__ if report.hardware else None,
                "stderr_tail": report.stderr_tail[-800:] if not report.all_passed else ""}
         report_all["runs"][lang] = run
+        save()
         ok &= report.all_passed
         print(f"{lang}: compile {cr.status.value} ({cr.log[:160]!r}); {summary}", flush=True)
         for r in rows:
@@ -233,8 +239,7 @@ def cmd_check(args) -> int:
         "workloads": rows, "stderr_tail": rep.stderr_tail[-800:] if not rep.all_passed else ""}
     ok &= rep.all_passed
     print(f"cute (pre-staged): {summary}", flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report_all, indent=1, default=str))
+    save()
     print("ALL PASSED" if ok else "SOME FAILED")
     return 0 if ok else 1
 
