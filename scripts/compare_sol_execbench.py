@@ -262,6 +262,22 @@ def _solforge_eval(case_dir: Path, entry: dict) -> dict:
             "log_tail": "\n".join(report.log)[-1500:], "stderr_tail": (report.stderr_tail or "")[-1500:]}
 
 
+def _precompile(cases: Path, index: list) -> None:
+    """NVRTC builds of every case at once, before the timed evaluations (evaluate_candidate then
+    finds them in solforge's compile cache)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from solforge.candidate import Candidate
+    from solforge.compile import compile_candidate
+
+    cands = [Candidate.model_validate_json((cases / e["case"] / "candidate.json").read_text())
+             for e in index]
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=len(cands)) as ex:
+        oks = [r.ok for r in ex.map(compile_candidate, cands)]
+    print(f"solforge NVRTC builds: {oks} in {time.time() - t0:.1f} s", flush=True)
+
+
 def _nvidia_traces(path: Path) -> dict:
     rows = {}
     if not path.exists():
@@ -305,7 +321,7 @@ def cmd_run(args) -> int:
 
     # their CLI, one process per case, all at once (their nvcc builds overlap; evaluations are locked)
     procs = {}
-    for e in index:
+    for e in (index if args.only in ("both", "nvidia") else []):
         d = cases / e["case"]
         cmd = [sys.executable, "-c", "from sol_execbench.cli import cli; cli()", str(d / "problem"),
                "--solution", str(d / "solution" / "solution.json"), "-o", str(d / "traces.jsonl"),
@@ -315,16 +331,22 @@ def cmd_run(args) -> int:
                             f, time.time(), cmd)
     print(f"started NVIDIA's CLI for {len(procs)} cases ({time.time() - t_start:.1f} s in)", flush=True)
 
-    results = {}
-    for e in index:  # solforge's evaluator meanwhile (same lock)
+    results = {e["case"]: {} for e in index}
+    if args.only in ("both", "solforge"):
+        try:
+            _precompile(cases, index)
+        except Exception as ex:  # noqa: BLE001 - evaluate_candidate compiles again anyway
+            print(f"solforge NVRTC pre-build failed: {type(ex).__name__}: {ex}", flush=True)
+    for e in (index if args.only in ("both", "solforge") else []):  # meanwhile, same GPU lock
         try:
             results[e["case"]] = {"solforge": _solforge_eval(cases / e["case"], e)}
         except Exception as ex:  # noqa: BLE001 - one broken case must not hide the others
             results[e["case"]] = {"solforge": {"error": f"{type(ex).__name__}: {ex}"[:1500]}}
+        (out / "partial_results.json").write_text(json.dumps(results, default=str))  # if cut short
         print(f"solforge {e['case']}: {json.dumps(results[e['case']]['solforge'])[:300]} "
               f"({time.time() - t_start:.1f} s in)", flush=True)
 
-    for e in index:
+    for e in (index if procs else []):
         p, f, t0, cmd = procs[e["case"]]
         try:
             rc = p.wait(timeout=max(1.0, args.deadline_s - (time.time() - t_start)))
@@ -464,6 +486,25 @@ def render(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def cmd_merge(args) -> int:
+    a, b = json.loads(Path(args.nvidia).read_text()), json.loads(Path(args.solforge).read_text())
+    sf = {c["case"]: c["raw"].get("solforge") for c in b["cases"]}
+    results = {c["case"]: {"nvidia": c["raw"].get("nvidia"), "solforge": sf.get(c["case"])}
+               for c in a["cases"]}
+    doc = compare(a["index"], results)
+    doc["index"] = a["index"]
+    doc["meta"] = {**a.get("meta", {}), "command": a["meta"]["command"],
+                   "command_solforge": b["meta"]["command"], "wall_s_solforge": b["meta"]["wall_s"],
+                   "solforge_commit": b["meta"].get("solforge_commit"),
+                   "note": "NVIDIA's CLI and solforge's evaluator ran in two device calls on the "
+                           "same kind of machine (nvidia-h200), from the same prepared cases"}
+    out = Path(args.out)
+    (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "sol_execbench_compare_h200.md").write_text(render(doc))
+    print(render(doc))
+    return 0
+
+
 def cmd_render(args) -> int:
     doc = json.loads(Path(args.json).read_text())
     if "index" in doc:  # recompute the comparison from the raw results
@@ -492,16 +533,23 @@ def main() -> int:
     r.add_argument("--wheels", nargs="+", default=[])
     r.add_argument("--site", default="/tmp/site")
     r.add_argument("--out", required=True)
+    r.add_argument("--only", choices=("both", "solforge", "nvidia"), default="both",
+                   help="run one evaluator only (merge two such runs with `merge`)")
     r.add_argument("--compile-timeout-s", type=int, default=400)
     r.add_argument("--timeout-s", type=int, default=400)
     r.add_argument("--deadline-s", type=float, default=420.0,
                    help="stop waiting for their CLI this many seconds after the start")
+    mg = sub.add_parser("merge", help="NVIDIA's results from one run's JSON, solforge's from another's")
+    mg.add_argument("--nvidia", required=True)
+    mg.add_argument("--solforge", required=True)
+    mg.add_argument("--out", required=True, help="folder for sol_execbench_compare_h200.{json,md}")
     g = sub.add_parser("render")
     g.add_argument("json")
     g.add_argument("--out")
     g.add_argument("--json-out", help="write the recomputed JSON here")
     args = ap.parse_args()
-    return {"prepare": cmd_prepare, "run": cmd_run, "render": cmd_render}[args.cmd](args)
+    return {"prepare": cmd_prepare, "run": cmd_run, "merge": cmd_merge,
+            "render": cmd_render}[args.cmd](args)
 
 
 if __name__ == "__main__":
