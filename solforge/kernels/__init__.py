@@ -19,10 +19,13 @@ from .gemm_wgmma import GemmWgmmaFamily
 from .pointwise import PointwiseFamily
 from .rmsnorm import RMSNormFamily
 from .rope import RopeFamily
+from .rope_freqs import RopeFreqsFamily
 from .softmax import SoftmaxFamily
+from .softmax_backward import SoftmaxBackwardFamily
 
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
-                          GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily()]
+                          GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
+                          RopeFreqsFamily(), SoftmaxBackwardFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily()]
 FAMILIES += GENERIC
