@@ -8,13 +8,16 @@ Three steps, because the GPU box has no DuckDB, no dataset and no pydantic:
   #    solution.json with NVIDIA's own pydantic models and CLI loaders (their source, never ours)
   git -C /work/.mirror/NVIDIA+SOL-ExecBench/repo archive HEAD src pyproject.toml LICENSE \
       | tar -x -C .carry/sxb/repo
-  pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .carry/sxb/whl cupti-python==13.0.1
+  pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .carry/sxb/whl \
+      cupti-python==13.0.1 nvidia-cuda-cccl==13.0.85    # cccl: solforge's NVRTC headers
   .venv/bin/python scripts/compare_sol_execbench.py prepare --out .carry/sxb/cases
 
   # 2. on the H200 (device run; carry .whl and .carry/sxb):
   python3 scripts/compare_sol_execbench.py run --cases .carry/sxb/cases --sxb .carry/sxb/repo \
       --wheels .whl .carry/sxb/whl --out $OUT
 
+  #    (--only nvidia / --only solforge run one side; then, here:
+  #     scripts/compare_sol_execbench.py merge --nvidia A.json --solforge B.json --out DIR --notes N.md)
   # 3. here: render the markdown again from the JSON (run writes both)
   .venv/bin/python scripts/compare_sol_execbench.py render data/results/sol_execbench_compare_h200.json
 
@@ -459,7 +462,14 @@ def render(doc: dict) -> str:
            f"(their CLI, unmodified, default config: 10 correctness rounds, warmup 10, 50 CUPTI-timed "
            "iterations, cold L2, no clock locking); solforge: solforge.evaluate.api.evaluate_candidate "
            "(CUPTI via kineto, L2 flushed, median of 50).", "",
-           f"Command (device): `{m.get('command', '?')}`; wall {m.get('wall_s', '?')} s.", "",
+           "Commands: here `.venv/bin/python scripts/compare_sol_execbench.py prepare` (exports + "
+           "NVIDIA schema checks); on the device "
+           + (f"`{m.get('command', '?')}` (NVIDIA's CLI, wall {m.get('wall_s', '?')} s) and "
+              f"`{m['command_solforge']}` (solforge, wall {m.get('wall_s_solforge', '?')} s); here "
+              "`scripts/compare_sol_execbench.py merge --nvidia A.json --solforge B.json --out DIR`"
+              if m.get("command_solforge") else
+              f"`{m.get('command', '?')}` (wall {m.get('wall_s', '?')} s)")
+           + f". solforge commit {m.get('solforge_commit', '?')}.", "",
            "## Per problem", "",
            "| case | variant | workloads | solforge passed | NVIDIA passed | verdicts agree | "
            "kernel ms ratio solforge/NVIDIA (geomean) | reference ms ratio ours/NVIDIA (geomean) | NVIDIA rc |",
@@ -480,6 +490,8 @@ def render(doc: dict) -> str:
                        f"{_fmt(r['solforge_ms'])} | {_fmt(r['nvidia_ms'])} | "
                        f"{_fmt(r.get('ratio_kernel_sf_over_nv'), 3)} | {_fmt(r['nvidia_reference_ms'])} | "
                        f"{_fmt(r['our_eager_ms'])} | {_fmt(r.get('ratio_ref_ours_over_nv'), 3)} |")
+    if m.get("notes_md"):
+        out += ["", m["notes_md"].rstrip()]
     errs = [(c["case"], c["solforge_error"]) for c in doc["cases"] if c.get("solforge_error")]
     if errs:
         out += ["", "## Errors", ""] + [f"- {k}: solforge: {v}" for k, v in errs]
@@ -498,7 +510,10 @@ def cmd_merge(args) -> int:
                    "solforge_commit": b["meta"].get("solforge_commit"),
                    "note": "NVIDIA's CLI and solforge's evaluator ran in two device calls on the "
                            "same kind of machine (nvidia-h200), from the same prepared cases"}
+    if args.notes:
+        doc["meta"]["notes_md"] = Path(args.notes).read_text()
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "sol_execbench_compare_h200.md").write_text(render(doc))
     print(render(doc))
@@ -543,6 +558,7 @@ def main() -> int:
     mg.add_argument("--nvidia", required=True)
     mg.add_argument("--solforge", required=True)
     mg.add_argument("--out", required=True, help="folder for sol_execbench_compare_h200.{json,md}")
+    mg.add_argument("--notes", help="a markdown file appended to the table (findings)")
     g = sub.add_parser("render")
     g.add_argument("json")
     g.add_argument("--out")
