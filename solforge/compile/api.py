@@ -78,6 +78,13 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
     result.seconds = time.perf_counter() - t0
     if cache is not None and not out.get("no_cache"):  # e.g. a CuTe cubin not precompiled (yet)
         cache.put(key, result)
+        if cand.language == "cute" and result.ok and not any(o.startswith("prebuilt:")
+                                                             for o in result.options):
+            # a real DSL compile: also keyed without the compiler version, so that carrying
+            # <cache_dir>/cute_prebuilt to a GPU box without the DSL lets its compile step find it
+            from .cute_prebuilt import write_prebuilt
+
+            write_prebuilt(Path(cache_dir or cfg.cache_dir) / "cute_prebuilt", cand, result)
     return result
 
 

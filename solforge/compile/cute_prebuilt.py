@@ -90,7 +90,12 @@ def write_prebuilt(root, candidate, result) -> Path:
     (tmp / "prebuilt.json").write_text(json.dumps(meta, indent=1))
     if final.exists():
         shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another writer of the same key won the race: same content
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (final / "prebuilt.json").is_file():
+            raise
     return final
 
 

@@ -51,14 +51,19 @@ def _box(tmp: Path, code: str, prebuilt: Path | None = None, cache: Path | None 
 
 
 @pytest.fixture(scope="module")
-def rmsnorm(sol_execbench_dir, tmp_path_factory):
+def cpu_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cpu-cache")
+
+
+@pytest.fixture(scope="module")
+def rmsnorm(sol_execbench_dir, cpu_cache):
     """023's CuTe RMSNorm candidate, compiled here with the DSL (one real compile per module)."""
     from solforge.kernels import get_family
     from solforge.problem import load_problem_dir
 
     problem = load_problem_dir(sol_execbench_dir / PROBLEM)
     cand = get_family("cute_rmsnorm").instantiate(problem, {"THREADS": 64, "VEC": 8})
-    res = compile_candidate(cand, "sm_90a", cache_dir=tmp_path_factory.mktemp("cpu-cache"))
+    res = compile_candidate(cand, "sm_90a", cache_dir=cpu_cache)
     assert res.ok, res.log
     return problem, cand, res
 
@@ -126,6 +131,18 @@ cubins, man = read_stage(stage)
 OUT = sorted(resolve_entries(json.loads((stage / "candidate.json").read_text()), man, cubins))
 """, prebuilt=root)
     assert staged == ["rmsnorm_cute"]
+
+
+def test_every_dsl_compile_lands_in_the_cache_dirs_prebuilt_folder(rmsnorm, cpu_cache, tmp_path):
+    """Carrying <cache_dir>/cute_prebuilt is enough for the box: no separate precompile step."""
+    _, cand, res = rmsnorm
+    folder = cpu_cache / "cute_prebuilt" / prebuilt_key(cand.model_dump(), "sm_90a")
+    assert json.loads((folder / "prebuilt.json").read_text())["cubin_hash"] == res.cubin_hash
+    out = _box(tmp_path, _COMPILE.format(path=_cand_file(tmp_path, cand)),
+               prebuilt=cpu_cache / "cute_prebuilt")
+    assert out["status"] == "ok" and out["hash"] == res.cubin_hash
+    # the box's own compile of it is not written back as if it were a DSL compile
+    assert not (tmp_path / "box-cache" / "cute_prebuilt").exists()
 
 
 def test_a_miss_is_not_cached_so_a_later_carried_folder_is_found(rmsnorm, tmp_path):
