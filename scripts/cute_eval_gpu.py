@@ -17,6 +17,7 @@ problem runs the same way, for comparison.
   # for the optimize loop on a DSL-less box: precompile every point of the CuTe families' spaces
   python scripts/cute_eval_gpu.py prebuild --out .carry/cute_prebuilt PROBLEM_DIR...
   # and on the box: export SOLFORGE_CUTE_PREBUILT=$PWD/.carry/cute_prebuilt
+  # (every CuTe compile here also lands in <cache_dir>/cute_prebuilt: carrying that folder works too)
 
 `check` writes, per candidate: the compile log (for CuTe it names the precompiled cubin), the cubin
 hash (equal to the one compiled here), each workload's EvalResult, T_sol (H200 roofline, counted here),

@@ -20,6 +20,10 @@ strides that the host computes. Flat pointers + scalars give a parameter list we
 compiling, the cubin's own parameter table (EIATTR_KPARAM_INFO) must match the args in count and
 size, and those offsets/sizes are what CompileResult.entries[...].params records for the launcher.
 
+On the box itself nothing here runs: its compile step (the same compile_candidate) finds the cubin
+this backend produced in a precompiled folder, keyed without the compiler version (cute_prebuilt.py;
+every DSL compile also lands in <cache_dir>/cute_prebuilt, which is the folder to carry).
+
 Isolation: the cute worker imports the DSL once (seconds) and forks a child per job, so candidate
 Python never runs in the long-lived worker and never in the caller.
 """
