@@ -75,6 +75,30 @@
 #ifndef WATCHDOG
 #define WATCHDOG 1
 #endif
+#ifndef CSPLIT     // 1: split-K CTAs of a tile form a cluster and sum through DSMEM (no workspace)
+#define CSPLIT 0
+#endif
+#ifndef EVF        // 1: B loaded with L2 evict-first where one CTA (row) reads each B element
+#define EVF 0
+#endif
+#ifndef TS0_MAXM   // skinny tiers off unless the candidate sets them
+#define TS0_MAXM 0
+#define TS0_MT 1
+#define TS0_RT 1
+#define TS0_WR 1
+#define TS0_WK 8
+#define TS0_KJ 4
+#define TS0_CL 1
+#endif
+#ifndef TS1_MAXM
+#define TS1_MAXM TS0_MAXM
+#define TS1_MT TS0_MT
+#define TS1_RT TS0_RT
+#define TS1_WR TS0_WR
+#define TS1_WK TS0_WK
+#define TS1_KJ TS0_KJ
+#define TS1_CL TS0_CL
+#endif
 #if DTYPE == 2
 typedef __nv_bfloat16 half_t;
 typedef __nv_bfloat162 half2_t;
@@ -135,6 +159,50 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool v
 }
 __device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// L2 evict-first: weights streamed once (a B tile read by one CTA) replace each other in the L2
+// instead of evicting lines other kernels left there (dirty lines would cost a write-back).
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+    unsigned long long p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ void cp_async16_hint(unsigned dst, const void* src, unsigned long long pol) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, %2;"
+                 ::"r"(dst), "l"(src), "l"(pol) : "memory");
+}
+
+// ---- thread-block clusters (split-K partial sums reduced through distributed shared memory) ----
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned cluster_size() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+// every thread of every CTA of the cluster: release our shared-memory writes, acquire the peers'
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ unsigned dsmem_addr(unsigned local, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ float ld_dsmem(unsigned addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 ld_dsmem4(unsigned addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+    return v;
 }
 
 // ---- wgmma ---------------------------------------------------------------------------------------
@@ -204,8 +272,13 @@ __device__ __forceinline__ TileCoord tile_coord(int M) {
     TileCoord t;
     t.m_tiles = (M + BM - 1) / BM;
     int bid = blockIdx.x;
-    t.split = bid / (t.m_tiles * N_TILES);
-    bid -= t.split * t.m_tiles * N_TILES;
+    if (CSPLIT && SPLIT > 1) {  // a cluster = the SPLIT CTAs of one tile, consecutive in x
+        t.split = bid % SPLIT;
+        bid /= SPLIT;
+    } else {
+        t.split = bid / (t.m_tiles * N_TILES);
+        bid -= t.split * t.m_tiles * N_TILES;
+    }
     if (GROUPED) {  // groups of 16 M-tiles sweep all N-tiles: A and B tiles are reused from L2
         constexpr int G = 16;
         const int g = bid / (G * N_TILES);
@@ -237,6 +310,8 @@ __device__ __forceinline__ void producer(const half_t* __restrict__ A, const hal
     const unsigned dst0 = r0 * ROW_BYTES + ((c ^ (r0 & 7)) << 4);
     const half_t* a_src = A + (size_t)min(m0 + r0, M - 1) * KK + kbeg + c * 8;
     const half_t* b_src = B + (size_t)(n0 + r0) * KK + kbeg + c * 8;
+    const bool b_once = EVF && tc.m_tiles == 1;   // no other CTA reads this B tile
+    const unsigned long long pol = b_once ? evict_first_policy() : 0ull;
 #pragma unroll 1
     for (int kt = 0; kt < KT; ++kt) {
         const int s = kt % ST;
@@ -249,18 +324,29 @@ __device__ __forceinline__ void producer(const half_t* __restrict__ A, const hal
             const bool ok = m0 + r0 + 16 * j < M;   // rows past M are zero-filled
             cp_async16(sa + j * 16 * ROW_BYTES, a_src + (ok ? (size_t)16 * j * KK : 0) + k, ok);
         }
+        if (b_once) {
 #pragma unroll
-        for (int j = 0; j < BN / 16; ++j)
-            cp_async16(sb + j * 16 * ROW_BYTES, b_src + (size_t)16 * j * KK + k, true);
+            for (int j = 0; j < BN / 16; ++j)
+                cp_async16_hint(sb + j * 16 * ROW_BYTES, b_src + (size_t)16 * j * KK + k, pol);
+        } else {
+#pragma unroll
+            for (int j = 0; j < BN / 16; ++j)
+                cp_async16(sb + j * 16 * ROW_BYTES, b_src + (size_t)16 * j * KK + k, true);
+        }
         cp_async_arrive_noinc(full0 + 8 * s);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
+    if (CSPLIT && SPLIT > 1) {  // the consumers' two cluster barriers need every thread
+        cluster_sync();
+        cluster_sync();
+    }
 }
 
 // ---- consumer warpgroups -------------------------------------------------------------------------
 template <int BM, int BN, int ST, int SPLIT, bool GROUPED>
 __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restrict__ ws, int M,
-                                         unsigned base, unsigned full0, unsigned empty0, int* s_last) {
+                                         unsigned base, unsigned char* sgen, unsigned full0,
+                                         unsigned empty0, int* s_last) {
     constexpr int NWG = BM / 64;
     constexpr int KT = KK / SPLIT / BK;
     constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
@@ -315,6 +401,42 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
         return;
     }
 
+    if (CSPLIT) {
+        // Split-K in a cluster: every CTA stores its fp32 tile in its own (now idle) stage memory,
+        // then CTA `split` sums rows [split*BM/SPLIT, ...) over all SPLIT CTAs through DSMEM.
+        constexpr int LD = BN + 8;  // row pitch in floats: +32 bytes spreads 8 rows over the banks
+        static_assert(SPLIT == 1 || BM * LD * 4 <= ST * STAGE_BYTES, "split tile must fit the stage memory");
+        static_assert(SPLIT == 1 || (SPLIT <= 8 && BM % SPLIT == 0), "cluster split: at most 8 CTAs");
+        // the other consumer warpgroup's wgmmas may still read the stages: wait for them
+        asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
+        float* part = reinterpret_cast<float*>(sgen);
+        const int lrow = wg * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = (lane & 3) * 2 + 8 * j;
+            *reinterpret_cast<float2*>(part + lrow * LD + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
+            *reinterpret_cast<float2*>(part + (lrow + 8) * LD + col) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        cluster_sync();
+        constexpr int ROWS = BM / SPLIT, C4 = BN / 4;
+        const unsigned pbase = smem_u32(part);
+        for (int i = ct; i < ROWS * C4; i += NWG * 128) {
+            const int r = tc.split * ROWS + i / C4, c = (i % C4) * 4;
+            if (m0 + r >= M) continue;
+            const unsigned off = pbase + (unsigned)(r * LD + c) * 4u;
+            float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int sp = 0; sp < SPLIT; ++sp) {
+                const float4 v = ld_dsmem4(dsmem_addr(off, sp));
+                sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+            }
+            half2_t h[2] = {pack2(sum.x, sum.y), pack2(sum.z, sum.w)};
+            *reinterpret_cast<uint2*>(C + (size_t)(m0 + r) * NN + n0 + c) = *reinterpret_cast<uint2*>(h);
+        }
+        cluster_sync();  // peers may still be reading our tile
+        return;
+    }
+
     // Split-K: partial tile to the workspace, then the tile's last CTA reduces in split order.
     int* tickets = reinterpret_cast<int*>(ws);
     float* parts = ws + TICKETS;
@@ -353,6 +475,171 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
     if (ct == 0) tickets[tile] = 0;  // ready for a next call on the same (unzeroed) workspace
 }
 
+// ---- skinny tiers (small M): mma.sync straight from registers, B streamed once --------------------
+// C^T[N, M] = B[N, K] @ A[M, K]^T with mma.m16n8k16: B rows are the mma's M side (16 per row tile),
+// A rows its N side (8 per column tile, MT tiles: M <= 8*MT). No shared-memory staging: each lane
+// loads 16 contiguous bytes (8 k) per row and the k order inside a 32-k block is permuted the same
+// way for both operands (a dot product does not care): lane (g = lane/4, t = lane%4) holds k
+// 8t..8t+7 of B rows g and g+8 and of A row g; k-step `sub` (0, 1) uses elements 8t+4sub..+3 as
+// the fragment's logical k {2t, 2t+1, 2t+8, 2t+9}. Each warp streams chunks of 32*KJ k, the next
+// chunk's loads in flight while the current one is multiplied. Warps: WR along N x WK along K;
+// CL CTAs of a cluster split K further. Partial sums meet in shared memory (WK warps), then
+// across the cluster through DSMEM; CTA rank r writes its share of the C tile.
+__device__ __forceinline__ uint4 ldg_b(const half_t* p, unsigned long long pol) {
+    uint4 v;
+#if EVF
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+#else
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+#endif
+    return v;
+}
+__device__ __forceinline__ uint4 ldg_a(const half_t* p) {
+    uint4 v;
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ unsigned u4(const uint4& v, int i) {
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                         unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." WG_TYPE "." WG_TYPE ".f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <int MT, int RT, int KJ>
+struct SkinnyFrag {
+    uint4 b[RT][2][KJ];
+    uint4 a[MT][KJ];
+};
+
+template <int MT, int RT, int WR, int WK, int KJ, int CL>
+__device__ __forceinline__ void skinny(const half_t* __restrict__ A, const half_t* __restrict__ B,
+                                       half_t* __restrict__ C, int M, unsigned char* smem) {
+    constexpr int ROWS = 16 * RT * WR;   // B rows (C columns) of one CTA
+    constexpr int MC = 8 * MT;           // A rows (C rows) covered
+    constexpr int KC = 32 * KJ;          // k per chunk
+    constexpr int KCTA = KK / CL;        // k range of one CTA
+    constexpr int NCH = KCTA / KC;
+    constexpr int NTHR = 32 * WR * WK;
+    static_assert(NN % ROWS == 0 && KK % (CL * KC) == 0 && NCH >= 1, "skinny tiles must divide N and K");
+    static_assert(NTHR <= MAX_THREADS && CL >= 1 && CL <= 8, "skinny block");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wr = warp % WR, wk = warp / WR;
+    unsigned crank = 0;
+    if (CL > 1) {
+        crank = cluster_rank();
+        if (cluster_size() != CL) __trap();  // launched without the cluster the reduction needs
+    }
+    const int n_cta = (blockIdx.x / CL) * ROWS;
+    const int n0 = n_cta + wr * 16 * RT;
+    const int kbeg = crank * KCTA + 8 * t;
+    const unsigned long long pol = EVF ? evict_first_policy() : 0ull;
+
+    const half_t* bp[RT][2];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) bp[rt][h] = B + (size_t)(n0 + rt * 16 + h * 8 + g) * KK + kbeg;
+    const half_t* ap[MT];
+    bool aok[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        aok[mt] = mt * 8 + g < M;
+        ap[mt] = A + (size_t)(aok[mt] ? mt * 8 + g : 0) * KK + kbeg;
+    }
+
+    auto load = [&](SkinnyFrag<MT, RT, KJ>& f, int ch) {
+        const int k = ch * KC;
+#pragma unroll
+        for (int j = 0; j < KJ; ++j) {
+#pragma unroll
+            for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) f.b[rt][h][j] = ldg_b(bp[rt][h] + k + 32 * j, pol);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                f.a[mt][j] = aok[mt] ? ldg_a(ap[mt] + k + 32 * j) : make_uint4(0u, 0u, 0u, 0u);
+        }
+    };
+
+    float acc[RT][MT][4];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[rt][mt][i] = 0.f;
+
+    SkinnyFrag<MT, RT, KJ> cur;
+    int ch = wk;
+    if (ch < NCH) load(cur, ch);
+#pragma unroll 1
+    for (; ch < NCH; ch += WK) {
+        SkinnyFrag<MT, RT, KJ> nxt;
+        const bool more = ch + WK < NCH;
+        if (more) load(nxt, ch + WK);
+#pragma unroll
+        for (int j = 0; j < KJ; ++j)
+#pragma unroll
+            for (int sub = 0; sub < 2; ++sub)
+#pragma unroll
+                for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+                        mma16816(acc[rt][mt], u4(cur.b[rt][0][j], 2 * sub), u4(cur.b[rt][1][j], 2 * sub),
+                                 u4(cur.b[rt][0][j], 2 * sub + 1), u4(cur.b[rt][1][j], 2 * sub + 1),
+                                 u4(cur.a[mt][j], 2 * sub), u4(cur.a[mt][j], 2 * sub + 1));
+        if (more) cur = nxt;
+    }
+
+    // partial sums of the WK warps: red[wk][m][n] (m-major, so the C writes below are coalesced)
+    float* red = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int nl = wr * 16 * RT + rt * 16 + g + 8 * (i >> 1);
+                const int ml = mt * 8 + 2 * t + (i & 1);
+                red[(wk * MC + ml) * ROWS + nl] = acc[rt][mt][i];
+            }
+    __syncthreads();
+    const int E = min(M, MC) * ROWS;
+    for (int e = threadIdx.x; e < E; e += NTHR) {
+        float sum = red[e];
+#pragma unroll
+        for (int w = 1; w < WK; ++w) sum += red[w * MC * ROWS + e];
+        if (CL == 1) {
+            half2_t h = pack2(sum, 0.f);
+            C[(size_t)(e / ROWS) * NN + n_cta + e % ROWS] = *reinterpret_cast<half_t*>(&h);
+        } else {
+            red[e] = sum;
+        }
+    }
+    if (CL > 1) {
+        cluster_sync();
+        const int per = (E + CL - 1) / CL;
+        const int lo = crank * per, hi = min(E, lo + per);
+        const unsigned rbase = smem_u32(red);
+        for (int e = lo + threadIdx.x; e < hi; e += NTHR) {
+            float sum = 0.f;
+#pragma unroll
+            for (int r = 0; r < CL; ++r) sum += ld_dsmem(dsmem_addr(rbase + 4u * e, r));
+            half2_t h = pack2(sum, 0.f);
+            C[(size_t)(e / ROWS) * NN + n_cta + e % ROWS] = *reinterpret_cast<half_t*>(&h);
+        }
+        cluster_sync();  // peers may still be reading our partial sums
+    }
+}
+
 template <int BM, int BN, int ST>
 __host__ __device__ constexpr bool fits() { return ST * (BM + BN) * ROW_BYTES + 1024 <= 227 * 1024 - 2048; }  // static smem incl. 1 KB reserved
 
@@ -367,10 +654,19 @@ static_assert(fits<T0_BM, T0_BN, T0_ST>() && fits<T1_BM, T1_BN, T1_ST>() && fits
 extern "C" __global__ void __launch_bounds__(MAX_THREADS, 1)
 gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, half_t* __restrict__ C,
                   float* __restrict__ ws, int M) {
-    extern __shared__ unsigned char smem_raw[];
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long bars[2 * MAX_ST];
     __shared__ int s_last;
+    if (M <= TS0_MAXM) {
+        skinny<TS0_MT, TS0_RT, TS0_WR, TS0_WK, TS0_KJ, TS0_CL>(A, B, C, M, smem_raw);
+        return;
+    }
+    if (M <= TS1_MAXM) {
+        skinny<TS1_MT, TS1_RT, TS1_WR, TS1_WK, TS1_KJ, TS1_CL>(A, B, C, M, smem_raw);
+        return;
+    }
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // 128B swizzle needs 1024 alignment
+    unsigned char* sgen = smem_raw + (base - smem_u32(smem_raw));  // generic pointer to `base`
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[MAX_ST]);
     const int tier = M <= T0_MAXM ? 0 : (M <= T1_MAXM ? 1 : 2);
     const int nwg = (tier == 0 ? T0_BM : tier == 1 ? T1_BM : T2_BM) / 64;
@@ -392,10 +688,10 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         if (tier == 0)
-            consumer<T0_BM, T0_BN, T0_ST, T0_SPLIT, false>(C, ws, M, base, full0, empty0, &s_last);
+            consumer<T0_BM, T0_BN, T0_ST, T0_SPLIT, false>(C, ws, M, base, sgen, full0, empty0, &s_last);
         else if (tier == 1)
-            consumer<T1_BM, T1_BN, T1_ST, T1_SPLIT, false>(C, ws, M, base, full0, empty0, &s_last);
+            consumer<T1_BM, T1_BN, T1_ST, T1_SPLIT, false>(C, ws, M, base, sgen, full0, empty0, &s_last);
         else
-            consumer<T2_BM, T2_BN, T2_ST, 1, true>(C, ws, M, base, full0, empty0, &s_last);
+            consumer<T2_BM, T2_BN, T2_ST, 1, true>(C, ws, M, base, sgen, full0, empty0, &s_last);
     }
 }

@@ -3,8 +3,15 @@
 Same problems as gemm_tn (one `A @ B.T` / `F.linear(A, B)`, constant N and K, variable M); the
 kernel (kernels_cuda/gemm_wgmma/gemm_wgmma.cu, which documents the shared-memory descriptor
 layout) is warp-specialized: a cp.async producer warpgroup feeds one or two wgmma consumer
-warpgroups through an mbarrier ring. Three tiers picked by M at run time (grid, block and shared
-memory expressions mirror the kernel's rule), split-K with a last-CTA reduction for small M.
+warpgroups through an mbarrier ring. Five tiers picked by M at run time (grid, block, shared memory
+and cluster expressions mirror the kernel's rule), in this order:
+  S0 (M <= TS0_MAXM), S1 (M <= TS1_MAXM): "skinny" mma.sync tiers for decode-like M: B streamed
+      once straight into registers, split-K over warps and over the CTAs of a cluster (DSMEM sums);
+  T0 (M <= T0_MAXM), T1 (M <= T1_MAXM): wgmma with split-K, either through a zeroed workspace and a
+      last-CTA reduction (CSPLIT=0) or through a cluster of SPLIT CTAs and DSMEM (CSPLIT=1, no
+      workspace, so no memset launch before the kernel);
+  T2: wgmma, no split.
+TS0_MAXM = 0 turns the skinny tiers off (TS1_MAXM = TS0_MAXM: S1 unused).
 
 Offered to the search only when kernels_cuda/gemm_wgmma/family.json says `"offered": true`,
 which is set after an H200 run found every benchmarked variant correct
@@ -22,6 +29,9 @@ from .base import CUDA_DIR, Family, FamilyError, Spec, read_source
 from .gemm import GemmFamily, tier_select_and_grid, vary_one_tier
 
 TIER_KEYS = ("BM", "BN", "ST", "SPLIT")
+SKINNY_KEYS = ("MAXM", "MT", "RT", "WR", "WK", "KJ", "CL")   # tiers S0, S1: TS{i}_{key}
+GLOBAL_KEYS = ("CSPLIT", "EVF")
+REGS_PER_SM, MAX_THREADS = 65536, 384
 BK = 64
 SMEM_LIMIT = 227 * 1024 - 2048     # dynamic bytes per block: static smem (barriers + the 1 KB the
                                    # system reserves, 1168 in the cubin) must fit beside it
@@ -37,6 +47,39 @@ def smem_bytes(bm: int, bn: int, st: int) -> int:
 
 def max_stages(bm: int, bn: int) -> int:
     return min(MAX_ST, (SMEM_LIMIT - 1024) // ((bm + bn) * BK * 2))
+
+
+def skinny_smem(mt: int, rt: int, wr: int, wk: int) -> int:
+    """Shared memory of a skinny tier: the fp32 partial sums of its WK warps, [WK][8 MT][16 RT WR]."""
+    return wk * 8 * mt * 16 * rt * wr * 4
+
+
+def split_tile_fits(bm: int, bn: int, st: int) -> bool:
+    """A cluster-split tier sums its fp32 BM x (BN+8) tile in the stage memory."""
+    return bm * (bn + 8) * 4 <= st * (bm + bn) * BK * 2
+
+
+def skinny_options(n: int, k: int, mt: int) -> list[tuple]:
+    """Skinny-tier configs (MAXM, MT, RT, WR, WK, KJ, CL) for M <= 8*MT, best guess first: the
+    kernel runs 1 CTA of <= 384 threads per 12 warps an SM holds (168 registers a thread), so the
+    block shapes are 4, 6 or 12 warps; CL (cluster split-K) is the smallest that puts about one
+    wave of CTAs on the 132 SMs, and the next larger one."""
+    kj_max = {1: 4, 2: 4, 4: 2, 8: 1}[mt]   # registers: two chunks of fragments in flight
+    out = []
+    for rt, wr, wk in ((1, 1, 6), (1, 1, 4), (1, 2, 6), (1, 1, 12)):
+        rows = 16 * rt * wr
+        if n % rows:
+            continue
+        slots = SMS * (12 // (wr * wk))
+        cls = [c for c in (1, 2, 4, 8) if k % (c * 32) == 0]
+        pick = next((c for c in cls if (n // rows) * c >= 0.9 * slots), cls[-1])
+        i = cls.index(pick)
+        for c in cls[i:i + 2]:
+            # the widest chunk that still gives every warp two chunks or more
+            kj = next((j for j in (4, 2, 1) if j <= kj_max and k % (c * 32 * j) == 0
+                       and k // (c * 32 * j) >= 2 * wk), 1)
+            out.append((8 * mt, mt, rt, wr, wk, kj, c))
+    return out
 
 
 def offered() -> bool:
@@ -99,21 +142,41 @@ class GemmWgmmaFamily(Family):
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         n, k = spec.info["n"], spec.info["k"]
         t0, t1, t2 = self._tier_options(n, k)
-        base = (t0[len(t0) // 2], t1[len(t1) // 2], t2[0])
-        # the large-M tier first: its winner matters most (combine() joins the tiers' winners)
-        return vary_one_tier(base, ((2, t2), (0, t0), (1, t1)), self._params_of)
+        s0, s1 = skinny_options(n, k, 2), skinny_options(n, k, 8)
+        # cluster split-K (CSPLIT=1): at most 8 CTAs, dividing BM, the fp32 tile fits the stages
+        def clustered(opts):
+            out = []
+            for bm, bn, st, sp in opts:
+                sp = max(x for x in (1, 2, 4, 8) if x <= sp and bm % x == 0 and k % (BK * x) == 0)
+                c = (bm, bn, st, sp)
+                if (sp == 1 or split_tile_fits(bm, bn, st)) and c not in out:
+                    out.append(c)
+            return out
+        t0, t1 = clustered(t0), clustered(t1)
+        base = (s0[0], s1[0], t0[len(t0) // 2], t1[len(t1) // 2], t2[0])
+        # the large-M tier first, then the small-M ones (combine() joins the tiers' winners)
+        return vary_one_tier(base, ((4, t2), (0, s0), (1, s1), (2, t0), (3, t1)), self._params_of)
 
     @staticmethod
-    def _params_of(t0, t1, t2, t0_max: int = 64, t1_max: int = 256) -> dict:
-        p = {"T0_MAXM": t0_max, "T1_MAXM": t1_max}
+    def _params_of(s0, s1, t0, t1, t2, t0_max: int = 128, t1_max: int = 256, csplit: int = 1,
+                   evf: int = 1) -> dict:
+        """Params of one candidate: tiers S0, S1 (skinny tuples, MAXM first), T0, T1, T2."""
+        p = {"CSPLIT": csplit, "EVF": evf, "T0_MAXM": max(t0_max, s1[0]), "T1_MAXM": t1_max}
+        for i, cfg in enumerate((s0, s1)):
+            for key, v in zip(SKINNY_KEYS, cfg):
+                p[f"TS{i}_{key}"] = v
         for i, cfg in enumerate((t0, t1, t2)):
             for key, v in zip(TIER_KEYS, cfg):
                 p[f"T{i}_{key}"] = v
         return p
 
     def combine(self, tier_params: list[dict]) -> dict:
+        """Tiers S0, S1, T0, T1, T2 from tier_params[0..4] (the per-tier winners)."""
         out = dict(tier_params[0])
-        for i, src in enumerate(tier_params):
+        for i, src in enumerate(tier_params[:2]):
+            for key in SKINNY_KEYS:
+                out[f"TS{i}_{key}"] = src[f"TS{i}_{key}"]
+        for i, src in enumerate(tier_params[2:5]):
             for key in TIER_KEYS:
                 out[f"T{i}_{key}"] = src[f"T{i}_{key}"]
         return out
@@ -121,9 +184,13 @@ class GemmWgmmaFamily(Family):
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
         n, k = spec.info["n"], spec.info["k"]
         need = {f"T{i}_{key}" for i in range(3) for key in TIER_KEYS} | {"T0_MAXM", "T1_MAXM"}
+        skinny = {f"TS{i}_{key}" for i in range(2) for key in SKINNY_KEYS} | set(GLOBAL_KEYS)
         missing = need - set(params)
         if missing:
             raise FamilyError(f"gemm_wgmma params missing: {sorted(missing)}")
+        if set(params) & skinny and not skinny <= set(params):  # all or none (older candidates)
+            raise FamilyError(f"gemm_wgmma params missing: {sorted(skinny - set(params))}")
+        need |= skinny
         extra = set(params) - need
         if extra:
             raise FamilyError(f"gemm_wgmma: unknown params {sorted(extra)}")
@@ -138,8 +205,32 @@ class GemmWgmmaFamily(Family):
                 raise FamilyError(f"tier {i}: {smem_bytes(bm, bn, st)} bytes of shared memory")
         if not 0 < params["T0_MAXM"] <= params["T1_MAXM"]:
             raise FamilyError("need 0 < T0_MAXM <= T1_MAXM")
+        if "TS0_MAXM" not in params:
+            return
+        if params["CSPLIT"] not in (0, 1) or params["EVF"] not in (0, 1):
+            raise FamilyError("CSPLIT and EVF are 0 or 1")
+        if not 0 <= params["TS0_MAXM"] <= params["TS1_MAXM"] <= params["T0_MAXM"]:
+            raise FamilyError("need 0 <= TS0_MAXM <= TS1_MAXM <= T0_MAXM")
+        for i in range(2):
+            mx, mt, rt, wr, wk, kj, cl = (params[f"TS{i}_{key}"] for key in SKINNY_KEYS)
+            if mt not in (1, 2, 4, 8) or rt not in (1, 2) or kj not in (1, 2, 4, 8) or cl not in (1, 2, 4, 8):
+                raise FamilyError(f"skinny tier {i}: MT={mt} (1|2|4|8), RT={rt} (1|2), KJ={kj}, CL={cl} (1|2|4|8)")
+            if wr < 1 or wk < 1 or 32 * wr * wk > MAX_THREADS or mx > 8 * mt:
+                raise FamilyError(f"skinny tier {i}: {32 * wr * wk} threads (<= 384), MAXM={mx} <= 8*MT={8 * mt}")
+            if n % (16 * rt * wr) or k % (cl * 32 * kj):
+                raise FamilyError(f"skinny tier {i}: 16*RT*WR={16 * rt * wr} must divide N={n}, "
+                                  f"CL*32*KJ={cl * 32 * kj} K={k}")
+        if params["CSPLIT"]:
+            for i in range(2):
+                bm, bn, st, s = (params[f"T{i}_{key}"] for key in TIER_KEYS)
+                if s > 8 or bm % s:
+                    raise FamilyError(f"tier {i}: a cluster split is at most 8 CTAs and divides BM ({s})")
+                if s > 1 and not split_tile_fits(bm, bn, st):
+                    raise FamilyError(f"tier {i}: the fp32 {bm}x{bn} tile needs more than {st} stages")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
+        if "TS0_MAXM" in params:
+            return self._build5(defn, spec, params)
         m, n = spec.info["m"], spec.info["n"]
         p = dict(params)
         sel, grid = tier_select_and_grid(m, n)
@@ -159,3 +250,40 @@ class GemmWgmmaFamily(Family):
         return Candidate(problem=defn.name, language="cuda", sources={"gemm_wgmma.cu": src},
                          params={**spec.fixed, "TICKETS": tickets, **params}, launches=[launch],
                          workspace=ws, notes="family=gemm_wgmma")
+
+    def _build5(self, defn: Definition, spec: Spec, p: dict) -> Candidate:
+        """The five-tier candidate (skinny tiers S0, S1 in front of T0..T2)."""
+        m, n = spec.info["m"], spec.info["n"]
+        sel = select_terms(m)
+        grid = [f"ceil_div({m}, T{i}_BM) * ({n} // T{i}_BN) * T{i}_SPLIT" for i in range(3)]
+        grid = [f"({n} // (16 * TS{i}_RT * TS{i}_WR)) * TS{i}_CL" for i in range(2)] + grid
+        block = [f"32 * TS{i}_WR * TS{i}_WK" for i in range(2)] + [f"(128 + 2 * T{i}_BM)" for i in range(3)]
+        smem = [skinny_smem(*(p[f"TS{i}_{k}"] for k in ("MT", "RT", "WR", "WK"))) for i in range(2)]
+        smem += [smem_bytes(p[f"T{i}_BM"], p[f"T{i}_BN"], p[f"T{i}_ST"]) for i in range(3)]
+        cluster = ["TS0_CL", "TS1_CL", "(CSPLIT * (T0_SPLIT - 1) + 1)", "(CSPLIT * (T1_SPLIT - 1) + 1)", "1"]
+        join = lambda xs: " + ".join(f"{s} * {x}" for s, x in zip(sel, xs))
+        split_tiers = [i for i in (0, 1) if p[f"T{i}_SPLIT"] > 1]
+        if p["CSPLIT"] or not split_tiers:
+            tickets, ws = 4, "0"
+        else:
+            tickets = max([4] + [-(-p[f"T{i}_MAXM"] // p[f"T{i}_BM"]) * (n // p[f"T{i}_BN"])
+                                 for i in split_tiers])
+            tickets = -(-tickets // 4) * 4  # keeps the fp32 partials 16-byte aligned
+            # only the split tiers have a workspace: none (no memset launch) for the other tiers
+            ws = (f"({sel[2]} * (T0_SPLIT > 1) + {sel[3]} * (T1_SPLIT > 1)) * (4 * TICKETS + 4 * {n} * ({m})"
+                  f" * ({sel[2]} * T0_SPLIT + {sel[3]} * T1_SPLIT))")
+        src = read_source("gemm_wgmma", "gemm_wgmma.cu")
+        launch = Launch(kernel="gemm_wgmma_kernel", grid=[join(grid)], block=[join(block)],
+                        smem=join(smem), cluster=[join(cluster)],
+                        args=[spec.info["a"], spec.info["b"], spec.info["c"], "workspace", f"int32:{m}"])
+        return Candidate(problem=defn.name, language="cuda", sources={"gemm_wgmma.cu": src},
+                         params={**spec.fixed, "TICKETS": tickets, **p}, launches=[launch],
+                         workspace=ws, notes="family=gemm_wgmma")
+
+
+def select_terms(m: str) -> list[str]:
+    """One launch-expression term per tier S0, S1, T0, T1, T2, exactly one of them 1 for a given M
+    (the maxima are nondecreasing, checked): the kernel's own order of tests."""
+    return [f"(({m}) <= TS0_MAXM)", f"(({m}) > TS0_MAXM) * (({m}) <= TS1_MAXM)",
+            f"(({m}) > TS1_MAXM) * (({m}) <= T0_MAXM)", f"(({m}) > T0_MAXM) * (({m}) <= T1_MAXM)",
+            f"(({m}) > T1_MAXM)"]

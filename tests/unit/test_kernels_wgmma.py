@@ -24,6 +24,14 @@ def _problem(sol_execbench_dir, name):
     return load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / name)
 
 
+def _tier(params, m):
+    """The kernel's order of tests: S0, S1 (skinny), T0, T1, T2."""
+    for i, key in enumerate(("TS0_MAXM", "TS1_MAXM", "T0_MAXM", "T1_MAXM")):
+        if m <= params.get(key, 0):
+            return ("S0", "S1", "T0", "T1")[i]
+    return "T2"
+
+
 @pytest.mark.parametrize("name", GEMMS)
 def test_instantiates_for_every_gemm(sol_execbench_dir, name):
     problem = _problem(sol_execbench_dir, name)
@@ -31,25 +39,72 @@ def test_instantiates_for_every_gemm(sol_execbench_dir, name):
     space = fam.param_space(problem)
     assert len(space) >= 4
     n, k = problem.definition.const_axes["N"], problem.definition.const_axes["K"]
-    for params in (space[0], space[-1]):
+    seen = set()
+    for params in space:
         cand = fam.instantiate(problem, params)
         Candidate.model_validate_json(cand.model_dump_json())
         launch = cand.launches[0]
         for w in problem.workloads:
             m = w.axes["M"]
             env = launch_env(w.axes, w.scalars(), cand.params)
-            tier = 0 if m <= params["T0_MAXM"] else 1 if m <= params["T1_MAXM"] else 2
-            bm, bn, st, split = (params[f"T{tier}_{key}"] for key in ("BM", "BN", "ST", "SPLIT"))
+            tier = _tier(params, m)
+            seen.add(tier)
+            grid, block = eval_expr(launch.grid[0], env), eval_expr(launch.block[0], env)
+            smem, cluster = eval_expr(launch.smem, env), eval_expr(launch.cluster[0], env)
+            ws = eval_expr(cand.workspace, env)
+            if tier.startswith("S"):
+                mt, rt, wr, wk, kj, cl = (params[f"T{tier}_{key}"] for key in ("MT", "RT", "WR", "WK", "KJ", "CL"))
+                assert m <= 8 * mt and 32 * wr * wk <= 384
+                assert grid == n // (16 * rt * wr) * cl and grid % cl == 0 and cluster == cl
+                assert block == 32 * wr * wk and smem == wk * 8 * mt * 16 * rt * wr * 4
+                assert k % (cl * 32 * kj) == 0 and ws == 0
+                continue
+            bm, bn, st, split = (params[f"{tier}_{key}"] for key in ("BM", "BN", "ST", "SPLIT"))
             # the kernel picks the same tier from M: grid, block and smem must match it
-            assert eval_expr(launch.grid[0], env) == -(-m // bm) * (n // bn) * split
-            assert eval_expr(launch.block[0], env) == 128 * (1 + bm // 64)
-            smem = eval_expr(launch.smem, env)
+            assert grid == -(-m // bm) * (n // bn) * split
+            assert block == 128 * (1 + bm // 64)
             assert smem == st * (bm + bn) * 128 + 1024 and smem <= 227 * 1024 - 2048
             assert k % (64 * split) == 0 and n % bn == 0
-            ws = eval_expr(cand.workspace, env)
-            assert ws >= 4 * cand.params["TICKETS"] + (4 * n * m * split if split > 1 else 0)
-            if split > 1:  # one ticket per output tile of a split tier
-                assert cand.params["TICKETS"] >= -(-m // bm) * (n // bn)
+            if params["CSPLIT"]:  # the split CTAs of a tile are one cluster, no workspace
+                assert cluster == split and grid % split == 0 and split <= 8 and ws == 0
+                assert split == 1 or bm * (bn + 8) * 4 <= st * (bm + bn) * 128
+            else:
+                assert cluster == 1
+                if split > 1:  # one ticket per output tile of a split tier
+                    assert ws >= 4 * cand.params["TICKETS"] + 4 * n * m * split
+                    assert cand.params["TICKETS"] >= -(-m // bm) * (n // bn)
+    assert {"S0", "S1", "T2"} <= seen
+
+
+def test_three_tier_params_still_build(sol_execbench_dir):
+    """Params from before the skinny tiers (no TS*/CSPLIT/EVF) give the three-tier candidate."""
+    problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
+    fam = get_family("gemm_wgmma")
+    old = {"T0_MAXM": 64, "T1_MAXM": 256, "T0_BM": 64, "T0_BN": 128, "T0_ST": 8, "T0_SPLIT": 4,
+           "T1_BM": 128, "T1_BN": 128, "T1_ST": 6, "T1_SPLIT": 2, "T2_BM": 128, "T2_BN": 256, "T2_ST": 4,
+           "T2_SPLIT": 1}
+    cand = fam.instantiate(problem, old)
+    assert cand.launches[0].cluster is None and "TS0_MAXM" not in cand.params
+
+
+def test_skinny_fragment_k_permutation_is_a_bijection():
+    """The skinny tiers load 8 contiguous k per lane and feed them to mma.m16n8k16 as the logical k
+    {2t, 2t+1, 2t+8, 2t+9}: over the 4 lanes of a row and the two k-steps of a 32-k block every
+    physical k must be used exactly once, by A and B alike (same map), or the dot product is wrong."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a_row, b_row = rng.standard_normal(32), rng.standard_normal(32)
+    used, total = [], 0.0
+    for sub in range(2):
+        for t in range(4):
+            phys = [8 * t + 4 * sub + i for i in range(4)]   # registers 2sub, 2sub+1 of the 16 bytes
+            logical = [2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9]
+            assert len(set(logical)) == 4
+            used += phys
+            total += sum(a_row[p] * b_row[p] for p in phys)
+    assert sorted(used) == list(range(32))
+    assert abs(total - float(a_row @ b_row)) < 1e-9
 
 
 def test_compiles_for_sm90a_with_hgmma(sol_execbench_dir, tmp_path):
@@ -62,13 +117,15 @@ def test_compiles_for_sm90a_with_hgmma(sol_execbench_dir, tmp_path):
     assert cubin[:4] == b"\x7fELF"
     assert "serialized" not in log, log  # ptxas did not fall back to serialized wgmma
     ops = sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
-    assert {"HGMMA", "LDGSTS", "SYNCS", "USETMAXREG"} <= ops, sorted(ops)
+    # HMMA: the skinny tiers' mma.sync; UCGABAR: the cluster barriers of the DSMEM split-K sums
+    assert {"HGMMA", "HMMA", "LDGSTS", "SYNCS", "USETMAXREG"} <= ops, sorted(ops)
     sass = tmp_path / "k.cubin"
     env = {**os.environ, "PATH": f"{_wheel_bin('nvdisasm').parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     text = subprocess.run([str(_wheel_bin("cuobjdump")), "-sass", str(sass)], capture_output=True,
                           text=True, env=env, check=True).stdout
     for width in (64, 128, 256):
         assert f"HGMMA.64x{width}x16.F32" in text
+    assert "UCGABAR_ARV" in text and "UCGABAR_WAIT" in text
     assert "LDL" not in text and "STL" not in text  # no register spills to local memory
 
 
@@ -91,7 +148,9 @@ def test_bad_params_rejected(sol_execbench_dir):
     fam = get_family("gemm_wgmma")
     base = fam.param_space(problem)[0]
     for bad in ({"T2_SPLIT": 2}, {"T0_BM": 96}, {"T1_BN": 512}, {"T2_ST": 9}, {"T0_SPLIT": 5},
-                {"T2_BM": 128, "T2_BN": 256, "T2_ST": 8}, {"T0_MAXM": 300}, {"EXTRA": 1}):
+                {"T2_BM": 128, "T2_BN": 256, "T2_ST": 8}, {"T0_MAXM": 300}, {"EXTRA": 1},
+                {"TS0_MT": 3}, {"TS0_WK": 13}, {"TS0_MAXM": 17, "TS0_MT": 2}, {"TS1_MAXM": 8},
+                {"TS0_CL": 16}, {"CSPLIT": 1, "T0_SPLIT": 16}, {"EVF": 2}, {"TS0_RT": 2, "TS0_WR": 16}):
         with pytest.raises(FamilyError):
             fam.instantiate(problem, {**base, **bad})
 
