@@ -405,8 +405,8 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
         // Split-K in a cluster: every CTA stores its fp32 tile in its own (now idle) stage memory,
         // then CTA `split` sums rows [split*BM/SPLIT, ...) over all SPLIT CTAs through DSMEM.
         constexpr int LD = BN + 8;  // row pitch in floats: +32 bytes spreads 8 rows over the banks
-        static_assert(SPLIT == 1 || BM * LD * 4 <= ST * STAGE_BYTES, "split tile must fit the stage memory");
-        static_assert(SPLIT == 1 || (SPLIT <= 8 && BM % SPLIT == 0), "cluster split: at most 8 CTAs");
+        static_assert(!CSPLIT || SPLIT == 1 || BM * LD * 4 <= ST * STAGE_BYTES, "split tile must fit the stage memory");
+        static_assert(!CSPLIT || SPLIT == 1 || (SPLIT <= 8 && BM % SPLIT == 0), "cluster split: at most 8 CTAs");
         // the other consumer warpgroup's wgmmas may still read the stages: wait for them
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
         float* part = reinterpret_cast<float*>(sgen);
