@@ -36,6 +36,10 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
              model: Optional[str] = None, api_base: Optional[str] = None,
              api_key_env: Optional[str] = None, language: str = "cuda", gpus: Optional[str] = None,
              arch: Optional[str] = None, gpu_profile: Optional[str] = None, reps: Optional[int] = None,
+             correctness_rounds: Optional[int] = None, timing_budget_s: Optional[float] = None,
+             eval_timeout_s: Optional[float] = None, baseline_reps: int = 20,
+             max_tokens: Optional[int] = None, max_calls: Optional[int] = None,
+             no_tools: bool = False, offline: bool = False, job: Optional[str] = None,
              gpu_limit: Optional[str] = None, db: Optional[str] = None) -> dict:
     """Optimize kernels for the selected problems.
 
@@ -45,12 +49,16 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
     model: LiteLLM model string (None: the offline kernel-family search alone).
     gpus: CUDA_VISIBLE_DEVICES-style list of GPUs to spread evaluations over (None: all visible,
         "": none, compile only). One evaluation per GPU at a time.
+    correctness_rounds / timing_budget_s / eval_timeout_s / baseline_reps: evaluation settings
+        (None: solforge.settings defaults).
+    job: part of the resume key; a rerun with the same parameters and job resumes that job, a new
+        job value (e.g. the date, for a nightly schedule) starts a new one.
     gpu_limit: optional Prefect global-concurrency-limit name template per GPU, e.g. "gpu-{host}-{gpu}".
     db: DuckDB file (default $SOLFORGE_DB_PATH or ./solforge.duckdb).
     """
     given = dict(locals())
     logger = get_run_logger()
-    params = OptimizeParams(**{f.name: given[f.name] for f in fields(OptimizeParams)})
+    params = OptimizeParams(**{f.name: given[f.name] for f in fields(OptimizeParams) if f.name in given})
     loop = build(params, stages=prefect_stages(gpu_limit), progress=logger.info)
     if not loop.lab.has_gpu:
         logger.warning(NO_GPU)

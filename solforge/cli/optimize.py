@@ -60,6 +60,11 @@ def register(sub) -> None:
                    help="wall-clock limit per candidate evaluation (default settings.eval_timeout_s)")
     e.add_argument("--baseline-reps", type=int, default=20,
                    help="reps when a missing eager baseline is measured on first touch")
+    p.add_argument("--gpus", help="CUDA_VISIBLE_DEVICES-style GPUs to spread evaluations over, one at "
+                                  "a time each (default: every visible GPU; '' compile only)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the job these same parameters started (budget counts what it spent; "
+                        "unfinished attempts are finished, none evaluated twice)")
     p.add_argument("--arch", help="compile target (default settings.arch)")
     p.add_argument("--gpu-profile", help="roofline profile (default settings.gpu_profile)")
     p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file")
@@ -112,56 +117,33 @@ def select_problems(args, shared_dir: Path) -> list:
 
 
 def run(args) -> int:
+    """The same loop the Prefect flow runs (solforge.orchestrate.setup.build): GPU slots, content
+    cache, resume; without Prefect."""
+    import uuid
+    from dataclasses import fields
+
     from .. import settings
-    from ..agents.lab import Lab
-    from ..agents.llm import LlmWorker
-    from ..agents.llm_client import LlmConfig
-    from ..agents.loop import LoopConfig, OptimizeLoop
-    from ..agents.offline import OfflineWorker
-    from ..agents.planner import Budget, PlannerConfig
-    from ..store import Store
+    from ..orchestrate.setup import OptimizeParams, build
     from .output import emit_json
 
     console, table = _output()
-
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    cfg = settings.Settings.load(db_path=getattr(args, "db", None), arch=args.arch,
-                                 gpu_profile=args.gpu_profile)
-    problems = select_problems(args, cfg.shared_dir)
     if args.dry_run:
-        return _dry_run(problems, getattr(args, "json", False))
-    store = Store(cfg.db_path)
-    overrides = {k: v for k, v in (("rep_count", args.reps),
-                                   ("correctness_rounds", args.correctness_rounds),
-                                   ("timing_budget_s", args.timing_budget_s)) if v is not None}
-    lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides)
-    lab.baseline_reps = args.baseline_reps
-    lab.eval_timeout_s = args.eval_timeout_s
+        cfg = settings.Settings.load(db_path=getattr(args, "db", None), arch=args.arch,
+                                     gpu_profile=args.gpu_profile)
+        return _dry_run(select_problems(args, cfg.shared_dir), getattr(args, "json", False))
+    given = {**vars(args), "db": getattr(args, "db", None),
+             # a plain run is a new job; --resume continues the job these same parameters started
+             "job": "resume" if args.resume else f"cli-{uuid.uuid4().hex[:12]}"}
+    params = OptimizeParams(**{f.name: given[f.name] for f in fields(OptimizeParams) if f.name in given})
     con = console()
-    model = None if args.offline else (args.model or cfg.llm_model or None)
-    workers: dict = {"offline": OfflineWorker(lab)}
-    langs = ("cuda", "cute") if args.language == "both" else (args.language,)
-    loop_cfg = LoopConfig(
-        budget=Budget(attempts=args.budget_attempts, gpu_seconds=args.gpu_seconds,
-                      dollars=args.max_dollars, wall_seconds=args.wall_seconds),
-        planner=PlannerConfig(attempts_per_round=args.attempts_per_round, sol_target=args.sol_target),
-        runs_per_round=args.runs_per_round, model=model or "", languages=langs)
-    loop = OptimizeLoop(store, problems, lab, workers, loop_cfg,
-                        progress=lambda msg: con.print(msg, markup=False, highlight=False))
-    if model:
-        api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
-        if args.api_key_env and not api_key:
-            from ..errors import InputError
-
-            raise InputError(f"environment variable {args.api_key_env} is not set", field="--api-key-env")
-        llm_cfg = LlmConfig(model=model, api_base=args.api_base, api_key=api_key,
-                            use_tools=not args.no_tools, max_dollars=args.max_dollars,
-                            max_total_tokens=args.max_tokens, max_calls=args.max_calls)
-        workers["llm"] = LlmWorker(llm_cfg, lab, on_call=loop.on_llm_call)
-    con.print(f"optimize: {len(problems)} problem(s), workers {sorted(workers)}, arch {lab.arch}, "
-              f"GPU {'yes' if lab.has_gpu else 'no'}, db {cfg.db_path}", markup=False)
+    loop = build(params, progress=lambda msg: con.print(msg, markup=False, highlight=False))
+    lab = loop.lab
+    con.print(f"optimize: {len(loop.problems)} problem(s), workers {sorted(loop.workers)}, "
+              f"arch {lab.arch}, GPUs {','.join(loop.pool.gpus) or 'none'}, db {loop.store.path}",
+              markup=False)
     report = loop.run()
     if getattr(args, "json", False):
         emit_json(report.to_json())

@@ -33,6 +33,15 @@ class OptimizeParams:
     arch: Optional[str] = None
     gpu_profile: Optional[str] = None
     reps: Optional[int] = None
+    correctness_rounds: Optional[int] = None
+    timing_budget_s: Optional[float] = None
+    eval_timeout_s: Optional[float] = None   # per candidate; None: settings.eval_timeout_s
+    baseline_reps: int = 20                  # reps when a missing eager baseline is measured
+    max_tokens: Optional[int] = None
+    max_calls: Optional[int] = None
+    no_tools: bool = False
+    offline: bool = False                    # offline worker only, even with a model configured
+    job: Optional[str] = None                # part of the resume key: a new value starts a new job
     db: Optional[str] = None
 
     def resume_parts(self) -> dict:
@@ -68,8 +77,11 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
                                                with_family=p.with_family), cfg.shared_dir)
     store = store or Store(cfg.db_path)
     pool = gpu_pool(p.gpus)
-    overrides = {"rep_count": p.reps} if p.reps else {}
+    overrides = {k: v for k, v in (("rep_count", p.reps), ("correctness_rounds", p.correctness_rounds),
+                                   ("timing_budget_s", p.timing_budget_s)) if v is not None}
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides, has_gpu=len(pool) > 0)
+    lab.baseline_reps = p.baseline_reps
+    lab.eval_timeout_s = p.eval_timeout_s
     workers: dict = {"offline": OfflineWorker(lab)}
     langs = ("cuda", "cute") if p.language == "both" else (p.language,)
     loop_cfg = LoopConfig(
@@ -77,7 +89,7 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
                       wall_seconds=p.wall_seconds),
         planner=PlannerConfig(attempts_per_round=p.attempts_per_round, sol_target=p.sol_target),
         runs_per_round=p.runs_per_round, model=p.model or "", languages=langs)
-    model = p.model or cfg.llm_model or None
+    model = None if p.offline else (p.model or cfg.llm_model or None)
     loop = OrchestratedLoop(store, problems, lab, workers, loop_cfg,
                             pool=pool, stages=stages, key_parts=p.resume_parts(), progress=progress)
     if model:
@@ -85,7 +97,8 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
         if p.api_key_env and not api_key:
             raise InputError(f"environment variable {p.api_key_env} is not set", field="api_key_env")
         llm_cfg = LlmConfig(model=model, api_base=p.api_base, api_key=api_key,
-                            max_dollars=p.max_dollars)
+                            use_tools=not p.no_tools, max_dollars=p.max_dollars,
+                            max_total_tokens=p.max_tokens, max_calls=p.max_calls)
         loop.workers["llm"] = LlmWorker(llm_cfg, lab, on_call=loop.on_llm_call)
         loop.cfg.planner.llm_available = True
         loop.cfg.model = model
