@@ -34,6 +34,9 @@ class Settings:
     correctness_rounds: int = 3
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
+    # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so
+    # Python's time between driver calls does not fall inside the timed span (graph_launch.py)
+    graph_launch: bool = True
     # LLM
     llm_model: str = ""
 

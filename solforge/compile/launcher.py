@@ -105,10 +105,22 @@ class LaunchPlan:
         self.runtime = runtime
         self.steps = steps      # (function, grid, block, smem, cluster, _Params, index, kernel)
         self.workspace = workspace
+        multi = len(steps) > 1 or (workspace is not None and workspace.numel() > 0)
+        self._graph = None
+        self._graph_state = "off" if not multi or not _graph_launch_enabled() else "pending"
+        self.graph_note = ""
 
     def run(self, stream=None) -> None:
         drv = _drv()
         hstream = drv.CUstream(_stream_handle(stream))
+        if self._graph_state == "pending":
+            from .graph_launch import GraphLaunch
+
+            self._graph, self.graph_note = GraphLaunch.build(self.steps, self.workspace, check)
+            self._graph_state = "on" if self._graph is not None else "failed"
+        if self._graph is not None:
+            self._graph.launch(hstream, check)
+            return
         if self.workspace is not None and self.workspace.numel():
             self.workspace.zero_()
         for fn, grid, block, smem, cluster, params, i, kernel in self.steps:
@@ -128,6 +140,12 @@ class LaunchPlan:
                 cfg.attrs = [attr]
                 cfg.numAttrs = 1
                 check(drv.cuLaunchKernelEx(cfg, fn, params.address, 0), f"cuLaunchKernelEx {where}")
+
+
+def _graph_launch_enabled() -> bool:
+    from .. import settings
+
+    return settings.get().graph_launch
 
 
 def _stream_handle(stream) -> int:

@@ -60,9 +60,24 @@ def test_two_launches_through_a_zeroed_workspace(stages):
     plan.run()
     torch.cuda.synchronize()
     torch.testing.assert_close(y, x * 6.0)
+    # memset + two kernels went out as one CUDA graph (no Python time between them)
+    assert plan._graph_state == "on", plan.graph_note
     y.zero_()
     plan.run()  # a plan is reusable (timing loops)
     torch.cuda.synchronize()
+    torch.testing.assert_close(y, x * 6.0)
+
+
+def test_graph_launch_off_gives_the_same_answer(stages, monkeypatch):
+    monkeypatch.setenv("SOLFORGE_GRAPH_LAUNCH", "0")
+    rt = _runtime(stages, "scale_twice_workspace")
+    n = 5000
+    x = torch.randn(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    plan = rt.prepare({"x": x, "y": y}, {"n": n}, {})
+    plan.run()
+    torch.cuda.synchronize()
+    assert plan._graph_state == "off"
     torch.testing.assert_close(y, x * 6.0)
 
 
