@@ -57,8 +57,8 @@ class SoftmaxBackwardFamily(Family):
             drop = (pd, keep)
             n_lines = 8
         else:
-            g = gs
-            n_lines = 4
+            alias = re.findall(rf"^\s*{re.escape(gs)}\s*=\s*(\w+)\s*$", body, re.M)
+            g, n_lines = (alias[0], 5) if len(alias) == 1 else (gs, 4)
         if len([l for l in body.splitlines() if l.strip()]) != n_lines:
             return None  # anything else in the reference is not ours
         names = [g, p, mask] + ([drop[1]] if drop else [])
