@@ -56,6 +56,7 @@ class LoopReport:
     gpu: bool = False
     notes: list[str] = field(default_factory=list)
     problems: dict[str, ProblemReport] = field(default_factory=dict)
+    gpu_use: dict = field(default_factory=dict)   # per-GPU busy share and evaluations per minute
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -105,7 +105,28 @@ class OrchestratedLoop(OptimizeLoop):
             self.progress(f"resuming: {len(st.prior_runs)} earlier run(s) with this key, "
                           f"{st.spent_attempts} attempt(s) already spent, {len(st.pending)} unfinished, "
                           f"{st.interrupted} marked interrupted")
-        return super().run()
+        report = super().run()
+        report.gpu_use = self.gpu_use()
+        if report.gpu_use.get("evaluations"):
+            u = report.gpu_use
+            report.notes.append(
+                f"GPUs {','.join(self.pool.gpus)}: {u['evaluations']} evaluations, "
+                f"{u['evaluations_per_minute']:.2f}/min while work remained; busy "
+                + ", ".join(f"GPU {g} {f:.0%}" for g, f in u["busy_while_work"].items()))
+        return report
+
+    def gpu_use(self) -> dict:
+        """Evaluations per minute and each GPU's busy share over the span in which GPU work existed
+        (first slot taken to last slot released): the two-GPU scaling numbers."""
+        iv = [(s, e, lbl) for u in self.pool.use.values() for s, e, lbl in u.intervals]
+        ev = [(s, e) for s, e, lbl in iv if not lbl.startswith("baseline:")]  # baselines hold slots too
+        if not ev:
+            return {"evaluations": 0}
+        t0, t1 = min(s for s, _, _ in iv), max(e for _, e, _ in iv)
+        return {"evaluations": len(ev), "baselines": len(iv) - len(ev), "span_s": t1 - t0,
+                "evaluations_per_minute": len(ev) / max(t1 - t0, 1e-9) * 60,
+                "busy_while_work": self.pool.busy_fractions(t0, t1),
+                "seconds_per_evaluation": sum(e - s for s, e in ev) / len(ev)}
 
     def _seed_offline(self) -> None:
         super()._seed_offline()
