@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One call on a two-GPU H200 box (device kind nvidia-h200-x2): the optimize run on 1 GPU, then on 2.
+#   phase 0: GPU tests of the launcher (CUDA-graph plans) on GPU 1
+#   phase 1: `solforge optimize --gpus 0` (offline worker, every shared problem a family serves, T_b
+#            seeded from data/results/baselines_h200.csv) for $T1 s -> $OUT/opt1.duckdb;
+#            meanwhile the baselines still missing run on GPU 1 (scripts/run_baselines.py)
+#   phase 2: the same optimize, fresh job and DB, `--gpus 0,1` for $T2 s -> $OUT/opt2.duckdb
+# Each run reports evaluations per minute and each GPU's busy share (report.gpu_use, in optN.json).
+# Prepare here first: python scripts/prepare_scaling_run.py   (writes .carry/scaling)
+# carry: .whl .carry/orch-whl .carry/scaling
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+  .whl/*.whl .carry/orch-whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SOLFORGE_CACHE_DIR=/tmp/sfcache
+export SOLFORGE_CUTE_PREBUILT=$PWD/.carry/scaling/cute_prebuilt
+export LITELLM_LOCAL_MODEL_COST_MAP=True NCCL_NVLS_ENABLE=0
+S=.carry/scaling; L=/tmp/logs; mkdir -p $L $OUT/bl
+T1=${T1:-150}; T2=${T2:-240}
+nvidia-smi -L > $L/00_gpus.txt 2>&1
+CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_compile_launch.py > $L/05_launch_tests.log 2>&1; echo "launch tests rc=$?" >> $L/05_launch_tests.log
+opt() {  # $1 name, $2 gpus, $3 seconds
+  cp $S/seed.duckdb $OUT/$1.duckdb
+  timeout -k 5 $(($3 + 90)) python3 -m solforge.cli --json optimize --problems $S/problems --with-family \
+    --language both --gpus $2 --db $OUT/$1.duckdb --attempts-per-round 2 --runs-per-round 4 \
+    --wall-seconds $3 --reps 20 --correctness-rounds 2 --timing-budget-s 1 --baseline-reps 10 \
+    --eval-timeout-s 60 > $OUT/$1.json 2> $L/1_$1.log; echo "$1 rc=$?" >> $L/1_$1.log
+}
+( opt opt1 0 $T1 ) &
+( CUDA_VISIBLE_DEVICES=1 timeout -k 5 $((T1 + 10)) python3 scripts/run_baselines.py --dataset $S/dataset \
+    --out $OUT/bl --work /tmp/blw --deadline-s $T1 --compile-workers ${CW:-8} > $L/20_baselines.log 2>&1
+  echo "baselines rc=$?" >> $L/20_baselines.log ) &
+wait
+opt opt2 0,1 $T2
+rm -f $OUT/bl/run.log
+for f in $L/*; do echo "=== $f"; cat "$f"; done > $OUT/logs.txt
+ls -la $OUT $OUT/bl
+for f in $L/*; do echo "=== $f"; tail -6 "$f"; done
+python3 - <<'PY'
+import json, os
+for n in ("opt1", "opt2"):
+    try:
+        r = json.load(open(os.path.join(os.environ["OUT"], n + ".json")))
+        print(n, r.get("stop_reason"), r.get("spent"), r.get("gpu_use"))
+    except Exception as e:
+        print(n, "no report:", e)
+PY
