@@ -145,8 +145,10 @@ atexit.register(shutdown_zygotes)
 class _Spawned:
     """Popen as the loop below uses it (poll/wait/pid/returncode + a stdout file)."""
 
+    module = "solforge.evaluate.driver"  # scripts/eval_throughput.py times an older driver here
+
     def __init__(self, python, stage, env, err):
-        self.p = subprocess.Popen([python, "-m", "solforge.evaluate.driver", str(stage)],
+        self.p = subprocess.Popen([python, "-m", self.module, str(stage)],
                                   cwd=stage, env=env, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         self.pid, self.stdout, self.note = self.p.pid, self.p.stdout, ""
