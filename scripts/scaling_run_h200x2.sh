@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a two-GPU H200 box (device kind nvidia-h200-x2): the optimize run on 1 GPU, then on 2.
-#   phase 0: GPU tests of the launcher (CUDA-graph plans) on GPU 1
+#   phase 0: GPU tests of the launcher (CUDA-graph plans) and timing repeatability, on GPU 1
 #   phase 1: `solforge optimize --gpus 0` (offline worker, every shared problem a family serves, T_b
 #            seeded from data/results/baselines_h200.csv) for $T1 s -> $OUT/opt1.duckdb;
 #            meanwhile the baselines still missing run on GPU 1 (scripts/run_baselines.py)
@@ -19,6 +19,9 @@ T1=${T1:-150}; T2=${T2:-240}
 nvidia-smi -L > $L/00_gpus.txt 2>&1
 CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider \
   tests/gpu/test_compile_launch.py > $L/05_launch_tests.log 2>&1; echo "launch tests rc=$?" >> $L/05_launch_tests.log
+# timing repeatability with a warm-up long enough for the GEMM's clocks to settle (GPU 1, ~40 s)
+CUDA_VISIBLE_DEVICES=1 timeout -k 5 120 python3 scripts/timing_spread.py --warmup-ms ${SPREAD_WARMUP_MS:-3000} \
+  --out /tmp/spread.txt > $L/06_spread.log 2>&1; echo "spread rc=$?" >> $L/06_spread.log
 opt() {  # $1 name, $2 gpus, $3 seconds
   cp $S/seed.duckdb $OUT/$1.duckdb
   timeout -k 5 $(($3 + 90)) python3 -m solforge.cli --json optimize --problems $S/problems --with-family \

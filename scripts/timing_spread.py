@@ -58,7 +58,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--warmup-ms", type=float, default=300.0,
                     help="long enough for clocks and power to settle (the GEMM drifts otherwise)")
+    ap.add_argument("--cooldown-s", type=float, default=0.0,
+                    help="idle seconds before every measurement, so each starts from the same state")
+    ap.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
     args = ap.parse_args()
+    import time
+
     import torch
 
     from solforge.evaluate import hardware
@@ -66,11 +71,20 @@ def main() -> int:
 
     timer = Timer(torch.device("cuda"))
     ks = kernels(torch)
-    first = {name: timer.measure(fn, args.reps, args.warmup_ms) for name, fn in ks.items()}
-    second = {name: timer.measure(fn, args.reps, args.warmup_ms) for name, fn in ks.items()}
+    if args.only:
+        ks = {k: v for k, v in ks.items() if k in args.only.split(",")}
+
+    def measure(fn):
+        if args.cooldown_s:
+            torch.cuda.synchronize()
+            time.sleep(args.cooldown_s)
+        return timer.measure(fn, args.reps, args.warmup_ms)
+
+    first = {name: measure(fn) for name, fn in ks.items()}
+    second = {name: measure(fn) for name, fn in ks.items()}
     hw = hardware.capture(timing_method=next(iter(first.values())).method)
     lines = [f"# timing repeatability: same kernel measured twice ({args.reps} reps each, L2 flushed,",
-             f"# warm-up {args.warmup_ms:.0f} ms); GPU {hw.gpu_name}, driver {hw.driver}, torch {hw.torch_version},",
+             f"# warm-up {args.warmup_ms:.0f} ms, idle {args.cooldown_s:g} s before each); GPU {hw.gpu_name}, driver {hw.driver}, torch {hw.torch_version},",
              f"# clocks after run {hw.clocks}",
              f"# method: {next(iter(first.values())).method} {timer.cupti_error}",
              f"{'kernel':40s} {'median1_ms':>11s} {'median2_ms':>11s} {'diff_%':>7s} "
