@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One call on a two-GPU H200 box (device kind nvidia-h200-x2): the optimize run on 1 GPU, then on 2.
-#   phase 0: GPU tests of the launcher (CUDA-graph plans) and timing repeatability, on GPU 1
 #   phase 1: `solforge optimize --gpus 0` (offline worker, every shared problem a family serves, T_b
 #            seeded from data/results/baselines_h200.csv) for $T1 s -> $OUT/opt1.duckdb;
-#            meanwhile the baselines still missing run on GPU 1 (scripts/run_baselines.py)
+#            meanwhile on GPU 1: the launcher's GPU tests (CUDA-graph plans), timing repeatability,
+#            then the baselines still missing (scripts/run_baselines.py) until $T1
 #   phase 2: the same optimize, fresh job and DB, `--gpus 0,1` for $T2 s -> $OUT/opt2.duckdb
 # Each run reports evaluations per minute and each GPU's busy share (report.gpu_use, in optN.json).
 # Prepare here first: python scripts/prepare_scaling_run.py   (writes .carry/scaling)
@@ -17,11 +17,6 @@ export LITELLM_LOCAL_MODEL_COST_MAP=True NCCL_NVLS_ENABLE=0
 S=.carry/scaling; L=/tmp/logs; mkdir -p $L $OUT/bl
 T1=${T1:-150}; T2=${T2:-240}
 nvidia-smi -L > $L/00_gpus.txt 2>&1
-CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider \
-  tests/gpu/test_compile_launch.py > $L/05_launch_tests.log 2>&1; echo "launch tests rc=$?" >> $L/05_launch_tests.log
-# timing repeatability with a warm-up long enough for the GEMM's clocks to settle (GPU 1, ~40 s)
-CUDA_VISIBLE_DEVICES=1 timeout -k 5 120 python3 scripts/timing_spread.py --warmup-ms ${SPREAD_WARMUP_MS:-3000} \
-  --out /tmp/spread.txt > $L/06_spread.log 2>&1; echo "spread rc=$?" >> $L/06_spread.log
 opt() {  # $1 name, $2 gpus, $3 seconds
   cp $S/seed.duckdb $OUT/$1.duckdb
   timeout -k 5 $(($3 + 90)) python3 -m solforge.cli --json optimize --problems $S/problems --with-family \
@@ -30,8 +25,15 @@ opt() {  # $1 name, $2 gpus, $3 seconds
     --eval-timeout-s 60 > $OUT/$1.json 2> $L/1_$1.log; echo "$1 rc=$?" >> $L/1_$1.log
 }
 ( opt opt1 0 $T1 ) &
-( CUDA_VISIBLE_DEVICES=1 timeout -k 5 $((T1 + 10)) python3 scripts/run_baselines.py --dataset $S/dataset \
-    --out $OUT/bl --work /tmp/blw --deadline-s $T1 --compile-workers ${CW:-8} > $L/20_baselines.log 2>&1
+( T0=$(date +%s)
+CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_compile_launch.py > $L/05_launch_tests.log 2>&1; echo "launch tests rc=$?" >> $L/05_launch_tests.log
+# timing repeatability with a warm-up long enough for the GEMM's clocks to settle (GPU 1, ~40 s)
+CUDA_VISIBLE_DEVICES=1 timeout -k 5 120 python3 scripts/timing_spread.py --warmup-ms ${SPREAD_WARMUP_MS:-3000} \
+  --out /tmp/spread.txt > $L/06_spread.log 2>&1; echo "spread rc=$?" >> $L/06_spread.log
+  LEFT=$((T1 - $(date +%s) + T0)); [ $LEFT -lt 30 ] && LEFT=30
+  CUDA_VISIBLE_DEVICES=1 timeout -k 5 $((LEFT + 10)) python3 scripts/run_baselines.py --dataset $S/dataset \
+    --out $OUT/bl --work /tmp/blw --deadline-s $LEFT --compile-workers ${CW:-8} > $L/20_baselines.log 2>&1
   echo "baselines rc=$?" >> $L/20_baselines.log ) &
 wait
 opt opt2 0,1 $T2
