@@ -13,6 +13,13 @@
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(bool v) { return v ? 1.0f : 0.0f; }
+
+// One read-only element (__ldg has no bool overload: read the byte).
+template <typename T> __device__ __forceinline__ T ldg1(const T* p) { return __ldg(p); }
+template <> __device__ __forceinline__ bool ldg1<bool>(const bool* p) {
+    return __ldg(reinterpret_cast<const unsigned char*>(p)) != 0;
+}
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }

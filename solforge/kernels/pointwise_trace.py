@@ -26,7 +26,9 @@ from ..problem import axis_expr
 from ..problem.definition import Definition
 
 FLOAT_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
-_TORCH_NAME = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+_TORCH_NAME = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
+               "torch.bool": "bool"}
+INPUT_TYPES = {**FLOAT_TYPES, "bool": "bool"}
 _SIZES = ([3, 5, 7, 11, 13, 17, 19, 23], [29, 31, 37, 41, 43, 47, 53, 59])  # var axes, two traces
 _SENTINEL = (0.8134765625, 0.6806640625)  # scalar inputs, two traces (exact in bf16 and fp32)
 
@@ -38,8 +40,9 @@ class Node:
     name: str
     op: str            # aten overload name, "input", "scalar"
     args: list         # node names, python numbers
-    dtype: str         # float32 / float16 / bfloat16
+    dtype: str         # float32 / float16 / bfloat16 / bool
     kwargs: dict = field(default_factory=dict)
+    numel: int = 0     # at the first trace's sizes (1: a scalar value)
 
 
 @dataclass
@@ -60,17 +63,66 @@ class PointwiseGraph:
     outputs: list[tuple[str, str, str]]   # (output name, node name, dtype)
     numel: str                    # the output's element count, an expression over axes
     ops: list[str]
+    # Sums over the leading dims (or all) of full-shape values: each output element i adds into
+    # reduction slot i % kept; outputs computed from the sums (post nodes) come from a second
+    # kernel over the `kept` slots. Empty when the graph has no reduction.
+    reductions: list[str] = field(default_factory=list)   # sum node names
+    kept: int = 1                                          # trailing elements kept by the sums
+    post: list[str] = field(default_factory=list)          # nodes evaluated after the sums
+    reduced_outputs: list[tuple[str, str, str]] = field(default_factory=list)
 
     def cuda_eval(self) -> str:
-        """`pw_eval(x0.., s0.., y0&..)`: the graph at one element, all in float."""
+        """`pw_eval(x0.., s0.., y0&.., r0&..)`: the graph at one element, all in float; r are the
+        values each sum adds up."""
+        pre = [n for n in self.nodes if n.name not in self.post and n.name not in self.reductions]
+        by = {n.name: n for n in self.nodes}
         params = ([f"float x{i}" for i in range(len(self.inputs))]
                   + [f"float s{i}" for i in range(len(self.scalars))]
-                  + [f"float& y{i}" for i in range(len(self.outputs))])
+                  + [f"float& y{i}" for i in range(len(self.outputs))]
+                  + [f"float& r{i}" for i in range(len(self.reductions))])
         lines = ["__device__ __forceinline__ void pw_eval(" + ", ".join(params) + ") {"]
-        for n in self.nodes:
+        for n in pre:
             lines.append(f"    const float v_{n.name} = {_expr(n, self)};")
         for i, (_, node, _) in enumerate(self.outputs):
             lines.append(f"    y{i} = v_{node};")
+        for i, r in enumerate(self.reductions):
+            lines.append(f"    r{i} = {_opnd(by[r].args[0], by[r], self)};")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def cuda_post(self) -> str:
+        """`pw_post(x0.., s0.., red0.., z0&..)`: the outputs computed from the sums; scalar-valued
+        nodes before the sums are recomputed here from scalar-valued inputs."""
+        by = {n.name: n for n in self.nodes}
+        need: set[str] = set()
+
+        def visit(name):
+            if name in need:
+                return
+            need.add(name)
+            n = by[name]
+            if n.name in self.reductions or n.op == "input":
+                return
+            for a in n.args:
+                if isinstance(a, str):
+                    visit(a)
+        for _, node, _ in self.reduced_outputs:
+            visit(node)
+        params = ([f"float x{i}" for i in range(len(self.inputs))]
+                  + [f"float s{i}" for i in range(len(self.scalars))]
+                  + [f"float red{i}" for i in range(len(self.reductions))]
+                  + [f"float& z{i}" for i in range(len(self.reduced_outputs))])
+        lines = ["__device__ __forceinline__ void pw_post(" + ", ".join(params) + ") {"]
+        for n in self.nodes:
+            if n.name not in need:
+                continue
+            if n.name in self.reductions:
+                val = _round(f"red{self.reductions.index(n.name)}", n.dtype)
+            else:
+                val = _expr(n, self)
+            lines.append(f"    const float v_{n.name} = {val};")
+        for i, (_, node, _) in enumerate(self.reduced_outputs):
+            lines.append(f"    z{i} = v_{node};")
         lines.append("}")
         return "\n".join(lines)
 
@@ -90,8 +142,15 @@ _UNARY = {  # aten op -> C expression over `a` (float), as PyTorch's CUDA kernel
 _BINARY = {"aten.add.Tensor": "({a} + {b})", "aten.sub.Tensor": "({a} - {b})",
            "aten.mul.Tensor": "({a} * {b})", "aten.div.Tensor": "({a} / {b})",
            "aten.maximum.default": "fmaxf({a}, {b})", "aten.minimum.default": "fminf({a}, {b})"}
+_COMPARE = {"aten.gt": ">", "aten.lt": "<", "aten.ge": ">=", "aten.le": "<=", "aten.eq": "==",
+            "aten.ne": "!="}
 SUPPORTED = set(_UNARY) | set(_BINARY) | {"aten.rsub.Scalar", "aten.pow.Tensor_Scalar",
-                                          "aten.gelu.default", "aten.clamp.default"}
+                                          "aten.gelu.default", "aten.clamp.default",
+                                          "aten.sum.default", "aten.sum.dim_IntList",
+                                          "aten.bitwise_and.Tensor", "aten.logical_and.default",
+                                          "aten.bitwise_or.Tensor", "aten.logical_or.default",
+                                          "aten.bitwise_not.default", "aten.logical_not.default"} | {
+    f"{c}.{k}" for c in _COMPARE for k in ("Scalar", "Tensor")}
 
 
 def _lit(v: float) -> str:
@@ -101,7 +160,22 @@ def _lit(v: float) -> str:
 
 
 def _round(expr: str, dtype: str) -> str:
-    return {"float32": expr, "float16": f"rnd_f16({expr})", "bfloat16": f"rnd_bf16({expr})"}[dtype]
+    return {"float32": expr, "float16": f"rnd_f16({expr})", "bfloat16": f"rnd_bf16({expr})",
+            "bool": expr}[dtype]
+
+
+def _opnd(a, n: Node, g: PointwiseGraph, cast: bool = True) -> str:
+    """A tensor operand is cast to the op's dtype first (TensorIterator's common dtype); Python
+    numbers and scalar inputs stay float (PyTorch's opmath)."""
+    if isinstance(a, str):
+        src = next(m for m in g.nodes if m.name == a)
+        return _round("v_" + a, n.dtype) if cast and src.dtype != n.dtype and n.dtype != "bool" \
+            else "v_" + a
+    if isinstance(a, tuple) and a[0] == "scalar":
+        return a[1]
+    return _lit(a)
+
+
 
 
 def _expr(n: Node, g: PointwiseGraph) -> str:
@@ -109,15 +183,27 @@ def _expr(n: Node, g: PointwiseGraph) -> str:
         return n.args[0]
     dt = n.dtype
 
-    def opnd(a) -> str:  # a tensor operand is cast to the op's dtype first; scalars stay float
-        if isinstance(a, str):
-            src = next(m for m in g.nodes if m.name == a)
-            return _round("v_" + a, dt) if src.dtype != dt else "v_" + a
-        if isinstance(a, tuple) and a[0] == "scalar":
-            return a[1]
-        return _lit(a)
+    def opnd(a) -> str:
+        return _opnd(a, n, g)
 
     op, args = n.op, n.args
+    cmp = _COMPARE.get(op.rsplit(".", 1)[0])
+    if cmp and op.rsplit(".", 1)[1] in ("Scalar", "Tensor"):
+        # compared in the operands' dtype (no rounding: they already are in it), result 0/1
+        return f"(({_opnd(args[0], n, g, False)} {cmp} {_opnd(args[1], n, g, False)}) ? 1.0f : 0.0f)"
+    if op in ("aten.bitwise_and.Tensor", "aten.logical_and.default", "aten.bitwise_or.Tensor",
+              "aten.logical_or.default"):
+        if any(next(m for m in g.nodes if m.name == a).dtype != "bool" for a in args if isinstance(a, str)):
+            raise ValueError(f"{op} on non-bool tensors")
+        j = "&&" if "and" in op else "||"
+        return f"((v_{args[0]} != 0.0f {j} v_{args[1]} != 0.0f) ? 1.0f : 0.0f)"
+    if op in ("aten.bitwise_not.default", "aten.logical_not.default"):
+        return f"((v_{args[0]} == 0.0f) ? 1.0f : 0.0f)"
+    if op == "aten._to_copy.default" and dt != "bool":
+        src = next(m for m in g.nodes if m.name == args[0])
+        return _round("v_" + src.name, dt)
+    if dt == "bool":
+        raise ValueError(f"{op} giving bool")
     if op in _UNARY:
         body = _UNARY[op].format(a=opnd(args[0]))
     elif op in _BINARY:
@@ -229,7 +315,8 @@ def _graph_of(defn: Definition, gm, args) -> tuple[list[Node], list, list]:
             if dt is None:
                 raise ValueError(f"input {k}: dtype {n.meta['val'].dtype} not supported")
             tensors = [x for x in input_names if not defn.inputs[x].is_scalar]
-            nodes.append(Node(n.name, "input", [f"x{tensors.index(k)}"], dt))
+            nodes.append(Node(n.name, "input", [f"x{tensors.index(k)}"], dt,
+                              numel=int(n.meta["val"].numel())))
         elif n.op == "call_function":
             target = str(n.target)
             if target not in SUPPORTED:
@@ -243,6 +330,19 @@ def _graph_of(defn: Definition, gm, args) -> tuple[list[Node], list, list]:
             if target == "aten._to_copy.default" and set(n.kwargs) - {"dtype"}:
                 raise ValueError("_to_copy with more than a dtype")
 
+            if target == "aten.sum.dim_IntList":
+                x, dims = n.args[0], n.args[1]
+                keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+                if keep or n.kwargs.get("dtype") is not None:
+                    raise ValueError("sum with keepdim or a dtype")
+                nd = len(x.meta["val"].shape)
+                nodes.append(Node(n.name, target, [x.name], dt,
+                                  {"dims": sorted(d % nd for d in dims), "ndim": nd},
+                                  numel=int(val.numel())))
+                continue
+            if target == "aten.sum.default" and n.kwargs.get("dtype") is not None:
+                raise ValueError("sum with a dtype")
+
             def arg(a):
                 if hasattr(a, "op"):
                     return a.name
@@ -252,7 +352,8 @@ def _graph_of(defn: Definition, gm, args) -> tuple[list[Node], list, list]:
                     return a
                 raise ValueError(f"{target}: unsupported argument {a!r}")
             nodes.append(Node(n.name, target, [arg(a) for a in n.args], dt,
-                              {k: arg(v) if k in ("alpha", "min", "max") else v for k, v in kw.items()}))
+                              {k: arg(v) if k in ("alpha", "min", "max") else v for k, v in kw.items()},
+                              numel=int(val.numel())))
         elif n.op == "output":
             res = n.args[0]
             res = res if isinstance(res, (tuple, list)) else [res]
@@ -306,25 +407,23 @@ def trace_pointwise(defn: Definition) -> Optional[PointwiseGraph]:
 def _trace(defn: Definition) -> PointwiseGraph:
     if not defn.outputs:
         raise ValueError("no outputs")
-    out_dims = [list(s.shape or []) for s in defn.outputs.values()]
-    if any(d != out_dims[0] for d in out_dims) or not out_dims[0]:
-        raise ValueError("outputs differ in shape (or are scalars)")
+    out_dims = {k: list(s.shape or []) for k, s in defn.outputs.items()}
+    full = max(out_dims.values(), key=len)
+    if not full:
+        raise ValueError("only scalar outputs")
+    reduced = {k: d for k, d in out_dims.items() if d != full}
+    red_dims = next(iter(reduced.values())) if reduced else None
+    if reduced and (any(d != red_dims for d in reduced.values()) or len(red_dims) >= len(full)
+                    or full[len(full) - len(red_dims):] != red_dims):
+        raise ValueError("outputs are neither the full shape nor one trailing block of it")
     if any(s.dtype not in FLOAT_TYPES for s in defn.outputs.values()):
         raise ValueError("non-float output")
     graphs = []
     for sizes, sentinel in zip(_SIZES, _SENTINEL):
         gm, vals, args = _run_trace(defn, sizes, sentinel)
         nodes, outs, _ = _graph_of(defn, gm, args)
-        want = _shape(defn, out_dims[0], vals)
-        for n in gm.graph.nodes:
-            v = n.meta.get("val")
-            if n.op == "call_function" and list(v.shape) != want and v.numel() != 1:
-                # intermediates are the output's shape or broadcast from a smaller one
-                if len(v.shape) > len(want) or any(a not in (1, b) for a, b in
-                                                   zip(list(v.shape)[::-1], want[::-1])):
-                    raise ValueError(f"{n.target} has shape {list(v.shape)}, output {want}")
-        graphs.append((nodes, outs))
-    (n1, o1), (n2, o2) = graphs
+        graphs.append((nodes, outs, _shape(defn, full, vals), gm))
+    (n1, o1, want, gm1), (n2, o2, _, _) = graphs
     sig = lambda ns: [(n.op, n.args, n.dtype, sorted(n.kwargs.items())) for n in ns]
     if sig(n1) != sig(n2) or o1 != o2:
         raise ValueError("the graph depends on the sizes or the scalar values")
@@ -332,16 +431,65 @@ def _trace(defn: Definition) -> PointwiseGraph:
         raise ValueError("outputs are not graph nodes")
     nodes = n1
     by = {n.name: n for n in nodes}
-    for o in o1:
+    reds = [n.name for n in nodes if n.op.startswith("aten.sum.")]
+    post: list[str] = []
+    for n in nodes:  # in graph order: a node after a sum is evaluated from the sums
+        if n.name in reds or any(isinstance(a, str) and a in post for a in n.args):
+            post.append(n.name)
+    post = [p for p in post if p not in reds]
+    full_numel = math.prod(want)
+    kept_dims = red_dims if red_dims is not None else []
+    k = len(full) - len(kept_dims)
+    for n in nodes:
+        if n.op == "input":
+            continue
+        if n.name not in post and n.name not in reds and full_numel % max(n.numel, 1):
+            raise ValueError(f"{n.op} gives {n.numel} elements, not a broadcast of {want}")
+        if n.name in reds:
+            src = by[n.args[0]]
+            if src.numel != full_numel or src.name in post:
+                raise ValueError("a sum over anything but a full-shape value")
+            if n.op == "aten.sum.dim_IntList" and (n.kwargs["ndim"] != len(full)
+                                                   or n.kwargs["dims"] != list(range(k))):
+                raise ValueError(f"a sum over dims {n.kwargs['dims']}, not the leading {k}")
+            if n.op == "aten.sum.default" and kept_dims:
+                raise ValueError("a full sum next to a partial one")
+    if reds and red_dims is None:
+        raise ValueError("a sum that no output keeps")
+    kept = 1
+    for d in kept_dims:
+        c = d if isinstance(d, int) else defn.const_axes.get(d)
+        if c is None:
+            raise ValueError(f"kept dim {d} is not a constant")
+        kept *= int(c)
+    if kept * len(reds) > 8192:
+        raise ValueError("more than 8192 sums (32 KiB of shared memory)")
+    for name in post:  # what the epilogue recomputes before the sums must be scalar-valued
+        for a in by[name].args:
+            if isinstance(a, str) and a not in post and a not in reds and by[a].numel != 1:
+                raise ValueError("a value after the sums needs a full-shape value")
+    outputs, reduced_outputs = [], []
+    for (name, spec), o in zip(defn.outputs.items(), o1):
         if by[o].op == "input":
             raise ValueError("an output is an input, unchanged")
-    tensors = [k for k in defn.inputs if not defn.inputs[k].is_scalar]
+        if name in reduced:
+            if o not in post and o not in reds:
+                raise ValueError(f"output {name} has the reduced shape but no sum")
+            reduced_outputs.append((name, o, spec.dtype))
+        else:
+            if o in post or o in reds or by[o].numel != full_numel:
+                raise ValueError(f"output {name} has the full shape but not the full value")
+            outputs.append((name, o, spec.dtype))
+    tensors = [k_ for k_ in defn.inputs if not defn.inputs[k_].is_scalar]
     if not tensors:
         raise ValueError("no tensor inputs")
-    maps = [_broadcast(defn, k, out_dims[0]) for k in tensors]
+    for k_ in tensors:
+        if defn.inputs[k_].dtype not in INPUT_TYPES:
+            raise ValueError(f"input {k_}: dtype {defn.inputs[k_].dtype}")
+    maps = [_broadcast(defn, k_, full) for k_ in tensors]
     if not any(m.direct for m in maps):
         raise ValueError("no input has the output's shape")
-    scalars = [k for k in defn.inputs if defn.inputs[k].is_scalar]
-    outputs = [(name, o, spec.dtype) for (name, spec), o in zip(defn.outputs.items(), o1)]
+    scalars = [k_ for k_ in defn.inputs if defn.inputs[k_].is_scalar]
     ops = sorted({n.op for n in nodes if n.op != "input"})
-    return PointwiseGraph(maps, scalars, nodes, outputs, _prod(out_dims[0]), ops)
+    return PointwiseGraph(maps, scalars, nodes, outputs, _prod(full), ops, reds, kept, post,
+                          reduced_outputs)
