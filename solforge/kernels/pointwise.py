@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
+from .gate import family_offered
 from .base import Family, FamilyError, Spec, read_source, reference_code
 from .pointwise_trace import INPUT_TYPES, PointwiseGraph, trace_pointwise
 
@@ -37,6 +38,10 @@ class PointwiseFamily(Family):
                    "rounding, no FMA contraction")
     ops = ("elementwise_chain",)
     source_dir = "pointwise"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         body = "\n".join(l for l in reference_code(defn).splitlines()

@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
+from .gate import family_offered
 from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, const_value, product_expr,
                    read_source, reference_code, shape_dims)
 
@@ -39,6 +40,10 @@ class RopeFamily(Family):
                    "x/cos/sin, the reference's per-op rounding")
     ops = ("rope_rotate_half", "kv_cache_append_rope")
     source_dir = "rope"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         code = reference_code(defn)

@@ -14,6 +14,7 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
+from .gate import family_offered
 from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
 
 _AXES = re.compile(r"axes_dim\s*=\s*\[\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*\]")
@@ -31,6 +32,10 @@ class RopeFreqsFamily(Family):
                    "1/theta^(k/half), repeat_interleave, cat) in one pass, float32")
     ops = ("rope_frequency_tables",)
     source_dir = "rope_freqs"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         code = reference_code(defn)

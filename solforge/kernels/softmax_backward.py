@@ -8,7 +8,7 @@ Serves a float32 reference of the form
 
 (the dropout part optional) where g, p, the dropout mask and the output share a shape
 [B, H, S, n] and the boolean mask is that shape or [B, 1, S, n]. The row length n may vary per
-workload. kernels_cuda/softmax/softmax_backward.cu holds the kernel.
+workload. kernels_cuda/softmax_backward/softmax_backward.cu holds the kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
+from .gate import family_offered
 from .base import Family, FamilyError, Spec, product_expr, read_source, reference_code, shape_dims
 
 _W = r"(\w+)"
@@ -36,7 +37,11 @@ class SoftmaxBackwardFamily(Family):
                    "attention mask and optional dropout scaling; one row per warp or block, "
                    "float32, 16-byte loads where the row allows")
     ops = ("softmax_backward", "masked_softmax_dropout_backward")
-    source_dir = "softmax"
+    source_dir = "softmax_backward"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         code = reference_code(defn)
@@ -120,6 +125,6 @@ class SoftmaxBackwardFamily(Family):
         launch = Launch(kernel="softmax_backward_kernel", grid=[f"ceil_div({i['rows']}, ROWS)"],
                         block=["TPR * ROWS"], args=args)
         return Candidate(problem=defn.name, language="cuda",
-                         sources={"softmax_backward.cu": read_source("softmax", "softmax_backward.cu")},
+                         sources={"softmax_backward.cu": read_source("softmax_backward", "softmax_backward.cu")},
                          params={**spec.fixed, **params}, launches=[launch],
                          options=["--fmad=false"], notes=f"family=softmax_backward {params}")

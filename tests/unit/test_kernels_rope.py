@@ -19,6 +19,16 @@ from solforge.kernels.build import compile_cuda_candidate
 from solforge.problem.definition import Definition
 from solforge.problem.loader import load_problem_dir
 
+NEW_FAMILIES = ("pointwise", "rope", "rope_freqs", "softmax_backward")
+
+
+@pytest.fixture(autouse=True)
+def _all_offered(monkeypatch):
+    """Matching is tested with every new family offered, whatever its GPU gate says today (the
+    gate itself: test_gate_is_read_from_family_json)."""
+    for name in NEW_FAMILIES:
+        monkeypatch.setattr(type(get_family(name)), "offered", property(lambda self: True))
+
 SERVED = {"L1/088_rotary_position_embedding_application": "rope",
           "L1/071_kv_cache_update_with_rope": "rope",
           "L1/034_flux_multi_axis_rope_frequency_computation": "rope_freqs",
@@ -206,3 +216,16 @@ def test_softmax_backward_without_dropout_and_refusals(sol_execbench_dir):
     assert (real.info["p_drop"], real.info["keep"]) == ("p_dropout", "dropout_mask")
     with pytest.raises(FamilyError):
         fam.instantiate(_smb_def(SMB, ["b", "h", "s", "s"]), {"TPR": 48, "ROWS": 1})
+
+
+def test_gate_is_read_from_family_json(monkeypatch):
+    import json
+
+    from solforge.kernels import gate
+    for name in NEW_FAMILIES:
+        fam = get_family(name)
+        data = json.loads((CUDA_DIR / fam.source_dir / "family.json").read_text())
+        monkeypatch.undo()  # the real property, not the fixture's
+        assert fam.offered == bool(data["offered"]) == gate.family_offered(fam.source_dir)
+        assert data["family"] == name and fam.source_dir
+    assert gate.family_offered("no_such_family") is False

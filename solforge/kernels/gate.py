@@ -1,0 +1,20 @@
+"""The GPU-verified gate of a kernel family: kernels_cuda/<dir>/family.json `"offered"`.
+
+A family whose kernel has not yet been found correct on a GPU keeps `"offered": false` there:
+`families_for` then leaves it out (the search must never be offered a kernel that failed
+correctness), while `get_family(name)` and the benchmark scripts still reach it for its first GPU
+check. A missing file or key counts as not offered.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .base import CUDA_DIR
+
+
+def family_offered(source_dir: str) -> bool:
+    try:
+        return bool(json.loads((CUDA_DIR / source_dir / "family.json").read_text()).get("offered"))
+    except (OSError, ValueError):
+        return False
