@@ -53,7 +53,7 @@ def _wgmma_split(n: int, k: int, bm: int, bn: int, m_tiles: int) -> list[int]:
     return ok[max(i - 1, 0): i + 2]
 
 
-def variants_for(n: int, k: int) -> list[tuple[str, dict]]:
+def variants_for(n: int, k: int, full: bool = False) -> list[tuple[str, dict]]:
     from solforge.kernels.gemm_wgmma import GemmWgmmaFamily, max_stages, skinny_options, split_tile_fits
 
     def wg(bm, bn, s):
@@ -75,8 +75,12 @@ def variants_for(n: int, k: int) -> list[tuple[str, dict]]:
     t2s = list(dict.fromkeys(t2s))
     if n // 256 < 8:  # few N tiles: big M still needs CTAs, small tiles first
         t2s.sort(key=lambda c: c[0] * c[1])
-    # keep the sweep small: the first guesses of each range
-    s0s, s1s, t0s, t1s = s0s[:7], s1s[:5], t0s[:5], t1s[:5]
+    # keep the sweep small: the first guesses of each range (fewer for the large N problems,
+    # whose sweep compiles longest and whose skinny shapes differ least)
+    if n >= 4096 and not full:
+        s0s, s1s, t0s, t1s, t2s = s0s[:4], s1s[:3], t0s[:3], t1s[:3], t2s[:2]
+    else:
+        s0s, s1s, t0s, t1s = s0s[:7], s1s[:5], t0s[:5], t1s[:5]
     po = GemmWgmmaFamily._params_of
     base = (s0s[0], s1s[0], t0s[0], t1s[0], t2s[0])
     out = [("base", po(*base))]
@@ -96,7 +100,12 @@ def variants_for(n: int, k: int) -> list[tuple[str, dict]]:
             out.append((f"CS0.{j}", po(base[0], base[1], (128, bn, st, sp(n, k, 128, bn, 1)[1]),
                                        (128, bn, st, sp(n, k, 128, bn, 2)[1]), base[4], csplit=0)))
     # wgmma instead of the skinny tier from M = 17 (S1 off; T0 covers 17..128)
-    for j, c in enumerate(t0s[:1]):
+    s1wg = t0s[:1]
+    for bn in bns[:2]:  # BM = 64 tiles waste less of the MMA on M = 17..64
+        c = wg(64, bn, _wgmma_split(n, k, 64, bn, 1)[min(1, len(_wgmma_split(n, k, 64, bn, 1)) - 1)])
+        if c and c not in s1wg:
+            s1wg.append(c)
+    for j, c in enumerate(s1wg):
         p = po(base[0], base[1], c, base[3], base[4])
         p["TS1_MAXM"] = p["TS0_MAXM"]
         out.append((f"S1wg.{j}", p))
@@ -125,9 +134,9 @@ def cmd_prepare(args) -> None:
 
     fam = get_family("gemm_wgmma")
     out = Path(args.dir)
-    if out.exists():
+    if out.exists() and not args.keep:
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     jobs, plan = [], []
     only = args.problems.split(",") if args.problems else PROBLEMS
     for name in PROBLEMS:
@@ -137,7 +146,7 @@ def cmd_prepare(args) -> None:
         problem = load_problem_dir(pdir)
         n, k = problem.definition.const_axes["N"], problem.definition.const_axes["K"]
         pd = out / name / "problem"
-        pd.mkdir(parents=True)
+        pd.mkdir(parents=True, exist_ok=True)
         for f in ("definition.json", "workload.jsonl", "reference.py"):
             shutil.copy(pdir / f, pd / f)
         entry = {"problem": name, "n": n, "k": k, "variants": []}
@@ -149,6 +158,10 @@ def cmd_prepare(args) -> None:
 
     def build(job):
         cand, vdir, v = job
+        old = vdir / "candidate.json"
+        if args.keep and old.exists() and json.loads(old.read_text()).get("params") == cand.params:
+            v["res"] = _res_usage(next(vdir.glob("*.cubin")))  # staged by an earlier prepare
+            return None
         res = compile_candidate(cand)
         if not res.ok:
             return f"{vdir}: {res.status.value}: {res.log[-1500:]}"
@@ -179,6 +192,57 @@ def cmd_prepare(args) -> None:
         print("COMPILE FAILED", e)
 
 
+def cmd_add(args) -> None:
+    """Compile more variants into an existing --dir and append them to its plan: the labels of
+    variants_for() (--labels, comma-separated) or params given as JSON (--params FILE:
+    {problem: [[label, params], ...]})."""
+    from solforge.compile.api import compile_candidate, stage
+    from solforge.kernels import get_family
+    from solforge.problem.loader import load_problem_dir
+
+    fam = get_family("gemm_wgmma")
+    base = Path(args.dir)
+    plan = json.loads((base / "plan.json").read_text())
+    extra = json.loads(Path(args.params).read_text()) if args.params else {}
+    labels = set(args.labels.split(",")) if args.labels else set()
+    jobs = []
+    for entry in plan["problems"]:
+        name = entry["problem"]
+        if args.problems and not any(o in name for o in args.problems.split(",")):
+            continue
+        problem = load_problem_dir(base / name / "problem")
+        have = {v["label"] for v in entry["variants"]}
+        todo = [(lab, p) for lab, p in variants_for(entry["n"], entry["k"], full=True)
+                if (lab in labels or "all" in labels) and lab not in have]
+        todo += [tuple(x) for x in extra.get(name, [])]
+        used = {int(v["id"][1:]) for v in entry["variants"]}
+        for lab, params in todo:
+            i = max(used | {-1}) + 1
+            used.add(i)
+            jobs.append((entry, name, lab, params, fam.instantiate(problem, params), base / name / f"v{i}", i))
+
+    def build(job):
+        entry, name, lab, params, cand, vdir, i = job
+        res = compile_candidate(cand)
+        if not res.ok:
+            return f"COMPILE FAILED {name} {lab}: {res.log[-1500:]}"
+        shutil.rmtree(vdir, ignore_errors=True)
+        vdir.mkdir(parents=True)
+        stage(cand, res, vdir)
+        r = _res_usage(next(vdir.glob("*.cubin")))
+        if r.get("local", 0) or r.get("stack", 0):
+            shutil.rmtree(vdir)
+            return f"drop {name} {lab}: {r}"
+        entry["variants"].append({"id": f"v{i}", "label": lab, "params": params, "dir": f"{name}/v{i}", "res": r})
+        return f"added {name} v{i} {lab} {r}"
+
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=args.jobs) as ex:
+        for msg in ex.map(build, jobs):
+            print(msg, flush=True)
+    (base / "plan.json").write_text(json.dumps(plan, indent=1))
+
+
 # ──────────────────────────────────────────── run (GPU) ──────────────────────────────────────────
 def cmd_run(args) -> None:
     import torch
@@ -193,7 +257,8 @@ def cmd_run(args) -> None:
     plan = json.loads((base / "plan.json").read_text())
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
-    rows_f = open(outdir / "rows.jsonl", "w")
+    rows_f = open(outdir / "rows.jsonl", "a" if args.append else "w")
+    excluded = set(filter(None, args.exclude.split(",")))
     timer = Timer(method="cupti")
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": plan["commit"],
            "reps": args.reps}
@@ -214,7 +279,8 @@ def cmd_run(args) -> None:
                                         "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
     except Exception:  # noqa: BLE001
         pass
-    (outdir / "env.json").write_text(json.dumps(env, indent=1))
+    if not args.append:
+        (outdir / "env.json").write_text(json.dumps(env, indent=1))
     print(f"{env['gpu']} {env.get('driver')} copy {env['copy_tb_s']:.2f} TB/s", flush=True)
     from torch.profiler import ProfilerActivity, profile
 
@@ -224,6 +290,19 @@ def cmd_run(args) -> None:
 
     t_start = time.time()
     only = args.problems.split(",") if args.problems else None
+    todo = [e["problem"] for e in plan["problems"] if not only or any(o in e["problem"] for o in only)]
+
+    def restart_without(name: str, vid: str) -> None:
+        """A variant left a sticky CUDA error (a trap, a bad address): this process's context is
+        lost. Start again from this problem in a fresh process, without that variant."""
+        rows_f.close()
+        left = todo[todo.index(name):]
+        argv = [sys.executable, str(Path(__file__).resolve()), "run", "--dir", str(base), "--out", str(outdir),
+                "--reps", str(args.reps), "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
+                "--problems", ",".join(left), "--exclude", ",".join(excluded | {f"{name}/{vid}"}), "--append"]
+        print(f"STICKY CUDA ERROR in {name} {vid}: restarting without it", flush=True)
+        os.execv(sys.executable, argv)
+
     for entry in plan["problems"]:
         name = entry["problem"]
         if only and not any(o in name for o in only):
@@ -237,6 +316,8 @@ def cmd_run(args) -> None:
         ref = ns["run"]
         rts = {}
         for v in entry["variants"]:
+            if f"{name}/{v['id']}" in excluded:
+                continue
             try:
                 rts[v["id"]] = load_stage(base / v["dir"])
             except Exception as ex:  # noqa: BLE001
@@ -262,7 +343,10 @@ def cmd_run(args) -> None:
                         err = max(err, cmp.max_abs_err or 0.0)
                     status[vid] = (ok, why, err)
                 except Exception as ex:  # noqa: BLE001
-                    torch.cuda.synchronize()
+                    try:
+                        torch.cuda.synchronize()
+                    except Exception:  # noqa: BLE001
+                        restart_without(name, vid)
                     status[vid] = (False, f"{type(ex).__name__}: {ex}"[:300], None)
             fns = [("torch", lambda i: ref(**sets[i % 2]))]
             fns += [(vid, (lambda p: (lambda i: p[i % 2].run()))(plans[vid])) for vid in rts
@@ -335,9 +419,23 @@ def _gm(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+RANGE_KEYS = {"S0": [f"TS0_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
+              "S1": [f"TS1_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
+              "T0": [f"T0_{k}" for k in ("BM", "BN", "ST", "SPLIT")],
+              "T1": [f"T1_{k}" for k in ("BM", "BN", "ST", "SPLIT")],
+              "T2": [f"T2_{k}" for k in ("BM", "BN", "ST", "SPLIT")]}
+
+
+def _differs_only(params: dict, base: dict, keys) -> bool:
+    return all(params.get(k) == base.get(k) for k in set(base) | set(params) if k not in keys)
+
+
 def analyse(rows: list[dict], plan: dict) -> dict:
-    """problem -> per range the winner (label, its speedups), the combined params and speedups."""
-    from solforge.kernels.gemm_wgmma import GemmWgmmaFamily
+    """Per problem the best realizable candidate: every M-range's config taken from the variant that
+    is fastest there (geomean) among the variants that differ from the base only in that range's
+    params, so each workload's time is one measured with exactly the code path it gets. Choices
+    that couple ranges are enumerated: CSPLIT (T0 and T1 together) and wgmma instead of the skinny
+    tier for M = 17..64 (S1wg: T0's config then serves 17..128)."""
     out = {}
     for entry in plan["problems"]:
         name = entry["problem"]
@@ -349,74 +447,110 @@ def analyse(rows: list[dict], plan: dict) -> dict:
         for r in rs:
             if r["variant"] != "torch":
                 by_v.setdefault(r["variant"], {})[r["M"]] = r
-        labels = {v["id"]: v for v in entry["variants"]}
+        var = {v["id"]: v for v in entry["variants"] if v["id"] in by_v}
+        base = next(v for v in entry["variants"] if v["label"] == "base")["params"]
         ms = sorted(torch_t)
-        # per range: the variant with the best geomean over the range's workloads, among those
-        # correct on all of them whose config for that range is realizable together with the others
-        win = {}
-        for rng, lo, hi in RANGES:
-            mr = [m for m in ms if lo < m <= hi]
-            if not mr:
-                continue
-            cands = []
-            for vid, d in by_v.items():
-                if labels[vid]["label"].startswith("S1wg") and rng != "S1":
-                    continue
-                if all(d.get(m, {}).get("ok") and d[m].get("t_ms") for m in mr):
-                    cands.append((_gm([torch_t[m] / d[m]["t_ms"] for m in mr]), vid))
-            if cands:
-                g, vid = max(cands)
-                win[rng] = (vid, g, {m: torch_t[m] / by_v[vid][m]["t_ms"] for m in mr})
-        # combination: each range's winner; S1wg (wgmma on 17..64) needs T0's config to be its own
-        base = next(v for v in entry["variants"] if v["label"] == "base")
-        params = dict(base["params"])
-        ranges_p = {"S0": ("TS0_", ("MT", "RT", "WR", "WK", "KJ", "CL")),
-                    "S1": ("TS1_", ("MT", "RT", "WR", "WK", "KJ", "CL")),
-                    "T0": ("T0_", ("BM", "BN", "ST", "SPLIT")), "T1": ("T1_", ("BM", "BN", "ST", "SPLIT")),
-                    "T2": ("T2_", ("BM", "BN", "ST", "SPLIT"))}
-        speed = {}
-        for rng, (vid, g, sp) in win.items():
-            src = labels[vid]
-            if src["label"] in ("EVF0", "CSPLIT0"):
-                params[{"EVF0": "EVF", "CSPLIT0": "CSPLIT"}[src["label"]]] = src["params"][
-                    {"EVF0": "EVF", "CSPLIT0": "CSPLIT"}[src["label"]]]
-            if src["label"].startswith("S1wg"):
-                params["TS1_MAXM"] = params["TS0_MAXM"]
-                for key in ranges_p["T0"][1]:
-                    params[f"T0_{key}"] = src["params"][f"T0_{key}"]
-            else:
-                pre, keys = ranges_p[rng]
-                for key in keys:
-                    params[pre + key] = src["params"][pre + key]
-            speed.update(sp)
-        # a T0 winner that conflicts with an S1wg choice: re-measured numbers do not exist; mark it
-        conflict = ("S1" in win and labels[win["S1"][0]]["label"].startswith("S1wg") and "T0" in win
-                    and any(labels[win["T0"][0]]["params"][f"T0_{k}"] != params[f"T0_{k}"]
-                            for k in ranges_p["T0"][1]))
-        if conflict:  # fall back to the S1wg variant's T0 config for 65..128 as well
-            vid = win["S1"][0]
-            for m in [m for m in ms if 64 < m <= 128]:
-                d = by_v[vid].get(m, {})
-                speed[m] = torch_t[m] / d["t_ms"] if d.get("ok") and d.get("t_ms") else speed.get(m)
-        GemmWgmmaFamily.__name__  # noqa: B018 (import check)
-        out[name] = {"win": {r: (labels[v]["label"], g) for r, (v, g, _) in win.items()}, "params": params,
-                     "speedup": speed, "torch_ms": torch_t,
-                     "best_single": max(((_gm([torch_t[m] / d[m]["t_ms"] for m in ms]), labels[vid]["label"])
-                                         for vid, d in by_v.items()
-                                         if all(d.get(m, {}).get("ok") and d[m].get("t_ms") for m in ms)),
-                                        default=(float("nan"), "-")),
-                     "fails": sorted({labels[r["variant"]]["label"] for r in rs
-                                      if r["variant"] != "torch" and not r.get("ok")})}
+        in_rng = {rng: [m for m in ms if lo < m <= hi] for rng, lo, hi in RANGES}
+
+        def score(vid, mlist):  # geomean speedup of a variant over workloads; None if any failed
+            d = by_v.get(vid, {})
+            if not mlist or not all(d.get(m, {}).get("ok") and d[m].get("t_ms") for m in mlist):
+                return None
+            return _gm([torch_t[m] / d[m]["t_ms"] for m in mlist])
+
+        def best(rng, keys, extra_ok=lambda p: True, ref=base):
+            c = [(score(vid, in_rng[rng]), vid) for vid, v in var.items()
+                 if _differs_only(v["params"], ref, keys) and extra_ok(v["params"])]
+            c = [x for x in c if x[0] is not None]
+            return max(c) if c else None
+
+        choice = {}
+        for rng in ("S0", "T2"):
+            if in_rng[rng]:
+                choice[rng] = best(rng, RANGE_KEYS[rng])
+        plans = []
+        for cs in (1, 0):
+            ref = dict(base, CSPLIT=cs)
+            cs_keys = RANGE_KEYS["T0"] + RANGE_KEYS["T1"] + ["CSPLIT"]
+            t0 = best("T0", cs_keys, lambda p: p["CSPLIT"] == cs, ref) if in_rng["T0"] else None
+            t1 = best("T1", cs_keys, lambda p: p["CSPLIT"] == cs, ref) if in_rng["T1"] else None
+            s1 = best("S1", RANGE_KEYS["S1"]) if in_rng["S1"] else None
+            plans.append({"CSPLIT": cs, "S1": s1, "T0": t0, "T1": t1, "S1wg": None})
+            if cs == 1:
+                for vid, v in var.items():
+                    if v["label"].startswith("S1wg"):
+                        plans.append({"CSPLIT": 1, "S1": (score(vid, in_rng["S1"]), vid),
+                                      "T0": (score(vid, in_rng["T0"]), vid), "T1": t1, "S1wg": vid})
+        def plan_score(pl):
+            sp = []
+            for rng in ("S0", "T2"):
+                if in_rng[rng]:
+                    if not choice.get(rng):
+                        return None
+                    sp += [choice[rng][0]] * len(in_rng[rng])
+            for rng in ("S1", "T0", "T1"):
+                if in_rng[rng]:
+                    if not pl[rng] or pl[rng][0] is None:
+                        return None
+                    sp += [pl[rng][0]] * len(in_rng[rng])
+            return _gm(sp)
+        scored = [(plan_score(pl), i) for i, pl in enumerate(plans)]
+        scored = [x for x in scored if x[0] is not None]
+        if not scored:
+            out[name] = None
+            continue
+        pl = plans[max(scored)[1]]
+        params = dict(base, CSPLIT=pl["CSPLIT"])
+        picked = {rng: choice[rng][1] for rng in ("S0", "T2") if choice.get(rng)}
+        picked.update({rng: pl[rng][1] for rng in ("S1", "T0", "T1") if pl[rng]})
+        for rng, vid in picked.items():
+            src = var[vid]["params"]
+            keys = RANGE_KEYS[rng] + (["TS1_MAXM"] + RANGE_KEYS["T0"] if pl["S1wg"] == vid else [])
+            for k in keys:
+                params[k] = src[k]
+        speed, used = {}, {}
+        for rng, vid in picked.items():
+            for m in in_rng[rng]:
+                d = by_v[vid][m]
+                speed[m], used[m] = torch_t[m] / d["t_ms"], d
+        single = [(score(vid, ms), v["label"]) for vid, v in var.items()]
+        single = [x for x in single if x[0] is not None]
+        evf0 = next((vid for vid, v in var.items() if v["label"] == "EVF0"), None)
+        base_id = next(vid for vid, v in var.items() if v["label"] == "base")
+        evf_ratio = None
+        if evf0:
+            both = [m for m in ms if by_v[evf0].get(m, {}).get("ok") and by_v[base_id].get(m, {}).get("ok")]
+            evf_ratio = _gm([by_v[evf0][m]["t_ms"] / by_v[base_id][m]["t_ms"] for m in both]) if both else None
+        out[name] = {"win": {rng: (var[vid]["label"], _gm([speed[m] for m in in_rng[rng]]))
+                             for rng, vid in picked.items()},
+                     "params": params, "speedup": speed, "torch_ms": torch_t, "rows": used,
+                     "best_single": max(single, default=(float("nan"), "-")),
+                     "evf0_over_base_time": evf_ratio,
+                     "fails": sorted({var[r["variant"]]["label"] for r in rs
+                                      if r["variant"] in var and not r.get("ok")})}
     return out
 
 
+def load_rows(rows_path: Path) -> list[dict]:
+    """Rows, the last one per (problem, M, variant) (a restarted problem writes its rows again)."""
+    rows = {}
+    for line in rows_path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            rows[(r["problem"], r["M"], r["variant"])] = r
+    return list(rows.values())
+
+
 def report_text(rows_path: Path, plan_path: Path) -> str:
-    rows = [json.loads(l) for l in rows_path.read_text().splitlines() if l.strip()]
+    rows = load_rows(rows_path)
     plan = json.loads(plan_path.read_text())
     res = analyse(rows, plan)
     lines = [f"{'problem':24s} {'n':>3s} {'all_M':>6s} {'M<=64':>6s} {'best1':>6s}  per-range winner (geomean x)"]
     alls, smalls = [], []
     for name, r in res.items():
+        if r is None:
+            lines.append(f"{name[:24]:24s} no realizable candidate")
+            continue
         sp = r["speedup"]
         g_all = _gm(list(sp.values()))
         g_small = _gm([x for m, x in sp.items() if m <= SMALL_M])
@@ -424,16 +558,33 @@ def report_text(rows_path: Path, plan_path: Path) -> str:
         smalls.append(g_small)
         wins = " ".join(f"{k}:{lab}={g:.2f}" for k, (lab, g) in r["win"].items())
         lines.append(f"{name[:24]:24s} {len(sp):3d} {g_all:6.3f} {g_small:6.3f} {r['best_single'][0]:6.3f}  {wins}"
+                     + (f"  EVF0/base time {r['evf0_over_base_time']:.3f}" if r["evf0_over_base_time"] else "")
                      + (f"  FAILS {r['fails']}" if r["fails"] else ""))
     lines.append(f"{'geomean over problems':24s} {'':3s} {_gm(alls):6.3f} {_gm(smalls):6.3f}")
     lines.append("")
     lines.append(f"{'problem':24s} {'M':>6s} {'torch_us':>9s} {'ours_us':>9s} {'x':>6s}")
     for name, r in res.items():
+        if r is None:
+            continue
         for m in sorted(r["speedup"]):
             t = r["torch_ms"][m]
             x = r["speedup"][m]
             lines.append(f"{name[:24]:24s} {m:6d} {t * 1e3:9.1f} {t / x * 1e3 if x else float('nan'):9.1f} {x or 0:6.2f}")
     return "\n".join(lines) + "\n"
+
+
+def _workload_entry(problem, m: int, t_base: float, row: dict) -> dict:
+    n, k = problem.definition.const_axes["N"], problem.definition.const_axes["K"]
+    nbytes, flops = 2.0 * (m * k + n * k + m * n), 2.0 * m * n * k
+    t_sol = max(nbytes / 4.8e12, flops / 989e12) * 1e3   # H200 datasheet ceilings, as bench_kernels
+    tk = row["t_ms"]
+    wi = next(i for i, w in enumerate(problem.workloads) if w.uuid == row["uuid"])
+    return {"workload": wi, "uuid": row["uuid"], "axes": {"N": n, "K": k, "M": m}, "axes_str": f"M={m}",
+            "t_kernel_ms": tk, "t_eager_ms": t_base, "t_compile_ms": None, "t_base_ms": t_base,
+            "speedup": t_base / tk, "t_sol_ms": t_sol,
+            "sol_score": 1.0 / (1.0 + (tk - t_sol) / (t_base - t_sol)) if t_base > t_sol else None,
+            "bytes": nbytes, "flops": flops, "achieved_tb_s": nbytes / (tk * 1e-3) / 1e12,
+            "max_abs_err": row.get("max_abs_err"), "variant": row["label"]}
 
 
 def cmd_report(args) -> None:
@@ -445,13 +596,15 @@ def cmd_report(args) -> None:
     if args.best:
         from solforge.kernels import get_family
         from solforge.problem.loader import load_problem_dir
-        rows = [json.loads(l) for l in rows_path.read_text().splitlines() if l.strip()]
+        rows = load_rows(rows_path)
         plan = json.loads(plan_path.read_text())
         env = json.loads((rows_path.parent / "env.json").read_text()) if (rows_path.parent / "env.json").exists() else {}
         fam = get_family("gemm_wgmma")
         bdir = fam.family_dir / "best"
         bdir.mkdir(parents=True, exist_ok=True)
         for name, r in analyse(rows, plan).items():
+            if r is None:
+                continue
             problem = load_problem_dir(Path(args.shared) / "sol_execbench" / "FlashInfer-Bench" / name)
             cand = fam.instantiate(problem, r["params"])
             sp = r["speedup"]
@@ -465,9 +618,8 @@ def cmd_report(args) -> None:
                 "timing": "CUPTI kernel spans (solforge.evaluate.timing), L2 flushed + sync before each "
                           "call, 2 input sets alternated, median; scripts/bench_gemm.py",
                 "baseline": "the reference (torch.matmul(A, B.T), cuBLAS), timed the same way, interleaved",
-                "workloads": [{"M": m, "t_base_ms": r["torch_ms"][m], "speedup": sp[m],
-                               "t_kernel_ms": r["torch_ms"][m] / sp[m] if sp[m] else None}
-                              for m in sorted(sp)],
+                "overall_best": True,
+                "workloads": [_workload_entry(problem, m, r["torch_ms"][m], r["rows"][m]) for m in sorted(sp)],
                 "candidate": cand.model_dump()}, indent=1))
         print(f"wrote {bdir}")
 
@@ -480,12 +632,21 @@ def main() -> None:
     p.add_argument("--shared", default=str(REPO.parent / "shared"))
     p.add_argument("--problems", default="")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--keep", action="store_true", help="reuse stages of the same params in --dir")
+    a = sub.add_parser("add")
+    a.add_argument("--dir", default=str(REPO / ".carry" / "gemm"))
+    a.add_argument("--problems", default="")
+    a.add_argument("--labels", default="")
+    a.add_argument("--params", default="")
+    a.add_argument("--jobs", type=int, default=3)
     r = sub.add_parser("run")
     r.add_argument("--dir", default=str(REPO / ".carry" / "gemm"))
     r.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     r.add_argument("--problems", default="")
     r.add_argument("--reps", type=int, default=10)
     r.add_argument("--time-limit", type=float, default=300.0)
+    r.add_argument("--exclude", default="", help="problem/vid,... not run (set by a restart)")
+    r.add_argument("--append", action="store_true")
     s = sub.add_parser("report")
     s.add_argument("--rows", required=True)
     s.add_argument("--plan", required=True)
@@ -493,7 +654,7 @@ def main() -> None:
     s.add_argument("--best", action="store_true", help="write kernels_cuda/gemm_wgmma/best/<problem>.json")
     s.add_argument("--shared", default=str(REPO.parent / "shared"))
     args = ap.parse_args()
-    {"prepare": cmd_prepare, "run": cmd_run, "report": cmd_report}[args.cmd](args)
+    {"prepare": cmd_prepare, "add": cmd_add, "run": cmd_run, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -264,18 +264,20 @@ class GemmWgmmaFamily(Family):
         join = lambda xs: " + ".join(f"{s} * {x}" for s, x in zip(sel, xs))
         split_tiers = [i for i in (0, 1) if p[f"T{i}_SPLIT"] > 1]
         if p["CSPLIT"] or not split_tiers:
-            tickets, ws = 4, "0"
+            # no workspace, so no memset launch before the kernel; the kernel's ws argument is
+            # never read then, and the launcher refuses 'workspace' when it is 0 bytes: pass C
+            tickets, ws, ws_arg = 4, "0", spec.info["c"]
         else:
             tickets = max([4] + [-(-p[f"T{i}_MAXM"] // p[f"T{i}_BM"]) * (n // p[f"T{i}_BN"])
                                  for i in split_tiers])
             tickets = -(-tickets // 4) * 4  # keeps the fp32 partials 16-byte aligned
-            # only the split tiers have a workspace: none (no memset launch) for the other tiers
-            ws = (f"({sel[2]} * (T0_SPLIT > 1) + {sel[3]} * (T1_SPLIT > 1)) * (4 * TICKETS + 4 * {n} * ({m})"
-                  f" * ({sel[2]} * T0_SPLIT + {sel[3]} * T1_SPLIT))")
+            ws = (f"4 * TICKETS + 4 * {n} * ({m}) * ({sel[2]} * (T0_SPLIT > 1) * T0_SPLIT"
+                  f" + {sel[3]} * (T1_SPLIT > 1) * T1_SPLIT)")
+            ws_arg = "workspace"
         src = read_source("gemm_wgmma", "gemm_wgmma.cu")
         launch = Launch(kernel="gemm_wgmma_kernel", grid=[join(grid)], block=[join(block)],
                         smem=join(smem), cluster=[join(cluster)],
-                        args=[spec.info["a"], spec.info["b"], spec.info["c"], "workspace", f"int32:{m}"])
+                        args=[spec.info["a"], spec.info["b"], spec.info["c"], ws_arg, f"int32:{m}"])
         return Candidate(problem=defn.name, language="cuda", sources={"gemm_wgmma.cu": src},
                          params={**spec.fixed, "TICKETS": tickets, **p}, launches=[launch],
                          workspace=ws, notes="family=gemm_wgmma")
