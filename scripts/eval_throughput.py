@@ -16,6 +16,11 @@ GPU slot is held for exactly that long). Every run records its phases (solforge/
                          cubins (for tests/adversarial on a box without NVRTC) under --dir.
     run     (GPU box)    python3 scripts/eval_throughput.py run [--dir ...] [--out $OUT]
                          writes OUT/eval_throughput.json after every evaluation (a cut run keeps what it did)
+    cupti   (GPU box)    python3 scripts/eval_throughput.py cupti [--out $OUT]
+                         where a fresh process's first torch.profiler (kineto/CUPTI) session spends its
+                         ~5 s (enter / body / exit / records), in fresh processes: default, CUDA_MODULE_LOADING
+                         =EAGER, a session without GPU work first, a session begun before CUDA init.
+                         Writes OUT/cupti_init.json (~1 minute).
 
 Output: {"records": [{config, stage, problem, workloads, wall_s, launch, phases, statuses}], "summary":
 {config: {n, median_wall_s, mean_wall_s, median_phase_s}}, "zygote": hello, "command"}.
@@ -176,6 +181,59 @@ def cmd_run(args) -> None:
     print(json.dumps(result["summary"], indent=1))
 
 
+_CUPTI_PROBE = r"""
+import json, os, sys, time
+T = {}
+t = time.perf_counter(); import torch; from torch.profiler import ProfilerActivity, profile
+T["import_s"] = time.perf_counter() - t
+variant = sys.argv[1]
+
+def session(work=True):
+    r = {}
+    t = time.perf_counter(); p = profile(activities=[ProfilerActivity.CUDA]); p.__enter__()
+    r["enter_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if work:
+        torch.cuda._sleep(1); x = torch.ones(1 << 20, device="cuda"); x.mul_(2); torch.cuda.synchronize()
+    r["body_s"] = time.perf_counter() - t
+    t = time.perf_counter(); p.__exit__(None, None, None); r["exit_s"] = time.perf_counter() - t
+    t = time.perf_counter(); n = len(list(p.profiler.kineto_results.events())); r["events_s"] = time.perf_counter() - t
+    r["events"] = n
+    return r
+
+if variant == "before_cuda_init":
+    T["session0_no_cuda"] = session(work=False)
+t = time.perf_counter(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+T["cuda_init_s"] = time.perf_counter() - t
+if variant == "empty_first":
+    T["session0_empty"] = session(work=False)
+T["session1"] = session()
+T["session2"] = session()
+print(json.dumps(T))
+"""
+
+
+def cmd_cupti(args) -> None:
+    dest = Path(args.out or os.environ.get("OUT") or REPO / "data" / "results")
+    dest.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for variant, extra in (("default", {}), ("default", {}), ("eager", {"CUDA_MODULE_LOADING": "EAGER"}),
+                           ("empty_first", {}), ("before_cuda_init", {})):
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", _CUPTI_PROBE, variant], capture_output=True, text=True,
+                           env={**os.environ, **extra}, timeout=120)
+        row = {"variant": variant, "env": extra, "process_s": round(time.perf_counter() - t0, 3),
+               "rc": p.returncode, "stderr_tail": p.stderr[-600:]}
+        try:
+            row.update(json.loads(p.stdout.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            pass
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        (dest / "cupti_init.json").write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows},
+                                                         indent=1))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -196,6 +254,9 @@ def main(argv=None) -> None:
     r.add_argument("--timeout", type=float, default=120.0)
     r.add_argument("--out")
     r.set_defaults(func=cmd_run)
+    c = sub.add_parser("cupti")
+    c.add_argument("--out")
+    c.set_defaults(func=cmd_cupti)
     a = ap.parse_args(argv)
     a.func(a)
 

@@ -140,6 +140,9 @@ def shutdown_zygotes() -> None:
 
 
 atexit.register(shutdown_zygotes)
+# A runner forked from this process (multiprocessing's fork start method) must not use or close
+# its parent's zygotes (their Popen objects are the parent's): it starts its own.
+os.register_at_fork(after_in_child=_ZYGOTES.clear)
 
 
 class _Spawned:
