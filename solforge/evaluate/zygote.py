@@ -436,11 +436,9 @@ class Zygote:
             self.proc.wait()
         finally:
             self._log.close()
-            for p in (self.sock_path,):
-                try:
-                    os.unlink(p)
-                except OSError:
-                    pass
+            import shutil
+
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
