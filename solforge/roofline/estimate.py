@@ -23,6 +23,7 @@ import torch
 from ..problem.dtypes import itemsize
 from ..problem.loader import Problem
 from ..problem.workload import ResolvedWorkload
+from . import build_fast
 from .hardware import HardwareProfile
 from .inputs import build_inputs
 from .trace import HybridMode, InputUse, Origins, nbytes, patch_cuda_init
@@ -166,8 +167,12 @@ def trace_workload(wl: ResolvedWorkload, index: int,
     origins = Origins()
     log: list = []
     try:
-        with HybridMode(counting=False, origins=origins):
-            inputs = build_inputs(wl, module)
+        if defn.custom_inputs_entrypoint and build_fast.ENABLED:
+            # custom builders loop per element: torch-function level, native where exact (build_fast.py)
+            inputs, _how = build_fast.build_fast(lambda: build_inputs(wl, module), origins, index)
+        else:
+            with HybridMode(counting=False, origins=origins):
+                inputs = build_inputs(wl, module)
         for k, v in inputs.items():
             if isinstance(v, torch.Tensor):
                 use.mark(k, v)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .fastpaths import ViewNonzero, index_meta, masked_fill
 from .flops import matmul_operands, op_flops
 
 META = torch.device("meta")
@@ -47,6 +48,9 @@ MAX_BUILD_OPS = 1_000_000
 # ... or runs longer than this (seconds of wall time per workload).
 MAX_SECONDS = 15.0
 
+_INDEX_TENSOR = torch.ops.aten.index.Tensor
+_NONZERO = torch.ops.aten.nonzero.default
+_INDEX_PUT_ = torch.ops.aten.index_put_.default
 _GATHER_SRC0 = {"index", "index_select", "gather", "take", "_unsafe_index", "take_along_dim"}
 
 
@@ -325,6 +329,7 @@ class HybridMode(TorchDispatchMode):
         self.origins = origins if origins is not None else Origins()
         self.t0 = time.perf_counter()
         self._materialized: list = []  # [(weakref to a meta tensor, the values it was filled with)]
+        self._nonzero = ViewNonzero()
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -361,16 +366,19 @@ class HybridMode(TorchDispatchMode):
             out = self._factory(func, args, kwargs)
         elif any(t.is_meta for t in tensors):
             out = self._mixed(func, name, args, kwargs, tensors)
+        elif func is _INDEX_PUT_ and (fill := masked_fill(args, kwargs)) is not None:
+            out = fill  # x[mask] = c on real tensors, as masked_fill_ (fastpaths.masked_fill)
         elif any(_is_floatish(t) for t in tensors):
             out = self._real_or_meta(func, args, kwargs)
         elif any(t.numel() > BIG_INDEX_NUMEL for t in tensors):
             out = self._real_or_meta(func, args, kwargs)  # e.g. .contiguous() of an expanded mask
         else:
-            if name == "nonzero" and not args[0].is_contiguous():
-                # same indices; torch's CPU nonzero is ~4x slower on a strided view (an MoE
-                # reference's expert_mask[e] of a permuted one_hot, once per expert)
-                args = (args[0].contiguous(),) + tuple(args[1:])
-            out = func(*args, **kwargs)  # integer/bool bookkeeping: always real
+            if func is _NONZERO and not args[0].is_contiguous():
+                # same indices; torch's CPU nonzero is slow on a strided view (an MoE reference's
+                # expert_mask[e] of a permuted one_hot, once per expert): fastpaths.ViewNonzero
+                out = self._nonzero.nonzero(args[0])
+            else:
+                out = func(*args, **kwargs)  # integer/bool bookkeeping: always real
         outs = _tensors(out)
         reads = self.use.observe(func, name, args, out, arg_tensors, outs) if self.use is not None \
             else _NONE
@@ -420,6 +428,8 @@ class HybridMode(TorchDispatchMode):
         if small and name not in ("copy_",) and self._needs_values(func, name, tensors):
             return self._real(func, args, kwargs)
         out = _fast_pointwise(func, name, args, kwargs, tensors)
+        if out is None and func is _INDEX_TENSOR and not kwargs and args[0].is_meta:
+            out = index_meta(args[0], args[1])
         if out is None:
             try:
                 out = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
