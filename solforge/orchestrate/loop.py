@@ -99,6 +99,10 @@ class OrchestratedLoop(OptimizeLoop):
 
     # ---- run, resumed --------------------------------------------------------------------------
     def run(self) -> LoopReport:
+        if self.lab.has_gpu:
+            from ..evaluate import runner
+
+            runner.prestart()  # the evaluator's fork server imports torch while the first compiles run
         self.resume_state = st = resume.prepare(self.store, self.key, self.lab.has_gpu)
         self.spent.add(attempts=st.spent_attempts, gpu_seconds=st.spent_gpu_seconds)
         if st.prior_runs:
