@@ -15,7 +15,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SOLFORGE_CACHE_DIR=/tmp/sfca
 export SOLFORGE_CUTE_PREBUILT=$PWD/.carry/scaling/cute_prebuilt
 export LITELLM_LOCAL_MODEL_COST_MAP=True NCCL_NVLS_ENABLE=0
 S=.carry/scaling; L=/tmp/logs; mkdir -p $L $OUT/bl
-T1=${T1:-150}; T2=${T2:-240}
+T1=${T1:-180}; T2=${T2:-240}
 nvidia-smi -L > $L/00_gpus.txt 2>&1
 opt() {  # $1 name, $2 gpus, $3 seconds
   cp $S/seed.duckdb $OUT/$1.duckdb
@@ -31,6 +31,9 @@ CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider 
 # timing repeatability with a warm-up long enough for the GEMM's clocks to settle (GPU 1, ~40 s)
 CUDA_VISIBLE_DEVICES=1 timeout -k 5 120 python3 scripts/timing_spread.py --warmup-ms ${SPREAD_WARMUP_MS:-3000} \
   --out /tmp/spread.txt > $L/06_spread.log 2>&1; echo "spread rc=$?" >> $L/06_spread.log
+# where the first CUPTI session's ~5 s per evaluation goes (GPU 1, ~60 s)
+CUDA_VISIBLE_DEVICES=1 timeout -k 5 90 python3 scripts/eval_throughput.py cupti --out /tmp/cupti.json \
+  > $L/07_cupti.log 2>&1; echo "cupti rc=$?" >> $L/07_cupti.log; cat /tmp/cupti.json >> $L/07_cupti.log 2>/dev/null
   LEFT=$((T1 - $(date +%s) + T0)); [ $LEFT -lt 30 ] && LEFT=30
   CUDA_VISIBLE_DEVICES=1 timeout -k 5 $((LEFT + 10)) python3 scripts/run_baselines.py --dataset $S/dataset \
     --out $OUT/bl --work /tmp/blw --deadline-s $LEFT --compile-workers ${CW:-8} > $L/20_baselines.log 2>&1
