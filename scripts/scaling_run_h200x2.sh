@@ -40,6 +40,15 @@ CUDA_VISIBLE_DEVICES=1 timeout -k 5 90 python3 scripts/eval_throughput.py cupti 
   echo "baselines rc=$?" >> $L/20_baselines.log ) &
 wait
 opt opt2 0,1 $T2
+# replay: the best attempt of three problems re-run from its DuckDB record, compared with the stored one
+for id in $(python3 -c "
+import duckdb, sys
+c = duckdb.connect(sys.argv[1], read_only=True)
+print(' '.join(r[0] for r in c.sql(\"SELECT attempt_id FROM v_best_per_problem ORDER BY sol_score DESC NULLS LAST LIMIT 3\").fetchall()))
+" $OUT/opt2.duckdb 2>> $L/80_replay.log); do
+  timeout -k 5 90 python3 -m solforge.cli --db $OUT/opt2.duckdb --json replay $id --record >> $L/80_replay.log 2>&1
+  echo "replay $id rc=$?" >> $L/80_replay.log
+done
 rm -f $OUT/bl/run.log
 for f in $L/*; do echo "=== $f"; cat "$f"; done > $OUT/logs.txt
 ls -la $OUT $OUT/bl
