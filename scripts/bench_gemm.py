@@ -598,7 +598,8 @@ def cmd_report(args) -> None:
         from solforge.problem.loader import load_problem_dir
         rows = load_rows(rows_path)
         plan = json.loads(plan_path.read_text())
-        env = json.loads((rows_path.parent / "env.json").read_text()) if (rows_path.parent / "env.json").exists() else {}
+        env_path = Path(args.env) if args.env else rows_path.parent / "env.json"
+        env = json.loads(env_path.read_text()) if env_path.exists() else {}
         fam = get_family("gemm_wgmma")
         bdir = fam.family_dir / "best"
         bdir.mkdir(parents=True, exist_ok=True)
@@ -651,6 +652,7 @@ def main() -> None:
     s.add_argument("--rows", required=True)
     s.add_argument("--plan", required=True)
     s.add_argument("--out", default="")
+    s.add_argument("--env", default="", help="env.json of the run (default: beside --rows)")
     s.add_argument("--best", action="store_true", help="write kernels_cuda/gemm_wgmma/best/<problem>.json")
     s.add_argument("--shared", default=str(REPO.parent / "shared"))
     args = ap.parse_args()

@@ -32,6 +32,10 @@ TIER_KEYS = ("BM", "BN", "ST", "SPLIT")
 SKINNY_KEYS = ("MAXM", "MT", "RT", "WR", "WK", "KJ", "CL")   # tiers S0, S1: TS{i}_{key}
 GLOBAL_KEYS = ("CSPLIT", "EVF")
 REGS_PER_SM, MAX_THREADS = 65536, 384
+# skinny partial sums stay under 48 KB with the kernel's 1.2 KB of static shared memory: the launcher
+# opts a kernel in to more only when the dynamic part alone exceeds 48 KB (static + 48 KB failed
+# with CUDA_ERROR_INVALID_VALUE on the H200)
+SKINNY_SMEM_MAX = 46 * 1024
 BK = 64
 SMEM_LIMIT = 227 * 1024 - 2048     # dynamic bytes per block: static smem (barriers + the 1 KB the
                                    # system reserves, 1168 in the cubin) must fit beside it
@@ -140,11 +144,18 @@ class GemmWgmmaFamily(Family):
         return t0, t1, t2
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
+        """Best guess first: the params measured best on the H200 for this problem
+        (kernels_cuda/gemm_wgmma/best/<problem>.json, scripts/bench_gemm.py) when there is one,
+        then one tier varied at a time around it. What the H200 sweep taught the default: the
+        skinny tier wins for M <= 16; for M = 17..64 wgmma with cluster split-K beats the skinny
+        MT=8 tier (S1 off: TS1_MAXM = TS0_MAXM, T0 serves 17..128)."""
         n, k = spec.info["n"], spec.info["k"]
         t0, t1, t2 = self._tier_options(n, k)
-        s0, s1 = skinny_options(n, k, 2), skinny_options(n, k, 8)
-        # cluster split-K (CSPLIT=1): at most 8 CTAs, dividing BM, the fp32 tile fits the stages
-        def clustered(opts):
+        s0 = skinny_options(n, k, 2)
+        s1 = [(s0[0][0],) + c[1:] for c in skinny_options(n, k, 8)[:1]]      # off
+        s1 += [c for c in skinny_options(n, k, 8) if skinny_smem(*c[1:5]) <= SKINNY_SMEM_MAX]  # on
+
+        def clustered(opts):  # CSPLIT=1: at most 8 CTAs, dividing BM, the fp32 tile fits the stages
             out = []
             for bm, bn, st, sp in opts:
                 sp = max(x for x in (1, 2, 4, 8) if x <= sp and bm % x == 0 and k % (BK * x) == 0)
@@ -152,10 +163,33 @@ class GemmWgmmaFamily(Family):
                 if (sp == 1 or split_tile_fits(bm, bn, st)) and c not in out:
                     out.append(c)
             return out
-        t0, t1 = clustered(t0), clustered(t1)
-        base = (s0[0], s1[0], t0[len(t0) // 2], t1[len(t1) // 2], t2[0])
-        # the large-M tier first, then the small-M ones (combine() joins the tiers' winners)
-        return vary_one_tier(base, ((4, t2), (0, s0), (1, s1), (2, t0), (3, t1)), self._params_of)
+        t0 = clustered([(128, bn, max_stages(128, bn), s) for bn in (256, 128) if n % bn == 0
+                        for s in self._splits(n, k, 128, bn, 1)] + t0)
+        t1 = clustered(t1)
+        s0 = [c for c in s0 if skinny_smem(*c[1:5]) <= SKINNY_SMEM_MAX]
+        base = (s0[0], s1[0], t0[0], t1[len(t1) // 2], t2[0])
+        t1_max = 1024 if n <= 256 else 256  # few N tiles: split-K pays up to larger M
+        measured = self._measured(defn, spec)
+        if measured is not None:
+            m = measured
+            tup = lambda pre, keys: tuple(m[f"{pre}{x}"] for x in keys)
+            base = (tup("TS0_", SKINNY_KEYS), tup("TS1_", SKINNY_KEYS), tup("T0_", TIER_KEYS),
+                    tup("T1_", TIER_KEYS), tup("T2_", TIER_KEYS))
+        out = [measured] if measured is not None else []
+        po = lambda *tiers: self._params_of(*tiers, t1_max=(measured or {}).get("T1_MAXM", t1_max))
+        for p in vary_one_tier(base, ((4, t2), (0, s0), (1, s1), (2, t0), (3, t1)), po):
+            if p not in out:
+                out.append(p)
+        return out
+
+    def _measured(self, defn: Definition, spec: Spec) -> Optional[dict]:
+        path = CUDA_DIR / "gemm_wgmma" / "best" / f"{defn.name}.json"
+        try:
+            params = json.loads(path.read_text())["params"]
+            self._check_params(defn, spec, params)
+            return params
+        except (OSError, ValueError, KeyError, FamilyError):
+            return None
 
     @staticmethod
     def _params_of(s0, s1, t0, t1, t2, t0_max: int = 128, t1_max: int = 256, csplit: int = 1,
@@ -217,6 +251,9 @@ class GemmWgmmaFamily(Family):
                 raise FamilyError(f"skinny tier {i}: MT={mt} (1|2|4|8), RT={rt} (1|2), KJ={kj}, CL={cl} (1|2|4|8)")
             if wr < 1 or wk < 1 or 32 * wr * wk > MAX_THREADS or mx > 8 * mt:
                 raise FamilyError(f"skinny tier {i}: {32 * wr * wk} threads (<= 384), MAXM={mx} <= 8*MT={8 * mt}")
+            if skinny_smem(mt, rt, wr, wk) > SKINNY_SMEM_MAX:
+                raise FamilyError(f"skinny tier {i}: {skinny_smem(mt, rt, wr, wk)} bytes of partial sums "
+                                  f"(<= {SKINNY_SMEM_MAX})")
             if n % (16 * rt * wr) or k % (cl * 32 * kj):
                 raise FamilyError(f"skinny tier {i}: 16*RT*WR={16 * rt * wr} must divide N={n}, "
                                   f"CL*32*KJ={cl * 32 * kj} K={k}")
