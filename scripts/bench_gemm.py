@@ -112,6 +112,26 @@ def variants_for(n: int, k: int, full: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
+def variants_final(name: str, n: int, k: int) -> list[tuple[str, dict]]:
+    """The measured best candidate (best/<problem>.json, as "base") and, for the few-N-tile problems
+    (N <= 256), split-K up to M = 1024 (T1_MAXM): there M = 289..952 ran unsplit on 8-16 CTAs."""
+    from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages, split_tile_fits
+    best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
+    out = [("base", dict(best))]
+    if n <= 256:
+        j = 0
+        for bm, bn in ((128, 128), (64, 128), (128, 64), (64, 64)):
+            st = max_stages(bm, bn)
+            if n % bn or not split_tile_fits(bm, bn, st):
+                continue
+            for sp in (8, 4):
+                if bm % sp or k % (64 * sp):
+                    continue
+                out.append((f"T1big.{j}", dict(best, T1_MAXM=1024, T1_BM=bm, T1_BN=bn, T1_ST=st, T1_SPLIT=sp)))
+                j += 1
+    return out
+
+
 # ──────────────────────────────────────────── prepare (CPU) ──────────────────────────────────────
 def _res_usage(cubin: Path) -> dict:
     from tests.unit.test_compile_arch import _wheel_bin  # the cuobjdump of the nvidia wheels
@@ -150,7 +170,8 @@ def cmd_prepare(args) -> None:
         for f in ("definition.json", "workload.jsonl", "reference.py"):
             shutil.copy(pdir / f, pd / f)
         entry = {"problem": name, "n": n, "k": k, "variants": []}
-        for i, (label, params) in enumerate(variants_for(n, k)):
+        vs = variants_final(name, n, k) if args.final else variants_for(n, k)
+        for i, (label, params) in enumerate(vs):
             cand = fam.instantiate(problem, params)
             entry["variants"].append({"id": f"v{i}", "label": label, "params": params, "dir": f"{name}/v{i}"})
             jobs.append((cand, out / name / f"v{i}", entry["variants"][-1]))
@@ -634,6 +655,8 @@ def main() -> None:
     p.add_argument("--problems", default="")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--keep", action="store_true", help="reuse stages of the same params in --dir")
+    p.add_argument("--final", action="store_true", help="the measured best per problem (best/) and "
+                   "split-K up to M = 1024 for N <= 256, instead of the sweep")
     a = sub.add_parser("add")
     a.add_argument("--dir", default=str(REPO / ".carry" / "gemm"))
     a.add_argument("--problems", default="")

@@ -176,6 +176,13 @@ class GemmWgmmaFamily(Family):
             base = (tup("TS0_", SKINNY_KEYS), tup("TS1_", SKINNY_KEYS), tup("T0_", TIER_KEYS),
                     tup("T1_", TIER_KEYS), tup("T2_", TIER_KEYS))
         out = [measured] if measured is not None else []
+        if measured is not None and n <= 256 and measured["T1_MAXM"] < 1024:
+            # untimed: the measured best ran M = 289..952 unsplit on 8-16 CTAs (0.2-0.4x of cuBLAS);
+            # a cluster split-K tier up to M = 1024 is the next thing to try there
+            for bm, bn in ((128, 128), (64, 128)):
+                st = max_stages(bm, bn)
+                if n % bn == 0 and split_tile_fits(bm, bn, st) and k % (BK * 8) == 0:
+                    out.append(dict(measured, T1_MAXM=1024, T1_BM=bm, T1_BN=bn, T1_ST=st, T1_SPLIT=8))
         po = lambda *tiers: self._params_of(*tiers, t1_max=(measured or {}).get("T1_MAXM", t1_max))
         for p in vary_one_tier(base, ((4, t2), (0, s0), (1, s1), (2, t0), (3, t1)), po):
             if p not in out:
