@@ -239,10 +239,18 @@ class CandidateRuntime:
         self._smem_set: dict[str, int] = {}
 
     def _ensure_smem(self, kernel: str, smem: int) -> None:
-        """Opt a kernel in to `smem` bytes of dynamic shared memory when it needs more than 48 KB."""
-        if smem <= _STATIC_SMEM_LIMIT or self._smem_set.get(kernel, 0) >= smem:
+        """Opt a kernel in to `smem` bytes of dynamic shared memory when dynamic plus its static shared
+        memory exceed 48 KB (48 KB dynamic + 1 KB static fails to launch without the opt-in)."""
+        if self._smem_set.get(kernel, 0) >= smem:
             return
         drv = _drv()
+        if smem <= _STATIC_SMEM_LIMIT:
+            static = check(drv.cuFuncGetAttribute(
+                drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.functions[kernel]),
+                f"cuFuncGetAttribute(SHARED_SIZE_BYTES) for {kernel}")
+            if smem + int(static) <= _STATIC_SMEM_LIMIT:
+                self._smem_set[kernel] = smem  # fits without the opt-in
+                return
         attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         check(drv.cuFuncSetAttribute(self.functions[kernel], attr, smem),
               f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem}) for {kernel}")
