@@ -7,7 +7,7 @@
 #   phase 2: the same optimize, fresh job and DB, `--gpus 0,1` for $T2 s -> $OUT/opt2.duckdb
 # Each run reports evaluations per minute and each GPU's busy share (report.gpu_use, in optN.json).
 # Prepare here first: python scripts/prepare_scaling_run.py   (writes .carry/scaling)
-# carry: .whl .carry/orch-whl .carry/scaling
+# carry: .whl .carry/orch-whl .carry/scaling .carry/gemm3
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
   .whl/*.whl .carry/orch-whl/*.whl || exit 1
@@ -15,7 +15,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SOLFORGE_CACHE_DIR=/tmp/sfca
 export SOLFORGE_CUTE_PREBUILT=$PWD/.carry/scaling/cute_prebuilt
 export LITELLM_LOCAL_MODEL_COST_MAP=True NCCL_NVLS_ENABLE=0
 S=.carry/scaling; L=/tmp/logs; mkdir -p $L $OUT/bl
-T1=${T1:-180}; T2=${T2:-240}
+T1=${T1:-210}; T2=${T2:-240}
 nvidia-smi -L > $L/00_gpus.txt 2>&1
 opt() {  # $1 name, $2 gpus, $3 seconds
   cp $S/seed.duckdb $OUT/$1.duckdb
@@ -31,6 +31,10 @@ CUDA_VISIBLE_DEVICES=1 timeout -k 5 60 python3 -m pytest -q -p no:cacheprovider 
 # timing repeatability with a warm-up long enough for the GEMM's clocks to settle (GPU 1, ~40 s)
 CUDA_VISIBLE_DEVICES=1 timeout -k 5 120 python3 scripts/timing_spread.py --warmup-ms ${SPREAD_WARMUP_MS:-3000} \
   --out /tmp/spread.txt > $L/06_spread.log 2>&1; echo "spread rc=$?" >> $L/06_spread.log
+# GEMM split-K tier up to M 1024 for N <= 256, and the per-problem best as whole candidates (~60 s)
+[ -d .carry/gemm3 ] && CUDA_VISIBLE_DEVICES=1 timeout -k 5 80 python3 scripts/bench_gemm.py run --dir .carry/gemm3 \
+  --out /tmp/gemm3 --reps 8 --time-limit 60 > $L/08_gemm3.log 2>&1; echo "gemm3 rc=$?" >> $L/08_gemm3.log
+cat /tmp/gemm3/table.txt >> $L/08_gemm3.log 2>/dev/null; cp /tmp/gemm3/rows.jsonl $OUT/bl/gemm3_rows.jsonl 2>/dev/null
 # where the first CUPTI session's ~5 s per evaluation goes (GPU 1, ~60 s)
 CUDA_VISIBLE_DEVICES=1 timeout -k 5 90 python3 scripts/eval_throughput.py cupti --out /tmp/cupti.json \
   > $L/07_cupti.log 2>&1; echo "cupti rc=$?" >> $L/07_cupti.log; cat /tmp/cupti.json >> $L/07_cupti.log 2>/dev/null
