@@ -53,7 +53,7 @@ print(' '.join(r[0] for r in c.sql(\"SELECT attempt_id FROM v_best_per_problem O
   timeout -k 5 90 python3 -m solforge.cli --db $OUT/opt2.duckdb --json replay $id --record >> $L/80_replay.log 2>&1
   echo "replay $id rc=$?" >> $L/80_replay.log
 done
-rm -f $OUT/bl/run.log
+rm -f $OUT/bl/run.log $OUT/bl/baselines_rows.jsonl  # at most 8 files come back
 for f in $L/*; do echo "=== $f"; cat "$f"; done > $OUT/logs.txt
 ls -la $OUT $OUT/bl
 for f in $L/*; do echo "=== $f"; tail -6 "$f"; done
