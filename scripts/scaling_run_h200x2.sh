@@ -15,11 +15,11 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 SOLFORGE_CACHE_DIR=/tmp/sfca
 export SOLFORGE_CUTE_PREBUILT=$PWD/.carry/scaling/cute_prebuilt
 export LITELLM_LOCAL_MODEL_COST_MAP=True NCCL_NVLS_ENABLE=0
 S=.carry/scaling; L=/tmp/logs; mkdir -p $L $OUT/bl
-T1=${T1:-210}; T2=${T2:-240}
+T1=${T1:-180}; T2=${T2:-240}
 nvidia-smi -L > $L/00_gpus.txt 2>&1
 opt() {  # $1 name, $2 gpus, $3 seconds
   cp $S/seed.duckdb $OUT/$1.duckdb
-  timeout -k 5 $(($3 + 90)) python3 -m solforge.cli --json optimize --problems $S/problems --with-family \
+  timeout -k 5 $(($3 + 45)) python3 -m solforge.cli --json optimize --problems $S/problems --with-family \
     --language both --gpus $2 --db $OUT/$1.duckdb --attempts-per-round 2 --runs-per-round 4 \
     --wall-seconds $3 --reps 20 --correctness-rounds 2 --timing-budget-s 1 --baseline-reps 10 \
     --eval-timeout-s 60 > $OUT/$1.json 2> $L/1_$1.log; echo "$1 rc=$?" >> $L/1_$1.log
@@ -50,7 +50,7 @@ import duckdb, sys
 c = duckdb.connect(sys.argv[1], read_only=True)
 print(' '.join(r[0] for r in c.sql(\"SELECT attempt_id FROM v_best_per_problem ORDER BY sol_score DESC NULLS LAST LIMIT 3\").fetchall()))
 " $OUT/opt2.duckdb 2>> $L/80_replay.log); do
-  timeout -k 5 90 python3 -m solforge.cli --db $OUT/opt2.duckdb --json replay $id --record >> $L/80_replay.log 2>&1
+  timeout -k 5 40 python3 -m solforge.cli --db $OUT/opt2.duckdb --json replay $id --record >> $L/80_replay.log 2>&1
   echo "replay $id rc=$?" >> $L/80_replay.log
 done
 rm -f $OUT/bl/run.log $OUT/bl/baselines_rows.jsonl  # at most 8 files come back
