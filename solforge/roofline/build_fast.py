@@ -14,9 +14,13 @@ and hands every other call to HybridMode, unchanged:
 - a call without tensor inputs (a factory): HybridMode the first time for those exact arguments; when
   that gave small real tensors only, the same call runs natively afterwards (HybridMode's factory
   runs it natively for small results too, after a meta probe);
-- any other call (real integer/bool/fp32 tensors only) runs natively; if it produced a tensor
-  HybridMode would have kept fake (a float of more than SMALL_NUMEL elements, any tensor of more than
-  BIG_INDEX_NUMEL), the build is abandoned (`Fallback`) and redone under HybridMode from the same seed.
+- any other call (real integer/bool/fp32 tensors only) runs natively; if it has a float input (or
+  one of more than BIG_INDEX_NUMEL elements) and produced a new tensor HybridMode would have kept fake
+  (a float of more than SMALL_NUMEL elements, any tensor of more than BIG_INDEX_NUMEL), the build is
+  abandoned (`Fallback`) and redone under HybridMode from the same seed; so is the build when a call
+  on small integer/bool tensors made a big float (HybridMode computes the op for real but may fake what
+  torch does next with it); a call that names a float dtype on integer data (`packed.view(float4)`)
+  goes to HybridMode directly.
 
 Any exception abandons the fast build the same way, so the inputs are always what HybridMode builds.
 """
@@ -41,9 +45,20 @@ class Fallback(RuntimeError):
     """The fast build cannot guarantee HybridMode's result: redo the build under HybridMode."""
 
 
+_SETITEM = torch.Tensor.__setitem__
+
+
 def _big(t: torch.Tensor) -> bool:
     n = t.numel()
     return n > BIG_INDEX_NUMEL or (n > SMALL_NUMEL and _is_floatish(t))
+
+
+def _float_dtype_arg(args, kwargs) -> bool:
+    for a in args:
+        if isinstance(a, torch.dtype) and (a.is_floating_point or a.is_complex):
+            return True
+    d = kwargs.get("dtype") if kwargs else None
+    return isinstance(d, torch.dtype) and (d.is_floating_point or d.is_complex)
 
 
 def _low_precision(t: torch.Tensor, origins: Origins) -> bool:
@@ -92,17 +107,33 @@ class FastBuild(TorchFunctionMode):
                 self.native_factories.add(key)
             return out
         origins = self.origins
+        checked = False  # HybridMode computes ops on small integer/bool tensors for real, whatever
+        # they make; ops with a float or a huge input are probed and made fake when the result is big
         for t in tensors:
             if t.is_meta or _low_precision(t, origins):
                 return self._delegate(func, args, kwargs)
+            if not checked and (_is_floatish(t) or t.numel() > BIG_INDEX_NUMEL):
+                checked = True
+        if func is _SETITEM and not checked and len(args) == 3:
+            x, key, value = args
+            if isinstance(key, torch.Tensor) and key.dtype == torch.bool and key.shape == x.shape and \
+                    type(value) in (int, bool) and x.dtype != torch.bool and not x.is_floating_point() and \
+                    not x.is_complex() and torch.iinfo(x.dtype).min <= value <= torch.iinfo(x.dtype).max:
+                # `result[mask] = 3` into an integer tensor (the NVFP4 encoders: 16 masks of 4 M
+                # elements): masked_fill_ gives the same tensor without listing the mask's positions
+                self.native_calls += 1
+                x.masked_fill_(key, value)
+                return None
+        if not checked and _float_dtype_arg(args, kwargs):
+            # integer data made float (`packed.view(torch.float4_e2m1fn_x2)`): torch may add aten ops
+            # on the float result (a detach) that HybridMode makes fake when big
+            return self._delegate(func, args, kwargs)
         out = self._native(func, args, kwargs)
-        if isinstance(out, torch.Tensor):
-            if _big(out):
-                raise Fallback(f"{getattr(func, '__name__', func)} made a tensor HybridMode keeps fake")
-        elif isinstance(out, (tuple, list)):
-            for o in _tensors(out):
-                if _big(o):
-                    raise Fallback(f"{getattr(func, '__name__', func)} made a tensor HybridMode keeps fake")
+        for o in ([out] if isinstance(out, torch.Tensor) else _tensors(out) if isinstance(out, (tuple, list))
+                  else ()):
+            if (_big(o) if checked else (_is_floatish(o) and o.numel() > SMALL_NUMEL)) and \
+                    not any(o is t for t in tensors):
+                raise Fallback(f"{getattr(func, '__name__', func)} made a tensor HybridMode may keep fake")
         return out
 
     def _native(self, func, args, kwargs):

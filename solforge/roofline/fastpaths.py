@@ -1,5 +1,8 @@
 """Shortcuts of HybridMode's hot path (trace.py) that give torch's own results, faster.
 
+- `shape_meta`: meta results of matmuls (mm, bmm, addmm, baddbmm) and integer indexing without
+  torch's Python meta kernels and decompositions.
+
 - `index_meta`: the meta result of `aten.index.Tensor` with integer indices into a contiguous fake
   tensor (`hidden_states[token_ids]` once per expert of an MoE loop). torch's Python meta kernel
   (meta_index_Tensor: broadcasting through torch._refs, stride inference) cost ~3 ms a call.
@@ -43,6 +46,58 @@ def index_meta(self: torch.Tensor, indices) -> torch.Tensor | None:
         return None
     shape = tuple(self.shape[:pos[0]]) + rep + tuple(self.shape[pos[-1] + 1:])
     return torch.empty(shape, dtype=self.dtype, device=META)
+
+
+_MM = torch.ops.aten.mm.default
+_BMM = torch.ops.aten.bmm.default
+_ADDMM = torch.ops.aten.addmm.default
+_BADDBMM = torch.ops.aten.baddbmm.default
+_INDEX = torch.ops.aten.index.Tensor
+
+
+def shape_meta(func, args, kwargs) -> torch.Tensor | None:
+    """The meta result (shape, dtype, contiguous strides, as torch's meta kernels give them) of the
+    most frequent non-pointwise ops on well-formed operands -- matmuls (meta_mm's checks cost ~80 us,
+    addmm's decomposition ~1 ms) and integer indexing -- or None (the meta kernel decides: anything
+    unusual, including every malformed call, whose error the kernel raises)."""
+    if kwargs:
+        return None
+    if func is _INDEX:
+        return index_meta(args[0], args[1])
+    if func is _MM or func is _BMM:
+        if len(args) != 2:
+            return None
+        a, b = args
+        out = _mm_shape(a, b, 2 if func is _MM else 3)
+    elif func is _ADDMM or func is _BADDBMM:
+        if len(args) != 3:  # beta/alpha given: rare, the kernel decides
+            return None
+        bias, a, b = args
+        out = _mm_shape(a, b, 2 if func is _ADDMM else 3)
+        if out is None or not isinstance(bias, torch.Tensor) or bias.dtype != a.dtype or \
+                bias.dim() > len(out):
+            return None
+        try:
+            if _broadcast([tuple(bias.shape), out]) != out:
+                return None
+        except RuntimeError:
+            return None
+    else:
+        return None
+    if out is None:
+        return None
+    return torch.empty(out, dtype=args[-2].dtype if func in (_ADDMM, _BADDBMM) else args[0].dtype, device=META)
+
+
+def _mm_shape(a, b, dim: int) -> tuple | None:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.dim() != dim or \
+            b.dim() != dim or a.dtype != b.dtype or a.shape[-1] != b.shape[-2]:
+        return None
+    if dim == 3:
+        if a.shape[0] != b.shape[0]:
+            return None
+        return (a.shape[0], a.shape[1], b.shape[2])
+    return (a.shape[0], b.shape[1])
 
 
 def _broadcast(shapes) -> tuple:

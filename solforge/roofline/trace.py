@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .fastpaths import ViewNonzero, index_meta, masked_fill
+from .fastpaths import ViewNonzero, masked_fill, shape_meta
 from .flops import matmul_operands, op_flops
 
 META = torch.device("meta")
@@ -48,7 +48,6 @@ MAX_BUILD_OPS = 1_000_000
 # ... or runs longer than this (seconds of wall time per workload).
 MAX_SECONDS = 15.0
 
-_INDEX_TENSOR = torch.ops.aten.index.Tensor
 _NONZERO = torch.ops.aten.nonzero.default
 _INDEX_PUT_ = torch.ops.aten.index_put_.default
 _GATHER_SRC0 = {"index", "index_select", "gather", "take", "_unsafe_index", "take_along_dim"}
@@ -369,9 +368,10 @@ class HybridMode(TorchDispatchMode):
         elif func is _INDEX_PUT_ and (fill := masked_fill(args, kwargs)) is not None:
             out = fill  # x[mask] = c on real tensors, as masked_fill_ (fastpaths.masked_fill)
         elif any(_is_floatish(t) for t in tensors):
-            out = self._real_or_meta(func, args, kwargs)
+            out = self._real_or_meta(func, name, args, kwargs, tensors)
         elif any(t.numel() > BIG_INDEX_NUMEL for t in tensors):
-            out = self._real_or_meta(func, args, kwargs)  # e.g. .contiguous() of an expanded mask
+            # e.g. .contiguous() of an expanded mask
+            out = self._real_or_meta(func, name, args, kwargs, tensors)
         else:
             if func is _NONZERO and not args[0].is_contiguous():
                 # same indices; torch's CPU nonzero is slow on a strided view (an MoE reference's
@@ -407,13 +407,17 @@ class HybridMode(TorchDispatchMode):
         return func(*args, **kwargs)
 
     @staticmethod
-    def _real_or_meta(func, args, kwargs):
+    def _real_or_meta(func, name, args, kwargs, tensors):
         """Real inputs: run for real unless the result would be a big float tensor, or an integer/bool
-        one of more than BIG_INDEX_NUMEL elements (probe on meta)."""
-        try:
-            probe = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
-        except Exception:  # noqa: BLE001 - data-dependent shapes: only the real run can tell
-            return func(*args, **kwargs)
+        one of more than BIG_INDEX_NUMEL elements (probe on meta; the shortcuts of _mixed first)."""
+        probe = _fast_pointwise(func, name, args, kwargs, tensors)
+        if probe is None:
+            probe = shape_meta(func, args, kwargs)
+        if probe is None:
+            try:
+                probe = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+            except Exception:  # noqa: BLE001 - data-dependent shapes: only the real run can tell
+                return func(*args, **kwargs)
         if any(t.numel() > (SMALL_NUMEL if _is_floatish(t) else BIG_INDEX_NUMEL) for t in _tensors(probe)) \
                 and not func._schema.is_mutable:
             return probe
@@ -428,11 +432,14 @@ class HybridMode(TorchDispatchMode):
         if small and name not in ("copy_",) and self._needs_values(func, name, tensors):
             return self._real(func, args, kwargs)
         out = _fast_pointwise(func, name, args, kwargs, tensors)
-        if out is None and func is _INDEX_TENSOR and not kwargs and args[0].is_meta:
-            out = index_meta(args[0], args[1])
+        if out is None:
+            out = shape_meta(func, args, kwargs)
         if out is None:
             try:
-                out = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
+                if all(t.is_meta for t in tensors):
+                    out = func(*args, **kwargs)
+                else:
+                    out = func(*tree_map(_to_meta, args), **tree_map(_to_meta, kwargs))
             except Exception:
                 if not small:
                     raise
@@ -581,6 +588,37 @@ def patch_cuda_init():
     if not getattr(torch.cuda, "_solforge_patched", False):
         torch.cuda._lazy_init = lambda: None  # type: ignore[assignment]
         torch.cuda._solforge_patched = True  # type: ignore[attr-defined]
+
+
+def skip_dynamo_import() -> int:
+    """Let torch's Python reference kernels run without importing torch._dynamo (2.5-4 s, a tenth of
+    a cold `solforge sol`). torch wraps some of them in `_disable_dynamo`, which imports dynamo on
+    the first call only to wrap the kernel in `dynamo.disable` -- something that matters only while
+    torch.compile traces, never in eager runs like ours. The wrapper looks for a cached wrapped
+    function on the kernel first; caching the kernel itself there gives the same eager call without
+    the import. Returns how many kernels were set (0 if torch's wrapper changed: then dynamo is
+    simply imported on first use, as before)."""
+    import gc
+    import types
+
+    try:
+        from torch._compile import _disable_dynamo
+
+        code = _disable_dynamo(lambda: None).__code__
+        slot = code.co_freevars.index("fn")
+    except (ImportError, AttributeError, ValueError):
+        return 0
+    n = 0
+    for obj in gc.get_objects():
+        if type(obj) is types.FunctionType and obj.__code__ is code:
+            fn = obj.__closure__[slot].cell_contents
+            if callable(fn) and getattr(fn, "__dynamo_disable", None) is None:
+                try:
+                    fn.__dynamo_disable = fn
+                    n += 1
+                except (AttributeError, TypeError):
+                    pass
+    return n
 
 
 def nbytes(shape, itemsize: float) -> float:

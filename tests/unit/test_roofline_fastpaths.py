@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from solforge.roofline import build_fast
-from solforge.roofline.fastpaths import MIN_PERMUTED_NUMEL, ViewNonzero, index_meta, masked_fill
+from solforge.roofline.fastpaths import MIN_PERMUTED_NUMEL, ViewNonzero, index_meta, masked_fill, shape_meta
 from solforge.roofline.trace import HybridMode, Origins
 
 
@@ -134,3 +134,56 @@ def test_masked_fill_equals_index_put_with_a_mask():
     assert masked_fill((y, [mask], torch.tensor(1.0), True), {}) is None  # accumulate
     assert masked_fill((y, [mask[0]], torch.tensor(1.0)), {}) is None  # a mask of part of the dims
     assert masked_fill((y, [mask], torch.ones(3)), {}) is None  # a values tensor
+
+
+def test_fast_build_mask_assignment_equals_setitem():
+    src = '''
+import torch
+def get_inputs(axes, device):
+    x = torch.randn(1, 64, 4096, device=device)            # big: fake, masks from filled values
+    r = torch.zeros_like(x, dtype=torch.uint8)
+    r[(x >= 0.0) & (x <= 0.25)] = 3
+    r[x > 1.0] = 7
+    packed = r[..., ::2] + r[..., 1::2] * 16
+    return {"packed": packed.view(torch.float4_e2m1fn_x2), "r": r}
+'''
+    mod: dict = {}
+    exec(src, mod)  # noqa: S102
+    fast, how = build_fast.build_fast(lambda: mod["get_inputs"]({}, torch.device("cpu")), Origins(), 0)
+    torch.manual_seed(0)
+    with HybridMode(counting=False, origins=Origins()):
+        slow = mod["get_inputs"]({}, torch.device("cpu"))
+    assert how == "fast"
+    assert not fast["r"].is_meta and torch.equal(fast["r"], slow["r"]) and int(fast["r"].max()) == 7
+    a, b = fast["packed"], slow["packed"]
+    # HybridMode fakes the float4 view (torch's detach after it, on a big float): so must the fast build
+    assert (a.is_meta, a.shape, a.dtype) == (b.is_meta, b.shape, b.dtype) == (True, b.shape, b.dtype)
+
+
+@pytest.mark.parametrize("op,shapes,transpose", [
+    ("mm", [(7, 5), (5, 3)], False),
+    ("mm", [(7, 5), (3, 5)], True),
+    ("bmm", [(2, 7, 5), (2, 5, 3)], False),
+    ("bmm", [(2, 7, 5), (2, 3, 5)], True),
+    ("addmm", [(3,), (7, 5), (5, 3)], False),
+    ("addmm", [(7, 3), (7, 5), (3, 5)], True),
+    ("baddbmm", [(2, 7, 3), (2, 7, 5), (2, 5, 3)], False),
+])
+def test_shape_meta_matches_torch_meta_kernels(op, shapes, transpose):
+    ts = [torch.empty(s, device="meta", dtype=torch.bfloat16) for s in shapes]
+    if transpose:
+        ts[-1] = ts[-1].transpose(-1, -2)
+    func = getattr(torch.ops.aten, op).default
+    ours = shape_meta(func, tuple(ts), {})
+    theirs = func(*ts)
+    assert ours is not None
+    assert (ours.shape, ours.dtype, ours.stride()) == (theirs.shape, theirs.dtype, theirs.stride())
+
+
+def test_shape_meta_leaves_malformed_calls_to_the_kernel():
+    a, b = torch.empty(7, 5, device="meta"), torch.empty(4, 3, device="meta")
+    assert shape_meta(torch.ops.aten.mm.default, (a, b), {}) is None  # K differs: the kernel raises
+    c = torch.empty(5, 3, device="meta", dtype=torch.bfloat16)
+    assert shape_meta(torch.ops.aten.mm.default, (a, c), {}) is None  # dtypes differ
+    assert shape_meta(torch.ops.aten.addmm.default, (torch.empty(2, 3, device="meta"), a,
+                                                     torch.empty(5, 3, device="meta")), {}) is None
