@@ -461,6 +461,9 @@ def main(argv=None) -> int:
                     help="a worker that finishes no workload for this long is killed and restarted")
     ap.add_argument("--flush-s", type=float, default=20.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
+    ap.add_argument("--merge-rows", type=Path, nargs="*", default=None,
+                    help="no run: merge workers' JSON-line files (WORK/workers/*.jsonl of a run whose "
+                         "outputs were lost) into --existing and write the outputs to --out")
     # worker-side
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--variant", default="eager")
@@ -473,7 +476,34 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
+    if args.merge_rows is not None:
+        return merge_rows(args)
     return parent(args)
+
+
+def merge_rows(args) -> int:
+    """Rebuild the outputs from the workers' own row files (they survive a lost OUT folder)."""
+    from types import SimpleNamespace
+
+    rows, hardware = [], {}
+    for f in args.merge_rows:
+        gpu = "0"
+        for line in f.read_text().splitlines():
+            ev = json.loads(line)
+            kind = ev.pop("event", None)
+            if kind == "hardware":
+                hardware.setdefault(gpu, ev)
+            elif kind == "row":
+                gpu = str(ev.get("gpu", gpu))
+                rows.append(ev)
+    for r in rows:  # hardware events precede a worker's rows: key them by the rows' GPU
+        hardware.setdefault(str(r.get("gpu", "0")), next(iter(hardware.values()), {}))
+    args.out.mkdir(parents=True, exist_ok=True)
+    run = SimpleNamespace(out=args.out, rows=rows, hardware=hardware, clocks={},
+                          lock=threading.Lock(), t0=time.monotonic(), args=args, failures=[])
+    existing = read_existing(args.existing) if args.existing else {}
+    write_outputs(run, existing, discover(args.dataset, args.only))
+    return 0
 
 
 def parent(args) -> int:

@@ -108,6 +108,17 @@ def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path)
     assert "| S1 | 4 | 4 | " in fails and "| S2 | 1 | 0 | 0 | 0 | 1 |" in fails
     assert "| S2 | 1 | 0 | 0 | 0 | 1 |" in r.stdout  # the summary is printed at the end
 
+    # the OUT folder lost (e.g. not brought back from the GPU box): the workers' own row files rebuild it
+    again = tmp_path / "again"
+    r2 = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset", str(data),
+                         "--existing", str(old), "--out", str(again), "--merge-rows",
+                         *map(str, sorted((out / "work/workers").glob("*.jsonl")))],
+                        capture_output=True, text=True, timeout=120)
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    rebuilt = {(x["problem"], x["workload_uuid"]): x
+               for x in csv.DictReader(open(again / "baselines_h200.csv"))}
+    assert {k: (v["eager_ms"], v["compile_ms"]) for k, v in rebuilt.items()} == \
+        {k: (v["eager_ms"], v["compile_ms"]) for k, v in table.items()}
 
 def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
     import argparse
@@ -127,3 +138,4 @@ def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
     assert run.has_unclaimed("eager")
     run.fail("eager-p-0.r", "eager", "stopped at the deadline", {"c"})  # no requeue at the deadline
     assert run.failures[-1]["unmeasured"] == 1 and len(run.tasks["eager"]) == 2
+
