@@ -12,10 +12,12 @@ from __future__ import annotations
 from ..roofline.score import problem_sol_score, sol_score, speedup
 
 _MISSING = """
-SELECT s.attempt_id, s.workload_uuid, s.t_kernel_ms, s.t_sol_ms, a.problem
+SELECT s.attempt_id, s.workload_uuid, s.t_kernel_ms, s.t_sol_ms, s.t_baseline_ms, a.problem
 FROM scores s JOIN attempts a ON a.id = s.attempt_id
 WHERE s.sol_score IS NULL AND s.t_kernel_ms IS NOT NULL
 """
+
+_ALL = _MISSING.replace("s.sol_score IS NULL AND ", "")
 
 _BASELINES = """
 SELECT problem, workload_uuid, min(median_ms) AS t_b, arg_min(variant, median_ms) AS variant FROM (
@@ -26,9 +28,10 @@ GROUP BY problem, workload_uuid
 """
 
 
-def rescore(store) -> dict:
-    """Fill missing speedups and SOL scores; returns counts of what changed."""
-    missing = store.query(_MISSING)
+def rescore(store, refresh: bool = False) -> dict:
+    """Fill missing speedups and SOL scores; with refresh, also redo every score whose T_b changed
+    (e.g. torch.compile baselines measured after the run made T_b faster). Returns counts."""
+    missing = store.query(_ALL if refresh else _MISSING)
     if not missing:
         return {"workloads": 0, "attempts": 0}
     t_b = {(r["problem"], r["workload_uuid"]): r for r in store.query(_BASELINES)}
@@ -36,7 +39,7 @@ def rescore(store) -> dict:
     with store.transaction() as con:
         for r in missing:
             b = t_b.get((r["problem"], r["workload_uuid"]))
-            if b is None:
+            if b is None or (r["t_baseline_ms"] is not None and b["t_b"] == r["t_baseline_ms"]):
                 continue
             s = sol_score(r["t_kernel_ms"], b["t_b"], r["t_sol_ms"])
             con.execute("UPDATE scores SET t_baseline_ms = ?, speedup = ?, sol_score = ?, "

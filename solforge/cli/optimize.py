@@ -23,6 +23,8 @@ def register(sub) -> None:
                                        "arrived after their evaluation")
     r.add_argument("--db", help="DuckDB file")
     r.add_argument("--json", action="store_true")
+    r.add_argument("--refresh", action="store_true",
+                   help="also redo scores whose T_b has changed since (newer or faster baselines)")
     r.set_defaults(func=_rescore)
     p = sub.add_parser("optimize", help="run the planner and workers on problems (needs a GPU to time)",
                        description=__doc__.split("\n\n")[0])
@@ -202,7 +204,7 @@ def _rescore(args) -> int:
     from ..store import Store
     from .output import console, emit_json
 
-    counts = rescore(Store(args.db) if args.db else Store())
+    counts = rescore(Store(args.db) if args.db else Store(), refresh=args.refresh)
     if args.json:
         emit_json(counts)
     else:

@@ -32,3 +32,12 @@ def test_rescore_uses_the_faster_baseline_and_sets_the_problem_score(tmp_path):
     att = s.query_one("SELECT sol_score FROM attempts WHERE id = ?", [aid])
     assert att["sol_score"] == pytest.approx((rows["w1"]["sol_score"] * rows["w2"]["sol_score"]) ** 0.5)
     assert rescore(s) == {"workloads": 0, "attempts": 0}  # nothing left to fill
+    # a faster torch.compile baseline measured later: only --refresh redoes the scores it changes
+    s.insert_rows("baselines", [
+        {"problem": "p", "workload_uuid": "w2", "variant": "compile", "median_ms": 6.0, "status": "passed"}])
+    assert rescore(s) == {"workloads": 0, "attempts": 0}
+    assert rescore(s, refresh=True) == {"workloads": 1, "attempts": 1}
+    w2 = s.query_one("SELECT * FROM scores WHERE workload_uuid = 'w2'")
+    assert w2["t_baseline_ms"] == 6.0 and w2["baseline_variant"] == "compile"
+    assert w2["sol_score"] == pytest.approx(1 / (1 + 3 / 5))
+    assert rescore(s, refresh=True) == {"workloads": 0, "attempts": 0}
