@@ -116,11 +116,16 @@ def matmul_operands(name: str, args):
     return args[0], args[1]
 
 
-def op_flops(func, args, kwargs, out, matmul_dtype=None) -> list[tuple[str, float]]:
+_POINTWISE_TAG: dict = {}  # op -> whether aten tags it pointwise (func.tags builds a list per call)
+
+
+def op_flops(func, args, kwargs, out, matmul_dtype=None, name=None) -> list[tuple[str, float]]:
     """[(unit, flops)] for one executed aten op (args/out are real or meta tensors).
 
-    matmul_dtype: the dtype a matmul's operands were dequantised from (fp8/fp4), which sets its unit."""
-    name = func._overloadpacket.__name__
+    matmul_dtype: the dtype a matmul's operands were dequantised from (fp8/fp4), which sets its unit.
+    name: the op's packet name, when the caller has it."""
+    if name is None:
+        name = func._overloadpacket.__name__
     if name.endswith("_") and name[:-1] in _REDUCE | _SOFTMAX:
         name = name[:-1]
     outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -165,7 +170,10 @@ def op_flops(func, args, kwargs, out, matmul_dtype=None) -> list[tuple[str, floa
         return [(SIMT, float(_numel(src)))]
     if name == "index_put" and len(args) > 3 and args[3]:
         return [(SIMT, float(_numel(args[2])))]
-    if torch.Tag.pointwise in func.tags and name not in _COPIES and not name.endswith("_copy"):
+    pw = _POINTWISE_TAG.get(func)
+    if pw is None:
+        pw = _POINTWISE_TAG[func] = torch.Tag.pointwise in func.tags
+    if pw and name not in _COPIES and not name.endswith("_copy"):
         return [(SIMT, float(_numel(o)))]
     return []
 

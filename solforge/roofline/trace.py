@@ -172,7 +172,17 @@ def _written_numel(name: str, a: torch.Tensor, args) -> int:
 _RANK = {"fp4": 0, "fp8": 1, "16": 2, "32": 3, "64": 4}
 
 
+_PRECISION: dict = {}
+
+
 def precision_of(dtype: torch.dtype) -> int:
+    p = _PRECISION.get(dtype)
+    if p is None:
+        p = _PRECISION[dtype] = _precision_of(dtype)
+    return p
+
+
+def _precision_of(dtype: torch.dtype) -> int:
     n = str(dtype)
     if "float4" in n:
         return 0
@@ -212,7 +222,15 @@ class Origins:
                if a.is_floating_point() or a.dtype == torch.int8]
         if not ins:
             return
-        low = min(self.rank(a) for a in ins)
+        get = self.tags.get
+        low = 9
+        for a in ins:  # min over self.rank(a), inlined: once per op
+            r = precision_of(a.dtype)
+            if r < low:
+                low = r
+            r = get(a, 9)
+            if r < low:
+                low = r
         if low > 2:
             return
         if low == 2:
@@ -387,7 +405,7 @@ class HybridMode(TorchDispatchMode):
         if not mm:
             self.origins.observe(func, name, args, out, arg_tensors, outs)
         if self.counting:
-            flops = op_flops(func, args, kwargs, out, low)
+            flops = op_flops(func, args, kwargs, out, low, name)
             for unit, f in flops:
                 counts.flops[unit] += f
             if self.log is not None and (flops or reads):
@@ -452,10 +470,14 @@ class HybridMode(TorchDispatchMode):
 
     @staticmethod
     def _needs_values(func, name, tensors) -> bool:
-        return name in ("_local_scalar_dense", "nonzero", "masked_select", "unique_consecutive",
-                        "_unique2", "_unique", "unique_dim", "bincount", "repeat_interleave",
-                        "argwhere", "equal", "is_nonzero", "allclose") or \
-            torch.Tag.dynamic_output_shape in func.tags and name not in ("index", "index_put")
+        v = _NEEDS_VALUES.get(func)
+        if v is None:  # a property of the op alone: once per op
+            v = _NEEDS_VALUES[func] = name in (
+                "_local_scalar_dense", "nonzero", "masked_select", "unique_consecutive", "_unique2",
+                "_unique", "unique_dim", "bincount", "repeat_interleave", "argwhere", "equal",
+                "is_nonzero", "allclose") or \
+                torch.Tag.dynamic_output_shape in func.tags and name not in ("index", "index_put")
+        return v
 
     def _real(self, func, args, kwargs):
         self.counts.materialized += 1
@@ -491,6 +513,7 @@ def _reference_line() -> tuple[int, ...]:
 
 
 _WRITES_FIRST: dict = {}
+_NEEDS_VALUES: dict = {}
 
 
 def _writes_first(func, name: str) -> bool:
