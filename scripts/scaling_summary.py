@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Two GPUs vs one, from the DuckDB files of scripts/scaling_run_h200x2.sh (committed under
+data/results/db/): evaluations per minute of each optimize run and their ratio, plus the per-GPU busy
+share the two-GPU run reported (report.gpu_use: slot occupancy while work remained).
+
+    .venv/bin/python scripts/scaling_summary.py [--one DB] [--two DB] [--report JSON] [--out JSON]
+
+Evaluations per minute = attempts that reached the GPU (gpu_seconds recorded) / (last one's end -
+first one's start) * 60, computed the same way for both runs from the attempts table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+RES = REPO / "data" / "results"
+
+
+def rate(db: Path) -> dict:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    n, t0, t1, med = con.execute(
+        "SELECT count(*), min(created_at), max(updated_at), median(gpu_seconds) FROM attempts "
+        "WHERE gpu_seconds IS NOT NULL AND coalesce(agent, '') <> 'replay'").fetchone()
+    span = (t1 - t0).total_seconds()
+    return {"db": str(db.relative_to(REPO)) if db.is_relative_to(REPO) else str(db), "evaluations": n,
+            "span_s": round(span, 1), "evaluations_per_minute": round(n / span * 60, 3),
+            "median_gpu_seconds_per_evaluation": round(med, 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--one", type=Path, default=RES / "db" / "optimize_h200_1gpu.duckdb")
+    ap.add_argument("--two", type=Path, default=RES / "db" / "optimize_h200x2.duckdb")
+    ap.add_argument("--report", type=Path, default=RES / "optimize_h200x2_report.json")
+    ap.add_argument("--out", type=Path, default=RES / "two_gpu_optimize_h200x2.json")
+    a = ap.parse_args(argv)
+    one, two = rate(a.one), rate(a.two)
+    rep = json.loads(a.report.read_text())
+    out = {"command": "bash scripts/scaling_run_h200x2.sh (device kind nvidia-h200-x2; prepared by "
+                      "scripts/prepare_scaling_run.py)",
+           "one_gpu": one, "two_gpus": two,
+           "ratio_evaluations_per_minute": round(two["evaluations_per_minute"] /
+                                                 one["evaluations_per_minute"], 3),
+           "two_gpu_busy_while_work_remained": rep.get("gpu_use", {}).get("busy_while_work"),
+           "two_gpu_pool_report": rep.get("gpu_use"),
+           "notes": "Same 28 problems, offline worker, fresh DuckDB and job for each run. During the "
+                    "1-GPU run the other GPU ran baselines with 12 torch.compile workers on the shared "
+                    "CPUs. The 1-GPU run hit its timeout before writing its JSON report, so both rates "
+                    "come from the attempts tables."}
+    a.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
