@@ -1,11 +1,17 @@
 """HybridMode's shortcuts (fastpaths.py, build_fast.py) give exactly what torch / HybridMode give."""
 
 import itertools
+import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
 
+from solforge.problem.loader import load_problem_dir
+
 from solforge.roofline import build_fast
+from solforge.roofline.estimate import CountStatus, _exec_reference, trace_workload
 from solforge.roofline.fastpaths import MIN_PERMUTED_NUMEL, ViewNonzero, index_meta, masked_fill, shape_meta
 from solforge.roofline.trace import HybridMode, Origins
 
@@ -187,3 +193,30 @@ def test_shape_meta_leaves_malformed_calls_to_the_kernel():
     assert shape_meta(torch.ops.aten.mm.default, (a, c), {}) is None  # dtypes differ
     assert shape_meta(torch.ops.aten.addmm.default, (torch.empty(2, 3, device="meta"), a,
                                                      torch.empty(5, 3, device="meta")), {}) is None
+
+
+SHARED = Path(os.environ.get("SOLFORGE_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
+
+# builders with per-element loops (012: randperm per token, 034: a grid per position), NVFP4 encoders
+# (masks and float4 views in the builder and the reference), an MoE loop over a permuted one_hot
+FAST_BUILD_SAMPLE = ["L2/012_moe_expert_batched_execution_with_capacity_factor",
+                     "L2/034_vision_language_cross_attention_fusion",
+                     "Quant/026_nvfp4_mamba2_out_projection",
+                     "L1/044_moe_expert_computation"]
+
+
+@pytest.mark.parametrize("name", FAST_BUILD_SAMPLE)
+def test_fast_build_counts_equal_hybrid_build_counts_on_shared_problems(name, monkeypatch):
+    d = SHARED / "sol_execbench" / name
+    if not d.exists():
+        pytest.skip(f"{d} not present")
+    p = load_problem_dir(d, d.parent.name)
+    module = _exec_reference(p.definition.reference, p.definition.name)
+    j = min(range(len(p.workloads)), key=lambda i: math.prod(
+        v for v in p.workloads[i].axes.values() if isinstance(v, int) and v > 0))
+    fast, _ = trace_workload(p.workloads[j], j, module)
+    monkeypatch.setattr(build_fast, "ENABLED", False)
+    slow, _ = trace_workload(p.workloads[j], j, module)
+    assert fast.status is slow.status is CountStatus.OK, (fast.reason, slow.reason)
+    assert fast.flops == slow.flops and fast.ops == slow.ops
+    assert (fast.input_bytes, fast.output_bytes) == (slow.input_bytes, slow.output_bytes)
