@@ -157,13 +157,16 @@ def count_many(items: Iterable, cache_dir: Optional[Path], jobs: int = 2,
     # definition (its reference and custom-input code) is a cheap proxy of its tracing cost
     tasks.sort(key=lambda t: -_cost_hint(t[1][0]))
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_gc) as ex:
-        futs = [ex.submit(fn, a) for fn, a in tasks]
-        for f in as_completed(futs):
-            r = f.result()
-            results.append(r)
-            if progress:
-                progress(r)
+    try:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_gc) as ex:
+            futs = [ex.submit(fn, a) for fn, a in tasks]
+            for f in as_completed(futs):
+                r = f.result()
+                results.append(r)
+                if progress:
+                    progress(r)
+    finally:
+        gc.unfreeze()  # the parent (a flow, a long-lived process) collects as usual again
     results.sort(key=lambda r: r.name)
     return results
 
