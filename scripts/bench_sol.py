@@ -88,7 +88,8 @@ def main(argv=None) -> int:
             runs.append(r)
             others = "" if r["others_cpu_s"] is None else f", other jobs' CPU {r['others_cpu_s']:.0f} s"
             line = (f"{time.strftime('%H:%M:%S')} {gpu}: wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s"
-                    f"{others}, load average (1/5/15 min, as uptime) {_uptime_load(r['load_before'])} before / "
+                    f"{others}, load average (1/5/15 min, as uptime) "
+                    f"{_uptime_load(r['load_before'])} before / "
                     f"{_uptime_load(r['load_after'])} after; {r['problems']} problems, "
                     f"{r['workloads']} workloads: " +
                     ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items())) +

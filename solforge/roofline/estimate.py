@@ -157,6 +157,16 @@ def finish_count(wl: ResolvedWorkload, index: int, flops: dict[str, float], read
                          in_bytes, out_bytes, declared, ops, seconds, method=method)
 
 
+def declared_bytes(wl: ResolvedWorkload) -> tuple[float, float]:
+    """(every input in full, every output) in bytes: what an unsupported workload reports."""
+    defn = wl.definition
+    declared = sum(nbytes(wl.input_shapes[k], itemsize(s.dtype)) for k, s in defn.inputs.items()
+                   if not s.is_scalar)
+    out_bytes = sum(nbytes(wl.output_shapes[k], itemsize(s.dtype)) for k, s in defn.outputs.items()
+                    if not s.is_scalar)
+    return declared, out_bytes
+
+
 def trace_workload(wl: ResolvedWorkload, index: int,
                    module: dict[str, Any]) -> tuple[WorkloadCount, Optional[TraceLog]]:
     """Run the reference of one workload under HybridMode: its count and its per-op log."""
@@ -182,10 +192,7 @@ def trace_workload(wl: ResolvedWorkload, index: int,
     except Exception as e:  # noqa: BLE001 - any failure of a foreign reference is a reason, not a crash
         tb = traceback.extract_tb(e.__traceback__)
         where = next((f"line {f.lineno}" for f in reversed(tb) if f.filename.startswith("<reference")), "")
-        declared = sum(nbytes(wl.input_shapes[k], itemsize(s.dtype)) for k, s in defn.inputs.items()
-                       if not s.is_scalar)
-        out_bytes = sum(nbytes(wl.output_shapes[k], itemsize(s.dtype)) for k, s in defn.outputs.items()
-                        if not s.is_scalar)
+        declared, out_bytes = declared_bytes(wl)
         return WorkloadCount(wl.uuid, index, CountStatus.UNSUPPORTED, input_bytes_declared=declared,
                              output_bytes=out_bytes, seconds=time.perf_counter() - t0,
                              reason=f"{type(e).__name__}: {str(e)[:300]} {where}".strip()), None

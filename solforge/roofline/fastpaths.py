@@ -86,7 +86,8 @@ def shape_meta(func, args, kwargs) -> torch.Tensor | None:
         return None
     if out is None:
         return None
-    return torch.empty(out, dtype=args[-2].dtype if func in (_ADDMM, _BADDBMM) else args[0].dtype, device=META)
+    dtype = args[-2].dtype if func in (_ADDMM, _BADDBMM) else args[0].dtype
+    return torch.empty(out, dtype=dtype, device=META)
 
 
 def _mm_shape(a, b, dim: int) -> tuple | None:

@@ -39,7 +39,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ..problem.workload import ResolvedWorkload
-from .estimate import CountStatus, TraceLog, WorkloadCount, finish_count, trace_workload
+from .estimate import CountStatus, TraceLog, WorkloadCount, declared_bytes, finish_count, trace_workload
 
 EXPONENTS = (-1, 0, 1, 2, 3)
 MAX_VARS = 5  # 5^5 = 3125 candidate monomials; more varying axes: trace every workload
@@ -290,10 +290,9 @@ def _after_failure(pb: _Problem, failed: int, mf: MonomialFit, first: int) -> li
            f"{pb.results[first].reason}")[:400]
     for j in rest:
         if pb.results[j] is None:
-            f = pb.results[first]
+            declared, out_bytes = declared_bytes(pb.wls[j])  # its own sizes, as a traced failure reports
             pb.results[j] = WorkloadCount(pb.wls[j].uuid, pb.indices[j], CountStatus.UNSUPPORTED,
-                                          reason=why, input_bytes_declared=f.input_bytes_declared,
-                                          output_bytes=f.output_bytes)
+                                          reason=why, input_bytes_declared=declared, output_bytes=out_bytes)
     FALLBACKS.append("the smallest and the farthest workloads failed")
     return pb.results  # type: ignore[return-value]
 
