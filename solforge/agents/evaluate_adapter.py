@@ -76,4 +76,8 @@ def outcome_of_report(report) -> Outcome:
         msg = f"incorrect on {len(bad)}/{len(wls)} workloads" + (
             f"; first: {bad[0].uuid[:8]} max_abs_err={bad[0].max_abs_err} {bad[0].error[:200]}"
             if bad else "")
-    return Outcome(status, msg, workloads=wls)
+    from ..evaluate.phase_totals import flat_seconds
+
+    return Outcome(status, msg, workloads=wls, eval_launch=getattr(report, "launch", "") or "",
+                   eval_mode=getattr(report, "mode", "") or "",
+                   eval_phases=flat_seconds(getattr(report, "phases", None)))

@@ -263,6 +263,7 @@ class OptimizeLoop:
         final = "evaluated" if evals else "failed"
         self.store.mark_attempt(aid, final, rows=rows, outcome=out.status.value,
                                 sol_score=out.sol_score, gpu_seconds=out.gpu_seconds,
+                                **_eval_fields(out),
                                 error=None if out.status is AttemptStatus.OK else
                                 f"{out.status.value}: {out.message}"[:4000])
 
@@ -367,6 +368,14 @@ def _blob_roots(problem) -> list:
 
     src = getattr(problem, "source", None)
     return [Path(src)] if src and Path(src).is_dir() else []
+
+
+def _eval_fields(out: Outcome) -> dict:
+    """attempts.eval_launch / eval_mode / eval_phases (migration 031), NULL when nothing was evaluated;
+    set by the same UPDATE as the status, so the record is never half-written."""
+    return {"eval_launch": getattr(out, "eval_launch", "") or None,
+            "eval_mode": getattr(out, "eval_mode", "") or None,
+            "eval_phases": getattr(out, "eval_phases", None) or None}
 
 
 def _fit(store, table: str, row: dict) -> dict:

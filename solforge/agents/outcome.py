@@ -56,6 +56,10 @@ class Outcome:
     gpu_seconds: float = 0.0
     eval_seconds: float = 0.0
     eval_rows: list = field(default_factory=list)  # the evaluator's own eval_results rows, if any
+    # how the evaluation spent its time (RunReport.launch / .mode / .phases flattened): attempts.eval_*
+    eval_launch: str = ""             # zygote | spawn
+    eval_mode: str = ""               # full | screen | screen+full
+    eval_phases: dict = field(default_factory=dict)  # {phase: seconds}, plus "total"
 
     @property
     def sol_score(self) -> Optional[float]:

@@ -53,7 +53,11 @@ def record(store, attempt_id: str, report: RunReport) -> None:
         if not store.query("SELECT id FROM hardware WHERE id = ?", [hw_id]):
             store.insert_rows("hardware", [hw])
     rows = [r.to_row(attempt_id, hw_id) for r in report.results]
-    store.mark_attempt(attempt_id, AttemptStatus.EVALUATED, rows={"eval_results": rows})
+    from .phase_totals import flat_seconds
+
+    store.mark_attempt(attempt_id, AttemptStatus.EVALUATED, rows={"eval_results": rows},
+                       eval_launch=report.launch or None, eval_mode=report.mode or None,
+                       eval_phases=flat_seconds(report.phases) or None)
 
 
 def problem_from_store(store, name: str):
