@@ -52,12 +52,17 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
     correctness_rounds / timing_budget_s / eval_timeout_s / baseline_reps: evaluation settings
         (None: solforge.settings defaults).
     job: part of the resume key; a rerun with the same parameters and job resumes that job, a new
-        job value (e.g. the date, for a nightly schedule) starts a new one.
+        job value starts a new one. Default: the UTC day of the run's scheduled start, so each night
+        of the nightly schedule is a new job and a run killed today resumes when started again today.
     gpu_limit: optional Prefect global-concurrency-limit name template per GPU, e.g. "gpu-{host}-{gpu}".
     db: DuckDB file (default $SOLFORGE_DB_PATH or ./solforge.duckdb).
     """
     given = dict(locals())
     logger = get_run_logger()
+    if job is None:
+        # One job per scheduled day: tonight's run is a new job with a fresh budget, while a run killed
+        # today and started again today resumes it.
+        given["job"] = _job_of_the_day()
     params = OptimizeParams(**{f.name: given[f.name] for f in fields(OptimizeParams) if f.name in given})
     loop = build(params, stages=prefect_stages(gpu_limit), progress=logger.info)
     if not loop.lab.has_gpu:
@@ -71,6 +76,16 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
             "resume_key": loop.key, "resume": loop.resume_state.as_dict() if loop.resume_state else None,
             "cache_hits": loop.cache_hits, "resumed": loop.resumed, "spent": asdict(report.spent),
             "notes": report.notes, "leaderboard": lb.table_rows(rows)}
+
+
+def _job_of_the_day() -> Optional[str]:
+    from prefect.runtime import flow_run
+
+    try:
+        t = flow_run.scheduled_start_time
+    except Exception:  # noqa: BLE001 - outside a flow run: no day
+        return None
+    return f"day-{t:%Y-%m-%d}" if t else None
 
 
 def publish(rows: list[dict], report, loop) -> None:
