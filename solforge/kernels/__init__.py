@@ -11,6 +11,7 @@ problem in kernels_cuda/<family>/best/<problem>.json.
 
 from __future__ import annotations
 
+from .attention_prefill import AttentionPrefillFamily
 from .base import Family, FamilyError, Spec, definition_of
 from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
@@ -25,7 +26,7 @@ from .softmax_backward import SoftmaxBackwardFamily
 
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
-                          RopeFreqsFamily(), SoftmaxBackwardFamily()]
+                          RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily()]
 FAMILIES += GENERIC

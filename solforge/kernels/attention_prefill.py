@@ -1,0 +1,122 @@
+"""Paged GQA causal prefill attention family (FlashInfer-Bench gqa_paged_prefill_causal_*_ps1).
+
+Serves a problem whose reference is FlashInfer's paged prefill with page size 1: q [total_q, H_qo, D],
+k_cache/v_cache [num_pages, 1, H_kv, D], qo_indptr/kv_indptr (batch + 1), kv_indices, a scalar
+sm_scale; outputs `output` [total_q, H_qo, D] (bf16) and `lse` [total_q, H_qo] (fp32, base 2);
+causal mask aligned to the end of the kv sequence (delta = kv_len - q_len), rows that see no kv
+give 0 / -inf. The matcher reads these facts from the definition and the reference's code.
+
+One launch (kernels_cuda/attention_prefill/attention_prefill.cu): grid.x = tiles of BLOCK_M rows
+(BLOCK_M / GROUP tokens x GROUP q heads) over all requests, found on the device from qo_indptr
+without a workspace (see the .cu header), grid.y = kv heads. Tunables: BLOCK_M (rows per CTA,
+16 per warp), BLOCK_N (kv tokens per step), STAGES (cp.async ring depth).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from ..candidate import Candidate, Launch
+from ..problem.definition import Definition
+from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
+from .gate import family_offered
+
+_INPUTS = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "sm_scale")
+_OUTPUTS = ("output", "lse")
+# the reference's defining lines: end-aligned causal limit, base-2 lse, GQA head map, page gather
+_REF_PATTERNS = (
+    r"delta\s*=\s*num_kv_tokens\s*-\s*num_q_tokens",
+    r"max_kv_idx\s*=\s*min\(\s*q_idx\s*\+\s*1\s*\+\s*delta\s*,\s*num_kv_tokens\s*\)",
+    r"logsumexp\(\s*logits_scaled\s*,\s*dim\s*=\s*-1\s*\)\s*/\s*math\.log\(\s*2\.0\s*\)",
+    r"kv_head\s*=\s*h\s*//\s*gqa_ratio",
+    r"kv_indices\[\s*kv_start\s*:\s*kv_end\s*\]",
+    r"logits_scaled\s*=\s*logits\s*\*\s*sm_scale",
+    r"torch\.softmax\(\s*logits_scaled\s*,\s*dim\s*=\s*-1\s*\)",
+)
+SMEM_LIMIT = 227 * 1024  # sm_90 opt-in dynamic shared memory per block
+
+
+def smem_bytes(block_m: int, block_n: int, stages: int, head_dim: int = 128) -> int:
+    return (block_m + 2 * stages * block_n) * head_dim * 2
+
+
+class AttentionPrefillFamily(Family):
+    name = "attention_prefill"
+    description = ("paged (page size 1) GQA causal prefill attention: FlashAttention-2 with "
+                   "mma.sync bf16, cp.async gathered K/V tiles, online softmax, base-2 lse; one CTA "
+                   "per (q tile, kv head) covering the kv head's GROUP q heads")
+    ops = ("gqa_paged_prefill_causal",)
+    source_dir = "attention_prefill"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
+
+    def analyze(self, defn: Definition) -> Optional[Spec]:
+        if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != set(_OUTPUTS):
+            return None
+        code = reference_code(defn)
+        if not all(re.search(p, code) for p in _REF_PATTERNS):
+            return None
+        if not defn.inputs["sm_scale"].is_scalar:
+            return None
+        for n in ("q", "k_cache", "v_cache", "output"):
+            if defn.inputs.get(n, defn.outputs.get(n)).dtype != "bfloat16":
+                return None
+        if defn.outputs["lse"].dtype != "float32":
+            return None
+        for n in ("qo_indptr", "kv_indptr", "kv_indices"):
+            if defn.inputs[n].dtype != "int32":
+                return None
+        qs, ks, vs = (shape_dims(defn, n) for n in ("q", "k_cache", "v_cache"))
+        os_, ls = shape_dims(defn, "output"), shape_dims(defn, "lse")
+        if len(qs) != 3 or len(ks) != 4 or ks != vs or os_ != qs or ls != qs[:2]:
+            return None
+        h_qo, d = const_value(defn, qs[1]), const_value(defn, qs[2])
+        page, h_kv, dk = (const_value(defn, x) for x in ks[1:])
+        if None in (h_qo, d, page, h_kv, dk) or page != 1 or d != 128 or dk != d:
+            return None
+        if h_kv <= 0 or h_qo % h_kv:
+            return None
+        if shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
+            return None
+        return Spec(fixed={"NUM_QO_HEADS": h_qo, "NUM_KV_HEADS": h_kv, "HEAD_DIM": d},
+                    info={"total_q": str(qs[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0])})
+
+    def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
+        # first guess: 4 warps x 16 rows, 64-token kv steps, double buffer (80 KB smem, 2 CTAs/SM)
+        space = [{"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 2},
+                 {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 2},
+                 {"BLOCK_M": 64, "BLOCK_N": 32, "STAGES": 3},
+                 {"BLOCK_M": 128, "BLOCK_N": 32, "STAGES": 3},
+                 {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 3},
+                 {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 3}]
+        group = spec.fixed["NUM_QO_HEADS"] // spec.fixed["NUM_KV_HEADS"]
+        return [p for p in space if p["BLOCK_M"] % group == 0]
+
+    def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
+        if set(params) != {"BLOCK_M", "BLOCK_N", "STAGES"}:
+            raise FamilyError("attention_prefill params: BLOCK_M, BLOCK_N, STAGES")
+        bm, bn, st = params["BLOCK_M"], params["BLOCK_N"], params["STAGES"]
+        group = spec.fixed["NUM_QO_HEADS"] // spec.fixed["NUM_KV_HEADS"]
+        if bm not in (16, 32, 64, 128) or bm % group:
+            raise FamilyError(f"BLOCK_M={bm}: 16..128 rows (16 per warp), a multiple of GROUP={group}")
+        if bn not in (16, 32, 64, 128):
+            raise FamilyError(f"BLOCK_N={bn}: one of 16, 32, 64, 128")
+        if not 2 <= st <= 4:
+            raise FamilyError(f"STAGES={st}: 2..4")
+        if smem_bytes(bm, bn, st, spec.fixed["HEAD_DIM"]) > SMEM_LIMIT:
+            raise FamilyError(f"{params}: {smem_bytes(bm, bn, st)} B of shared memory > {SMEM_LIMIT}")
+
+    def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
+        src = read_source("attention_prefill", "attention_prefill.cu")
+        tq, li = spec.info["total_q"], spec.info["len_indptr"]
+        grid = [f"max(1, {tq} * (NUM_QO_HEADS // NUM_KV_HEADS) // BLOCK_M + {li} - 1)", "NUM_KV_HEADS"]
+        launch = Launch(kernel="gqa_paged_prefill_causal", grid=grid, block=["BLOCK_M // 16 * 32"],
+                        smem="(BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2",
+                        args=["q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices",
+                              "output", "lse", f"int32:{li} - 1", "float32:sm_scale"])
+        return Candidate(problem=defn.name, language="cuda", sources={"attention_prefill.cu": src},
+                         params={**spec.fixed, **params}, launches=[launch], options=[],
+                         notes=f"family=attention_prefill {params}")
