@@ -17,6 +17,7 @@ from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
 from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
+from .nvfp4_moe import Nvfp4MoeFamily
 from .pointwise import PointwiseFamily
 from .rmsnorm import RMSNormFamily
 from .rope import RopeFamily
@@ -26,7 +27,8 @@ from .softmax_backward import SoftmaxBackwardFamily
 
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
-                          RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily()]
+                          RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
+                          Nvfp4MoeFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily()]
 FAMILIES += GENERIC

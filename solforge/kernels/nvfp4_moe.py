@@ -1,0 +1,146 @@
+"""NVFP4 expert MLP family: out = down(q(silu(gate(q(x))) * up(q(x)))) with FP4 weights.
+
+Serves SOL-ExecBench Quant problems whose reference quantizes the activations and three FP4
+weight matrices with BlockWiseScalerNVFP4 (E2M1 codes, E4M3 decode scale per 16 elements, fp32
+global decode scale) and runs gate/up/down through CuBLASRefBlockwiseGemm.scaled_mm with a SwiGLU
+in between (Quant/032). On the H200 the reference's torch._scaled_mm FP4 runs as a dequantizing
+bf16 matmul (solforge/evaluate/reference.py); this kernel family instead dequantizes the weights in
+registers and feeds mma.sync bf16 tiles. Five launches: amax(x), quantize x, gate+up GEMM with the
+SwiGLU epilogue and amax(h), quantize h, down GEMM. Kernel sources: kernels_cuda/nvfp4_moe/.
+
+Offered to the search only once kernels_cuda/nvfp4_moe/family.json says `"offered": true` (after
+a GPU correctness check).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..candidate import Candidate, Launch
+from ..problem.definition import Definition
+from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
+from .gate import family_offered
+
+SMEM_LIMIT = 227 * 1024
+WS_HEAD = 256  # two amax words, padded
+
+_INPUTS = ("hidden_states", "gate_weight_fp4", "gate_scale", "gate_global_decode", "up_weight_fp4",
+           "up_scale", "up_global_decode", "down_weight_fp4", "down_scale", "down_global_decode")
+# what the reference must do, in code (not prose)
+_NEEDED = ("BlockWiseScalerNVFP4", "scaler.quantize(hidden_states", "F.silu(gate_output) * up_output",
+           "scaler.quantize(gated_expanded", "_scaled_mm", "gate_up_gemm.scaled_mm", "down_gemm.scaled_mm")
+
+
+def stage_bytes(bm: int, bn: int, nw: int) -> int:
+    """Must match Stage<BM, BN, NW>::BYTES in nvfp4_moe.cu."""
+    return bm * 128 + nw * (bn * 32 + bn * 4)
+
+
+def smem_bytes(bm: int, bn: int, st: int, nw: int) -> int:
+    return st * stage_bytes(bm, bn, nw)
+
+
+def workspace_expr(t: str, hid: int, inter: int) -> str:
+    """Bytes: amax words, XQ bf16 [T, HID], H fp32 [T, INTER], HQ bf16 [T, INTER]."""
+    return f"{WS_HEAD} + 2 * {hid} * ({t}) + 6 * {inter} * ({t})"
+
+
+class Nvfp4MoeFamily(Family):
+    name = "nvfp4_moe"
+    description = ("NVFP4 expert MLP with SwiGLU (Quant/032): reference-exact activation quantizers, "
+                   "mma.sync bf16 GEMMs with FP4 weights dequantized in registers")
+    ops = ("nvfp4_swiglu_mlp", "fp4_dequant_gemm")
+    source_dir = "nvfp4_moe"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
+
+    def analyze(self, defn: Definition) -> Optional[Spec]:
+        if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != {"output"}:
+            return None
+        code = reference_code(defn)
+        if not all(n in code for n in _NEEDED):
+            return None
+        x, wg, sg = (shape_dims(defn, n) for n in ("hidden_states", "gate_weight_fp4", "gate_scale"))
+        wd, out = shape_dims(defn, "down_weight_fp4"), shape_dims(defn, "output")
+        if len(x) != 2 or len(wg) != 3 or len(wd) != 3 or out != x:
+            return None
+        if defn.inputs["hidden_states"].dtype != "bfloat16" or defn.outputs["output"].dtype != "bfloat16":
+            return None
+        if defn.inputs["gate_weight_fp4"].dtype != "float4_e2m1fn_x2" or \
+                defn.inputs["gate_scale"].dtype != "float8_e4m3fn":
+            return None
+        hid, inter = const_value(defn, x[1]), const_value(defn, wg[1])
+        if hid is None or inter is None or const_value(defn, wg[0]) != 1:
+            return None
+        # weights [1, N, K/2], scales [1, N, K/16]
+        if (const_value(defn, wg[2]), const_value(defn, sg[2])) != (hid // 2, hid // 16):
+            return None
+        if (const_value(defn, wd[1]), const_value(defn, wd[2])) != (hid, inter // 2):
+            return None
+        if hid % 128 or inter % 128:
+            return None
+        t = x[0]
+        if not (isinstance(t, str) and t in defn.var_axes) and const_value(defn, t) is None:
+            return None
+        return Spec(fixed={"HID": hid, "INTER": inter}, info={"t": str(t), "hid": hid, "inter": inter})
+
+    # ---- parameters -----------------------------------------------------------------------
+    def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
+        hid, inter = spec.info["hid"], spec.info["inter"]
+        gate = [(128, 64, 2, 4, 3), (128, 64, 4, 2, 3), (64, 64, 2, 4, 4), (64, 128, 2, 4, 3)]
+        down = [(128, 128, 2, 4, 3), (64, 128, 2, 4, 4), (128, 64, 2, 4, 4), (64, 64, 2, 4, 4)]
+        out = []
+        for i in range(max(len(gate), len(down))):
+            g, d = gate[min(i, len(gate) - 1)], down[min(i, len(down) - 1)]
+            p = {f"G_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), g)}
+            p.update({f"D_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), d)})
+            try:
+                self._check_params(defn, spec, p)
+            except FamilyError:
+                continue
+            out.append(p)
+        return out
+
+    def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
+        hid, inter = spec.info["hid"], spec.info["inter"]
+        for pre, n, nw in (("G", inter, 2), ("D", hid, 1)):
+            try:
+                bm, bn, wm, wn, st = (int(params[f"{pre}_{k}"]) for k in ("BM", "BN", "WM", "WN", "ST"))
+            except KeyError as e:
+                raise FamilyError(f"nvfp4_moe params missing {e}") from None
+            if wm * wn * 32 > 512 or bm % (16 * wm) or bn % (8 * wn) or n % bn or st < 2:
+                raise FamilyError(f"{pre}: bad tile BM={bm} BN={bn} WM={wm} WN={wn} ST={st}")
+            if smem_bytes(bm, bn, st, nw) > SMEM_LIMIT:
+                raise FamilyError(f"{pre}: {smem_bytes(bm, bn, st, nw)} bytes of shared memory")
+            mt, nt = bm // wm // 16, bn // wn // 8
+            if nw * mt * nt * 4 > 96:  # accumulators per thread; more would spill
+                raise FamilyError(f"{pre}: {nw * mt * nt * 4} accumulator registers per thread")
+
+    def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
+        t, hid, inter = spec.info["t"], spec.info["hid"], spec.info["inter"]
+        p = {k: int(v) for k, v in params.items()}
+        g_smem = smem_bytes(p["G_BM"], p["G_BN"], p["G_ST"], 2)
+        d_smem = smem_bytes(p["D_BM"], p["D_BN"], p["D_ST"], 1)
+        launches = [
+            Launch(kernel="nvfp4_amax_x", grid=[f"ceil_div(({t}) * {hid}, 2048)"], block=["256"],
+                   smem="0", args=["hidden_states", "workspace", f"int32:({t}) * {hid}"]),
+            Launch(kernel="nvfp4_quant_x", grid=[f"ceil_div(({t}) * {hid // 16}, 256)"], block=["256"],
+                   smem="0", args=["hidden_states", "workspace", f"int32:{t}"]),
+            Launch(kernel="nvfp4_gateup", grid=[f"{inter} // G_BN", f"ceil_div({t}, G_BM)"],
+                   block=["G_WM * G_WN * 32"], smem=str(g_smem),
+                   args=["gate_weight_fp4", "gate_scale", "up_weight_fp4", "up_scale",
+                         "float32:gate_global_decode", "float32:up_global_decode", "workspace",
+                         f"int32:{t}"]),
+            Launch(kernel="nvfp4_quant_h", grid=[f"ceil_div(({t}) * {inter // 16}, 256)"], block=["256"],
+                   smem="0", args=["workspace", f"int32:{t}"]),
+            Launch(kernel="nvfp4_down", grid=[f"{hid} // D_BN", f"ceil_div({t}, D_BM)"],
+                   block=["D_WM * D_WN * 32"], smem=str(d_smem),
+                   args=["down_weight_fp4", "down_scale", "float32:down_global_decode", "workspace",
+                         "output", f"int32:{t}"]),
+        ]
+        src = read_source("nvfp4_moe", "nvfp4_moe.cu")
+        return Candidate(problem=defn.name, language="cuda", sources={"nvfp4_moe.cu": src},
+                         params={**spec.fixed, **p}, launches=launches,
+                         workspace=workspace_expr(t, hid, inter), notes="family=nvfp4_moe")
