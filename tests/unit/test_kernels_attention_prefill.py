@@ -1,0 +1,267 @@
+"""attention_prefill family: it claims FlashInfer-Bench 014/015 (paged GQA causal prefill, page
+size 1) and nothing else; every param point compiles with NVRTC for sm_90a without local-memory
+spills; the launch spec evaluates within the H200's limits on every workload; and a CPU emulation
+of the kernel's algorithm (same scheduler, tiling, masking shortcut, online softmax, bf16 P, epilogue)
+matches the reference, which catches indexing bugs before any GPU run."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from solforge.candidate import Candidate, eval_expr, launch_env
+from solforge.compile import compile_candidate
+from solforge.kernels import FamilyError, all_families, families_for, get_family
+from solforge.kernels.attention_prefill import SMEM_LIMIT
+from solforge.problem.loader import load_problem_dir
+
+SUBSET = "FlashInfer-Bench"
+CLAIMED = ["014_gqa_paged_prefill_causal_h32_kv4_d128_ps1",
+           "015_gqa_paged_prefill_causal_h32_kv8_d128_ps1"]
+
+
+@pytest.fixture(scope="module")
+def problems(sol_execbench_dir):
+    return {n: load_problem_dir(sol_execbench_dir / SUBSET / n) for n in CLAIMED}
+
+
+def _wheel_bin(name: str):
+    import nvidia
+
+    for root in nvidia.__path__:
+        p = Path(root) / "cu13" / "bin" / name
+        if p.exists():
+            return p
+    return None
+
+
+# ── matching ─────────────────────────────────────────────────────────────────────────────────────
+def test_claims_exactly_014_and_015(sol_execbench_dir):
+    fam = get_family("attention_prefill")
+    claimed = []
+    for d in sorted(sol_execbench_dir.glob("*/*")):
+        if (d / "definition.json").exists() and fam.matches(load_problem_dir(d)):
+            claimed.append(d.name)
+    assert claimed == CLAIMED
+
+
+def test_gate_keeps_it_out_of_the_search_until_a_gpu_check(problems):
+    fam = get_family("attention_prefill")
+    assert fam in all_families() and fam.offered is False
+    for p in problems.values():
+        assert fam not in families_for(p)
+
+
+def test_changed_reference_is_not_claimed(problems):
+    defn = problems[CLAIMED[1]].definition
+    data = defn.model_dump()
+    # a non-causal variant (no delta-aligned limit) must not be served by a causal kernel
+    data["reference"] = defn.reference.replace("min(q_idx + 1 + delta, num_kv_tokens)", "num_kv_tokens")
+    assert not get_family("attention_prefill").matches(type(defn).model_validate(data))
+
+
+def test_bad_params_rejected(problems):
+    fam, p = get_family("attention_prefill"), problems[CLAIMED[0]]
+    for bad in ({"BLOCK_M": 48, "BLOCK_N": 64, "STAGES": 2},     # not 16 rows per warp
+                {"BLOCK_M": 64, "BLOCK_N": 24, "STAGES": 2},
+                {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 1},
+                {"BLOCK_M": 128, "BLOCK_N": 128, "STAGES": 4},   # 288 KB of smem
+                {"BLOCK_M": 64}):
+        with pytest.raises(FamilyError):
+            fam.instantiate(p, bad)
+
+
+# ── compile + launch spec ────────────────────────────────────────────────────────────────────────
+@pytest.mark.parametrize("name", CLAIMED)
+def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tmp_path):
+    fam, p = get_family("attention_prefill"), problems[name]
+    space = fam.param_space(p)
+    assert len(space) >= 4
+    cuobjdump = _wheel_bin("cuobjdump")
+    for params in space:
+        cand = fam.instantiate(p, params)
+        Candidate.model_validate_json(cand.model_dump_json())
+        launch = cand.launches[0]
+        for w in p.workloads:
+            env = launch_env(w.axes, w.scalars(), cand.params)
+            gx, gy = (eval_expr(g, env) for g in launch.grid)
+            block, smem = eval_expr(launch.block[0], env), eval_expr(launch.smem, env)
+            batch = w.axes["len_indptr"] - 1
+            group = cand.params["NUM_QO_HEADS"] // cand.params["NUM_KV_HEADS"]
+            # every request's tiles fit under off(b) = floor(qo[b]*G/BM) + b: the worst case is all
+            # q tokens in the last request
+            assert gx >= (w.axes["total_q"] * group) // params["BLOCK_M"] + batch
+            assert 1 <= gx < 2**31 - 1 and gy == cand.params["NUM_KV_HEADS"] <= 65535
+            assert block == params["BLOCK_M"] // 16 * 32 <= 1024
+            assert 0 < smem <= SMEM_LIMIT
+            assert eval_expr(launch.args[-2].split(":", 1)[1], env) == batch
+        res = compile_candidate(cand, arch="sm_90a")
+        assert res.ok, res.log  # also checks the args against the kernel's parameter list
+        if cuobjdump is None:
+            continue
+        f = tmp_path / "k.cubin"
+        f.write_bytes(next(iter(res.cubins.values())))
+        env = {**os.environ, "PATH": f"{cuobjdump.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        usage = subprocess.run([str(cuobjdump), "-res-usage", str(f)], capture_output=True, text=True,
+                               env=env, check=True).stdout
+        assert "LOCAL:0" in usage and "STACK:0" in usage, (params, usage)
+        sass = subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True,
+                              env=env, check=True).stdout
+        assert "HMMA.16816.F32.BF16" in sass and "LDSM" in sass and "LDGSTS" in sass, params
+        assert "LDL" not in sass and "STL" not in sass, params
+
+
+# ── CPU emulation of the kernel ──────────────────────────────────────────────────────────────────
+def _bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+def emulate(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, *, block_m, block_n,
+            num_kv_heads, delta_shift=0):
+    """The kernel's loop structure on the CPU: CTA grid and scheduler, tile rows (token, head),
+    the zero shortcut, kv blocks with zero-filled tails, the per-warp mask shortcut, base-2 online
+    softmax with the -inf base guard, P rounded to bf16, the epilogue. One warp = 16 rows."""
+    total_q, h_qo, d = q.shape
+    group = h_qo // num_kv_heads
+    tile_q = block_m // group
+    qo, kvp = qo_indptr.tolist(), kv_indptr.tolist()
+    batch = len(qo) - 1
+    out = torch.full((total_q, h_qo, d), float("nan"))     # poisoned: unwritten rows show up
+    lse = torch.full((total_q, h_qo), float("nan"))
+    kf, vf = k_cache[:, 0].float(), v_cache[:, 0].float()
+    qf = q.float()
+    scale2 = sm_scale * 1.4426950408889634
+    grid_x = max(1, total_q * group // block_m + batch)
+    off = [qo[b] * group // block_m + b for b in range(batch)]
+    seen = set()
+    for kvh in range(num_kv_heads):
+        for t in range(grid_x):
+            lo, hi = 0, batch - 1                      # the kernel's binary search
+            while lo < hi:
+                mid = (lo + hi + 1) >> 1
+                if off[mid] <= t:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            b = lo
+            q_start, q_len = qo[b], qo[b + 1] - qo[b]
+            n_tiles = (q_len * group + block_m - 1) // block_m
+            j = t - off[b]
+            if j < 0 or j >= n_tiles:
+                continue
+            tile = n_tiles - 1 - j
+            assert (b, tile, kvh) not in seen
+            seen.add((b, tile, kvh))
+            kv_start, kv_len = kvp[b], kvp[b + 1] - kvp[b]
+            delta = kv_len - q_len + delta_shift
+            tok0 = tile * tile_q
+            tok_last = min(tok0 + tile_q, q_len) - 1
+            kv_end = min(kv_len, tok_last + delta + 1)
+            rows_valid = (tok_last - tok0 + 1) * group
+            rows = torch.arange(block_m)
+            tok = q_start + tok0 + rows // group
+            head = kvh * group + rows % group
+            ok = rows < rows_valid
+            if kv_end <= 0:
+                out[tok[ok], head[ok]] = 0.0
+                lse[tok[ok], head[ok]] = -math.inf
+                continue
+            qt = torch.zeros(block_m, d)
+            qt[ok] = qf[tok[ok], head[ok]]
+            n_blocks = (kv_end + block_n - 1) // block_n
+            ks = torch.zeros(n_blocks * block_n, d)
+            vs = torch.zeros(n_blocks * block_n, d)
+            pages = kv_indices[kv_start:kv_start + kv_end].long()
+            ks[:kv_end], vs[:kv_end] = kf[pages, kvh], vf[pages, kvh]
+            for w in range(block_m // 16):
+                r = rows[w * 16:(w + 1) * 16]
+                lim = torch.clamp(tok0 + r // group + delta + 1, max=kv_len)
+                warp_min_lim = min(kv_len, tok0 + (w * 16) // group + delta + 1)
+                m = torch.full((16,), -math.inf)
+                l = torch.zeros(16)
+                o = torch.zeros(16, d)
+                for blk in range(n_blocks):
+                    n0 = blk * block_n
+                    s = qt[r] @ ks[n0:n0 + block_n].T
+                    if n0 + block_n > warp_min_lim:
+                        cols = n0 + torch.arange(block_n)
+                        s = torch.where(cols[None, :] < lim[:, None], s * scale2, -math.inf)
+                    else:
+                        s = s * scale2
+                    mx = torch.maximum(m, s.max(dim=1).values)
+                    base = torch.where(mx == -math.inf, torch.zeros(()), mx)
+                    alpha = torch.exp2(m - base)
+                    m = mx
+                    p = torch.exp2(s - base[:, None])
+                    l = l * alpha + p.sum(dim=1)
+                    o = o * alpha[:, None] + _bf16(p) @ vs[n0:n0 + block_n]
+                inv = torch.where(l > 0, 1.0 / torch.where(l > 0, l, torch.ones(())), torch.zeros(()))
+                good = ok[r]
+                out[tok[r][good], head[r][good]] = _bf16(o * inv[:, None])[good]
+                lse_w = torch.where(l > 0, m + torch.log2(torch.where(l > 0, l, torch.ones(()))),
+                                    torch.full((), -math.inf))
+                lse[tok[r][good], head[r][good]] = lse_w[good]
+    return out.to(torch.bfloat16), lse
+
+
+def _reference(defn):
+    ns: dict = {}
+    exec(compile(defn.reference, "<reference>", "exec"), ns)
+    return ns["run"]
+
+
+def _case(q_lens, kv_lens, h_qo, h_kv, seed):
+    g = torch.Generator().manual_seed(seed)
+    total_q, total_kv = sum(q_lens), sum(kv_lens)
+    num_pages = total_kv + 7
+    q = torch.randn(total_q, h_qo, 128, generator=g).to(torch.bfloat16)
+    k = torch.randn(num_pages, 1, h_kv, 128, generator=g).to(torch.bfloat16)
+    v = torch.randn(num_pages, 1, h_kv, 128, generator=g).to(torch.bfloat16)
+    qo = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32)
+    kvp = torch.tensor([0] + list(torch.tensor(kv_lens).cumsum(0)), dtype=torch.int32)
+    idx = torch.randperm(num_pages, generator=g)[:total_kv].to(torch.int32)   # a real gather
+    return q, k, v, qo, kvp, idx, 1.0 / math.sqrt(128)
+
+
+# q_len < kv_len (prefix cached), == (fresh prefill), > (rows that see nothing), lengths that
+# straddle tiles and kv blocks, a single token
+CASES = [([5, 1, 19], [70, 1, 19]), ([9, 3], [4, 3]), ([1, 23], [130, 40])]
+
+
+def _check(out, lse, ref_out, ref_lse):
+    assert not torch.isnan(out.float()).any() and not torch.isnan(lse).any()  # every row written
+    inf_ref = torch.isinf(ref_lse)
+    assert torch.equal(torch.isinf(lse), inf_ref)
+    assert torch.allclose(lse[~inf_ref], ref_lse[~inf_ref], atol=2e-3, rtol=1e-3), \
+        (lse - ref_lse)[~inf_ref].abs().max()
+    assert torch.allclose(out.float(), ref_out.float(), atol=1e-2, rtol=1e-2), \
+        (out.float() - ref_out.float()).abs().max()
+
+
+@pytest.mark.parametrize("name", CLAIMED)
+def test_emulation_matches_reference_on_every_point(problems, name):
+    fam, p = get_family("attention_prefill"), problems[name]
+    ref = _reference(p.definition)
+    h_kv = fam.analyze(p.definition).fixed["NUM_KV_HEADS"]
+    for ci, (q_lens, kv_lens) in enumerate(CASES):
+        args = _case(q_lens, kv_lens, 32, h_kv, seed=ci)
+        ref_out, ref_lse = ref(*args)
+        for params in fam.param_space(p):
+            out, lse = emulate(*args, block_m=params["BLOCK_M"], block_n=params["BLOCK_N"],
+                               num_kv_heads=h_kv)
+            _check(out, lse, ref_out, ref_lse)
+
+
+def test_emulation_catches_a_shifted_causal_limit(problems):
+    """The check can fail: the same emulation with the causal limit off by one does not pass."""
+    p = problems[CLAIMED[1]]
+    args = _case(*CASES[0], 32, 8, seed=0)
+    ref_out, ref_lse = _reference(p.definition)(*args)
+    out, lse = emulate(*args, block_m=64, block_n=32, num_kv_heads=8, delta_shift=1)
+    with pytest.raises(AssertionError):
+        _check(out, lse, ref_out, ref_lse)
