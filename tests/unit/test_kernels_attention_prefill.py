@@ -265,3 +265,117 @@ def test_emulation_catches_a_shifted_causal_limit(problems):
     out, lse = emulate(*args, block_m=64, block_n=32, num_kv_heads=8, delta_shift=1)
     with pytest.raises(AssertionError):
         _check(out, lse, ref_out, ref_lse)
+
+
+# ── lane-level check of one warp's fragments ─────────────────────────────────────────────────────
+# The address formulas below are the kernel's (attention_prefill.cu: swz, the ldsm_x4 row/chunk of
+# Q, K and V, the P packing); ldmatrix and mma.m16n8k16 follow the PTX ISA fragment layouts.
+D = 128
+
+
+def _swz(row: int, chunk: int) -> int:
+    return row * D + ((chunk ^ (row & 7)) << 3)
+
+
+def _to_smem(tile: torch.Tensor) -> torch.Tensor:
+    s = torch.full((tile.shape[0] * D,), float("nan"))
+    for r in range(tile.shape[0]):
+        for c in range(D // 8):
+            s[_swz(r, c):_swz(r, c) + 8] = tile[r, c * 8:(c + 1) * 8]
+    return s
+
+
+def _ldsm_x4(smem, addr, trans=False):
+    """regs[lane][i] = (lo, hi) of matrix i; lanes 8i..8i+7 give matrix i's row addresses."""
+    regs = [[None] * 4 for _ in range(32)]
+    for i in range(4):
+        m = torch.stack([smem[addr[8 * i + j]:addr[8 * i + j] + 8] for j in range(8)])
+        banks = {(addr[8 * i + j] * 2 // 16) % 8 for j in range(8)}
+        assert len(banks) == 8, "ldmatrix phase with a shared-memory bank conflict"
+        for t in range(32):
+            g, c = t // 4, t % 4
+            regs[t][i] = (m[2 * c, g], m[2 * c + 1, g]) if trans else (m[g, 2 * c], m[g, 2 * c + 1])
+    return regs
+
+
+def _mma(acc, a, b0, b1):
+    """acc[lane] (4 floats) += A (16x16 from a[lane] 4 pairs) @ B (16x8 from b0/b1[lane] pairs)."""
+    A, B = torch.zeros(16, 16), torch.zeros(16, 8)
+    for t in range(32):
+        g, c = t // 4, t % 4
+        for reg, (r, k) in enumerate(((g, 2 * c), (g + 8, 2 * c), (g, 2 * c + 8), (g + 8, 2 * c + 8))):
+            A[r, k], A[r, k + 1] = a[t][reg]
+        B[2 * c, g], B[2 * c + 1, g] = b0[t]
+        B[2 * c + 8, g], B[2 * c + 9, g] = b1[t]
+    C = A @ B
+    for t in range(32):
+        g, c = t // 4, t % 4
+        acc[t] = [acc[t][0] + C[g, 2 * c], acc[t][1] + C[g, 2 * c + 1],
+                  acc[t][2] + C[g + 8, 2 * c], acc[t][3] + C[g + 8, 2 * c + 1]]
+
+
+def _frags_to_matrix(frags, cols):
+    out = torch.zeros(16, cols)
+    for t in range(32):
+        g, c = t // 4, t % 4
+        for n, f in enumerate(frags[t]):
+            out[g, n * 8 + 2 * c], out[g, n * 8 + 2 * c + 1] = f[0], f[1]
+            out[g + 8, n * 8 + 2 * c], out[g + 8, n * 8 + 2 * c + 1] = f[2], f[3]
+    return out
+
+
+def test_warp_fragments_compute_qkt_and_pv():
+    block_n, warp = 32, 1
+    g = torch.Generator().manual_seed(3)
+    Q, K, V = (_bf16(torch.randn(n, D, generator=g)) for n in (32, block_n, block_n))
+    sQ, sK, sV = _to_smem(Q), _to_smem(K), _to_smem(V)
+    lanes = range(32)
+    qf = [_ldsm_x4(sQ, [_swz(warp * 16 + (l & 7) + ((l >> 3) & 1) * 8, kk * 2 + (l >> 4)) for l in lanes])
+          for kk in range(D // 16)]
+    s = [[[0.0] * 4 for _ in range(block_n // 8)] for _ in lanes]
+    for kk in range(D // 16):
+        for n in range(block_n // 16):
+            b = _ldsm_x4(sK, [_swz(n * 16 + (l & 7) + (l >> 4) * 8, kk * 2 + ((l >> 3) & 1)) for l in lanes])
+            for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
+                acc = [s[t][2 * n + pair] for t in lanes]
+                _mma(acc, [qf[kk][t] for t in lanes], [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
+                for t in lanes:
+                    s[t][2 * n + pair] = acc[t]
+    S = _frags_to_matrix(s, block_n)
+    Qw = Q[warp * 16:(warp + 1) * 16]
+    assert torch.allclose(S, Qw @ K.T, atol=1e-3, rtol=1e-4)
+
+    # P (bf16 from the S registers) @ V with V through ldmatrix.trans
+    p = [[[_bf16(torch.tensor(float(x))) for x in f] for f in s[t]] for t in lanes]
+    o = [[[0.0] * 4 for _ in range(D // 8)] for _ in lanes]
+    for kk in range(block_n // 16):
+        pa = [[(p[t][2 * kk][0], p[t][2 * kk][1]), (p[t][2 * kk][2], p[t][2 * kk][3]),
+               (p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]), (p[t][2 * kk + 1][2], p[t][2 * kk + 1][3])]
+              for t in lanes]
+        for d in range(D // 16):
+            b = _ldsm_x4(sV, [_swz(kk * 16 + (l & 7) + ((l >> 3) & 1) * 8, d * 2 + (l >> 4)) for l in lanes],
+                         trans=True)
+            for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
+                acc = [o[t][2 * d + pair] for t in lanes]
+                _mma(acc, pa, [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
+                for t in lanes:
+                    o[t][2 * d + pair] = acc[t]
+    O = _frags_to_matrix(o, D)
+    assert torch.allclose(O, _bf16(S) @ V, atol=1e-2, rtol=1e-3)
+
+
+def test_fragment_check_uses_the_kernels_formulas():
+    """The lane-level test above is only worth something while its formulas are the kernel's."""
+    from solforge.kernels.base import read_source
+
+    src = read_source("attention_prefill", "attention_prefill.cu")
+    for expr in ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
+                 "int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
+                 "swz(r, kk * 2 + (lane >> 4))",
+                 "int r = n * 16 + (lane & 7) + (lane >> 4) * 8;",
+                 "swz(r, kk * 2 + ((lane >> 3) & 1))",
+                 "int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
+                 "ldsm_x4_t(smem_u32(bv + swz(r, d * 2 + (lane >> 4)))",
+                 "pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);",
+                 "pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);"):
+        assert expr in src, expr
