@@ -112,6 +112,10 @@ NVFP4_HD unsigned nvfp4_float_to_e2m1(float x) {
 // E2M1 code -> float by the fp16 bit trick the GEMMs use: the code's 3 magnitude bits placed at
 // fp16 bits 9..11 read as value * 2^-14 (e=0 lands on fp16 subnormals, exactly).
 NVFP4_HD unsigned nvfp4_e2m1_half_bits(unsigned c) { return ((c & 8u) << 12) | ((c & 7u) << 9); }
+// a packed byte (low nibble = even k) as fp16x2 bits, low half first
+NVFP4_HD unsigned nvfp4_pair_half_bits(unsigned byte) {
+    return nvfp4_e2m1_half_bits(byte & 15u) | (nvfp4_e2m1_half_bits((byte >> 4) & 15u) << 16);
+}
 NVFP4_HD float nvfp4_half_bits_to_float(unsigned h) {
     unsigned e = (h >> 10) & 31u, m = h & 1023u;
     float v = e ? nvfp4_bits_to_float(((e + 112u) << 23) | (m << 13)) : (float)m * 5.9604644775390625e-8f;
@@ -256,7 +260,7 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 
 // one packed byte (two E2M1 codes) times the block scale (pre-multiplied by 2^14) -> bf16x2
 __device__ __forceinline__ unsigned dq_byte(unsigned byte, float sc) {
-    unsigned h2 = ((byte & 0x08u) << 12) | ((byte & 0x07u) << 9) | ((byte & 0x80u) << 24) | ((byte & 0x70u) << 21);
+    unsigned h2 = nvfp4_pair_half_bits(byte);
     __half2 hh = *reinterpret_cast<__half2*>(&h2);
     float2 f = __half22float2(hh);
     __nv_bfloat162 r = __floats2bfloat162_rn(f.x * sc, f.y * sc);

@@ -1,0 +1,385 @@
+"""nvfp4_moe family: which problems it claims, real NVRTC compiles (sm_90a, no spills), launch specs
+on every workload, and CPU checks of the kernel's number format and data layout:
+
+- the codec part of nvfp4_moe.cu (E2M1 thresholds, E4M3 encode/decode, block quantizer, the fp16
+  bit trick the GEMMs dequantize with, the K permutation) built with g++ and compared bit for bit
+  with the reference's BlockWiseScalerNVFP4 and torch's float8 conversions;
+- an emulation of the whole five-launch pipeline (permuted activations, the per-lane weight fragment
+  mapping of the mma.sync loop, the bf16-rounding epilogues) against the reference run on CPU through
+  solforge's dequantizing FP4 shim, on small shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from solforge.candidate import Candidate, eval_expr, launch_env
+from solforge.kernels import FamilyError, families_for, get_family
+from solforge.kernels.base import CUDA_DIR
+from solforge.kernels.build import compile_cuda_candidate
+from solforge.kernels.nvfp4_moe import SMEM_LIMIT
+from solforge.problem.loader import load_problem_dir
+from tests.unit.test_compile_arch import _wheel_bin
+
+SRC = CUDA_DIR / "nvfp4_moe" / "nvfp4_moe.cu"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def _quant_dir(root: Path, prefix: str) -> Path:
+    return next((root / "Quant").glob(f"{prefix}_*"))
+
+
+@pytest.fixture(scope="module")
+def p032(sol_execbench_dir):
+    return load_problem_dir(_quant_dir(sol_execbench_dir, "032"))
+
+
+# ---- matching ---------------------------------------------------------------------------------
+
+def test_claims_032_and_nothing_else(sol_execbench_dir):
+    fam = get_family("nvfp4_moe")
+    claimed = []
+    for defn_path in sorted(Path(sol_execbench_dir).glob("*/*/definition.json")):
+        problem = load_problem_dir(defn_path.parent)
+        if fam.matches(problem):
+            claimed.append(defn_path.parent.name)
+    assert claimed == ["032_nvfp4_moe_expert_linear_with_gating"]
+
+
+def test_not_offered_until_gpu_checked(p032):
+    assert json.loads((CUDA_DIR / "nvfp4_moe" / "family.json").read_text())["offered"] is False
+    assert "nvfp4_moe" not in [f.name for f in families_for(p032)]
+
+
+def test_bad_params_rejected(p032):
+    fam = get_family("nvfp4_moe")
+    p = dict(fam.param_space(p032)[0])
+    for bad in ({"G_BN": 96}, {"D_ST": 1}, {"G_BM": 256, "G_ST": 8}, {"D_BM": 256, "D_WM": 1}):
+        with pytest.raises(FamilyError):
+            fam.instantiate(p032, {**p, **bad})
+
+
+# ---- compile and launch specs -----------------------------------------------------------------
+
+def _sass(cubin: bytes, tmp_path: Path) -> str:
+    cuobjdump, nvdisasm = _wheel_bin("cuobjdump"), _wheel_bin("nvdisasm")
+    if cuobjdump is None or nvdisasm is None:
+        pytest.skip("nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels not installed")
+    f = tmp_path / "k.cubin"
+    f.write_bytes(cubin)
+    env = {**os.environ, "PATH": f"{nvdisasm.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True,
+                          env=env, check=True).stdout
+
+
+def test_every_param_point_compiles_without_spills(p032, tmp_path):
+    fam = get_family("nvfp4_moe")
+    space = fam.param_space(p032)
+    assert len(space) >= 4
+    for params in space:
+        cand = fam.instantiate(p032, params)
+        Candidate.model_validate_json(cand.model_dump_json())
+        cubin, log = compile_cuda_candidate(cand)
+        assert cubin[:4] == b"\x7fELF", log
+        text = _sass(cubin, tmp_path)
+        for k in ("nvfp4_amax_x", "nvfp4_quant_x", "nvfp4_gateup", "nvfp4_quant_h", "nvfp4_down"):
+            assert f"Function : {k}" in text
+        mt_nt = lambda pre, nw: nw * (params[f"{pre}_BM"] // params[f"{pre}_WM"] // 16) * (
+            params[f"{pre}_BN"] // params[f"{pre}_WN"] // 8) * 4
+        # every mma of both GEMM main loops is there (4 k-steps per 64-wide chunk)
+        assert text.count("HMMA.16816.F32.BF16") == (mt_nt("G", 2) + mt_nt("D", 1)), params
+        assert "LDL" not in text and "STL" not in text, params  # no local-memory spills
+
+
+def test_launch_spec_on_every_workload(p032):
+    fam = get_family("nvfp4_moe")
+    hid, inter = 2048, 5120
+    for params in fam.param_space(p032):
+        cand = fam.instantiate(p032, params)
+        assert [l.kernel for l in cand.launches] == ["nvfp4_amax_x", "nvfp4_quant_x", "nvfp4_gateup",
+                                                    "nvfp4_quant_h", "nvfp4_down"]
+        for w in p032.workloads:
+            t = w.axes["num_tokens"]
+            scal = {"gate_global_decode": 1e-4, "up_global_decode": 1e-4, "down_global_decode": 1e-4}
+            env = launch_env(w.axes, scal, cand.params)
+            ws = eval_expr(cand.workspace, env)
+            assert ws == 256 + 2 * t * hid + 4 * t * inter + 2 * t * inter
+            assert ws < 2 ** 31
+            for l in cand.launches:
+                grid = [eval_expr(g, env) for g in l.grid]
+                block = [eval_expr(b, env) for b in l.block]
+                smem = eval_expr(l.smem, env)
+                assert all(1 <= g < 2 ** 31 for g in grid) and len(grid) <= 2
+                assert 32 <= block[0] <= 1024 and block[0] % 32 == 0
+                assert 0 <= smem <= SMEM_LIMIT
+                for a in l.args:
+                    if a.startswith(("int32:", "float32:")):
+                        v = eval_expr(a.split(":", 1)[1], env)
+                        assert v > 0
+            g = {l.kernel: [eval_expr(x, env) for x in l.grid] for l in cand.launches}
+            # the GEMM grids cover all output tiles; the quantizers one thread per 16 elements
+            assert g["nvfp4_gateup"][0] * params["G_BN"] == inter
+            assert g["nvfp4_gateup"][1] * params["G_BM"] >= t
+            assert g["nvfp4_down"][0] * params["D_BN"] == hid
+            assert g["nvfp4_down"][1] * params["D_BM"] >= t
+            assert g["nvfp4_quant_x"][0] * 256 * 16 >= t * hid
+            assert g["nvfp4_quant_h"][0] * 256 * 16 >= t * inter
+
+
+# ---- the codec, compiled on the host ----------------------------------------------------------
+
+_HARNESS = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#define NVFP4_HD static inline
+static inline float __fmul_rn(float a, float b) { return a * b; }
+%CODEC%
+template <class T> static std::vector<T> rd(const char* p) {
+    FILE* f = fopen(p, "rb"); fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
+    std::vector<T> v(n / sizeof(T)); if (n) fread(v.data(), 1, n, f); fclose(f); return v;
+}
+template <class T> static void wr(const char* p, const std::vector<T>& v) {
+    FILE* f = fopen(p, "wb"); fwrite(v.data(), sizeof(T), v.size(), f); fclose(f);
+}
+int main(int argc, char** argv) {
+    std::string mode = argv[1];
+    if (mode == "e2m1") { auto x = rd<float>(argv[2]); std::vector<unsigned char> o;
+        for (float v : x) o.push_back(nvfp4_float_to_e2m1(v)); wr(argv[3], o); }
+    else if (mode == "e4m3") { auto x = rd<float>(argv[2]); std::vector<unsigned char> o;
+        for (float v : x) o.push_back(nvfp4_float_to_e4m3(v)); wr(argv[3], o); }
+    else if (mode == "e4m3dec") { std::vector<float> o;
+        for (unsigned b = 0; b < 256; ++b) o.push_back(nvfp4_e4m3_to_float(b)); wr(argv[3], o); }
+    else if (mode == "dq") {  // every byte x every scale byte: the GEMMs' fp16-trick dequantization
+        std::vector<float> o;
+        for (unsigned s = 0; s < 256; ++s) for (unsigned b = 0; b < 256; ++b) {
+            unsigned h2 = nvfp4_pair_half_bits(b);
+            float sc = nvfp4_e4m3_to_float(s) * 16384.0f;
+            o.push_back(nvfp4_half_bits_to_float(h2 & 0xFFFFu) * sc);
+            o.push_back(nvfp4_half_bits_to_float(h2 >> 16) * sc); }
+        wr(argv[3], o); }
+    else if (mode == "quant") {  // [amax, 16*n values] -> n x (scale byte, 16 codes)
+        auto x = rd<float>(argv[2]); std::vector<unsigned char> o;
+        for (size_t b = 1; b + 16 <= x.size(); b += 16) { unsigned c[16];
+            o.push_back(nvfp4_quant_block(&x[b], x[0], c)); for (int j = 0; j < 16; ++j) o.push_back(c[j]); }
+        wr(argv[3], o); }
+    else if (mode == "perm") { std::vector<int> o;
+        for (int q = 0; q < 4; ++q) for (int j = 0; j < 16; ++j) o.push_back(nvfp4_perm_col(q, j)); wr(argv[3], o); }
+    else if (mode == "gdec") { auto x = rd<float>(argv[2]); std::vector<float> o;
+        for (float v : x) o.push_back(nvfp4_global_decode(v)); wr(argv[3], o); }
+    return 0;
+}
+"""
+
+
+class Codec:
+    def __init__(self, exe: Path, tmp: Path):
+        self.exe, self.tmp = exe, tmp
+
+    def __call__(self, mode: str, data: np.ndarray | None, out_dtype) -> np.ndarray:
+        i, o = self.tmp / f"{mode}.in", self.tmp / f"{mode}.out"
+        (np.zeros(0, np.float32) if data is None else data).tofile(i)
+        subprocess.run([str(self.exe), mode, str(i), str(o)], check=True)
+        return np.fromfile(o, dtype=out_dtype)
+
+
+@pytest.fixture(scope="module")
+def codec(tmp_path_factory):
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    tmp = tmp_path_factory.mktemp("nvfp4codec")
+    src = SRC.read_text()
+    m = re.search(r"// BEGIN_NVFP4_CODEC.*?\n(.*)// END_NVFP4_CODEC", src, re.S)
+    (tmp / "codec.cpp").write_text(_HARNESS.replace("%CODEC%", m.group(1)))
+    subprocess.run(["g++", "-O1", "-ffp-contract=off", "-std=c++17", "codec.cpp", "-o", "codec"],
+                   cwd=tmp, check=True, capture_output=True)
+    return Codec(tmp / "codec", tmp)
+
+
+@pytest.fixture(scope="module")
+def ref(p032):
+    ns: dict = {}
+    exec(compile(p032.definition.reference, "reference", "exec"), ns)
+    return ns
+
+
+E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def test_e2m1_encode_matches_reference_thresholds(codec, ref):
+    ties = np.array([0, .25, .75, 1.25, 1.75, 2.5, 3.5, 5.0], np.float32)
+    near = np.concatenate([ties, np.nextafter(ties, 10), np.nextafter(ties, -10)])
+    x = np.concatenate([near, -near, E2M1, [6, 7, 100, -100, -0.0, np.nan],
+                        np.random.default_rng(0).uniform(-7, 7, 5000)]).astype(np.float32)
+    x = x[: x.size // 2 * 2]
+    got = codec("e2m1", x, np.uint8)                      # the kernel does not clamp: no need
+    clamped = torch.clamp(torch.from_numpy(x), -6.0, 6.0).reshape(1, 1, -1)
+    want = ref["BlockWiseScalerNVFP4"]()._cast_to_fp4x2(clamped).view(torch.uint8).numpy().ravel()
+    want = np.stack([want & 15, want >> 4], -1).ravel()
+    assert np.array_equal(got, want)
+
+
+def test_e4m3_encode_decode_match_torch(codec):
+    rng = np.random.default_rng(1)
+    grid = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+    mids = (grid[:-1] + grid[1:]) / 2                     # ties: round to even
+    x = np.concatenate([grid, mids, np.nextafter(mids, 0), np.nextafter(mids, 500), [448.0],
+                        np.exp(rng.uniform(np.log(1e-4), np.log(448), 20000))]).astype(np.float32)
+    got = codec("e4m3", x, np.uint8)
+    want = torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    assert np.array_equal(got, want)
+    dec = codec("e4m3dec", None, np.float32)
+    bytes_ = np.arange(256, dtype=np.uint8)
+    ok = (bytes_ & 0x7F) != 0x7F                          # NaN codes never produced
+    want = torch.from_numpy(bytes_).view(torch.float8_e4m3fn).float().numpy()
+    assert np.array_equal(dec[ok], want[ok])
+
+
+def test_fp4_dequant_all_codes_times_all_scales(codec):
+    """The GEMMs' fp16 bit trick x (scale * 2^14), all 256 packed bytes x every finite scale, equals
+    E2M1 value x E4M3 scale and is exact in bf16 (so the bf16 mma operands lose nothing)."""
+    got = codec("dq", None, np.float32).reshape(256, 256, 2)
+    scales = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+    b = np.arange(256)
+    want = np.stack([E2M1[b & 15], E2M1[b >> 4]], -1)[None] * scales[:, None, None]
+    ok = (np.arange(256) & 0x7F) != 0x7F
+    assert np.array_equal(got[ok], want[ok].astype(np.float32))
+    g = torch.from_numpy(got[ok].copy())
+    assert torch.equal(g.to(torch.bfloat16).float(), g)
+
+
+def test_block_quantizer_matches_reference_bitwise(codec, ref):
+    """Scale bytes and codes of the kernel's quantizer vs BlockWiseScalerNVFP4.quantize, on the
+    activations of 032 (bf16 randn) and on SwiGLU-like fp32 values with zero and tiny blocks."""
+    torch.manual_seed(0)
+    h = (torch.nn.functional.silu(torch.randn(64, 512)) * torch.randn(64, 512)).float()
+    h[3, :16] = 0.0
+    h[5, 16:32] *= 1e-6
+    for x in (torch.randn(64, 512, dtype=torch.bfloat16).float(), h):
+        q, s, gd = ref["BlockWiseScalerNVFP4"]().quantize(x.unsqueeze(0))
+        amax = x.abs().max().float()
+        out = codec("quant", np.concatenate([[amax.item()], x.numpy().ravel()]).astype(np.float32),
+                    np.uint8).reshape(-1, 17)
+        codes = q.view(torch.uint8).numpy().reshape(-1)
+        codes = np.stack([codes & 15, codes >> 4], -1).reshape(-1, 16)
+        assert np.array_equal(out[:, 0], s.view(torch.uint8).numpy().ravel())
+        assert np.array_equal(out[:, 1:], codes)
+        gdec = codec("gdec", np.array([amax.item()], np.float32), np.float32)
+        assert gdec[0] == np.float32(gd.item())
+
+
+def test_k_permutation_is_a_bijection_per_chunk(codec):
+    perm = codec("perm", None, np.int32).reshape(4, 16)
+    assert sorted(perm.ravel()) == list(range(64))
+
+
+# ---- the pipeline, emulated -------------------------------------------------------------------
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(torch.bfloat16).float().numpy()
+
+
+def _quant_deq(codec, x: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.float32]:
+    """quant_x / quant_h: bf16 code*scale at the permuted columns, and the global decode scale."""
+    amax = np.float32(np.abs(x).max())
+    out = codec("quant", np.concatenate([[amax], x.ravel()]).astype(np.float32), np.uint8).reshape(-1, 17)
+    sf = torch.from_numpy(out[:, 0].copy()).view(torch.float8_e4m3fn).float().numpy()
+    deq = (E2M1[out[:, 1:]] * sf[:, None]).astype(np.float32).reshape(x.shape)
+    rows, k = x.shape
+    perm_deq = np.empty_like(deq)
+    blocks = deq.reshape(rows, k // 64, 4, 16)
+    dst = perm_deq.reshape(rows, k // 64, 64)
+    for q in range(4):
+        dst[:, :, perm[q]] = blocks[:, :, q, :]
+    return perm_deq, codec("gdec", np.array([amax], np.float32), np.float32)[0]
+
+
+def _fragment_weights(w_packed: np.ndarray, scale_bytes: np.ndarray) -> np.ndarray:
+    """The weight matrix as the mma loop sees it: row n, chunk c, lane quad q loads bytes 8q..8q+7;
+    byte 2s feeds k-step s fragment positions (2q, 2q+1), byte 2s+1 positions (2q+8, 2q+9)."""
+    n, kh = w_packed.shape
+    sf = torch.from_numpy(scale_bytes.copy()).view(torch.float8_e4m3fn).float().numpy()
+    out = np.zeros((n, kh * 2), np.float32)
+    for c in range(kh // 32):
+        for q in range(4):
+            for i in range(8):
+                s, hi = i // 2, i % 2
+                byte = w_packed[:, 32 * c + 8 * q + i]
+                sc = sf[:, 4 * c + q]
+                base = 64 * c + 16 * s + 2 * q + 8 * hi
+                out[:, base] = E2M1[byte & 15] * sc
+                out[:, base + 1] = E2M1[byte >> 4] * sc
+    return out
+
+
+def test_pipeline_emulation_matches_reference(codec, ref, p032):
+    """The five launches in numpy (fp64 sums of exact bf16 products) vs the reference's run() on CPU
+    through solforge's dequantizing FP4 shim, on the workload tolerance of 032."""
+    from solforge.evaluate.reference import Fp4Shim
+    torch.manual_seed(0)
+    t, hid, inter = 128, 256, 384
+    inp = ref["get_inputs"]({"num_tokens": t, "hidden_size": hid, "intermediate_size": inter},
+                            torch.device("cpu"))
+    shim = Fp4Shim().install()
+    try:
+        want = ref["run"](**inp).float().numpy()
+    finally:
+        shim.remove()
+    assert shim.used
+    perm = codec("perm", None, np.int32).reshape(4, 16)
+    u8 = lambda name: inp[name].view(torch.uint8).numpy()[0]
+    f32 = np.float32
+
+    xq, gd_x = _quant_deq(codec, inp["hidden_states"].float().numpy(), perm)
+    wg = _fragment_weights(u8("gate_weight_fp4"), u8("gate_scale"))
+    wu = _fragment_weights(u8("up_weight_fp4"), u8("up_scale"))
+    acc_g = (xq.astype(np.float64) @ wg.T.astype(np.float64)).astype(f32)
+    acc_u = (xq.astype(np.float64) @ wu.T.astype(np.float64)).astype(f32)
+    g = _bf16(acc_g) * (gd_x * f32(inp["gate_global_decode"]))
+    u = _bf16(acc_u) * (gd_x * f32(inp["up_global_decode"]))
+    h = (g / (f32(1) + np.exp(-g))) * u
+
+    hq, gd_h = _quant_deq(codec, h.astype(f32), perm)
+    wd = _fragment_weights(u8("down_weight_fp4"), u8("down_scale"))
+    acc = (hq.astype(np.float64) @ wd.T.astype(np.float64)).astype(f32)
+    got = _bf16(_bf16(acc) * (gd_h * f32(inp["down_global_decode"])))
+
+    tol = p032.workloads[0].workload.tolerance
+    close = np.abs(got - want) <= tol.max_atol + tol.max_rtol * np.abs(want)
+    assert close.mean() >= tol.required_matched_ratio, (close.mean(), np.abs(got - want).max())
+    # most elements agree to the bit: the only differences are summation order near FP4 ties
+    assert (got == want).mean() > 0.9, (got == want).mean()
+
+
+def test_emulation_catches_a_wrong_fragment_mapping(codec, ref):
+    """Guard for the test above: swapping the two nibbles of each byte (a plausible format bug)
+    must break agreement with the plain dequantized product."""
+    torch.manual_seed(1)
+    inp = ref["get_inputs"]({"num_tokens": 128, "hidden_size": 256, "intermediate_size": 128},
+                            torch.device("cpu"))
+    perm = codec("perm", None, np.int32).reshape(4, 16)
+    xq, _ = _quant_deq(codec, inp["hidden_states"].float().numpy(), perm)
+    w = inp["gate_weight_fp4"].view(torch.uint8).numpy()[0]
+    s = inp["gate_scale"].view(torch.uint8).numpy()[0]
+    plain = np.stack([E2M1[w & 15], E2M1[w >> 4]], -1).reshape(w.shape[0], -1)
+    plain *= np.repeat(torch.from_numpy(s.copy()).view(torch.float8_e4m3fn).float().numpy(), 16, 1)
+    x_plain = np.empty_like(xq)
+    for q in range(4):
+        x_plain.reshape(128, -1, 4, 16)[:, :, q, :] = xq.reshape(128, -1, 64)[:, :, perm[q]]
+    good = xq.astype(np.float64) @ _fragment_weights(w, s).T
+    np.testing.assert_allclose(good, x_plain.astype(np.float64) @ plain.T, rtol=1e-9, atol=1e-9)
+    swapped = ((w & 15) << 4 | (w >> 4)).astype(np.uint8)
+    bad = xq.astype(np.float64) @ _fragment_weights(swapped, s).T
+    assert np.abs(bad - good).max() > 1e-2
