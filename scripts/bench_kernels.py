@@ -184,10 +184,33 @@ class Timer:
         return ts[len(ts) // 2], (ts[int(len(ts) * 0.9)] - ts[len(ts) // 10]) if len(ts) > 4 else 0.0
 
 
-def _reference_fn(defn):
+def _reference_ns(defn) -> dict:
     ns: dict = {}
     exec(compile(defn.reference, f"<reference {defn.name}>", "exec"), ns)
-    return ns["run"]
+    return ns
+
+
+def _reference_fn(defn, ns=None):
+    run = (ns or _reference_ns(defn))["run"]
+    try:  # FP4 torch._scaled_mm needs sm_100: on Hopper run solforge's labelled dequantizing path
+        from solforge.evaluate.reference import Fp4Shim, needs_fp4_dequant
+    except ImportError:
+        return run
+    if not needs_fp4_dequant(defn):
+        return run
+    shim = Fp4Shim()
+
+    def run_dequant(*a, **kw):
+        shim.install()
+        try:
+            return run(*a, **kw)
+        finally:
+            shim.remove()
+    return run_dequant
+
+
+def _custom_fn(defn, ns):
+    return ns.get(defn.custom_inputs_entrypoint) if defn.custom_inputs_entrypoint else None
 
 
 def _as_outputs(result, defn) -> dict:
@@ -214,10 +237,10 @@ def _compare(out, ref, tol):
         return ok, float(err.max()), "" if ok else f"matched {ratio:.5f}"
 
 
-def _inputs(rw, round_index: int):
+def _inputs(rw, round_index: int, custom_fn=None):
     try:
         from solforge.evaluate.inputs import InputFactory
-        return InputFactory(rw, "cuda").make(round_index)
+        return InputFactory(rw, "cuda", custom_fn=custom_fn).make(round_index)
     except ImportError:
         import torch
         from solforge.problem.dtypes import to_torch
@@ -276,7 +299,8 @@ def cmd_run(args) -> None:
         entry = entries[0]
         problem = load_problem_dir(base / entry["key"] / "problem")
         defn = problem.definition
-        ref = _reference_fn(defn)
+        ref_ns = _reference_ns(defn)
+        ref, custom = _reference_fn(defn, ref_ns), _custom_fn(defn, ref_ns)
         compiled = None
         if args.compile and not any(e["family"].startswith("gemm") for e in entries):
             torch._dynamo.reset()
@@ -291,7 +315,7 @@ def cmd_run(args) -> None:
                 except Exception as ex:  # noqa: BLE001
                     print(f"{pname} {v['id']}: load failed: {ex}", flush=True)
         for wi, rw in enumerate(problem.workloads):
-            inputs = _inputs(rw, 0)
+            inputs = _inputs(rw, 0, custom)
             tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
             scalars = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
             t_ref = time.perf_counter()
