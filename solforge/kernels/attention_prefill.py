@@ -6,9 +6,10 @@ sm_scale; outputs `output` [total_q, H_qo, D] (bf16) and `lse` [total_q, H_qo] (
 causal mask aligned to the end of the kv sequence (delta = kv_len - q_len), rows that see no kv
 give 0 / -inf. The matcher reads these facts from the definition and the reference's code.
 
-One launch (kernels_cuda/attention_prefill/attention_prefill.cu): grid.x = tiles of BLOCK_M rows
-(BLOCK_M / GROUP tokens x GROUP q heads) over all requests, found on the device from qo_indptr
-without a workspace (see the .cu header), grid.y = kv heads. Tunables: BLOCK_M (rows per CTA,
+Two launches (kernels_cuda/attention_prefill/attention_prefill.cu): gqa_prefill_zero_rows writes
+0 / -inf for the tokens that see no kv (one warp per token); gqa_paged_prefill_causal tiles the
+others, grid.x = tiles of BLOCK_M rows (BLOCK_M / GROUP tokens x GROUP q heads) over all requests,
+found on the device from the indptrs without a workspace (see the .cu header), grid.y = kv heads. Tunables: BLOCK_M (rows per CTA,
 16 per warp), BLOCK_N (kv tokens per step), STAGES (cp.async ring depth).
 """
 
@@ -82,7 +83,8 @@ class AttentionPrefillFamily(Family):
         if shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
             return None
         return Spec(fixed={"NUM_QO_HEADS": h_qo, "NUM_KV_HEADS": h_kv, "HEAD_DIM": d},
-                    info={"total_q": str(qs[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0])})
+                    info={"total_q": str(qs[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
+                          "num_kv_indices": str(shape_dims(defn, "kv_indices")[0])})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # first guess: 4 warps x 16 rows, 64-token kv steps, double buffer (80 KB smem, 2 CTAs/SM)
@@ -111,12 +113,15 @@ class AttentionPrefillFamily(Family):
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = read_source("attention_prefill", "attention_prefill.cu")
-        tq, li = spec.info["total_q"], spec.info["len_indptr"]
-        grid = [f"max(1, {tq} * (NUM_QO_HEADS // NUM_KV_HEADS) // BLOCK_M + {li} - 1)", "NUM_KV_HEADS"]
+        tq, li, nkv = spec.info["total_q"], spec.info["len_indptr"], spec.info["num_kv_indices"]
+        zero = Launch(kernel="gqa_prefill_zero_rows", grid=[f"max(1, ceil_div({tq}, 8))"], block=["256"],
+                      args=["qo_indptr", "kv_indptr", "output", "lse", f"int32:{li} - 1", f"int32:{tq}"])
+        grid = [f"max(1, min({tq}, {nkv}) * (NUM_QO_HEADS // NUM_KV_HEADS) // BLOCK_M + {li} - 1)",
+                "NUM_KV_HEADS"]
         launch = Launch(kernel="gqa_paged_prefill_causal", grid=grid, block=["BLOCK_M // 16 * 32"],
                         smem="(BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2",
                         args=["q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices",
                               "output", "lse", f"int32:{li} - 1", "float32:sm_scale"])
         return Candidate(problem=defn.name, language="cuda", sources={"attention_prefill.cu": src},
-                         params={**spec.fixed, **params}, launches=[launch], options=[],
+                         params={**spec.fixed, **params}, launches=[zero, launch], options=[],
                          notes=f"family=attention_prefill {params}")

@@ -86,16 +86,20 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
     for params in space:
         cand = fam.instantiate(p, params)
         Candidate.model_validate_json(cand.model_dump_json())
-        launch = cand.launches[0]
+        zero, launch = cand.launches
+        assert (zero.kernel, launch.kernel) == ("gqa_prefill_zero_rows", "gqa_paged_prefill_causal")
         for w in p.workloads:
             env = launch_env(w.axes, w.scalars(), cand.params)
+            assert eval_expr(zero.grid[0], env) * 8 >= w.axes["total_q"]   # one warp per token
+            assert eval_expr(zero.block[0], env) == 256
+            assert eval_expr(zero.args[-1].split(":", 1)[1], env) == w.axes["total_q"]
             gx, gy = (eval_expr(g, env) for g in launch.grid)
             block, smem = eval_expr(launch.block[0], env), eval_expr(launch.smem, env)
             batch = w.axes["len_indptr"] - 1
             group = cand.params["NUM_QO_HEADS"] // cand.params["NUM_KV_HEADS"]
-            # every request's tiles fit under off(b) = floor(qo[b]*G/BM) + b: the worst case is all
-            # q tokens in the last request
-            assert gx >= (w.axes["total_q"] * group) // params["BLOCK_M"] + batch
+            # every request's tiles fit under off(b) = floor(min(qo[b], kv[b])*G/BM) + b
+            valid = min(w.axes["total_q"], w.axes["num_kv_indices"])
+            assert gx >= (valid * group) // params["BLOCK_M"] + batch
             assert 1 <= gx < 2**31 - 1 and gy == cand.params["NUM_KV_HEADS"] <= 65535
             assert block == params["BLOCK_M"] // 16 * 32 <= 1024
             assert 0 < smem <= SMEM_LIMIT
@@ -136,8 +140,21 @@ def emulate(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, *, 
     kf, vf = k_cache[:, 0].float(), v_cache[:, 0].float()
     qf = q.float()
     scale2 = sm_scale * 1.4426950408889634
-    grid_x = max(1, total_q * group // block_m + batch)
-    off = [qo[b] * group // block_m + b for b in range(batch)]
+    # launch 1, gqa_prefill_zero_rows: one warp per token, binary search for its request
+    for tok in range(total_q):
+        lo, hi = 0, batch - 1
+        while lo < hi:
+            mid = (lo + hi + 1) >> 1
+            if qo[mid] <= tok:
+                lo = mid
+            else:
+                hi = mid - 1
+        q_len, kv_len = qo[lo + 1] - qo[lo], kvp[lo + 1] - kvp[lo]
+        if tok - qo[lo] < q_len - max(0, min(q_len, kv_len)):
+            out[tok], lse[tok] = 0.0, -math.inf
+    # launch 2, gqa_paged_prefill_causal
+    grid_x = max(1, min(total_q, kvp[-1]) * group // block_m + batch)
+    off = [min(qo[b], kvp[b]) * group // block_m + b for b in range(batch)]
     seen = set()
     for kvh in range(num_kv_heads):
         for t in range(grid_x):
@@ -150,16 +167,17 @@ def emulate(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, *, 
                     hi = mid - 1
             b = lo
             q_start, q_len = qo[b], qo[b + 1] - qo[b]
-            n_tiles = (q_len * group + block_m - 1) // block_m
+            kv_start, kv_len = kvp[b], kvp[b + 1] - kvp[b]
+            valid = max(0, min(q_len, kv_len))
+            n_tiles = (valid * group + block_m - 1) // block_m
             j = t - off[b]
             if j < 0 or j >= n_tiles:
                 continue
             tile = n_tiles - 1 - j
             assert (b, tile, kvh) not in seen
             seen.add((b, tile, kvh))
-            kv_start, kv_len = kvp[b], kvp[b + 1] - kvp[b]
             delta = kv_len - q_len + delta_shift
-            tok0 = tile * tile_q
+            tok0 = (q_len - valid) + tile * tile_q
             tok_last = min(tok0 + tile_q, q_len) - 1
             kv_end = min(kv_len, tok_last + delta + 1)
             rows_valid = (tok_last - tok0 + 1) * group
@@ -229,8 +247,8 @@ def _case(q_lens, kv_lens, h_qo, h_kv, seed):
 
 
 # q_len < kv_len (prefix cached), == (fresh prefill), > (rows that see nothing), lengths that
-# straddle tiles and kv blocks, a single token
-CASES = [([5, 1, 19], [70, 1, 19]), ([9, 3], [4, 3]), ([1, 23], [130, 40])]
+# straddle tiles and kv blocks, a single token, a request without kv
+CASES = [([5, 1, 19], [70, 1, 19]), ([9, 3], [4, 3]), ([1, 23], [130, 40]), ([4, 6, 2], [0, 8, 1])]
 
 
 def _check(out, lse, ref_out, ref_lse):
