@@ -291,21 +291,33 @@ __device__ __forceinline__ void load_stage(unsigned char* st, const __nv_bfloat1
                                            const unsigned char* const* W, const unsigned char* const* S,
                                            int n0, int kc) {
     typedef Stage<BM, BN, NW> SG;
-    // A: BM rows x 8 chunks of 16 bytes
-    for (int i = threadIdx.x; i < BM * 8; i += NT_THREADS) {
-        int r = i >> 3, c = i & 7;
-        int gr = m0 + r < T ? m0 + r : T - 1;   // clamp: rows past T are computed but never stored
-        cp16(st + r * 128 + ((c ^ (r & 7)) << 4), A + (size_t)gr * K + kc * 64 + c * 8);
+    // A: BM rows x 8 chunks of 16 bytes (trip counts are compile-time: fully unrolled)
+#pragma unroll
+    for (int it = 0; it < (BM * 8 + NT_THREADS - 1) / NT_THREADS; ++it) {
+        int i = threadIdx.x + it * NT_THREADS;
+        if ((BM * 8) % NT_THREADS == 0 || i < BM * 8) {
+            int r = i >> 3, c = i & 7;
+            int gr = m0 + r < T ? m0 + r : T - 1;   // clamp: rows past T are computed, never stored
+            cp16(st + r * 128 + ((c ^ (r & 7)) << 4), A + (size_t)gr * K + kc * 64 + c * 8);
+        }
     }
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
         unsigned char* sw = st + SG::A_BYTES + w * (SG::W_BYTES + SG::S_BYTES);
-        for (int i = threadIdx.x; i < BN * 2; i += NT_THREADS) {
-            int r = i >> 1, c = i & 1;
-            cp16(sw + r * 32 + c * 16, W[w] + (size_t)(n0 + r) * (K / 2) + kc * 32 + c * 16);
+#pragma unroll
+        for (int it = 0; it < (BN * 2 + NT_THREADS - 1) / NT_THREADS; ++it) {
+            int i = threadIdx.x + it * NT_THREADS;
+            if ((BN * 2) % NT_THREADS == 0 || i < BN * 2) {
+                int r = i >> 1, c = i & 1;
+                cp16(sw + r * 32 + c * 16, W[w] + (size_t)(n0 + r) * (K / 2) + kc * 32 + c * 16);
+            }
         }
-        for (int i = threadIdx.x; i < BN; i += NT_THREADS)
-            cp4(sw + SG::W_BYTES + i * 4, S[w] + (size_t)(n0 + i) * (K / 16) + kc * 4);
+#pragma unroll
+        for (int it = 0; it < (BN + NT_THREADS - 1) / NT_THREADS; ++it) {
+            int i = threadIdx.x + it * NT_THREADS;
+            if (BN % NT_THREADS == 0 || i < BN)
+                cp4(sw + SG::W_BYTES + i * 4, S[w] + (size_t)(n0 + i) * (K / 16) + kc * 4);
+        }
     }
 }
 
