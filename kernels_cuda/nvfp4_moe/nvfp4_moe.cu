@@ -5,13 +5,14 @@
 //
 // Five launches (one CUDA graph), workspace zeroed by the runner:
 //   1 nvfp4_amax_x     amax |x| -> ws.amax[0]
-//   2 nvfp4_quant_x    x -> XQ (bf16 code*block_scale, exact; K permuted, see below)
+//   2 nvfp4_quant_x    x -> XQ (bf16/fp16 code*block_scale, exact; K permuted, see below)
 //   3 nvfp4_gateup     H = silu(g)*u in fp32, g/u from mma.sync over XQ and in-register dequantized
 //                      gate/up FP4 weights; amax |H| -> ws.amax[1]
 //   4 nvfp4_quant_h    H -> HQ (as 2)
 //   5 nvfp4_down       out = bf16 GEMM(HQ, dequantized down weights) * global scales
 //
-// Exactness: code*E4M3 scale has <= 6 significant bits, so it is exact in bf16; the global decode
+// Exactness: code*E4M3 scale has <= 6 significant bits in [2^-10, 2688], so it is exact in bf16
+// and in fp16 (F16=1 runs the mma on fp16 operands); the global decode
 // scales are applied in the epilogue as the reference does (result * (gd_a * gd_b)). The H200
 // reference path (solforge/evaluate/reference.py) rounds each matmul to bf16 before that multiply;
 // the epilogues do the same.
@@ -56,6 +57,11 @@
 #endif
 #ifndef D_ST
 #define D_ST 3
+#endif
+
+#ifndef F16
+#define F16 0   // 1: fp16 mma operands (E2M1 x E4M3 and the activations' code x scale are exact in
+                //    fp16 too, and the weight dequantization is two HMUL2 instead of a trip via fp32)
 #endif
 
 #include <cuda_bf16.h>
@@ -116,6 +122,15 @@ NVFP4_HD unsigned nvfp4_e2m1_half_bits(unsigned c) { return ((c & 8u) << 12) | (
 NVFP4_HD unsigned nvfp4_pair_half_bits(unsigned byte) {
     return nvfp4_e2m1_half_bits(byte & 15u) | (nvfp4_e2m1_half_bits((byte >> 4) & 15u) << 16);
 }
+// The 4 packed bytes of w as fp16x2 bit patterns (byte j -> out[j], equal to
+// nvfp4_pair_half_bits(byte j)): both nibble planes are built once per word (sign moved next to the
+// magnitude, pre-shifted by one), then one byte_perm + one mask per output register.
+NVFP4_HD void nvfp4_word_half_bits(unsigned w, unsigned* out) {
+    unsigned lo = ((w << 1) & 0x0E0E0E0Eu) | ((w << 4) & 0x80808080u);
+    unsigned hi = ((w >> 3) & 0x0E0E0E0Eu) | (w & 0x80808080u);
+    for (int j = 0; j < 4; ++j)
+        out[j] = __byte_perm(lo, hi, ((unsigned)j << 4) | ((4u + (unsigned)j) << 12)) & 0xFF00FF00u;
+}
 NVFP4_HD float nvfp4_half_bits_to_float(unsigned h) {
     unsigned e = (h >> 10) & 31u, m = h & 1023u;
     float v = e ? nvfp4_bits_to_float(((e + 112u) << 23) | (m << 13)) : (float)m * 5.9604644775390625e-8f;
@@ -156,6 +171,22 @@ NVFP4_HD int nvfp4_perm_col(int q, int j) {
 // END_NVFP4_CODEC
 
 // ----------------------------------------------------------------------------------------------
+#if F16
+typedef __half op_t;
+#define MMA_AB "f16"
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+    __half2 r = __floats2half2_rn(a, b);
+    return *reinterpret_cast<unsigned*>(&r);
+}
+#else
+typedef __nv_bfloat16 op_t;
+#define MMA_AB "bf16"
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+    __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned*>(&r);
+}
+#endif
+
 // workspace layout (bytes); T = num_tokens
 #define WS_XQ 256ull
 __device__ __forceinline__ unsigned long long ws_h(int T) { return WS_XQ + 2ull * T * HID; }
@@ -195,9 +226,9 @@ extern "C" __global__ void __launch_bounds__(256) nvfp4_amax_x(const __nv_bfloat
     block_amax_commit(m, reinterpret_cast<unsigned*>(ws));
 }
 
-// one thread per 16-element block; writes code*scale as bf16 at permuted columns
+// one thread per 16-element block; writes code*scale (op_t, exact) at permuted columns
 template <typename Tin>
-__device__ __forceinline__ void quant_rows(const Tin* __restrict__ src, __nv_bfloat16* __restrict__ dst,
+__device__ __forceinline__ void quant_rows(const Tin* __restrict__ src, op_t* __restrict__ dst,
                                            float amax, long long nblocks) {
     long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= nblocks) return;
@@ -209,24 +240,22 @@ __device__ __forceinline__ void quant_rows(const Tin* __restrict__ src, __nv_bfl
     float sf = nvfp4_e4m3_to_float(nvfp4_quant_block(v, amax, codes));
     // b = 4 * chunk + q; the chunk's 64 columns start at 64 * chunk
     int q = (int)(b & 3);
-    __nv_bfloat16* o = dst + (b >> 2) * 64;
+    op_t* o = dst + (b >> 2) * 64;
 #pragma unroll
-    for (int j = 0; j < 16; j += 2) {
-        __nv_bfloat162 pr = __floats2bfloat162_rn(nvfp4_e2m1_to_float(codes[j]) * sf,
-                                                  nvfp4_e2m1_to_float(codes[j + 1]) * sf);
-        *reinterpret_cast<__nv_bfloat162*>(o + nvfp4_perm_col(q, j)) = pr;
-    }
+    for (int j = 0; j < 16; j += 2)
+        *reinterpret_cast<unsigned*>(o + nvfp4_perm_col(q, j)) =
+            pack2(nvfp4_e2m1_to_float(codes[j]) * sf, nvfp4_e2m1_to_float(codes[j + 1]) * sf);
 }
 
 extern "C" __global__ void __launch_bounds__(256) nvfp4_quant_x(const __nv_bfloat16* __restrict__ x,
                                                                 unsigned char* __restrict__ ws, int T) {
     float amax = __uint_as_float(reinterpret_cast<const unsigned*>(ws)[0]);
-    quant_rows(x, reinterpret_cast<__nv_bfloat16*>(ws + WS_XQ), amax, (long long)T * HID / 16);
+    quant_rows(x, reinterpret_cast<op_t*>(ws + WS_XQ), amax, (long long)T * HID / 16);
 }
 
 extern "C" __global__ void __launch_bounds__(256) nvfp4_quant_h(unsigned char* __restrict__ ws, int T) {
     float amax = __uint_as_float(reinterpret_cast<const unsigned*>(ws)[1]);
-    quant_rows(reinterpret_cast<const float*>(ws + ws_h(T)), reinterpret_cast<__nv_bfloat16*>(ws + ws_hq(T)),
+    quant_rows(reinterpret_cast<const float*>(ws + ws_h(T)), reinterpret_cast<op_t*>(ws + ws_hq(T)),
                amax, (long long)T * INTER / 16);
 }
 
@@ -252,28 +281,33 @@ __device__ __forceinline__ void ldsm_x4(unsigned& r0, unsigned& r1, unsigned& r2
 }
 
 __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_AB "." MMA_AB ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
                  "{%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// one packed byte (two E2M1 codes) times the block scale (pre-multiplied by 2^14) -> bf16x2
-__device__ __forceinline__ unsigned dq_byte(unsigned byte, float sc) {
-    unsigned h2 = nvfp4_pair_half_bits(byte);
-    __half2 hh = *reinterpret_cast<__half2*>(&h2);
-    float2 f = __half22float2(hh);
-    __nv_bfloat162 r = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-    return *reinterpret_cast<unsigned*>(&r);
-}
-
-// 8 bytes (scale block q of one row chunk) -> b-fragments for the 4 k-steps
+// 8 bytes (scale block q of one row chunk) -> b-fragments for the 4 k-steps: code x scale, exact
 __device__ __forceinline__ void dq_row(uint2 w, unsigned sbyte, unsigned* b) {
-    float sc = nvfp4_e4m3_to_float(sbyte) * 16384.0f;
+    unsigned hb[8];
+    nvfp4_word_half_bits(w.x, hb);
+    nvfp4_word_half_bits(w.y, hb + 4);
+#if F16
+    const __half2 sc = __float2half2_rn(nvfp4_e4m3_to_float(sbyte));   // exact: E4M3 fits fp16
+    const __half2 k14 = __float2half2_rn(16384.0f);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) b[j] = dq_byte((w.x >> (8 * j)) & 0xFFu, sc);
+    for (int j = 0; j < 8; ++j) {
+        __half2 v = __hmul2(__hmul2(*reinterpret_cast<__half2*>(&hb[j]), k14), sc);
+        b[j] = *reinterpret_cast<unsigned*>(&v);
+    }
+#else
+    const float sc = nvfp4_e4m3_to_float(sbyte) * 16384.0f;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) b[4 + j] = dq_byte((w.y >> (8 * j)) & 0xFFu, sc);
+    for (int j = 0; j < 8; ++j) {
+        float2 f = __half22float2(*reinterpret_cast<__half2*>(&hb[j]));
+        b[j] = pack2(f.x * sc, f.y * sc);
+    }
+#endif
 }
 
 // shared-memory stage: A [BM][64] bf16 (16-byte chunks xor-swizzled by row), then NW weight
@@ -287,7 +321,7 @@ struct Stage {
 };
 
 template <int BM, int BN, int NW, int NT_THREADS, int K>
-__device__ __forceinline__ void load_stage(unsigned char* st, const __nv_bfloat16* __restrict__ A, int T, int m0,
+__device__ __forceinline__ void load_stage(unsigned char* st, const op_t* __restrict__ A, int T, int m0,
                                            const unsigned char* const* W, const unsigned char* const* S,
                                            int n0, int kc) {
     typedef Stage<BM, BN, NW> SG;
@@ -323,7 +357,7 @@ __device__ __forceinline__ void load_stage(unsigned char* st, const __nv_bfloat1
 
 // acc[w][mt][nt][4]; warp tile (BM/WM) x (BN/WN)
 template <int BM, int BN, int WM, int WN, int ST, int NW, int K>
-__device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const __nv_bfloat16* __restrict__ A, int T,
+__device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const op_t* __restrict__ A, int T,
                                               int m0, const unsigned char* const* W,
                                               const unsigned char* const* S, int n0,
                                               float (&acc)[NW][BM / WM / 16][BN / WN / 8][4]) {
@@ -396,7 +430,7 @@ nvfp4_gateup(const unsigned char* __restrict__ wg, const unsigned char* __restri
     const unsigned char* S[2] = {sg, su};
     float acc[2][MT][NT][4];
     gemm_mainloop<G_BM, G_BN, G_WM, G_WN, G_ST, 2, HID>(
-        smem, reinterpret_cast<const __nv_bfloat16*>(ws + WS_XQ), T, m0, W, S, n0, acc);
+        smem, reinterpret_cast<const op_t*>(ws + WS_XQ), T, m0, W, S, n0, acc);
 
     const float gd_x = nvfp4_global_decode(__uint_as_float(reinterpret_cast<const unsigned*>(ws)[0]));
     const float sc_g = gd_x * gd_gate, sc_u = gd_x * gd_up;
@@ -437,7 +471,7 @@ nvfp4_down(const unsigned char* __restrict__ wd, const unsigned char* __restrict
     const unsigned char* S[1] = {sd};
     float acc[1][MT][NT][4];
     gemm_mainloop<D_BM, D_BN, D_WM, D_WN, D_ST, 1, INTER>(
-        smem, reinterpret_cast<const __nv_bfloat16*>(ws + ws_hq(T)), T, m0, W, S, n0, acc);
+        smem, reinterpret_cast<const op_t*>(ws + ws_hq(T)), T, m0, W, S, n0, acc);
 
     const float sc = nvfp4_global_decode(__uint_as_float(reinterpret_cast<const unsigned*>(ws)[1])) * gd_down;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -89,12 +89,17 @@ class Nvfp4MoeFamily(Family):
     # ---- parameters -----------------------------------------------------------------------
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         hid, inter = spec.info["hid"], spec.info["inter"]
-        gate = [(128, 64, 2, 4, 3), (128, 64, 4, 2, 3), (64, 64, 2, 4, 4), (64, 128, 2, 4, 3)]
-        down = [(128, 128, 2, 4, 3), (64, 128, 2, 4, 4), (128, 64, 2, 4, 4), (64, 64, 2, 4, 4)]
+        # (BM, BN, WM, WN, ST). WM=1: one warp covers all BM rows, so each weight element is
+        # dequantized once per CTA instead of WM times (fewer ALU ops per mma, more A smem reads);
+        # the 64-row tiles give small T (128-384 tokens) more CTAs.
+        gate = [(128, 64, 2, 4, 3), (128, 64, 1, 8, 3), (128, 64, 1, 8, 3), (64, 128, 2, 4, 3)]
+        down = [(128, 128, 2, 4, 3), (128, 128, 1, 8, 3), (128, 128, 1, 8, 3), (64, 128, 2, 4, 4)]
+        f16 = [0, 0, 1, 1]  # fp16 mma operands: cheaper weight dequantization (see the .cu)
         out = []
         for i in range(max(len(gate), len(down))):
             g, d = gate[min(i, len(gate) - 1)], down[min(i, len(down) - 1)]
-            p = {f"G_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), g)}
+            p = {"F16": f16[min(i, len(f16) - 1)]}
+            p.update({f"G_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), g)})
             p.update({f"D_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), d)})
             try:
                 self._check_params(defn, spec, p)
@@ -105,6 +110,8 @@ class Nvfp4MoeFamily(Family):
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
         hid, inter = spec.info["hid"], spec.info["inter"]
+        if params.get("F16") not in (0, 1):
+            raise FamilyError("nvfp4_moe param F16 must be 0 (bf16 mma) or 1 (fp16 mma)")
         for pre, n, nw in (("G", inter, 2), ("D", hid, 1)):
             try:
                 bm, bn, wm, wn, st = (int(params[f"{pre}_{k}"]) for k in ("BM", "BN", "WM", "WN", "ST"))

@@ -68,7 +68,8 @@ def test_not_offered_until_gpu_checked(p032):
 def test_bad_params_rejected(p032):
     fam = get_family("nvfp4_moe")
     p = dict(fam.param_space(p032)[0])
-    for bad in ({"G_BN": 96}, {"D_ST": 1}, {"G_BM": 256, "G_ST": 8}, {"D_BM": 256, "D_WM": 1}):
+    for bad in ({"G_BN": 96}, {"D_ST": 1}, {"G_BM": 256, "G_ST": 8}, {"D_BM": 256, "D_WM": 1},
+                {"F16": 2}):
         with pytest.raises(FamilyError):
             fam.instantiate(p032, {**p, **bad})
 
@@ -101,7 +102,8 @@ def test_every_param_point_compiles_without_spills(p032, tmp_path):
         mt_nt = lambda pre, nw: nw * (params[f"{pre}_BM"] // params[f"{pre}_WM"] // 16) * (
             params[f"{pre}_BN"] // params[f"{pre}_WN"] // 8) * 4
         # every mma of both GEMM main loops is there (4 k-steps per 64-wide chunk)
-        assert text.count("HMMA.16816.F32.BF16") == (mt_nt("G", 2) + mt_nt("D", 1)), params
+        hmma = "HMMA.16816.F32 " if params["F16"] else "HMMA.16816.F32.BF16 "
+        assert text.count(hmma) == (mt_nt("G", 2) + mt_nt("D", 1)), params
         assert "LDL" not in text and "STL" not in text, params  # no local-memory spills
 
 
@@ -151,6 +153,11 @@ _HARNESS = r"""
 #include <vector>
 #define NVFP4_HD static inline
 static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {  // CUDA's, without sign mode
+    unsigned long long v = ((unsigned long long)y << 32) | x; unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+}
 %CODEC%
 template <class T> static std::vector<T> rd(const char* p) {
     FILE* f = fopen(p, "rb"); fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
@@ -170,7 +177,10 @@ int main(int argc, char** argv) {
     else if (mode == "dq") {  // every byte x every scale byte: the GEMMs' fp16-trick dequantization
         std::vector<float> o;
         for (unsigned s = 0; s < 256; ++s) for (unsigned b = 0; b < 256; ++b) {
-            unsigned h2 = nvfp4_pair_half_bits(b);
+            unsigned hw[4], w = b << (8 * (b & 3)) | ((b * 37u + 11u) & 255u) << (8 * ((b + 1) & 3));
+            nvfp4_word_half_bits(w, hw);               // the GEMMs' path: byte b at position b%4
+            unsigned h2 = hw[b & 3];
+            if (h2 != nvfp4_pair_half_bits(b)) { printf("word path differs at %u\n", b); return 1; }
             float sc = nvfp4_e4m3_to_float(s) * 16384.0f;
             o.push_back(nvfp4_half_bits_to_float(h2 & 0xFFFFu) * sc);
             o.push_back(nvfp4_half_bits_to_float(h2 >> 16) * sc); }
@@ -263,6 +273,7 @@ def test_fp4_dequant_all_codes_times_all_scales(codec):
     assert np.array_equal(got[ok], want[ok].astype(np.float32))
     g = torch.from_numpy(got[ok].copy())
     assert torch.equal(g.to(torch.bfloat16).float(), g)
+    assert torch.equal(g.to(torch.float16).float(), g)   # F16=1: exact as fp16 operands too
 
 
 def test_block_quantizer_matches_reference_bitwise(codec, ref):
@@ -402,7 +413,7 @@ def test_python_perm_matches_codec(codec):
 
 # ---- on a GPU (skipped here): the real launches, with their intermediates checked --------------
 
-def _deq_permuted(codes_packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+def _deq_permuted(codes_packed: torch.Tensor, scales: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
     """Reference quantizer outputs -> the bf16 XQ/HQ layout the kernels write (code*scale, K permuted)."""
     b = codes_packed.view(torch.uint8)[0]
     lut = torch.tensor(E2M1, device=b.device)
@@ -412,7 +423,7 @@ def _deq_permuted(codes_packed: torch.Tensor, scales: torch.Tensor) -> torch.Ten
                        device=b.device).reshape(-1)
     out = torch.empty_like(v)
     out.view(v.shape[0], -1, 64)[:, :, idx] = v.view(v.shape[0], -1, 64)
-    return out.to(torch.bfloat16)
+    return out.to(dtype)
 
 
 @pytest.mark.gpu
@@ -452,8 +463,9 @@ def test_gpu_launches_and_intermediates(p032, ref, t, tmp_path):
         ws = plan.workspace
         amax = ws[:8].view(torch.float32)
         assert amax[0].item() == inp["hidden_states"].abs().max().float().item(), params
-        xq = ws[256:256 + 2 * t * 2048].view(torch.bfloat16).view(t, 2048)
-        assert torch.equal(xq, xq_want), (params, (xq != xq_want).float().mean().item())
+        dt = torch.float16 if params["F16"] else torch.bfloat16
+        xq = ws[256:256 + 2 * t * 2048].view(dt).view(t, 2048)
+        assert torch.equal(xq, xq_want.to(dt)), (params, (xq != xq_want.to(dt)).float().mean().item())
         h = ws[256 + 2 * t * 2048:256 + 2 * t * 2048 + 4 * t * 5120].view(torch.float32).view(t, 5120)
         assert amax[1].item() == h.abs().max().item(), params
         x, w_ = out.float(), want.float()
