@@ -426,15 +426,54 @@ def _deq_permuted(codes_packed: torch.Tensor, scales: torch.Tensor, dtype=torch.
     return out.to(dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("t", [128, 1024])
-def test_gpu_launches_and_intermediates(p032, ref, t, tmp_path):
+def _h_expected(inp: dict, xq_codes, xq_scale) -> torch.Tensor:
+    """silu(gate) * up from the reference quantizer's x codes, in float64 sums (for launch 3)."""
+    lut = torch.tensor(E2M1, device=xq_scale.device)
+
+    def deq(codes, scales):
+        b = codes.view(torch.uint8)[0]
+        v = torch.stack([lut[(b & 15).long()], lut[(b >> 4).long()]], -1).reshape(b.shape[0], -1)
+        return (v * scales[0].float().repeat_interleave(16, 1)).double()
+
+    x = deq(xq_codes, xq_scale)
+    amax = inp["hidden_states"].abs().max().float()
+    gd_x = torch.tensor(1.0, device=amax.device) / (torch.tensor(2688.0, device=amax.device) / amax)
+    g = (x @ deq(inp["gate_weight_fp4"], inp["gate_scale"]).T).float() * (gd_x * inp["gate_global_decode"])
+    u = (x @ deq(inp["up_weight_fp4"], inp["up_scale"]).T).float() * (gd_x * inp["up_global_decode"])
+    return torch.nn.functional.silu(g) * u
+
+
+def _h_close(h: torch.Tensor, h_want: torch.Tensor) -> tuple[float, float]:
+    rel = ((h - h_want).abs() / (h_want.abs() + 1e-3)).flatten()
+    return (rel <= 1e-2).float().mean().item(), rel.max().item()
+
+
+@pytest.fixture(scope="module")
+def gpu_stages(p032, tmp_path_factory):
+    """variant index -> a loaded runtime (compiled once per module, NVRTC on the GPU box)."""
     from solforge.compile.api import compile_candidate, stage
     from solforge.compile.launcher import load_stage
+
+    fam, out = get_family("nvfp4_moe"), {}
+    folder = tmp_path_factory.mktemp("nvfp4_stages")
+    for i, params in enumerate(fam.param_space(p032)):
+        cand = fam.instantiate(p032, params)
+        res = compile_candidate(cand)
+        assert res.ok, res.log
+        stage(cand, res, folder / f"v{i}")
+        out[i] = (params, load_stage(folder / f"v{i}"))
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("variant", range(4))
+@pytest.mark.parametrize("t", [128, 1024])
+def test_gpu_launches_and_intermediates(p032, ref, gpu_stages, t, variant):
+    """Each launch's product in the workspace, then the output: a failure names the launch."""
     from solforge.evaluate.reference import Fp4Shim
 
-    fam = get_family("nvfp4_moe")
+    params, rt = gpu_stages[variant]
     rw = next(w for w in p032.workloads if w.axes["num_tokens"] == t)
     torch.manual_seed(0)
     inp = ref["get_inputs"](rw.axes_and_scalars(), torch.device("cuda"))
@@ -447,31 +486,29 @@ def test_gpu_launches_and_intermediates(p032, ref, t, tmp_path):
         shim.remove()
     scaler = ref["BlockWiseScalerNVFP4"]()
     xq_codes, xq_scale, _ = scaler.quantize(inp["hidden_states"].float().unsqueeze(0))
-    xq_want = _deq_permuted(xq_codes, xq_scale)
+    dt = torch.float16 if params["F16"] else torch.bfloat16
+    xq_want = _deq_permuted(xq_codes, xq_scale, dt)
+    out = torch.full_like(want, float("nan"))
+    plan = rt.prepare({**tensors, "output": out}, dict(rw.axes), scalars)
+    plan.run()
+    torch.cuda.synchronize()
+    ws = plan.workspace
+    amax = ws[:8].view(torch.float32)
+    assert amax[0].item() == inp["hidden_states"].abs().max().float().item(), "launch 1 (amax x)"
+    xq = ws[256:256 + 2 * t * 2048].view(dt).view(t, 2048)
+    assert torch.equal(xq, xq_want), ("launch 2 (quant x)", (xq != xq_want).float().mean().item())
+    h0 = 256 + 2 * t * 2048
+    h = ws[h0:h0 + 4 * t * 5120].view(torch.float32).view(t, 5120)
+    # launch 3 against torch on the same (exact) operands: bf16-rounded sums may differ by an ulp
+    h_want = _h_expected(inp, xq_codes, xq_scale)
+    ok, worst = _h_close(h, h_want)
+    assert ok > 0.999, ("launch 3 (gate/up GEMM)", ok, worst)
+    assert amax[1].item() == h.abs().max().item(), "launch 3 (amax h)"
     tol = rw.workload.tolerance
-    for params in fam.param_space(p032):
-        cand = fam.instantiate(p032, params)
-        res = compile_candidate(cand)
-        assert res.ok, res.log
-        folder = tmp_path / str(len(list(tmp_path.iterdir())))
-        stage(cand, res, folder)
-        rt = load_stage(folder)
-        out = torch.full_like(want, float("nan"))
-        plan = rt.prepare({**tensors, "output": out}, dict(rw.axes), scalars)
-        plan.run()
-        torch.cuda.synchronize()
-        ws = plan.workspace
-        amax = ws[:8].view(torch.float32)
-        assert amax[0].item() == inp["hidden_states"].abs().max().float().item(), params
-        dt = torch.float16 if params["F16"] else torch.bfloat16
-        xq = ws[256:256 + 2 * t * 2048].view(dt).view(t, 2048)
-        assert torch.equal(xq, xq_want.to(dt)), (params, (xq != xq_want.to(dt)).float().mean().item())
-        h = ws[256 + 2 * t * 2048:256 + 2 * t * 2048 + 4 * t * 5120].view(torch.float32).view(t, 5120)
-        assert amax[1].item() == h.abs().max().item(), params
-        x, w_ = out.float(), want.float()
-        close = (x - w_).abs() <= tol.max_atol + tol.max_rtol * w_.abs()
-        assert close.float().mean().item() >= tol.required_matched_ratio, (
-            params, close.float().mean().item(), (x - w_).abs().max().item())
+    x, w_ = out.float(), want.float()
+    close = (x - w_).abs() <= tol.max_atol + tol.max_rtol * w_.abs()
+    assert close.float().mean().item() >= tol.required_matched_ratio, (
+        "launches 4-5 (quant h, down GEMM)", close.float().mean().item(), (x - w_).abs().max().item())
 
 
 def test_gpu_test_expectation_matches_the_emulation(codec, ref):
@@ -482,3 +519,25 @@ def test_gpu_test_expectation_matches_the_emulation(codec, ref):
     perm = codec("perm", None, np.int32).reshape(4, 16)
     emu, _ = _quant_deq(codec, x.numpy(), perm)
     assert torch.equal(_deq_permuted(q, s), torch.from_numpy(emu).to(torch.bfloat16))
+
+
+def test_gpu_test_launch3_expectation_matches_the_emulation(codec, ref):
+    """The H the GPU test expects (torch, float64 sums) agrees with the emulated launch 3."""
+    torch.manual_seed(3)
+    t, hid, inter = 128, 256, 384
+    inp = ref["get_inputs"]({"num_tokens": t, "hidden_size": hid, "intermediate_size": inter},
+                            torch.device("cpu"))
+    q, s, _ = ref["BlockWiseScalerNVFP4"]().quantize(inp["hidden_states"].float().unsqueeze(0))
+    perm = codec("perm", None, np.int32).reshape(4, 16)
+    u8 = lambda name: inp[name].view(torch.uint8).numpy()[0]
+    f32 = np.float32
+    xq, gd_x = _quant_deq(codec, inp["hidden_states"].float().numpy(), perm)
+    acc_g = (xq.astype(np.float64) @ _fragment_weights(u8("gate_weight_fp4"), u8("gate_scale")).T).astype(f32)
+    acc_u = (xq.astype(np.float64) @ _fragment_weights(u8("up_weight_fp4"), u8("up_scale")).T).astype(f32)
+    g = _bf16(acc_g) * (gd_x * f32(inp["gate_global_decode"]))
+    u = _bf16(acc_u) * (gd_x * f32(inp["up_global_decode"]))
+    h = torch.from_numpy((g / (f32(1) + np.exp(-g))) * u)
+    ok, worst = _h_close(h, _h_expected(inp, q, s))
+    assert ok > 0.999, (ok, worst)
+    ok_bad, _ = _h_close(h * 1.05, _h_expected(inp, q, s))
+    assert ok_bad < 0.5   # the check can fail
