@@ -59,6 +59,9 @@
 #define D_ST 3
 #endif
 
+#ifndef HOIST
+#define HOIST 0  // 1: main loop with hoisted shared-memory addresses (fewer integer ops per mma)
+#endif
 #ifndef F16
 #define F16 0   // 1: fp16 mma operands (E2M1 x E4M3 and the activations' code x scale are exact in
                 //    fp16 too, and the weight dequantization is two HMUL2 instead of a trip via fp32)
@@ -280,6 +283,11 @@ __device__ __forceinline__ void ldsm_x4(unsigned& r0, unsigned& r1, unsigned& r2
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
+__device__ __forceinline__ void ldsm_x4_s(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+}
+
 __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_AB "." MMA_AB ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
                  "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -379,6 +387,50 @@ __device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const op_t* _
         if (s < KC) load_stage<BM, BN, NW, NTH, K>(smem + s * SG::BYTES, A, T, m0, W, S, n0, s);
         cp_commit();
     }
+#if HOIST
+    // Loop-invariant address parts hoisted: rows of a warp's A fragments satisfy r & 7 == lane & 7
+    // (TM and 16 are multiples of 8), so the swizzled ldmatrix offsets depend on ks only; stages
+    // are walked by running byte offsets instead of kc % ST.
+    const unsigned sbase = (unsigned)__cvta_generic_to_shared(smem);
+    const int lrow = wm * (BM / WM) + (lane & 15);
+    unsigned a_off[4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) a_off[ks] = lrow * 128 + (((ks * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
+    const int brow = wn * (BN / WN) + (lane >> 2);
+    const int b_off = brow * 32 + (lane & 3) * 8, s_off = SG::W_BYTES + brow * 4 + (lane & 3);
+    int rd = 0, wr = (ST - 1) * SG::BYTES;
+    for (int kc = 0; kc < KC; ++kc) {
+        cp_wait<ST - 2>();
+        __syncthreads();
+        if (kc + ST - 1 < KC) load_stage<BM, BN, NW, NTH, K>(smem + wr, A, T, m0, W, S, n0, kc + ST - 1);
+        cp_commit();
+        wr = wr + SG::BYTES == ST * SG::BYTES ? 0 : wr + SG::BYTES;
+        unsigned bf[NW][NT][8];
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const unsigned char* sw = smem + rd + SG::A_BYTES + w * (SG::W_BYTES + SG::S_BYTES);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                uint2 v = *reinterpret_cast<const uint2*>(sw + b_off + j * 8 * 32);
+                dq_row(v, sw[s_off + j * 8 * 4], bf[w][j]);
+            }
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            unsigned af[MT][4];
+#pragma unroll
+            for (int i = 0; i < MT; ++i)
+                ldsm_x4_s(af[i][0], af[i][1], af[i][2], af[i][3], sbase + rd + a_off[ks] + i * 16 * 128);
+#pragma unroll
+            for (int w = 0; w < NW; ++w)
+#pragma unroll
+                for (int i = 0; i < MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) mma_bf16(acc[w][i][j], af[i], bf[w][j][2 * ks], bf[w][j][2 * ks + 1]);
+        }
+        rd = rd + SG::BYTES == ST * SG::BYTES ? 0 : rd + SG::BYTES;
+    }
+#else
     for (int kc = 0; kc < KC; ++kc) {
         cp_wait<ST - 2>();
         __syncthreads();
@@ -414,6 +466,7 @@ __device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const op_t* _
                     for (int j = 0; j < NT; ++j) mma_bf16(acc[w][i][j], af[i], bf[w][j][2 * ks], bf[w][j][2 * ks + 1]);
         }
     }
+#endif
     cp_wait<0>();
 }
 

@@ -95,10 +95,11 @@ class Nvfp4MoeFamily(Family):
         gate = [(128, 64, 2, 4, 3), (128, 64, 1, 8, 3), (128, 64, 1, 8, 3), (64, 128, 2, 4, 3)]
         down = [(128, 128, 2, 4, 3), (128, 128, 1, 8, 3), (128, 128, 1, 8, 3), (64, 128, 2, 4, 4)]
         f16 = [0, 0, 1, 1]  # fp16 mma operands: cheaper weight dequantization (see the .cu)
+        hoist = [0, 1, 1, 0]  # hoisted main-loop addresses; v0/v3 keep the plain loop as a fallback
         out = []
         for i in range(max(len(gate), len(down))):
             g, d = gate[min(i, len(gate) - 1)], down[min(i, len(down) - 1)]
-            p = {"F16": f16[min(i, len(f16) - 1)]}
+            p = {"F16": f16[min(i, len(f16) - 1)], "HOIST": hoist[min(i, len(hoist) - 1)]}
             p.update({f"G_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), g)})
             p.update({f"D_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), d)})
             try:
@@ -110,8 +111,9 @@ class Nvfp4MoeFamily(Family):
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
         hid, inter = spec.info["hid"], spec.info["inter"]
-        if params.get("F16") not in (0, 1):
-            raise FamilyError("nvfp4_moe param F16 must be 0 (bf16 mma) or 1 (fp16 mma)")
+        for flag in ("F16", "HOIST"):
+            if params.get(flag) not in (0, 1):
+                raise FamilyError(f"nvfp4_moe param {flag} must be 0 or 1")
         for pre, n, nw in (("G", inter, 2), ("D", hid, 1)):
             try:
                 bm, bn, wm, wn, st = (int(params[f"{pre}_{k}"]) for k in ("BM", "BN", "WM", "WN", "ST"))
