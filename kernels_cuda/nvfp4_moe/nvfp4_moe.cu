@@ -59,6 +59,9 @@
 #define D_ST 3
 #endif
 
+#ifndef EPI_BF16
+#define EPI_BF16 0  // 1: gate/up results, silu and the product each rounded to bf16 (Quant/029)
+#endif
 #ifndef HOIST
 #define HOIST 0  // 1: main loop with hoisted shared-memory addresses (fewer integer ops per mma)
 #endif
@@ -502,9 +505,15 @@ nvfp4_gateup(const unsigned char* __restrict__ wg, const unsigned char* __restri
                 float o[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
+#if EPI_BF16  // Quant/029: scaled_mm returns bf16, so does every SwiGLU step
+                    float g = bf16_round(bf16_round(acc[0][i][j][2 * h + e]) * sc_g);
+                    float u = bf16_round(bf16_round(acc[1][i][j][2 * h + e]) * sc_u);
+                    o[e] = bf16_round(__fmul_rn(bf16_round(g / (1.0f + expf(-g))), u));
+#else
                     float g = bf16_round(acc[0][i][j][2 * h + e]) * sc_g;
                     float u = bf16_round(acc[1][i][j][2 * h + e]) * sc_u;
                     o[e] = __fmul_rn(g / (1.0f + expf(-g)), u);
+#endif
                 }
                 if (row < T) {
                     *reinterpret_cast<float2*>(H + (size_t)row * INTER + col) = make_float2(o[0], o[1]);

@@ -14,6 +14,7 @@ a GPU correctness check).
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
@@ -24,11 +25,10 @@ from .gate import family_offered
 SMEM_LIMIT = 227 * 1024
 WS_HEAD = 256  # two amax words, padded
 
-_INPUTS = ("hidden_states", "gate_weight_fp4", "gate_scale", "gate_global_decode", "up_weight_fp4",
-           "up_scale", "up_global_decode", "down_weight_fp4", "down_scale", "down_global_decode")
-# what the reference must do, in code (not prose)
-_NEEDED = ("BlockWiseScalerNVFP4", "scaler.quantize(hidden_states", "F.silu(gate_output) * up_output",
-           "scaler.quantize(gated_expanded", "_scaled_mm", "gate_up_gemm.scaled_mm", "down_gemm.scaled_mm")
+_WEIGHTS = ("gate_weight_fp4", "gate_scale", "up_weight_fp4", "up_scale", "down_weight_fp4", "down_scale")
+_GLOBALS = ("gate", "up", "down")  # scalar inputs <proj>_global_decode[_scale]
+_SCALED_MM = re.compile(r"\.scaled_mm\(([^()]*)\)", re.S)
+_OUT_DTYPE = re.compile(r"output_dtype\s*=\s*torch\.(\w+)")
 
 
 def stage_bytes(bm: int, bn: int, nw: int) -> int:
@@ -57,21 +57,47 @@ class Nvfp4MoeFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != {"output"}:
+        """Quant/032 (hidden_states [T, H]) and Quant/029 (x [B, S, H]): the same pipeline; 029's
+        gate/up scaled_mm return bf16, so its SwiGLU is rounded to bf16 at every step (EPI_BF16)."""
+        if set(defn.outputs) != {"output"} or not set(_WEIGHTS) <= set(defn.inputs):
             return None
+        glob = {}
+        for proj in _GLOBALS:
+            names = [n for n in (f"{proj}_global_decode", f"{proj}_global_decode_scale") if n in defn.inputs]
+            if len(names) != 1 or defn.inputs[names[0]].shape:
+                return None
+            glob[proj] = names[0]
+        rest = set(defn.inputs) - set(_WEIGHTS) - set(glob.values())
+        if len(rest) != 1:
+            return None
+        x = rest.pop()
         code = reference_code(defn)
-        if not all(n in code for n in _NEEDED):
+        body = code[code.find("def run("):]
+        if "BlockWiseScalerNVFP4" not in code or "_scaled_mm" not in code or "def run(" not in code:
             return None
-        x, wg, sg = (shape_dims(defn, n) for n in ("hidden_states", "gate_weight_fp4", "gate_scale"))
+        calls = _SCALED_MM.findall(body)
+        if len(calls) != 3 or body.count("scaler.quantize(") != 2 or not re.search(r"F\.silu\(\w+\)\s*\*\s*\w+", body):
+            return None
+        order = [("gate_weight_fp4", "gate_scale"), ("up_weight_fp4", "up_scale"),
+                 ("down_weight_fp4", "down_scale")]
+        dts = []
+        for call, (w, sc) in zip(calls, order):
+            if f"mat_b={w}" not in call.replace(" ", "") or f"scale_b={sc}" not in call.replace(" ", ""):
+                return None
+            m = _OUT_DTYPE.search(call)
+            dts.append(m.group(1) if m else "float32")
+        if dts[0] != dts[1] or dts[0] not in ("float32", "bfloat16"):
+            return None
+        xs, wg, sg = shape_dims(defn, x), shape_dims(defn, "gate_weight_fp4"), shape_dims(defn, "gate_scale")
         wd, out = shape_dims(defn, "down_weight_fp4"), shape_dims(defn, "output")
-        if len(x) != 2 or len(wg) != 3 or len(wd) != 3 or out != x:
+        if len(xs) < 2 or len(wg) != 3 or len(wd) != 3 or out != xs:
             return None
-        if defn.inputs["hidden_states"].dtype != "bfloat16" or defn.outputs["output"].dtype != "bfloat16":
+        if defn.inputs[x].dtype != "bfloat16" or defn.outputs["output"].dtype != "bfloat16":
             return None
         if defn.inputs["gate_weight_fp4"].dtype != "float4_e2m1fn_x2" or \
                 defn.inputs["gate_scale"].dtype != "float8_e4m3fn":
             return None
-        hid, inter = const_value(defn, x[1]), const_value(defn, wg[1])
+        hid, inter = const_value(defn, xs[-1]), const_value(defn, wg[1])
         if hid is None or inter is None or const_value(defn, wg[0]) != 1:
             return None
         # weights [1, N, K/2], scales [1, N, K/16]
@@ -81,10 +107,12 @@ class Nvfp4MoeFamily(Family):
             return None
         if hid % 128 or inter % 128:
             return None
-        t = x[0]
-        if not (isinstance(t, str) and t in defn.var_axes) and const_value(defn, t) is None:
+        if any(isinstance(d, str) and d not in defn.var_axes and const_value(defn, d) is None
+               for d in xs[:-1]):
             return None
-        return Spec(fixed={"HID": hid, "INTER": inter}, info={"t": str(t), "hid": hid, "inter": inter})
+        t = "*".join(str(d) for d in xs[:-1])
+        return Spec(fixed={"HID": hid, "INTER": inter, "EPI_BF16": int(dts[0] == "bfloat16")},
+                    info={"t": t, "hid": hid, "inter": inter, "x": x, "glob": glob})
 
     # ---- parameters -----------------------------------------------------------------------
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
@@ -129,24 +157,25 @@ class Nvfp4MoeFamily(Family):
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         t, hid, inter = spec.info["t"], spec.info["hid"], spec.info["inter"]
+        x, glob = spec.info["x"], spec.info["glob"]
         p = {k: int(v) for k, v in params.items()}
         g_smem = smem_bytes(p["G_BM"], p["G_BN"], p["G_ST"], 2)
         d_smem = smem_bytes(p["D_BM"], p["D_BN"], p["D_ST"], 1)
         launches = [
             Launch(kernel="nvfp4_amax_x", grid=[f"ceil_div(({t}) * {hid}, 2048)"], block=["256"],
-                   smem="0", args=["hidden_states", "workspace", f"int32:({t}) * {hid}"]),
+                   smem="0", args=[x, "workspace", f"int32:({t}) * {hid}"]),
             Launch(kernel="nvfp4_quant_x", grid=[f"ceil_div(({t}) * {hid // 16}, 256)"], block=["256"],
-                   smem="0", args=["hidden_states", "workspace", f"int32:{t}"]),
+                   smem="0", args=[x, "workspace", f"int32:{t}"]),
             Launch(kernel="nvfp4_gateup", grid=[f"{inter} // G_BN", f"ceil_div({t}, G_BM)"],
                    block=["G_WM * G_WN * 32"], smem=str(g_smem),
                    args=["gate_weight_fp4", "gate_scale", "up_weight_fp4", "up_scale",
-                         "float32:gate_global_decode", "float32:up_global_decode", "workspace",
+                         f"float32:{glob['gate']}", f"float32:{glob['up']}", "workspace",
                          f"int32:{t}"]),
             Launch(kernel="nvfp4_quant_h", grid=[f"ceil_div(({t}) * {inter // 16}, 256)"], block=["256"],
                    smem="0", args=["workspace", f"int32:{t}"]),
             Launch(kernel="nvfp4_down", grid=[f"{hid} // D_BN", f"ceil_div({t}, D_BM)"],
                    block=["D_WM * D_WN * 32"], smem=str(d_smem),
-                   args=["down_weight_fp4", "down_scale", "float32:down_global_decode", "workspace",
+                   args=["down_weight_fp4", "down_scale", f"float32:{glob['down']}", "workspace",
                          "output", f"int32:{t}"]),
         ]
         src = read_source("nvfp4_moe", "nvfp4_moe.cu")
