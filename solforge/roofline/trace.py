@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .fastpaths import ViewNonzero, masked_fill, shape_meta
+from .fastpaths import ViewNonzero, broadcast_shapes, masked_fill, shape_meta
 from .flops import matmul_operands, op_flops
 
 META = torch.device("meta")
@@ -549,21 +549,6 @@ def _tiny(t: torch.Tensor) -> torch.Tensor:
     return v
 
 
-def _broadcast(shapes) -> tuple:
-    """torch.broadcast_shapes without torch._refs (100 us a call there)."""
-    n = max(len(sh) for sh in shapes)
-    out = [1] * n
-    for sh in shapes:
-        off = n - len(sh)
-        for i, d in enumerate(sh):
-            o = out[off + i]
-            if d != 1:
-                if o != 1 and o != d:
-                    raise RuntimeError(f"shapes {shapes} do not broadcast")
-                out[off + i] = d
-    return tuple(out)
-
-
 def _fast_pointwise(func, name: str, args, kwargs, tensors):
     """The meta result of a pointwise op without torch's Python meta kernel (1-3 ms each through
     torch._refs): the dtype from running the op on 1-element CPU stand-ins (exact type promotion), the
@@ -581,7 +566,7 @@ def _fast_pointwise(func, name: str, args, kwargs, tensors):
         return None
     mutable = func._schema.is_mutable
     try:
-        shape = _broadcast([t.shape for t in tensors])
+        shape = broadcast_shapes([t.shape for t in tensors])
         tiny = [_tiny(a).clone() if (mutable and i == 0) else _tiny(a) if isinstance(a, torch.Tensor)
                 else a for i, a in enumerate(args)]
         if any(isinstance(a, (list, tuple)) for a in args):
