@@ -487,17 +487,14 @@ def merge_rows(args) -> int:
 
     rows, hardware = [], {}
     for f in args.merge_rows:
-        gpu = "0"
-        for line in f.read_text().splitlines():
-            ev = json.loads(line)
-            kind = ev.pop("event", None)
-            if kind == "hardware":
-                hardware.setdefault(gpu, ev)
-            elif kind == "row":
-                gpu = str(ev.get("gpu", gpu))
-                rows.append(ev)
-    for r in rows:  # hardware events precede a worker's rows: key them by the rows' GPU
-        hardware.setdefault(str(r.get("gpu", "0")), next(iter(hardware.values()), {}))
+        events = [json.loads(line) for line in f.read_text().splitlines()]
+        # a worker file holds one GPU's hardware event, then that worker's rows
+        hw = next(({k: v for k, v in e.items() if k != "event"} for e in events
+                   if e.get("event") == "hardware"), {})
+        for e in events:
+            if e.pop("event", None) == "row":
+                rows.append(e)
+                hardware.setdefault(str(e.get("gpu", "0")), hw)
     args.out.mkdir(parents=True, exist_ok=True)
     run = SimpleNamespace(out=args.out, rows=rows, hardware=hardware, clocks={},
                           lock=threading.Lock(), t0=time.monotonic(), args=args, failures=[])

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from ..roofline.score import problem_sol_score, sol_score, speedup
 
-_MISSING = """
+_TIMED = """
 SELECT s.attempt_id, s.workload_uuid, s.t_kernel_ms, s.t_sol_ms, s.t_baseline_ms, a.problem
 FROM scores s JOIN attempts a ON a.id = s.attempt_id
-WHERE s.sol_score IS NULL AND s.t_kernel_ms IS NOT NULL
+WHERE s.t_kernel_ms IS NOT NULL
 """
-
-_ALL = _MISSING.replace("s.sol_score IS NULL AND ", "")
+_MISSING = _TIMED + "AND s.sol_score IS NULL\n"
 
 _BASELINES = """
 SELECT problem, workload_uuid, min(median_ms) AS t_b, arg_min(variant, median_ms) AS variant FROM (
@@ -31,7 +30,7 @@ GROUP BY problem, workload_uuid
 def rescore(store, refresh: bool = False) -> dict:
     """Fill missing speedups and SOL scores; with refresh, also redo every score whose T_b changed
     (e.g. torch.compile baselines measured after the run made T_b faster). Returns counts."""
-    missing = store.query(_ALL if refresh else _MISSING)
+    missing = store.query(_TIMED if refresh else _MISSING)
     if not missing:
         return {"workloads": 0, "attempts": 0}
     t_b = {(r["problem"], r["workload_uuid"]): r for r in store.query(_BASELINES)}
