@@ -1,23 +1,63 @@
 #!/usr/bin/env python3
-"""Is the evaluator's timer repeatable? Times a few kernels twice (two separate measurements, other
-work in between) and reports both medians and their difference; the bar is 3% (median).
+"""Is the evaluator's timer repeatable? Times each kernel twice -- once on a cool card, once right
+after a sustained full-power bf16 GEMM load has heated it -- under several timing methods side by
+side, and reports both medians and their difference; the bar is 3% (median).
 
-    python scripts/timing_spread.py --out data/results/timing_spread_h200.txt
+    python scripts/timing_spread.py --out data/results/timing_spread_h200_run4.txt \
+        --json data/results/timing_spread_h200_run4.json
 
-Kernels: a bf16 GEMM (compute-bound), a 512 MiB copy (memory-bound), a 1M-element elementwise op
-(small, launch-scale), a softmax, and the adversarial control kernel good.cu through the candidate
-launcher (the path candidates take), precompiled cubins taken from $SOLFORGE_ADV_CUBINS if set.
+Why two states: a power-limited kernel (the 8192^3 bf16 GEMM runs the H200 at its power limit) is
+timed faster on a cool card than on one that has just run at full power for seconds (run 3: 1.39 vs
+1.60 ms, 15.6%), so "the same kernel timed twice" only agrees if the method measures it in the same
+power state whatever ran before. Clocks are read (NVML, read-only) but never set.
+
+Methods (timer settings for one measurement, 50 reps, L2 flushed, CUPTI span):
+  plain    warm-up 25 ms, calls back to back (the evaluator before the duty cycle)
+  default  the Timer's defaults from solforge/settings.py (duty cycle for calls >= 0.5 ms wall)
+  duty0.5  idle 0.5 x each call's time after it, every kernel
+  duty2    idle 2 x each call's time after it, every kernel
+  cool1s   1 s idle, then plain                                  (GEMM only)
+  steady   warm up until the rolling median of 20 calls is stable within 1% (at most 3 s), back
+           to back                                               (GEMM only)
+  warm2s   2 s of back-to-back warm-up, then plain (run 3)       (GEMM only)
+
+Phases: idle 1 s; pass 1 (cool); heat: HEAT_S seconds of back-to-back GEMM with per-call event
+times and NVML clock/power/temperature/throttle reasons (printed per second); pass 2 (hot), same
+order. Kernels: bf16 GEMM 8192^3 (compute-bound, power-limited), 512 MiB copy (memory-bound),
+1M-element sigmoid (launch-scale), softmax 4096x8192 bf16, and the adversarial control kernel good.cu
+through the candidate launcher (the path candidates take; cubins from $SOLFORGE_ADV_CUBINS if set).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import statistics
 import sys
+import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "adversarial"))
+
+GEMM = "gemm_bf16_8192"
+# name -> (warmup_ms, duty_gap_factor or None for the settings' default, duty_min_call_ms or None,
+#          idle_before_s, steady, gemm_only)
+METHODS = {
+    "default": (25.0, None, None, 0.0, None, False),
+    "duty0.5": (25.0, 0.5, 0.0, 0.0, None, False),
+    "duty2": (25.0, 2.0, 0.0, 0.0, None, False),
+    "plain": (25.0, 0.0, 0.0, 0.0, None, False),
+    "cool1s": (25.0, 0.0, 0.0, 1.0, None, True),
+    "steady": (25.0, 0.0, 0.0, 0.0, (20, 0.01, 3000.0), True),
+    "warm2s": (2000.0, 0.0, 0.0, 0.0, None, True),
+}
+THROTTLE_BITS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+                 0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                 0x80: "hw_power_brake", 0x100: "display_clocks"}
 
 
 def kernels(torch):
@@ -29,7 +69,7 @@ def kernels(torch):
     x = torch.randn(1 << 20, device=dev)
     s = torch.randn(4096, 8192, dtype=torch.bfloat16, device=dev)
     out = {
-        "gemm_bf16_8192": lambda i: torch.mm(a, b),
+        GEMM: lambda i: torch.mm(a, b),
         "copy_512MiB": lambda i: dst.copy_(src),
         "elementwise_1M": lambda i: torch.sigmoid(x),
         "softmax_4096x8192_bf16": lambda i: torch.softmax(s, dim=-1),
@@ -52,54 +92,224 @@ def kernels(torch):
     return out
 
 
+class NvmlSampler(threading.Thread):
+    """Reads SM clock, power, temperatures and clock-event (throttle) reasons every `period_s`.
+    Read-only: never changes a setting."""
+
+    def __init__(self, torch, period_s: float = 0.05):
+        super().__init__(daemon=True)
+        self.period_s, self.samples, self.error = period_s, [], ""
+        self._halt = threading.Event()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                idx = torch.cuda._get_nvml_device_index(torch.cuda.current_device())
+            except Exception:  # noqa: BLE001
+                idx = 0
+            self.nv, self.h = pynvml, pynvml.nvmlDeviceGetHandleByIndex(idx)
+            try:
+                self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(self.h) / 1000.0
+            except Exception:  # noqa: BLE001
+                self.power_limit_w = None
+        except Exception as e:  # noqa: BLE001
+            self.nv, self.error, self.power_limit_w = None, f"{type(e).__name__}: {e}", None
+
+    def read(self) -> dict:
+        nv, h = self.nv, self.h
+        d = {"t": time.perf_counter(), "sm_mhz": nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)}
+        for key, fn in (("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                        ("temp_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+                        ("reasons", lambda: _reasons(nv, h)),
+                        ("mem_temp_c", lambda: _mem_temp(nv, h))):
+            try:
+                d[key] = fn()
+            except Exception:  # noqa: BLE001
+                d[key] = None
+        return d
+
+    def run(self):
+        while self.nv is not None and not self._halt.is_set():
+            try:
+                self.samples.append(self.read())
+            except Exception as e:  # noqa: BLE001
+                self.error = f"{type(e).__name__}: {e}"
+                return
+            self._halt.wait(self.period_s)
+
+    def stop(self):
+        self._halt.set()
+
+    def window(self, t0: float, t1: float) -> dict:
+        w = [s for s in list(self.samples) if t0 <= s["t"] <= t1]
+        if not w:
+            return {}
+        def med(k):
+            v = [s[k] for s in w if s.get(k) is not None]
+            return statistics.median(v) if v else None
+        reasons = 0
+        for s in w:
+            reasons |= s.get("reasons") or 0
+        return {"sm_mhz": med("sm_mhz"), "min_sm_mhz": min(s["sm_mhz"] for s in w),
+                "power_w": med("power_w"), "temp_c": med("temp_c"), "mem_temp_c": med("mem_temp_c"),
+                "reasons": reasons}
+
+
+def _reasons(nv, h) -> int:
+    fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(fn(h))
+
+
+def _mem_temp(nv, h):
+    fid = getattr(nv, "NVML_FI_DEV_MEMORY_TEMP", 82)
+    v = nv.nvmlDeviceGetFieldValues(h, [fid])[0]
+    if getattr(v, "nvmlReturn", 1) != 0:
+        return None
+    return int(v.value.uiVal)
+
+
+def reason_names(mask: int) -> str:
+    names = [n for b, n in THROTTLE_BITS.items() if mask & b]
+    return "+".join(names) if names else "-"
+
+
+def measure(torch, timer, name, fn, method, reps, sampler):
+    warmup_ms, gap, min_ms, idle_s, steady, _ = METHODS[method]
+    timer.duty_gap_factor = timer.default_gap if gap is None else gap
+    timer.duty_min_call_ms = timer.default_min if min_ms is None else min_ms
+    torch.cuda.synchronize()
+    if idle_s:
+        time.sleep(idle_s)
+    t0 = time.perf_counter()
+    t = timer.measure(fn, reps, warmup_ms, budget_s=10.0, steady=steady)
+    t1 = time.perf_counter()
+    return {"method": method, "kernel": name, "median_ms": t.median_ms, "p10_ms": t.p10_ms,
+            "p90_ms": t.p90_ms, "spread": t.spread, "n": t.n, "timing_method": t.method,
+            "warmup_calls": timer.last_warmup_calls, "gap_ms": timer.last_gap_s * 1e3,
+            "wall_s": t1 - t0, "nvml": sampler.window(t0, t1), "samples_ms": t.samples_ms}
+
+
+def heat(torch, timer, fn, seconds, sampler):
+    """Back-to-back flushed GEMMs for `seconds`, each timed with events: the drift a long, busy
+    measurement sees, bucketed per second."""
+    rows, t_start = [], time.perf_counter()
+    while time.perf_counter() - t_start < seconds:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        timer.flush()
+        e0.record()
+        fn(0)
+        e1.record()
+        e1.synchronize()
+        rows.append((time.perf_counter() - t_start, e0.elapsed_time(e1)))
+    buckets = []
+    for sec in range(int(seconds)):
+        ms = [m for t, m in rows if sec <= t < sec + 1]
+        if not ms:
+            continue
+        nv = sampler.window(t_start + sec, t_start + sec + 1)
+        buckets.append({"second": sec, "calls": len(ms), "median_ms": statistics.median(ms), **nv})
+    return buckets
+
+
+def fmt_nv(nv: dict) -> str:
+    if not nv:
+        return "-"
+    mt = nv.get("mem_temp_c")
+    return (f"{nv['sm_mhz']:.0f}/{nv['min_sm_mhz']:.0f} MHz {nv['power_w'] or 0:.0f} W "
+            f"{nv['temp_c'] or 0:.0f}C{'' if mt is None else f' mem {mt}C'} "
+            f"{reason_names(nv['reasons'])}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "data/results/timing_spread_h200.txt")
+    ap.add_argument("--json", type=Path, default=None, help="raw samples and NVML trace")
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--warmup-ms", type=float, default=300.0,
-                    help="long enough for clocks and power to settle (the GEMM drifts otherwise)")
-    ap.add_argument("--cooldown-s", type=float, default=0.0,
-                    help="idle seconds before every measurement, so each starts from the same state")
+    ap.add_argument("--heat-s", type=float, default=15.0,
+                    help="seconds of back-to-back GEMM between the two passes")
+    ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
     args = ap.parse_args()
-    import time
-
     import torch
 
     from solforge.evaluate import hardware
     from solforge.evaluate.timing import Timer
 
+    t_script = time.perf_counter()
     timer = Timer(torch.device("cuda"))
+    timer.default_gap, timer.default_min = timer.duty_gap_factor, timer.duty_min_call_ms
     ks = kernels(torch)
     if args.only:
         ks = {k: v for k, v in ks.items() if k in args.only.split(",")}
+    methods = [m for m in args.methods.split(",") if m in METHODS]
+    sampler = NvmlSampler(torch)
+    sampler.start()
+    for fn in ks.values():          # first calls (cuBLAS handles, module loads) out of the way
+        fn(0)
+    torch.cuda.synchronize()
+    time.sleep(1.0)
+    idle = sampler.window(time.perf_counter() - 1.0, time.perf_counter())
 
-    def measure(fn):
-        if args.cooldown_s:
-            torch.cuda.synchronize()
-            time.sleep(args.cooldown_s)
-        return timer.measure(fn, args.reps, args.warmup_ms)
+    def one_pass():
+        res = []
+        for m in methods:
+            for name, fn in ks.items():
+                if METHODS[m][5] and name != GEMM:
+                    continue
+                res.append(measure(torch, timer, name, fn, m, args.reps, sampler))
+                print(f"  {m:8s} {name:36s} {res[-1]['median_ms']:.5f} ms  "
+                      f"{fmt_nv(res[-1]['nvml'])}", flush=True)
+        return res
 
-    first = {name: measure(fn) for name, fn in ks.items()}
-    second = {name: measure(fn) for name, fn in ks.items()}
-    hw = hardware.capture(timing_method=next(iter(first.values())).method)
-    lines = [f"# timing repeatability: same kernel measured twice ({args.reps} reps each, L2 flushed,",
-             f"# warm-up {args.warmup_ms:.0f} ms, idle {args.cooldown_s:g} s before each); GPU {hw.gpu_name}, driver {hw.driver}, torch {hw.torch_version},",
-             f"# clocks after run {hw.clocks}",
-             f"# method: {next(iter(first.values())).method} {timer.cupti_error}",
-             f"{'kernel':40s} {'median1_ms':>11s} {'median2_ms':>11s} {'diff_%':>7s} "
-             f"{'p10-p90/med_1':>13s} {'within_3%':>9s}"]
-    worst = 0.0
-    for name in ks:
-        m1, m2 = first[name].median_ms, second[name].median_ms
+    print("pass 1 (cool card)", flush=True)
+    cool = one_pass()
+    trace = []
+    if GEMM in ks and args.heat_s > 0:
+        timer.duty_gap_factor = 0.0
+        print(f"heat: {args.heat_s:g} s of back-to-back GEMM", flush=True)
+        trace = heat(torch, timer, ks[GEMM], args.heat_s, sampler)
+    print("pass 2 (after the heat)", flush=True)
+    hot = one_pass()
+    sampler.stop()
+    hw = hardware.capture(timing_method=cool[0]["timing_method"] if cool else "")
+
+    lines = [f"# timing repeatability: each kernel measured twice, once on a cool card and once right "
+             f"after {args.heat_s:g} s of back-to-back bf16 GEMM",
+             f"# ({args.reps} reps per measurement, L2 flushed, CUPTI span); GPU {hw.gpu_name}, driver "
+             f"{hw.driver}, torch {hw.torch_version}, power limit {sampler.power_limit_w} W",
+             f"# settings default: duty_gap_factor {timer.default_gap:g}, duty_min_call_ms "
+             f"{timer.default_min:g}; timing method {hw.timing_method} {timer.cupti_error}",
+             f"# idle before pass 1: {fmt_nv(idle)}   nvml: {sampler.error or 'ok'}",
+             f"{'method':8s} {'kernel':36s} {'cool_ms':>9s} {'hot_ms':>9s} {'diff_%':>6s} "
+             f"{'p10-p90/med':>11s} {'ok_3%':>5s}  nvml cool | hot (median/min SM clock, power, "
+             f"temp, clock-event reasons)"]
+    worst: dict[str, float] = {}
+    for c, h in zip(cool, hot):
+        m1, m2 = c["median_ms"], h["median_ms"]
         d = abs(m1 - m2) / min(m1, m2) * 100
-        worst = max(worst, d)
-        lines.append(f"{name:40s} {m1:11.5f} {m2:11.5f} {d:7.2f} {first[name].spread:13.3f} "
-                     f"{'yes' if d <= 3 else 'NO':>9s}")
-    lines.append(f"# worst difference {worst:.2f}%")
+        worst[c["method"]] = max(worst.get(c["method"], 0.0), d)
+        sp = max(c["spread"], h["spread"])
+        lines.append(f"{c['method']:8s} {c['kernel']:36s} {m1:9.5f} {m2:9.5f} {d:6.2f} {sp:11.3f} "
+                     f"{'yes' if d <= 3 else 'NO':>5s}  {fmt_nv(c['nvml'])} | {fmt_nv(h['nvml'])}"
+                     f"  [warm-up {c['warmup_calls']}/{h['warmup_calls']} calls, gap "
+                     f"{c['gap_ms']:.3f}/{h['gap_ms']:.3f} ms]")
+    lines.append("# worst difference per method: " +
+                 ", ".join(f"{m} {w:.2f}%" for m, w in worst.items()))
+    if trace:
+        lines.append("# heat trace (per second of back-to-back GEMM): second, calls, median ms, nvml")
+        for b in trace:
+            lines.append(f"#   {b['second']:3d} {b['calls']:5d} {b['median_ms']:.4f} "
+                         f"{fmt_nv({k: b.get(k) for k in ('sm_mhz', 'min_sm_mhz', 'power_w', 'temp_c', 'mem_temp_c', 'reasons')}) if b.get('sm_mhz') else '-'}")
+    lines.append(f"# script wall {time.perf_counter() - t_script:.1f} s")
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"cool": cool, "hot": hot, "heat_trace": trace,
+                                         "idle": idle, "hardware": dataclasses.asdict(hw),
+                                         "nvml_samples": sampler.samples}, default=str))
     print(text)
     return 0
 

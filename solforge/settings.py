@@ -32,6 +32,15 @@ class Settings:
     warmup_ms: float = 25.0
     rep_count: int = 50
     correctness_rounds: int = 3
+    # timing duty cycle (evaluate/timing.py): after each call of at least duty_min_call_ms (wall),
+    # idle duty_gap_factor x its time, so power-limited kernels (long bf16 GEMMs) are measured at
+    # the same clock every time instead of at whatever the card's recent load left it
+    duty_gap_factor: float = 1.0
+    duty_min_call_ms: float = 0.5
+    # caching probe (evaluate/evaluator.py): calls per side = clamp(budget / kernel time, min, max)
+    caching_probe_min_calls: int = 3
+    caching_probe_max_calls: int = 24
+    caching_probe_budget_ms: float = 5.0
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
     # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so
