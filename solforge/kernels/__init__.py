@@ -50,11 +50,18 @@ def families_for(problem) -> list[Family]:
 
     A family whose `offered` is false (not yet found correct on a GPU, see its family.json) is
     left out: the search must never be offered a kernel that failed correctness."""
-    specific = [f for f in FAMILIES if f not in GENERIC and getattr(f, "offered", True)
-                and f.matches(problem)]
+    specific = [f for f in FAMILIES if f not in GENERIC and _offered(f, problem) and f.matches(problem)]
     if specific:
         return specific
-    return [f for f in GENERIC if getattr(f, "offered", True) and f.matches(problem)]
+    return [f for f in GENERIC if _offered(f, problem) and f.matches(problem)]
+
+
+def _offered(fam: Family, problem) -> bool:
+    """The family's GPU gate; `offered_for(problem)` where a family gates problem by problem."""
+    per_problem = getattr(fam, "offered_for", None)
+    if per_problem is not None:
+        return per_problem(problem)
+    return getattr(fam, "offered", True)
 
 
 __all__ = ["Family", "FamilyError", "Spec", "FAMILIES", "all_families", "get_family",

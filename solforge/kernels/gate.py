@@ -18,3 +18,15 @@ def family_offered(source_dir: str) -> bool:
         return bool(json.loads((CUDA_DIR / source_dir / "family.json").read_text()).get("offered"))
     except (OSError, ValueError):
         return False
+
+
+def family_offered_for(source_dir: str, problem_name: str) -> bool:
+    """Offered for this problem: `"offered": true` and, where family.json lists `"offered_problems"`
+    (the problems whose every workload a GPU check found correct), the problem among them. A family
+    that serves several problems is opened problem by problem as each one passes its check."""
+    try:
+        data = json.loads((CUDA_DIR / source_dir / "family.json").read_text())
+    except (OSError, ValueError):
+        return False
+    listed = data.get("offered_problems")
+    return bool(data.get("offered")) and (listed is None or problem_name in listed)

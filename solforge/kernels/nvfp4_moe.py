@@ -8,8 +8,8 @@ bf16 matmul (solforge/evaluate/reference.py); this kernel family instead dequant
 registers and feeds mma.sync bf16 tiles. Five launches: amax(x), quantize x, gate+up GEMM with the
 SwiGLU epilogue and amax(h), quantize h, down GEMM. Kernel sources: kernels_cuda/nvfp4_moe/.
 
-Offered to the search only once kernels_cuda/nvfp4_moe/family.json says `"offered": true` (after
-a GPU correctness check).
+Offered to the search per problem: kernels_cuda/nvfp4_moe/family.json `"offered": true` and the
+problem in its `"offered_problems"` (each added after a GPU check found every workload correct).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
-from .gate import family_offered
+from .base import Family, FamilyError, Spec, const_value, definition_of, read_source, reference_code, shape_dims
+from .gate import family_offered, family_offered_for
 
 SMEM_LIMIT = 227 * 1024
 WS_HEAD = 256  # two amax words, padded
@@ -55,6 +55,11 @@ class Nvfp4MoeFamily(Family):
     @property
     def offered(self) -> bool:
         return family_offered(self.source_dir)
+
+    def offered_for(self, problem) -> bool:
+        """Problem by problem: family.json `offered_problems` lists those GPU-checked (032 first;
+        029 joins after its own check)."""
+        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         """Quant/032 (hidden_states [T, H]) and Quant/029 (x [B, S, H]): the same pipeline; 029's

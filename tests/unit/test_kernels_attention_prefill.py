@@ -50,11 +50,60 @@ def test_claims_exactly_014_and_015(sol_execbench_dir):
     assert claimed == CLAIMED
 
 
-def test_gate_keeps_it_out_of_the_search_until_a_gpu_check(problems):
+RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
+
+
+def gpu_evidence(rows_path: Path, problem) -> str:
+    """'' when the bench rows hold every workload of the problem for every variant measured (at
+    least 2), all correct; else what is missing or wrong."""
+    import json
+
+    rows = [json.loads(l) for l in rows_path.read_text().splitlines() if l.strip()]
+    rows = [r for r in rows if r["problem"] == problem.name]
+    want = {w.uuid for w in problem.workloads}
+    by: dict = {}
+    for r in rows:
+        by.setdefault(r["variant"], []).append(r)
+    if len(by) < 2:
+        return f"{len(by)} variant(s) measured"
+    for vid, rs in by.items():
+        if {r["uuid"] for r in rs} != want:
+            return f"{vid}: {len(want - {r['uuid'] for r in rs})} workloads not measured"
+        bad = [r["workload"] for r in rs if not r.get("ok")]
+        if bad:
+            return f"{vid}: wrong on workloads {bad}"
+    return ""
+
+
+def test_gate_opened_only_with_gpu_evidence(problems):
+    """The search is offered this family only if a GPU run found every variant correct on every
+    workload of both problems (the rows are committed next to the results)."""
     fam = get_family("attention_prefill")
-    assert fam in all_families() and fam.offered is False
-    for p in problems.values():
-        assert fam not in families_for(p)
+    assert fam in all_families()
+    evidence = {n: gpu_evidence(RESULTS / "attention_prefill_h200_rows.jsonl", p) for n, p in problems.items()}
+    if fam.offered:
+        assert evidence == {n: "" for n in problems}, evidence
+        for p in problems.values():
+            assert fam in families_for(p)
+    else:
+        for p in problems.values():
+            assert fam not in families_for(p)
+
+
+def test_gpu_evidence_catches_a_wrong_row(problems, tmp_path):
+    import json
+
+    src = (RESULTS / "attention_prefill_h200_rows.jsonl").read_text().splitlines()
+    p = problems[CLAIMED[1]]
+    assert gpu_evidence(RESULTS / "attention_prefill_h200_rows.jsonl", p) == ""
+    rows = [json.loads(l) for l in src]
+    i = next(k for k, r in enumerate(rows) if r["problem"] == p.name)
+    rows[i]["ok"] = False
+    (tmp_path / "bad.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    assert "wrong on workloads" in gpu_evidence(tmp_path / "bad.jsonl", p)
+    keep = [r for r in rows if not (r["problem"] == p.name and r["workload"] == 5)]
+    (tmp_path / "short.jsonl").write_text("\n".join(json.dumps(r) for r in keep))
+    assert "not measured" in gpu_evidence(tmp_path / "short.jsonl", p)
 
 
 def test_changed_reference_is_not_claimed(problems):

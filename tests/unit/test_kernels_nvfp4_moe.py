@@ -92,9 +92,21 @@ def test_029_compiles_without_spills(p029, tmp_path):
         assert "LDL" not in text and "STL" not in text, params
 
 
-def test_not_offered_until_gpu_checked(p032):
-    assert json.loads((CUDA_DIR / "nvfp4_moe" / "family.json").read_text())["offered"] is False
-    assert "nvfp4_moe" not in [f.name for f in families_for(p032)]
+def test_offered_per_problem_only_with_gpu_evidence(p032, p029):
+    """Offered for a problem only when family.json lists it in offered_problems and the committed
+    bench rows found every variant correct on every one of its workloads; 029 stays out until its
+    own check."""
+    from tests.unit.test_kernels_attention_prefill import RESULTS, gpu_evidence
+
+    data = json.loads((CUDA_DIR / "nvfp4_moe" / "family.json").read_text())
+    listed = data.get("offered_problems", []) if data["offered"] else []
+    rows = {p032.name: RESULTS / "nvfp4_moe_h200_032_rows.jsonl",
+            p029.name: RESULTS / "nvfp4_moe_h200_029_rows.jsonl"}
+    for p in (p032, p029):
+        served = "nvfp4_moe" in [f.name for f in families_for(p)]
+        assert served == (p.name in listed), p.name
+        if served:
+            assert rows[p.name].exists() and gpu_evidence(rows[p.name], p) == "", p.name
 
 
 def test_bad_params_rejected(p032):
