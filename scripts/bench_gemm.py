@@ -132,6 +132,26 @@ def variants_final(name: str, n: int, k: int) -> list[tuple[str, dict]]:
     return out
 
 
+def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
+    """The large-M tier (T2) reworked: the measured best (as "base") against persistent CTAs
+    (T2_CTAS = 132: a CTA loops over tiles, its producer runs into the next tile while the
+    consumers write the last one), the shared-memory epilogue with 16-byte stores (T2_EPI) and the
+    raster group (T2_GROUP), on 128 x 256 tiles (4 stages: the largest that fit with the epilogue
+    buffer)."""
+    from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages
+    best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
+    bn = 256 if n % 256 == 0 else 128
+    t2 = dict(T2_BM=128, T2_BN=bn, T2_ST=max_stages(128, bn, 1), T2_SPLIT=1)
+    out = [("base", dict(best))]
+    if (best["T2_BM"], best["T2_BN"]) != (128, bn):
+        out.append(("T2big", dict(best, **t2)))
+    out += [("P", dict(best, **t2, T2_CTAS=SMS)),
+            ("PE", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1)),
+            ("PE.g8", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1, T2_GROUP=8)),
+            ("E", dict(best, **t2, T2_EPI=1))]
+    return out
+
+
 # ──────────────────────────────────────────── prepare (CPU) ──────────────────────────────────────
 def _res_usage(cubin: Path) -> dict:
     from tests.unit.test_compile_arch import _wheel_bin  # the cuobjdump of the nvidia wheels
@@ -170,7 +190,8 @@ def cmd_prepare(args) -> None:
         for f in ("definition.json", "workload.jsonl", "reference.py"):
             shutil.copy(pdir / f, pd / f)
         entry = {"problem": name, "n": n, "k": k, "variants": []}
-        vs = variants_final(name, n, k) if args.final else variants_for(n, k)
+        vs = (variants_final(name, n, k) if args.final else variants_t2(name, n, k) if args.t2
+              else variants_for(n, k))
         for i, (label, params) in enumerate(vs):
             cand = fam.instantiate(problem, params)
             entry["variants"].append({"id": f"v{i}", "label": label, "params": params, "dir": f"{name}/v{i}"})
@@ -319,7 +340,7 @@ def cmd_run(args) -> None:
         rows_f.close()
         left = todo[todo.index(name):]
         argv = [sys.executable, str(Path(__file__).resolve()), "run", "--dir", str(base), "--out", str(outdir),
-                "--reps", str(args.reps), "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
+                "--reps", str(args.reps), "--m-min", str(args.m_min), "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
                 "--problems", ",".join(left), "--exclude", ",".join(excluded | {f"{name}/{vid}"}), "--append"]
         print(f"STICKY CUDA ERROR in {name} {vid}: restarting without it", flush=True)
         os.execv(sys.executable, argv)
@@ -343,7 +364,8 @@ def cmd_run(args) -> None:
                 rts[v["id"]] = load_stage(base / v["dir"])
             except Exception as ex:  # noqa: BLE001
                 print(f"{name} {v['id']}: load failed: {ex}", flush=True)
-        wls = sorted(problem.workloads, key=lambda w: w.axes["M"])
+        wls = sorted((w for w in problem.workloads if w.axes["M"] >= args.m_min),
+                     key=lambda w: w.axes["M"])
         for rw in wls:
             m = rw.axes["M"]
             sets = [InputFactory(rw, "cuda").make(r) for r in range(2)]
@@ -562,10 +584,38 @@ def load_rows(rows_path: Path) -> list[dict]:
     return list(rows.values())
 
 
+def variant_table(rows: list[dict]) -> str:
+    """Side by side per workload: torch time and x = torch / variant for every variant label
+    (FAIL: wrong result or not run), then the geomean x per variant over each problem's rows."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault((r["problem"], r["M"]), {})[r["label"]] = r
+    labels = list(dict.fromkeys(r["label"] for r in rows if r["label"] != "torch"))
+    lines = [f"{'problem':24s} {'M':>6s} {'torch_us':>9s} " + " ".join(f"{lab:>8s}" for lab in labels)]
+    per: dict = {}
+    for (name, m), d in sorted(by.items()):
+        t = d.get("torch", {}).get("t_ms")
+        cells = []
+        for lab in labels:
+            r = d.get(lab)
+            x = t / r["t_ms"] if t and r and r.get("ok") and r.get("t_ms") else None
+            per.setdefault(name, {}).setdefault(lab, []).append(x)
+            cells.append(f"{x:8.3f}" if x else f"{'FAIL' if r else '-':>8s}")
+        lines.append(f"{name[:24]:24s} {m:6d} {(t or 0) * 1e3:9.1f} " + " ".join(cells))
+    lines.append("geomean x per variant (over the rows above; FAIL rows count as missing):")
+    for name, d in per.items():
+        lines.append(f"{name[:24]:24s} {'':6s} {'':9s} " + " ".join(f"{_gm(d.get(lab, [])):8.3f}" for lab in labels))
+    return "\n".join(lines) + "\n"
+
+
 def report_text(rows_path: Path, plan_path: Path) -> str:
     rows = load_rows(rows_path)
     plan = json.loads(plan_path.read_text())
-    res = analyse(rows, plan)
+    side = variant_table(rows)
+    try:
+        res = analyse(rows, plan)
+    except Exception as ex:  # noqa: BLE001  (a partial run: the side-by-side table still helps)
+        return side + f"\n(per-range analysis failed: {type(ex).__name__}: {ex})\n"
     lines = [f"{'problem':24s} {'n':>3s} {'all_M':>6s} {'M<=64':>6s} {'best1':>6s}  per-range winner (geomean x)"]
     alls, smalls = [], []
     for name, r in res.items():
@@ -591,7 +641,7 @@ def report_text(rows_path: Path, plan_path: Path) -> str:
             t = r["torch_ms"][m]
             x = r["speedup"][m]
             lines.append(f"{name[:24]:24s} {m:6d} {t * 1e3:9.1f} {t / x * 1e3 if x else float('nan'):9.1f} {x or 0:6.2f}")
-    return "\n".join(lines) + "\n"
+    return side + "\n" + "\n".join(lines) + "\n"
 
 
 def _workload_entry(problem, m: int, t_base: float, row: dict) -> dict:
@@ -655,6 +705,7 @@ def main() -> None:
     p.add_argument("--problems", default="")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--keep", action="store_true", help="reuse stages of the same params in --dir")
+    p.add_argument("--t2", action="store_true", help="the large-M tier reworked (variants_t2)")
     p.add_argument("--final", action="store_true", help="the measured best per problem (best/) and "
                    "split-K up to M = 1024 for N <= 256, instead of the sweep")
     a = sub.add_parser("add")
@@ -668,6 +719,7 @@ def main() -> None:
     r.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
     r.add_argument("--problems", default="")
     r.add_argument("--reps", type=int, default=10)
+    r.add_argument("--m-min", type=int, default=0, help="only workloads with M >= this")
     r.add_argument("--time-limit", type=float, default=300.0)
     r.add_argument("--exclude", default="", help="problem/vid,... not run (set by a restart)")
     r.add_argument("--append", action="store_true")

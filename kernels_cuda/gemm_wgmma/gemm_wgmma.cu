@@ -81,6 +81,12 @@
 #ifndef EVF        // 1: B loaded with L2 evict-first where one CTA (row) reads each B element
 #define EVF 0
 #endif
+#ifndef T2_GROUP   // tier 2 raster: groups of T2_GROUP M-tiles sweep all N-tiles (0: M-tiles fastest)
+#define T2_GROUP 16
+#endif
+#ifndef T2_EPI     // tier 2 epilogue: 0 direct 4-byte stores, 1 through shared memory, 16-byte stores
+#define T2_EPI 0
+#endif
 #ifndef TS0_MAXM   // skinny tiers off unless the candidate sets them
 #define TS0_MAXM 0
 #define TS0_MT 1
@@ -266,12 +272,11 @@ struct TileCoord {
     int m_tile, n_tile, split, m_tiles;
 };
 
-template <int BM, int BN, int SPLIT, bool GROUPED>
-__device__ __forceinline__ TileCoord tile_coord(int M) {
+template <int BM, int BN, int SPLIT, int GROUP>
+__device__ __forceinline__ TileCoord tile_coord(int M, int bid) {
     constexpr int N_TILES = NN / BN;
     TileCoord t;
     t.m_tiles = (M + BM - 1) / BM;
-    int bid = blockIdx.x;
     if (CSPLIT && SPLIT > 1) {  // a cluster = the SPLIT CTAs of one tile, consecutive in x
         t.split = bid % SPLIT;
         bid /= SPLIT;
@@ -279,15 +284,14 @@ __device__ __forceinline__ TileCoord tile_coord(int M) {
         t.split = bid / (t.m_tiles * N_TILES);
         bid -= t.split * t.m_tiles * N_TILES;
     }
-    if (GROUPED) {  // groups of 16 M-tiles sweep all N-tiles: A and B tiles are reused from L2
-        constexpr int G = 16;
-        const int g = bid / (G * N_TILES);
-        const int first = g * G;
-        const int gsize = min(t.m_tiles - first, G);
-        const int in = bid - g * G * N_TILES;
+    if (GROUP > 0) {  // groups of GROUP M-tiles sweep all N-tiles: A and B tiles are reused from L2
+        const int g = bid / (GROUP * N_TILES);
+        const int first = g * GROUP;
+        const int gsize = min(t.m_tiles - first, GROUP);
+        const int in = bid - g * GROUP * N_TILES;
         t.m_tile = first + in % gsize;
         t.n_tile = in / gsize;
-    } else {        // M-tiles fastest: the CTAs that share a B tile run together
+    } else {          // M-tiles fastest: the CTAs that share a B tile run together
         t.m_tile = bid % t.m_tiles;
         t.n_tile = bid / t.m_tiles;
     }
@@ -295,12 +299,27 @@ __device__ __forceinline__ TileCoord tile_coord(int M) {
 }
 
 // ---- producer warpgroup --------------------------------------------------------------------------
-template <int BM, int BN, int ST, int SPLIT, bool GROUPED>
-__device__ __forceinline__ void producer(const half_t* __restrict__ A, const half_t* __restrict__ B,
-                                         int M, unsigned base, unsigned full0, unsigned empty0) {
+// Ring position: stage s of the next k-tile and the parity of its current round. A persistent
+// CTA carries it from one tile to the next (producer and consumers count the same k-tiles).
+struct Ring {
+    int s;
+    unsigned ph;
+};
+template <int ST>
+__device__ __forceinline__ void ring_next(Ring& r) {
+    if (++r.s == ST) {
+        r.s = 0;
+        r.ph ^= 1u;
+    }
+}
+
+template <int BM, int BN, int ST, int SPLIT, int GROUP>
+__device__ __forceinline__ void producer_tile(const half_t* __restrict__ A, const half_t* __restrict__ B,
+                                              int M, int bid, unsigned base, unsigned full0,
+                                              unsigned empty0, Ring& ring) {
     constexpr int KT = KK / SPLIT / BK;
     constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
-    const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUPED>(M);
+    const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUP>(M, bid);
     const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
     const int kbeg = tc.split * (KK / SPLIT);
     const int p = threadIdx.x;        // 0..127
@@ -314,8 +333,8 @@ __device__ __forceinline__ void producer(const half_t* __restrict__ A, const hal
     const unsigned long long pol = b_once ? evict_first_policy() : 0ull;
 #pragma unroll 1
     for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % ST;
-        mbar_wait(empty0 + 8 * s, ((kt / ST) & 1) ^ 1);
+        const int s = ring.s;
+        mbar_wait(empty0 + 8 * s, ring.ph ^ 1u);
         const unsigned sa = base + s * STAGE_BYTES + dst0;
         const unsigned sb = sa + BM * ROW_BYTES;
         const int k = kt * BK;
@@ -334,7 +353,15 @@ __device__ __forceinline__ void producer(const half_t* __restrict__ A, const hal
                 cp_async16(sb + j * 16 * ROW_BYTES, b_src + (size_t)16 * j * KK + k, true);
         }
         cp_async_arrive_noinc(full0 + 8 * s);
+        ring_next<ST>(ring);
     }
+}
+
+template <int BM, int BN, int ST, int SPLIT, int GROUP>
+__device__ __forceinline__ void producer(const half_t* __restrict__ A, const half_t* __restrict__ B,
+                                         int M, unsigned base, unsigned full0, unsigned empty0) {
+    Ring ring{0, 0u};
+    producer_tile<BM, BN, ST, SPLIT, GROUP>(A, B, M, blockIdx.x, base, full0, empty0, ring);
     asm volatile("cp.async.wait_all;" ::: "memory");
     if (CSPLIT && SPLIT > 1) {  // the consumers' two cluster barriers need every thread
         cluster_sync();
@@ -343,10 +370,13 @@ __device__ __forceinline__ void producer(const half_t* __restrict__ A, const hal
 }
 
 // ---- consumer warpgroups -------------------------------------------------------------------------
-template <int BM, int BN, int ST, int SPLIT, bool GROUPED>
-__device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restrict__ ws, int M,
+// EPI = 1 (tier 2): the bf16/fp16 tile leaves through a 4 KB shared buffer per consumer warp (16
+// rows x 128 columns, 16-byte chunks XOR-swizzled by row: conflict-free both ways) as 16-byte
+// row-contiguous stores instead of 4-byte stores that touch 8 rows each.
+template <int BM, int BN, int ST, int SPLIT, int GROUP, int EPI>
+__device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restrict__ ws, int M, int bid,
                                          unsigned base, unsigned char* sgen, unsigned full0,
-                                         unsigned empty0, int* s_last) {
+                                         unsigned empty0, int* s_last, Ring& ring) {
     constexpr int NWG = BM / 64;
     constexpr int KT = KK / SPLIT / BK;
     constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
@@ -356,7 +386,7 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
     static_assert(ST >= 2 && ST <= MAX_ST, "stages");
     static_assert(NN % BN == 0 && KK % (BK * SPLIT) == 0 && KT >= 1, "tiles must divide N and K");
 
-    const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUPED>(M);
+    const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUP>(M, bid);
     const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
     const int ct = threadIdx.x - 128;          // consumer thread 0 .. 128*NWG-1
     const int wg = ct >> 7;                    // consumer warpgroup: rows 64*wg .. 64*wg+63
@@ -367,9 +397,10 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
     for (int i = 0; i < R; ++i) acc[i] = 0.f;
 
 #pragma unroll 1
+    int prev = 0;
     for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % ST;
-        mbar_wait(full0 + 8 * s, (kt / ST) & 1);
+        const int s = ring.s;
+        mbar_wait(full0 + 8 * s, ring.ph);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         const unsigned sa = base + s * STAGE_BYTES + wg * 64 * ROW_BYTES;
         const unsigned sb = base + s * STAGE_BYTES + BM * ROW_BYTES;
@@ -380,14 +411,54 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
         wgmma_commit();
         if (kt > 0) {            // the group of kt-1 is done: its stage can be refilled
             wgmma_wait<1>();
-            mbar_arrive(empty0 + 8 * ((kt - 1) % ST));
+            mbar_arrive(empty0 + 8 * prev);
         }
+        prev = s;
+        ring_next<ST>(ring);
     }
     wgmma_wait<0>();
     fence_acc(acc);
+    // the last stage too: a persistent CTA's producer refills it for the next tile while this
+    // epilogue runs (for a one-tile CTA the producer has finished: nobody waits on it)
+    mbar_arrive(empty0 + 8 * prev);
 
     const int row = m0 + wg * 64 + warp * 16 + (lane >> 2);
     const int col0 = n0 + (lane & 3) * 2;
+    if (SPLIT == 1 && EPI) {
+        constexpr int PW = BN < 128 ? BN : 128;    // columns per pass
+        constexpr int CPR = PW / 8;                 // 16-byte chunks per row
+        static_assert(PW >= 64, "the row swizzle needs 8 chunks a row");
+        // laundered through asm volatile: otherwise the compiler hoists every swizzled address out
+        // of the persistent tile loop and they spill (live across the main loop at 168 registers)
+        int lw;
+        asm volatile("mov.b32 %0, %1;" : "=r"(lw) : "r"(lane));
+        unsigned char* buf = sgen + ST * STAGE_BYTES + (wg * 4 + warp) * 4096;
+        const int r0 = lw >> 2;
+#pragma unroll
+        for (int pass = 0; pass < BN / PW; ++pass) {
+#pragma unroll
+            for (int jl = 0; jl < CPR; ++jl) {
+                const int j = pass * CPR + jl;
+                const int sw = (jl ^ (r0 & 7)) << 4;   // (r0 + 8) & 7 == r0 & 7
+                *reinterpret_cast<half2_t*>(buf + r0 * (PW * 2) + sw + (lw & 3) * 4) =
+                    pack2(acc[4 * j], acc[4 * j + 1]);
+                *reinterpret_cast<half2_t*>(buf + (r0 + 8) * (PW * 2) + sw + (lw & 3) * 4) =
+                    pack2(acc[4 * j + 2], acc[4 * j + 3]);
+            }
+            __syncwarp();
+#pragma unroll 1
+            for (int it = 0; it < 16 * CPR / 32; ++it) {
+                const int idx = it * 32 + lw;
+                const int r = idx / CPR, c = idx % CPR;
+                const uint4 v = *reinterpret_cast<const uint4*>(buf + r * (PW * 2) + ((c ^ (r & 7)) << 4));
+                const int grow = m0 + wg * 64 + warp * 16 + r;
+                if (grow < M)
+                    *reinterpret_cast<uint4*>(C + (size_t)grow * NN + n0 + pass * PW + c * 8) = v;
+            }
+            __syncwarp();
+        }
+        return;
+    }
     if (SPLIT == 1) {
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
@@ -640,13 +711,15 @@ __device__ __forceinline__ void skinny(const half_t* __restrict__ A, const half_
     }
 }
 
-template <int BM, int BN, int ST>
-__host__ __device__ constexpr bool fits() { return ST * (BM + BN) * ROW_BYTES + 1024 <= 227 * 1024 - 2048; }  // static smem incl. 1 KB reserved
+template <int BM, int BN, int ST, int EPI = 0>
+__host__ __device__ constexpr bool fits() {  // static smem incl. 1 KB reserved
+    return ST * (BM + BN) * ROW_BYTES + 1024 + EPI * (BM / 64) * 16384 <= 227 * 1024 - 2048;
+}
 
 }  // namespace
 
 static_assert(T2_SPLIT == 1, "tier 2 has no split-K");
-static_assert(fits<T0_BM, T0_BN, T0_ST>() && fits<T1_BM, T1_BN, T1_ST>() && fits<T2_BM, T2_BN, T2_ST>(),
+static_assert(fits<T0_BM, T0_BN, T0_ST>() && fits<T1_BM, T1_BN, T1_ST>() && fits<T2_BM, T2_BN, T2_ST, T2_EPI>(),
               "shared memory");
 
 // __launch_bounds__(384, 1): the register cap at entry (168) that setmaxnreg needs; tiers with
@@ -679,19 +752,36 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
     __syncthreads();
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (tier == 0)
-            producer<T0_BM, T0_BN, T0_ST, T0_SPLIT, false>(A, B, M, base, full0, empty0);
-        else if (tier == 1)
-            producer<T1_BM, T1_BN, T1_ST, T1_SPLIT, false>(A, B, M, base, full0, empty0);
-        else
-            producer<T2_BM, T2_BN, T2_ST, 1, true>(A, B, M, base, full0, empty0);
+        if (tier == 0) {
+            producer<T0_BM, T0_BN, T0_ST, T0_SPLIT, 0>(A, B, M, base, full0, empty0);
+        } else if (tier == 1) {
+            producer<T1_BM, T1_BN, T1_ST, T1_SPLIT, 0>(A, B, M, base, full0, empty0);
+        } else {
+            // tier 2: a CTA takes tiles blockIdx.x, + gridDim.x, ... (persistent when the grid is
+            // smaller than the tile count, T2_CTAS); it runs ahead into the next tile's k-tiles
+            // while the consumers write the previous tile
+            Ring ring{0, 0u};
+            const int tiles = (M + T2_BM - 1) / T2_BM * (NN / T2_BN);
+#pragma unroll 1
+            for (int bid = blockIdx.x; bid < tiles; bid += gridDim.x)
+                producer_tile<T2_BM, T2_BN, T2_ST, 1, T2_GROUP>(A, B, M, bid, base, full0, empty0, ring);
+            asm volatile("cp.async.wait_all;" ::: "memory");
+        }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        if (tier == 0)
-            consumer<T0_BM, T0_BN, T0_ST, T0_SPLIT, false>(C, ws, M, base, sgen, full0, empty0, &s_last);
-        else if (tier == 1)
-            consumer<T1_BM, T1_BN, T1_ST, T1_SPLIT, false>(C, ws, M, base, sgen, full0, empty0, &s_last);
-        else
-            consumer<T2_BM, T2_BN, T2_ST, 1, true>(C, ws, M, base, sgen, full0, empty0, &s_last);
+        Ring ring{0, 0u};
+        if (tier == 0) {
+            consumer<T0_BM, T0_BN, T0_ST, T0_SPLIT, 0, 0>(C, ws, M, blockIdx.x, base, sgen, full0, empty0,
+                                                        &s_last, ring);
+        } else if (tier == 1) {
+            consumer<T1_BM, T1_BN, T1_ST, T1_SPLIT, 0, 0>(C, ws, M, blockIdx.x, base, sgen, full0, empty0,
+                                                        &s_last, ring);
+        } else {
+            const int tiles = (M + T2_BM - 1) / T2_BM * (NN / T2_BN);
+#pragma unroll 1
+            for (int bid = blockIdx.x; bid < tiles; bid += gridDim.x)
+                consumer<T2_BM, T2_BN, T2_ST, 1, T2_GROUP, T2_EPI>(C, ws, M, bid, base, sgen, full0, empty0,
+                                                                   &s_last, ring);
+        }
     }
 }

@@ -31,6 +31,10 @@ from .gemm import GemmFamily, tier_select_and_grid, vary_one_tier
 TIER_KEYS = ("BM", "BN", "ST", "SPLIT")
 SKINNY_KEYS = ("MAXM", "MT", "RT", "WR", "WK", "KJ", "CL")   # tiers S0, S1: TS{i}_{key}
 GLOBAL_KEYS = ("CSPLIT", "EVF")
+# optional tier-2 (large M) keys, defaults when absent: T2_CTAS persistent grid size (0: one CTA per
+# tile), T2_GROUP raster group (M-tiles per sweep of the N-tiles; 0: M-tiles fastest), T2_EPI
+# epilogue through shared memory with 16-byte stores (1) or direct 4-byte stores (0)
+T2_OPTIONAL = {"T2_CTAS": 0, "T2_GROUP": 16, "T2_EPI": 0}
 REGS_PER_SM, MAX_THREADS = 65536, 384
 # skinny partial sums stay under 48 KB with the kernel's 1.2 KB of static shared memory: the launcher
 # opts a kernel in to more only when the dynamic part alone exceeds 48 KB (static + 48 KB failed
@@ -49,8 +53,13 @@ def smem_bytes(bm: int, bn: int, st: int) -> int:
     return st * (bm + bn) * BK * 2 + 1024
 
 
-def max_stages(bm: int, bn: int) -> int:
-    return min(MAX_ST, (SMEM_LIMIT - 1024) // ((bm + bn) * BK * 2))
+def max_stages(bm: int, bn: int, epi: int = 0) -> int:
+    return min(MAX_ST, (SMEM_LIMIT - 1024 - epi_smem(bm, epi)) // ((bm + bn) * BK * 2))
+
+
+def epi_smem(bm: int, epi: int) -> int:
+    """Tier 2's staged epilogue: 4 KB per consumer warp (BM / 16 warps)."""
+    return epi * (bm // 64) * 16384
 
 
 def skinny_smem(mt: int, rt: int, wr: int, wk: int) -> int:
@@ -232,7 +241,7 @@ class GemmWgmmaFamily(Family):
         if set(params) & skinny and not skinny <= set(params):  # all or none (older candidates)
             raise FamilyError(f"gemm_wgmma params missing: {sorted(skinny - set(params))}")
         need |= skinny
-        extra = set(params) - need
+        extra = set(params) - need - set(T2_OPTIONAL)
         if extra:
             raise FamilyError(f"gemm_wgmma: unknown params {sorted(extra)}")
         for i in range(3):
@@ -244,6 +253,13 @@ class GemmWgmmaFamily(Family):
                                   + (" (tier 2: SPLIT 1)" if i == 2 else ""))
             if smem_bytes(bm, bn, st) > SMEM_LIMIT:
                 raise FamilyError(f"tier {i}: {smem_bytes(bm, bn, st)} bytes of shared memory")
+        t2 = {key: params.get(key, d) for key, d in T2_OPTIONAL.items()}
+        if t2["T2_CTAS"] < 0 or t2["T2_GROUP"] < 0 or t2["T2_EPI"] not in (0, 1):
+            raise FamilyError(f"tier 2: T2_CTAS >= 0, T2_GROUP >= 0, T2_EPI 0|1 ({t2})")
+        t2_smem = smem_bytes(params["T2_BM"], params["T2_BN"], params["T2_ST"]) + \
+            epi_smem(params["T2_BM"], t2["T2_EPI"])
+        if t2_smem > SMEM_LIMIT:
+            raise FamilyError(f"tier 2: {t2_smem} bytes of shared memory with T2_EPI={t2['T2_EPI']}")
         if not 0 < params["T0_MAXM"] <= params["T1_MAXM"]:
             raise FamilyError("need 0 < T0_MAXM <= T1_MAXM")
         if "TS0_MAXM" not in params:
@@ -300,10 +316,13 @@ class GemmWgmmaFamily(Family):
         m, n = spec.info["m"], spec.info["n"]
         sel = select_terms(m)
         grid = [f"ceil_div({m}, T{i}_BM) * ({n} // T{i}_BN) * T{i}_SPLIT" for i in range(3)]
+        if p.get("T2_CTAS", 0):  # persistent tier 2: at most T2_CTAS CTAs loop over the tiles
+            grid[2] = f"min(ceil_div({m}, T2_BM) * ({n} // T2_BN), T2_CTAS)"
         grid = [f"({n} // (16 * TS{i}_RT * TS{i}_WR)) * TS{i}_CL" for i in range(2)] + grid
         block = [f"32 * TS{i}_WR * TS{i}_WK" for i in range(2)] + [f"(128 + 2 * T{i}_BM)" for i in range(3)]
         smem = [skinny_smem(*(p[f"TS{i}_{k}"] for k in ("MT", "RT", "WR", "WK"))) for i in range(2)]
         smem += [smem_bytes(p[f"T{i}_BM"], p[f"T{i}_BN"], p[f"T{i}_ST"]) for i in range(3)]
+        smem[4] += epi_smem(p["T2_BM"], p.get("T2_EPI", 0))
         cluster = ["TS0_CL", "TS1_CL", "(CSPLIT * (T0_SPLIT - 1) + 1)", "(CSPLIT * (T1_SPLIT - 1) + 1)", "1"]
         join = lambda xs: " + ".join(f"{s} * {x}" for s, x in zip(sel, xs))
         split_tiers = [i for i in (0, 1) if p[f"T{i}_SPLIT"] > 1]

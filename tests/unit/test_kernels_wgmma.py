@@ -189,3 +189,46 @@ def test_measured_best_is_the_first_guess(sol_execbench_dir, name):
     for w in best["workloads"]:
         assert w["t_kernel_ms"] > 0 and w["speedup"] == pytest.approx(w["t_base_ms"] / w["t_kernel_ms"])
     assert cand.workspace == "0"  # cluster split-K: no memset launch before the kernel
+
+
+def test_persistent_tier2_launch_and_limits(sol_execbench_dir):
+    """T2_CTAS caps tier 2's grid (a CTA loops over tiles blockIdx.x + i*gridDim.x), T2_EPI adds
+    the 4 KB per consumer warp staging buffer to its shared memory; lower tiers are unchanged."""
+    problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
+    fam = get_family("gemm_wgmma")
+    base = fam.param_space(problem)[0]
+    p = {**base, "T2_BM": 128, "T2_BN": 256, "T2_ST": 4, "T2_CTAS": 132, "T2_EPI": 1, "T2_GROUP": 8}
+    cand = fam.instantiate(problem, p)
+    ref = fam.instantiate(problem, base)
+    for w in problem.workloads:
+        m = w.axes["M"]
+        env = launch_env(w.axes, w.scalars(), cand.params)
+        renv = launch_env(w.axes, w.scalars(), ref.params)
+        grid, smem = eval_expr(cand.launches[0].grid[0], env), eval_expr(cand.launches[0].smem, env)
+        if _tier(p, m) == "T2":
+            tiles = -(-m // 128) * (4096 // 256)
+            assert grid == min(tiles, 132) and 0 < grid <= 132
+            assert smem == 4 * 384 * 128 + 1024 + 2 * 16384 <= 227 * 1024 - 2048
+        else:
+            assert grid == eval_expr(ref.launches[0].grid[0], renv)
+            assert smem == eval_expr(ref.launches[0].smem, renv)
+    for bad in ({"T2_EPI": 2}, {"T2_CTAS": -1}, {"T2_GROUP": -2}, {"T2_EPI": 1, "T2_ST": 5}):
+        with pytest.raises(FamilyError):
+            fam.instantiate(problem, {**p, **bad})
+
+
+def test_persistent_tier2_epilogue_compiles_without_spills(sol_execbench_dir, tmp_path):
+    """The persistent tier 2 with the staged epilogue: 16-byte shared loads and global stores, no
+    local memory (the swizzled epilogue addresses must not be hoisted out of the tile loop)."""
+    problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
+    fam = get_family("gemm_wgmma")
+    p = {**fam.param_space(problem)[0], "T2_BM": 128, "T2_BN": 256, "T2_ST": 4, "T2_CTAS": 132, "T2_EPI": 1}
+    cubin, log = compile_cuda_candidate(fam.instantiate(problem, p))
+    assert "serialized" not in log, log
+    sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
+    env = {**os.environ, "PATH": f"{_wheel_bin('nvdisasm').parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    text = subprocess.run([str(_wheel_bin("cuobjdump")), "-sass", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    assert "HGMMA.64x256x16.F32" in text
+    assert "LDS.128" in text and "STG.E.128" in text
+    assert "LDL" not in text and "STL" not in text
