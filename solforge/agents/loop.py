@@ -101,19 +101,7 @@ class OptimizeLoop:
         status, error = RunStatus.FINISHED, None
         try:
             self._t_start = time.monotonic()
-            for rnd in range(self.cfg.max_rounds):
-                report.rounds = rnd + 1
-                self.spent.wall_seconds = time.monotonic() - self._t_start
-                decisions = self._plan(self._states(), self.cfg.budget, self.spent, self.cfg.planner,
-                                       self.cfg.runs_per_round)
-                self._record(decisions)
-                runs = [d for d in decisions if d.action is Action.RUN]
-                if not runs:
-                    report.stop_reason = decisions[-1].reason if decisions else "nothing to do"
-                    break
-                self._run_sessions(runs)
-            else:
-                report.stop_reason = f"round limit ({self.cfg.max_rounds}) reached"
+            self._drive(report)
         except KeyboardInterrupt:
             status, error = RunStatus.INTERRUPTED, "interrupted by the user"
             report.stop_reason = error
@@ -127,6 +115,22 @@ class OptimizeLoop:
             report.problems = self._summary()
         self.progress(f"stopped: {report.stop_reason}")
         return report
+
+    def _drive(self, report: LoopReport) -> None:
+        """Planner rounds until one runs nothing; each round's sessions end before the next is planned
+        (solforge.orchestrate replaces this with a pipeline that plans as each session ends)."""
+        for rnd in range(self.cfg.max_rounds):
+            report.rounds = rnd + 1
+            self.spent.wall_seconds = time.monotonic() - self._t_start
+            decisions = self._plan(self._states(), self.cfg.budget, self.spent, self.cfg.planner,
+                                   self.cfg.runs_per_round)
+            self._record(decisions)
+            runs = [d for d in decisions if d.action is Action.RUN]
+            if not runs:
+                report.stop_reason = decisions[-1].reason if decisions else "nothing to do"
+                return
+            self._run_sessions(runs)
+        report.stop_reason = f"round limit ({self.cfg.max_rounds}) reached"
 
     def _plan(self, states, budget, spent, planner_cfg, n) -> list[Decision]:
         """One planner round (a hook: solforge.orchestrate runs it as its own stage)."""

@@ -4,8 +4,10 @@ evaluations on GPU slots, a content cache, and resume after a kill.
 `OrchestratedLoop` is solforge.agents.loop.OptimizeLoop with
   - `Stages`: plan / check / compile / evaluate / score / record as plain callables; the Prefect flow
     (flows/optimize.py) passes its tasks, so every stage of every attempt is a task run;
-  - the sessions of one planner round run in threads, one per problem, and each evaluation holds one
-    GPU slot (GpuPool), its evaluator pinned to that GPU: with N GPUs, N candidates are timed at once;
+  - no round barrier (`_drive`): up to runs_per_round sessions (>= one per GPU) run in threads, one
+    per problem, and the planner is asked again the moment any of them ends, so a GPU never idles
+    waiting for the slowest session of a round; each evaluation holds one GPU slot (GpuPool), its
+    evaluator pinned to that GPU: with N GPUs, N candidates are timed at once;
   - the content cache (cache.lookup) before anything is compiled: an identical candidate already
     answered on this GPU model (or, without a GPU, compiled for this arch) is not redone;
   - resume (resume.prepare): earlier runs with the same key that died are closed, their spending
@@ -16,17 +18,18 @@ No Prefect here: this module runs the same without it.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ..agents.lab import NO_GPU
 from ..agents.loop import LoopReport, OptimizeLoop, _fit
 from ..agents.outcome import AttemptStatus, Outcome
-from ..agents.planner import plan_round
+from ..agents.planner import Action, Decision, plan_round
 from ..candidate import Candidate
 from . import cache, resume
 from .errors import is_transient
@@ -66,6 +69,13 @@ def _record(loop, aid, out, compile_row=None) -> None:
     loop._finish(aid, out, compile_row=compile_row)
 
 
+def _prestart(loop) -> None:
+    """The evaluator's fork server imports torch while the first compiles run."""
+    from ..evaluate import runner
+
+    runner.prestart()
+
+
 @dataclass
 class Stages:
     session: Callable = _session                # (loop, decision) -> None: the worker proposes
@@ -75,6 +85,7 @@ class Stages:
     evaluate: Callable = _retrying(evaluate_pinned)  # (lab, problem, cand, compiled, pool) -> Outcome
     score: Callable = score                     # (lab, problem, outcome) -> outcome
     record: Callable = _record                  # (loop, attempt_id, outcome, compile_row) -> None
+    prestart: Callable = _prestart              # (loop) -> None: before the run, with a GPU
 
 
 class OrchestratedLoop(OptimizeLoop):
@@ -96,13 +107,13 @@ class OrchestratedLoop(OptimizeLoop):
         self.resumed = 0
         self.use_cache = True  # False: re-measure even what the store already answers (replay --force)
         self._lock = threading.Lock()
+        self._reserved: dict[str, int] = {}  # problem -> attempts planned for its running session, unspent
+        self.session_log: list[tuple[str, float, float]] = []  # (problem, start, end) monotonic
 
     # ---- run, resumed --------------------------------------------------------------------------
     def run(self) -> LoopReport:
         if self.lab.has_gpu:
-            from ..evaluate import runner
-
-            runner.prestart()  # the evaluator's fork server imports torch while the first compiles run
+            self.stages.prestart(self)
         self.resume_state = st = resume.prepare(self.store, self.key, self.lab.has_gpu)
         self.spent.add(attempts=st.spent_attempts, gpu_seconds=st.spent_gpu_seconds)
         if st.prior_runs:
@@ -171,7 +182,78 @@ class OrchestratedLoop(OptimizeLoop):
             return [f.result() for f in futs]
 
     def _run_sessions(self, runs) -> None:
-        self._parallel([lambda d=d: self.stages.session(self, d) for d in runs])
+        """Rounds with a barrier (OptimizeLoop._drive; kept for comparison): one round's sessions at once."""
+        self._parallel([lambda d=d: self._run_one(d) for d in runs])
+
+    # ---- the pipeline: no round barrier --------------------------------------------------------
+    def _drive(self, report: LoopReport) -> None:
+        """Plan as sessions end, not in rounds. Up to `runs_per_round` sessions (at least one per GPU)
+        run at once, each on a problem no other running session has; the moment one ends, the planner
+        ranks the problems that are free and the best start. No GPU waits for the slowest session of
+        a round, and the planner sees each result as soon as it is stored.
+
+        Budget: attempts planned for running sessions and not spent yet count as spent while planning
+        (rounds gave that for free), so the attempt budget is never overcommitted. A plan that starts
+        nothing while sessions run only waits (no planner_decisions row: nothing was decided); the
+        final word, STOP or nothing to do, is planned and recorded once nothing runs any more. A
+        session that raises stops the planning; the others finish, then the error is raised."""
+        width = max(1, self.cfg.runs_per_round)
+        inflight: dict = {}          # Future -> Decision
+        failure: Optional[BaseException] = None
+        plans = 0
+        ex = ThreadPoolExecutor(max_workers=width, thread_name_prefix="solforge-session")
+        try:
+            while True:
+                free = width - len(inflight)
+                if free > 0 and failure is None and plans < self.cfg.max_rounds:
+                    plans += 1
+                    report.rounds = plans
+                    decisions = self._plan_free(free, {d.problem for d in inflight.values()})
+                    runs = [d for d in decisions if d.action is Action.RUN]
+                    if runs or not inflight:
+                        self._record(decisions)
+                    if not runs and not inflight:
+                        report.stop_reason = decisions[-1].reason if decisions else "nothing to do"
+                        return
+                    for d in runs:
+                        with self._lock:
+                            self._reserved[d.problem] = d.attempts
+                        # each session thread gets a copy of this context (an orchestrator's run
+                        # context lives there)
+                        inflight[ex.submit(contextvars.copy_context().run, self._run_one, d)] = d
+                elif not inflight:
+                    if failure is not None:
+                        raise failure
+                    report.stop_reason = f"round limit ({self.cfg.max_rounds}) reached"
+                    return
+                if not inflight:
+                    continue
+                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                for f in done:
+                    d = inflight.pop(f)
+                    with self._lock:
+                        self._reserved.pop(d.problem, None)
+                    if f.exception() is not None and failure is None:
+                        failure = f.exception()
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)
+
+    def _plan_free(self, n: int, busy: set) -> list[Decision]:
+        """A planner round over the problems no running session has, for `n` free places."""
+        states = [st for st in self._states() if st.name not in busy]
+        with self._lock:
+            self.spent.wall_seconds = time.monotonic() - self._t_start
+            spent = dataclasses.replace(self.spent,
+                                        attempts=self.spent.attempts + sum(self._reserved.values()))
+        return self._plan(states, self.cfg.budget, spent, self.cfg.planner, n)
+
+    def _run_one(self, d: Decision) -> None:
+        t0 = time.monotonic()
+        try:
+            self.stages.session(self, d)
+        finally:
+            with self._lock:
+                self.session_log.append((d.problem, t0, time.monotonic()))
 
     def _ensure_baseline(self, problem) -> None:
         sols = self.lab.roofline(problem)
@@ -202,6 +284,8 @@ class OrchestratedLoop(OptimizeLoop):
         aid = self._open_attempt(problem, agent, cand, parent, call_ids)
         with self._lock:
             self.spent.add(attempts=1)
+            if self._reserved.get(problem.name):
+                self._reserved[problem.name] -= 1  # planned for its session: now spent
         bad = st.check(self.lab, problem, cand)
         if bad is not None:
             st.record(self, aid, bad, {"status": "invalid", "log": bad.message})

@@ -1,0 +1,126 @@
+"""The orchestrated loop has no round barrier: when one problem's session is slow, the other GPU keeps
+getting work from the other problems. Real parts: kernel families, NVRTC compiles, planner, content
+cache, DuckDB, GPU slots (GpuPool, two pretend GPUs); a stand-in evaluator in place of the GPU (named
+as such) whose speed the test controls: one problem's evaluation blocks until the other problem's
+SECOND session is being evaluated (or a deadline passes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from solforge.agents.lab import Lab
+from solforge.agents.loop import LoopConfig, OptimizeLoop
+from solforge.agents.offline import OfflineWorker
+from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.gpus import GpuPool
+from solforge.orchestrate.loop import OrchestratedLoop, Stages
+
+SLOW, FAST = "022_rmsnorm_h512", "021_rmsnorm_h128"
+
+
+@pytest.fixture(scope="module")
+def problems(sol_execbench_dir):
+    from solforge.problem import load_problem_dir
+
+    return [load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / n, subset="FlashInfer-Bench")
+            for n in (SLOW, FAST)]
+
+
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("compile-cache")  # the second variant reuses the first's cubins
+
+
+def _run(tmp_path, monkeypatch, problems, compile_cache, *, barrier: bool, hold_s: float,
+         budget: int = 7):
+    from solforge.store import Store
+
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(compile_cache))
+    store = Store(tmp_path / ("barrier" if barrier else "pipeline") / "o.duckdb")
+    lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, store=store)
+    for p in problems:  # T_b known: no baseline is measured
+        lab.set_baselines(p, {s.uuid: s.t_sol_ms * 4 for s in lab.roofline(p)})
+    evals: list[tuple[str, float, float, str]] = []   # (problem, start, end, gpu)
+    fast_evals = []
+    second_fast = threading.Event()
+
+    def standin_evaluate(lab, problem, cand, compiled, pool):
+        """Stand-in for evaluate_pinned: holds a GPU slot like it, times nothing."""
+        assert compiled is not None and compiled.cubins  # a real compile reached this stage
+        with pool.slot(label=f"{problem.name}:{cand.source_hash()[:8]}") as slot:
+            t0 = time.monotonic()
+            if problem.name == FAST:
+                fast_evals.append(t0)
+                if len(fast_evals) >= 2:
+                    second_fast.set()
+                time.sleep(0.02)
+            elif not [e for e in evals if e[0] == SLOW]:  # the slow problem's first evaluation
+                second_fast.wait(hold_s)
+            evals.append((problem.name, t0, time.monotonic(), slot.gpu))
+        sols = {s.uuid: s for s in lab.roofline(problem)}
+        wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=0.0, matched_ratio=1.0,
+                               median_ms=sols[w.uuid].t_sol_ms * (1.5 + 0.1 * len(evals)))
+               for w in problem.workloads]
+        return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=0.01)
+
+    cfg = LoopConfig(budget=Budget(attempts=budget), planner=PlannerConfig(attempts_per_round=1),
+                     runs_per_round=2)
+    loop = OrchestratedLoop(store, problems, lab, {"offline": OfflineWorker(lab)}, cfg,
+                            pool=GpuPool(["0", "1"], cross_process=False),
+                            stages=Stages(evaluate=standin_evaluate, prestart=lambda loop: None),
+                            key_parts={"test": "pipeline", "barrier": barrier})
+    if barrier:  # the rounds this loop had before: every session of a round ends before the next
+        loop._drive = lambda report: OptimizeLoop._drive(loop, report)
+    report = loop.run()
+    return loop, report, store, evals
+
+
+def _slow_first(loop):
+    return min((s for s in loop.session_log if s[0] == SLOW), key=lambda s: s[1])
+
+
+def test_a_fast_problem_keeps_running_while_a_slow_session_holds_the_other_gpu(
+        tmp_path, monkeypatch, problems, compile_cache):
+    loop, report, store, evals = _run(tmp_path, monkeypatch, problems, compile_cache,
+                                      barrier=False, hold_s=120.0)
+    _, s0, s1 = _slow_first(loop)
+    fast = sorted((a, b) for p, a, b in loop.session_log if p == FAST)
+    # the fast problem's second (and later) session started while the slow one was still running
+    assert len(fast) >= 2 and fast[1][0] < s1, (fast, s0, s1)
+    slow_eval = next(e for e in evals if e[0] == SLOW)
+    assert slow_eval[2] - slow_eval[1] < 60, "the slow evaluation waited for its deadline"
+    overlapped = [e for e in evals if e[0] == FAST and slow_eval[1] < e[1] < slow_eval[2]]
+    assert overlapped and all(e[3] != slow_eval[3] for e in overlapped)  # on the other GPU
+    # one evaluation per GPU at a time, still
+    for g in ("0", "1"):
+        iv = sorted((a, b) for _, a, b, gg in evals if gg == g)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(iv, iv[1:]))
+    # the guarantees the rounds had: the attempt budget exactly, nothing evaluated twice, every
+    # decision stored with its reason, the final stop recorded once nothing ran
+    rows = store.query("SELECT problem, source_hash, outcome FROM attempts WHERE run_id = ?", [report.run_id])
+    assert len(rows) == 7 and report.spent.attempts == 7
+    assert all(r["outcome"] == "ok" for r in rows)
+    assert len({(r["problem"], r["source_hash"]) for r in rows}) == len(rows)
+    assert len(evals) == 7
+    dec = store.query("SELECT action, problem, reason FROM planner_decisions WHERE run_id = ? "
+                      "ORDER BY created_at", [report.run_id])
+    assert all(d["reason"] for d in dec)
+    assert sum(d["action"] == "run" for d in dec) == len(loop.session_log)
+    assert dec[-1]["action"] == "stop" and "attempt budget spent (7/7)" in dec[-1]["reason"]
+    assert "attempt budget spent" in report.stop_reason
+    assert report.gpu_use["evaluations"] == 7
+
+
+def test_with_rounds_the_fast_problem_waits_for_the_slow_one(tmp_path, monkeypatch, problems,
+                                                               compile_cache):
+    """The same run through the barrier rounds: shows what the test above would catch."""
+    loop, report, store, evals = _run(tmp_path, monkeypatch, problems, compile_cache,
+                                      barrier=True, hold_s=1.5, budget=4)
+    _, s0, s1 = _slow_first(loop)
+    fast = sorted((a, b) for p, a, b in loop.session_log if p == FAST)
+    assert len(fast) >= 2 and fast[1][0] >= s1
+    assert report.spent.attempts == 4
