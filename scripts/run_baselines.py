@@ -41,20 +41,42 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CSV_COLS = ["problem", "workload_uuid", "eager_ms", "compile_ms", "T_b_ms", "T_b_variant", "label",
-            "gpu", "driver", "clocks", "timing_method", "eager_status", "compile_status",
-            "eager_spread", "compile_spread", "eager_message", "compile_message", "subset",
-            "eager_reps", "compile_reps"]
+from baselines_outputs import CSV_COLS, write_outputs  # noqa: E402,F401 - CSV_COLS: for importers
+from baselines_outputs import atomic_write as _atomic_write  # noqa: E402
+
 
 
 # ── the plan ─────────────────────────────────────────────────────────────────────────────────────
-def discover(dataset: Path, only: str = "") -> list[dict]:
+def read_explain(path) -> dict:
+    """problem -> scripts/explain_references.py's record (graphs, graph breaks and why, on the CPU)."""
+    if not path or not Path(path).exists():
+        return {}
+    recs = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    return {r["problem"]: r for r in recs}
+
+
+def explain_note(rec: Optional[dict]) -> str:
+    """One line on what torch.compile makes of the reference, from its CPU explain record."""
+    if not rec:
+        return ""
+    if rec.get("error"):
+        return f"dynamo explain on CPU failed: {rec['error'][:160]}"
+    why = "; ".join(rec.get("break_reasons", [])[:2])
+    return (f"dynamo explain on CPU (smallest workload): {rec['graph_count']} graph(s), "
+            f"{rec['graph_break_count']} graph break(s), {rec.get('breaks_listed', 0)} listed"
+            + (f" ({why[:200]})" if why else ""))
+
+
+def discover(dataset: Path, only: str = "", explain: Optional[dict] = None) -> list[dict]:
     """Problems with their workload uuids and a cost guess, read without the problem model (fast)."""
     out = []
+    explain = explain or {}
     pre = tuple(x for x in only.split(",") if x)
     for d in sorted(p.parent for p in dataset.glob("*/*/definition.json")):
         if pre and not d.name.startswith(pre):
@@ -73,8 +95,11 @@ def discover(dataset: Path, only: str = "") -> list[dict]:
         # eager mode and make torch.compile break graphs and recompile: the slow ones.
         loops = ".item()" in ref and "for " in ref
         cost = [0.03 + 20 * (lat.get(i, 0.05) * (30 if loops else 2)) / 1e3 for i in range(len(uuids))]
+        ex = explain.get(d.name) or {}
         out.append({"dir": str(d), "name": d.name, "subset": d.parent.name, "uuids": uuids,
-                    "cost": cost, "loops": loops, "ref_len": len(ref)})
+                    "cost": cost, "loops": loops, "ref_len": len(ref),
+                    "breaks": int(ex.get("breaks_listed") or 0) if not ex.get("error") else 0,
+                    "explain": explain_note(ex)})
     return out
 
 
@@ -103,13 +128,17 @@ def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int) 
                 tasks[v].append({"id": f"{v}-{p['name']}-{k // size}", "problem": p["name"],
                                  "subset": p["subset"], "dir": p["dir"], "uuids": [u for u, _ in part],
                                  "cost": sum(c for _, c in part), "loops": p["loops"],
-                                 "ref_len": p["ref_len"]})
+                                 "ref_len": p["ref_len"], "breaks": p.get("breaks", 0)})
     if "eager" in tasks:
         # Shortest first: under a deadline, coverage (a T_b for as many workloads as possible) beats
         # makespan. Longest-first spent a whole 255 s H200 run on a few looping references.
         tasks["eager"].sort(key=lambda t: t["cost"])
-    if "compile" in tasks:  # most workloads per unit of compile work first, loops last
-        tasks["compile"].sort(key=lambda t: (t["loops"], t["ref_len"] / len(t["uuids"])))
+    if "compile" in tasks:
+        # most workloads per unit of compile work first; references that dynamo breaks into several
+        # graphs (explain on the CPU) and loops over .item() values last: their compiles are the
+        # longest (a recompile per distinct value) and help least
+        tasks["compile"].sort(key=lambda t: (t["loops"] or t.get("breaks", 0) > 0, t.get("breaks", 0),
+                                             t["ref_len"] / len(t["uuids"])))
     return tasks
 
 
@@ -216,7 +245,8 @@ def worker(args) -> int:
                                 warmup_ms=min(10.0, budget * 1e3 / 4), min_reps=min_reps,
                                 hurry_after_s=args.hurry_after_s, lock_path=args.lock,
                                 inputs_in_lock=args.variant == "compile",
-                                compile_backend=args.compile_backend):
+                                compile_backend=args.compile_backend,
+                                dynamic_dims=not args.no_dynamic_dims):
             emit({"event": "row", "gpu": args.gpu_index, **row.to_json()})
         emit({"event": "end", "task": t["id"]})
         if not cpu:
@@ -240,6 +270,7 @@ class Proc:
         self.current = None          # task id in flight
         self.since = 0.0
         self.done_rows: set = set()  # uuids of the current task already reported
+        self.oom: list = []          # uuids of the current task that ran out of GPU memory
         self.finished = False        # exited after running out of tasks
         self.ready = False
         self.began = False           # began a task since its last start
@@ -253,6 +284,8 @@ class Proc:
                "--lock", str(self.run.work / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
                "--device", a.device, "--reps", str(a.reps), "--min-reps", str(a.min_reps),
                "--workload-budget-s", str(a.workload_budget_s), "--compile-backend", a.compile_backend]
+        if a.no_dynamic_dims:
+            cmd.append("--no-dynamic-dims")
         if self.variant == "eager":
             cmd += ["--eager-end", str(self.run.eager_end), "--eager-workers", str(self.run.n_eager)]
         else:
@@ -289,14 +322,21 @@ class Proc:
                     self.run.hardware.setdefault(self.gpu, obj)
                 elif ev == "begin":
                     self.current, self.since, self.done_rows = obj["task"], time.monotonic(), set()
+                    self.oom = []
                     self.began = True
                 elif ev == "row":
                     self.done_rows.add(obj["workload_uuid"])
+                    if obj.get("status") == "oom":
+                        self.oom.append(obj["workload_uuid"])
                     self.since = time.monotonic()  # the limit is on one workload, not a whole task
                     self.run.rows.append(obj)
                 elif ev == "end":
                     if obj.get("error"):
                         self.run.fail(obj["task"], self.variant, obj["error"], self.done_rows)
+                    if self.oom and not obj["task"].endswith(".oom"):
+                        # out of GPU memory while other workers held theirs: once more, later
+                        self.run.requeue(obj["task"], self.variant, self.oom, ".oom")
+                    self.oom = []
                     self.current = None
 
     def poll(self) -> None:
@@ -304,7 +344,10 @@ class Proc:
         if self.proc is None or self.finished:
             return
         rc = self.proc.poll()
-        limit = self.run.args.task_timeout_s
+        a = self.run.args
+        # a task's first torch.compile call compiles the whole reference: it gets its own, longer limit
+        first_compile = self.variant == "compile" and not self.done_rows
+        limit = a.compile_timeout_s if first_compile else a.task_timeout_s
         overrun = self.current is not None and time.monotonic() - self.since > limit
         if rc is None and not overrun:
             return
@@ -312,10 +355,14 @@ class Proc:
             self.kill()
             self.read()
         if self.current is not None:
-            why = f"no workload done in {limit:.0f} s (killed)" if overrun else \
-                f"worker died (exit {rc})"
+            why = (f"torch.compile of the first workload took over {limit:.0f} s (killed)"
+                   if first_compile else f"no workload done in {limit:.0f} s (killed)") if overrun \
+                else f"worker died (exit {rc})"
+            # A compile that overran would only overrun again in the next worker: its workloads
+            # are not queued again (nor a second time after a crash).
+            again = not (first_compile and (overrun or self.current.endswith(".r")))
             self.run.fail(self.current, self.variant, why + ": " + self.tail(), self.done_rows,
-                          requeue=True)
+                          requeue=again)
             self.current = None
         elif rc not in (0, None):  # died between tasks or before the first (imports, CUDA init)
             self.run.failures.append({"task": "-", "problem": self.name, "variant": self.variant,
@@ -386,12 +433,17 @@ class Run:
         rest = missing[1:] if requeue else []  # rows come in task order: missing[0] was in flight
         self.failures.append({"task": task_id, "problem": t.get("problem", task_id),
                               "variant": variant, "reason": reason[:700],
-                              "unmeasured": len(missing) - len(rest)})
+                              "unmeasured": len(missing) - len(rest),
+                              "uuids": missing[:len(missing) - len(rest)]})
         if rest:  # the workloads after the one that hung or crashed become a task of their own
-            new = dict(t, id=f"{task_id}.r", uuids=rest)
-            self.tasks[variant].append(new)
-            self.task_by_id[new["id"]] = new
-            _atomic_write(self.task_file[variant], json.dumps(self.tasks[variant]))
+            self.requeue(task_id, variant, rest, ".r")
+
+    def requeue(self, task_id, variant, uuids, suffix) -> None:
+        t = self.task_by_id.get(task_id, {})
+        new = dict(t, id=f"{task_id}{suffix}", uuids=list(uuids))
+        self.tasks[variant].append(new)
+        self.task_by_id[new["id"]] = new
+        _atomic_write(self.task_file[variant], json.dumps(self.tasks[variant]))
 
     def has_unclaimed(self, variant) -> bool:
         return any(not (self.claims / t["id"]).exists() for t in self.tasks.get(variant, []))
@@ -459,6 +511,13 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=12, help="workloads per eager task")
     ap.add_argument("--task-timeout-s", type=float, default=60.0,
                     help="a worker that finishes no workload for this long is killed and restarted")
+    ap.add_argument("--compile-timeout-s", type=float, default=150.0,
+                    help="limit on a compile task's first workload (the compile itself); one that "
+                         "overruns is recorded with its reason and not tried again")
+    ap.add_argument("--explain", default=str(REPO / "data/results/baselines_dynamo_explain.jsonl"),
+                    help="scripts/explain_references.py's output: compile order and reasons ('' = none)")
+    ap.add_argument("--no-dynamic-dims", action="store_true",
+                    help="compile without marking the dims that vary between workloads dynamic")
     ap.add_argument("--flush-s", type=float, default=20.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
     ap.add_argument("--merge-rows", type=Path, nargs="*", default=None,
@@ -499,14 +558,14 @@ def merge_rows(args) -> int:
     run = SimpleNamespace(out=args.out, rows=rows, hardware=hardware, clocks={},
                           lock=threading.Lock(), t0=time.monotonic(), args=args, failures=[])
     existing = read_existing(args.existing) if args.existing else {}
-    write_outputs(run, existing, discover(args.dataset, args.only))
+    write_outputs(run, existing, discover(args.dataset, args.only, read_explain(args.explain)))
     return 0
 
 
 def parent(args) -> int:
     run = Run(args)
     existing = read_existing(args.existing) if args.existing else {}
-    problems = discover(args.dataset, args.only)
+    problems = discover(args.dataset, args.only, read_explain(args.explain))
     variants = [v for v in args.variants.split(",") if v]
     run.tasks = plan(problems, existing, variants, args.chunk)
     run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}
@@ -585,106 +644,6 @@ def parent(args) -> int:
             break
     finish()
     return 0
-
-
-# ── outputs ──────────────────────────────────────────────────────────────────────────────────────
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_outputs(run: Run, existing: dict, problems: list[dict], quiet: bool = False) -> None:
-    import io
-
-    out = run.out
-    rows = list(run.rows)
-    _atomic_write(out / "baselines_rows.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    subset = {p["name"]: p["subset"] for p in problems}
-    table = {k: dict(r) for k, r in existing.items()}
-    with run.lock:
-        clocks = dict(run.clocks)
-    for r in rows:
-        key = (r["problem"], r["workload_uuid"])
-        e = table.setdefault(key, {"problem": r["problem"], "workload_uuid": r["workload_uuid"]})
-        v = r["variant"]
-        if r["status"] != "passed" and e.get(f"{v}_ms"):
-            continue  # never replace a measurement with a failure
-        hw = run.hardware.get(str(r.get("gpu", "0")), {})
-        e[f"{v}_ms"] = f"{r['median_ms']:.6f}" if r["status"] == "passed" and r.get("median_ms") \
-            else ""
-        e[f"{v}_spread"] = f"{r['spread']:.4f}" if r.get("spread") is not None else ""
-        e[f"{v}_status"] = r["status"]
-        e[f"{v}_message"] = (r.get("message") or "")[:200]
-        e[f"{v}_reps"] = str(r.get("n_reps") or "")
-        e["label"] = r.get("label") or e.get("label", "")
-        e["gpu"] = hw.get("gpu_name", e.get("gpu", ""))
-        e["driver"] = hw.get("driver", e.get("driver", ""))
-        c = clocks.get(str(r.get("gpu", "0"))) or hw.get("clocks") or {}
-        e["clocks"] = json.dumps({k: c.get(k) for k in ("sm_mhz", "mem_mhz", "sm_max_mhz")})
-        e["timing_method"] = r.get("timing_method") or e.get("timing_method", "")
-    for e in table.values():
-        e["subset"] = subset.get(e["problem"], e.get("subset", ""))
-        cands = [(float(e[f"{v}_ms"]), v) for v in ("eager", "compile") if e.get(f"{v}_ms")]
-        if cands:
-            best = min(cands)
-            e["T_b_ms"], e["T_b_variant"] = f"{best[0]:.6f}", best[1]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for key in sorted(table):
-        w.writerow(table[key])
-    _atomic_write(out / "baselines_h200.csv", buf.getvalue())
-
-    # per subset: workloads of the dataset with eager / compile / neither
-    stats: dict = {}
-    for p in problems:
-        s = stats.setdefault(p["subset"], {"workloads": 0, "eager": 0, "compile": 0, "T_b": 0,
-                                           "neither": 0})
-        for u in p["uuids"]:
-            e = table.get((p["name"], u), {})
-            s["workloads"] += 1
-            s["eager"] += bool(e.get("eager_ms"))
-            s["compile"] += bool(e.get("compile_ms"))
-            s["T_b"] += bool(e.get("eager_ms") or e.get("compile_ms"))
-            s["neither"] += not (e.get("eager_ms") or e.get("compile_ms"))
-    tot = {k: sum(s[k] for s in stats.values()) for k in ("workloads", "eager", "compile", "T_b",
-                                                          "neither")}
-    wall = time.monotonic() - run.t0
-    hw = next(iter(run.hardware.values()), {})
-    lines = [f"# Baseline run on {hw.get('gpu_name', '?')} (driver {hw.get('driver', '?')}, "
-             f"torch {hw.get('torch_version', '?')})", "",
-             f"wall {wall:.0f} s of a {run.args.deadline_s:.0f} s deadline; GPUs "
-             f"{sorted(run.hardware)}; new rows {len(rows)}", "",
-             "| subset | workloads | eager | compile | T_b (either) | neither |", "|---|---|---|---|---|---|"]
-    for name in sorted(stats) + ["all"]:
-        s = stats.get(name, tot)
-        lines.append(f"| {name} | {s['workloads']} | {s['eager']} | {s['compile']} | {s['T_b']} | "
-                     f"{s['neither']} |")
-    lines += ["", "## Tasks that failed, died or were stopped (reason)", ""]
-    for f in run.failures:
-        lines.append(f"- {f['problem']} [{f['variant']}, task {f['task']}]: {f['unmeasured']} "
-                     f"workload(s) unmeasured: {f['reason']}")
-    lines += ["", "## Workloads whose reference failed (status: message)", ""]
-    bad: dict = {}
-    for r in rows:
-        if r["status"] not in ("passed", "skipped"):
-            bad.setdefault((r["problem"], r["variant"]), []).append(r)
-    for (p, v), rs in sorted(bad.items()):
-        lines.append(f"- {p} [{v}]: {len(rs)} workload(s); first: {rs[0]['status']}: "
-                     f"{(rs[0].get('message') or '')[:300]}")
-    lines += ["", "## Problems with workloads that have neither eager nor compile", ""]
-    for p in problems:
-        n = sum(1 for u in p["uuids"] if not (table.get((p["name"], u), {}).get("eager_ms") or
-                                              table.get((p["name"], u), {}).get("compile_ms")))
-        if n:
-            lines.append(f"- {p['subset']}/{p['name']}: {n} of {len(p['uuids'])}")
-    _atomic_write(out / "baselines_failures.md", "\n".join(lines) + "\n")
-    if not quiet:
-        print("\n".join(lines[2:6 + len(stats) + 1]), flush=True)
-    else:
-        print(f"[{wall:5.0f} s] eager {tot['eager']}, compile {tot['compile']}, neither "
-              f"{tot['neither']} of {tot['workloads']}", flush=True)
 
 
 if __name__ == "__main__":

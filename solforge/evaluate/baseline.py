@@ -59,13 +59,48 @@ def gpu_lock(path: Optional[str]):
 def _compiled(fn, backend: str = "inductor"):
     import torch._dynamo as dynamo
 
-    # One compile per problem: shapes that change between workloads turn on dynamic shapes
-    # (automatic_dynamic_shapes); a high recompile limit keeps later workloads compiled rather
-    # than silently falling back to eager.
+    # One compile per problem: the dims that differ between workloads are marked dynamic before the
+    # first call (varying_dims / mark_varying_dims), so the first compile already serves every
+    # workload; automatic_dynamic_shapes covers the rest (ints). A high recompile limit keeps later
+    # workloads compiled rather than silently falling back to eager.
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo.config, name):
             setattr(dynamo.config, name, 256)
     return torch.compile(fn, backend=backend)
+
+
+def varying_dims(workloads) -> dict[str, tuple[int, ...]]:
+    """Input name -> the dims whose size differs between the problem's workloads (same rank only).
+    Those are the dims torch.compile would make dynamic after its first recompile."""
+    shapes: dict[str, set] = {}
+    for w in workloads:
+        for name, shape in w.input_shapes.items():
+            if shape is not None:
+                shapes.setdefault(name, set()).add(tuple(int(d) for d in shape))
+    out = {}
+    for name, seen in shapes.items():
+        ranks = {len(s) for s in seen}
+        if len(seen) < 2 or len(ranks) != 1:
+            continue
+        dims = tuple(i for i in range(ranks.pop()) if len({s[i] for s in seen}) > 1)
+        if dims:
+            out[name] = dims
+    return out
+
+
+def mark_varying_dims(inputs: dict, dims: dict[str, tuple[int, ...]]) -> int:
+    """maybe_mark_dynamic (never an error when the reference specializes a dim) on these dims of
+    these input tensors; returns how many dims were marked."""
+    import torch._dynamo as dynamo
+
+    n = 0
+    for name, ds in dims.items():
+        t = inputs.get(name)
+        if isinstance(t, torch.Tensor) and t.dim() > max(ds):
+            for d in ds:
+                dynamo.maybe_mark_dynamic(t, d)
+                n += 1
+    return n
 
 
 def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warmup_ms: float = 10.0,
@@ -74,8 +109,8 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
                  blob_roots: Optional[list] = None, timer: Optional[Timer] = None,
                  only: Optional[Sequence[str]] = None, device=None, min_reps: int = 5,
                  hurry_at: Optional[float] = None, hurry_after_s: Optional[float] = None,
-                 inputs_in_lock: bool = False, compile_backend: str = "inductor"
-                 ) -> Iterator[BaselineRow]:
+                 inputs_in_lock: bool = False, compile_backend: str = "inductor",
+                 dynamic_dims: bool = True) -> Iterator[BaselineRow]:
     """Yield one BaselineRow per workload of `problem` (a solforge.problem.Problem).
 
     `only`: these workload uuids, in this order (default: all but `skip`). Past `problem_budget_s`
@@ -84,7 +119,9 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
     warm-up); after `hurry_after_s` in this problem or past the epoch `hurry_at` (time.time()) every
     workload gets one warm-up call and as many timed calls as half the budget allows, at least one.
     `inputs_in_lock`: make inputs under the GPU lock too (several processes on one GPU).
-    `compile_backend`: torch.compile's backend ("eager" only to test the machinery quickly)."""
+    `compile_backend`: torch.compile's backend ("eager" only to test the machinery quickly).
+    `dynamic_dims`: compile only: mark the dims that vary between workloads dynamic from the start
+    (one compile for the problem instead of a static one and a dynamic recompile)."""
     dev = torch.device(device or "cuda")
     defn = problem.definition
     name = defn.name
@@ -113,6 +150,8 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
             else None
         timer = timer or Timer(dev)
         state = {"call_s": 0.0}  # the last workload's call time (slow eager calls warm the next one)
+        if variant != "eager" and dynamic_dims:
+            state["dims"] = varying_dims(problem.workloads)
         for w in wanted:
             if w.uuid in skip:
                 continue
@@ -148,11 +187,14 @@ def _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps, w
         with gpu_lock(lock_path if inputs_in_lock else None):
             sets = [factory.make(100 + j) for j in range(2)]
             _sync(dev)
+        state = state if state is not None else {}
+        if state.get("dims"):
+            for s in sets:
+                mark_varying_dims(s, state["dims"])
         order = list(w.definition.inputs)
         args = [[s[k] for k in order] for s in sets]
         if factory.notes:
             row.message = "; ".join(factory.notes)
-        state = state if state is not None else {}
         call = lambda i: fn(*args[i % 2])  # noqa: E731
         if variant == "eager" and state.get("call_s", 0.0) >= budget_s:
             # The previous workload's call alone exceeded the budget, and it ran these kernels: this

@@ -98,15 +98,21 @@ def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path)
     e = table[("fast_b", "w64k")]
     assert float(e["T_b_ms"]) == min(float(e[k]) for k in ("eager_ms", "compile_ms") if e[k])
     assert table[("fast_b", "w64k")]["subset"] == "S1"
-    assert ("hung", "h1") not in table
-    # only the three results in --out; the scratch's many small files are cleaned up
+    # every workload of the dataset has a row: the hung one with no time and the reason per variant
+    h = table[("hung", "h1")]
+    assert h["eager_ms"] == "" and h["T_b_ms"] == "" and h["subset"] == "S2"
+    assert h["eager_status"] == "not_measured" and "stopped at the deadline" in h["eager_message"]
+    assert h["compile_status"] == "not_measured" and h["compile_message"]
+    # only the four results in --out; the scratch's many small files are cleaned up
     assert sorted(f.name for f in out.iterdir() if f.name != "work") == [
-        "baselines_failures.md", "baselines_h200.csv", "baselines_rows.jsonl"]
+        "baselines_failures.md", "baselines_h200.csv", "baselines_rows.jsonl", "baselines_summary.md"]
+    summary = (out / "baselines_summary.md").read_text()
+    assert "| S2 | hung | 1 | 0 | 0 | 0 |" in summary and "stopped at the deadline" in summary
     assert not (out / "work/stage").exists() and not (out / "work/claims").exists()
     fails = (out / "baselines_failures.md").read_text()
     assert "hung [eager, task eager-hung-0]: 1 workload(s) unmeasured: stopped at the deadline" in fails
-    assert "| S1 | 4 | 4 | " in fails and "| S2 | 1 | 0 | 0 | 0 | 1 |" in fails
-    assert "| S2 | 1 | 0 | 0 | 0 | 1 |" in r.stdout  # the summary is printed at the end
+    assert "| S1 | 4 | 4 | " in fails and "| S2 | 1 | 0 | 0 | 0 | 0 | 1 |" in fails
+    assert "| S2 | 1 | 0 | 0 | 0 | 0 | 1 |" in r.stdout  # the summary is printed at the end
 
     # the OUT folder lost (e.g. not brought back from the GPU box): the workers' own row files rebuild it
     again = tmp_path / "again"
