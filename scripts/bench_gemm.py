@@ -133,22 +133,31 @@ def variants_final(name: str, n: int, k: int) -> list[tuple[str, dict]]:
 
 
 def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
-    """The large-M tier (T2) reworked: the measured best (as "base") against persistent CTAs
-    (T2_CTAS = 132: a CTA loops over tiles, its producer runs into the next tile while the
-    consumers write the last one), the shared-memory epilogue with 16-byte stores (T2_EPI) and the
-    raster group (T2_GROUP), on 128 x 256 tiles (4 stages: the largest that fit with the epilogue
-    buffer)."""
+    """The large-M tier (T2) reworked and the ragged-M skip, against the measured best:
+      base0  the measured best with MSKIP=0 (the kernel as it was timed: every warpgroup multiplies)
+      base   the measured best (MSKIP=1: warpgroups whose 64 rows lie past M skip their wgmmas;
+             pays where M-tiles are ragged and the grid has more than one wave, e.g. 011 M=136)
+      T2big  128 x 256 tier-2 tiles where the measured best has another shape (006)
+      P      persistent tier 2 (T2_CTAS = 132: a CTA loops over tiles, its producer runs into the
+             next tile while the consumers write the last one), 128 x 256, 4 stages
+      PE     P + the shared-memory epilogue with 16-byte stores (T2_EPI)
+      PE.g8  PE with raster groups of 8 M-tiles (T2_GROUP) instead of 16
+      E      the staged epilogue without persistence
+      T1.s2  tier 1 (M 129..256) as a 2-CTA cluster split of 128 x 128 tiles where the best is not"""
     from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages
     best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
     bn = 256 if n % 256 == 0 else 128
     t2 = dict(T2_BM=128, T2_BN=bn, T2_ST=max_stages(128, bn, 1), T2_SPLIT=1)
-    out = [("base", dict(best))]
+    out = [("base0", dict(best, MSKIP=0)), ("base", dict(best))]
     if (best["T2_BM"], best["T2_BN"]) != (128, bn):
         out.append(("T2big", dict(best, **t2)))
     out += [("P", dict(best, **t2, T2_CTAS=SMS)),
             ("PE", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1)),
             ("PE.g8", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1, T2_GROUP=8)),
             ("E", dict(best, **t2, T2_EPI=1))]
+    t1 = dict(T1_BM=128, T1_BN=128, T1_ST=max_stages(128, 128), T1_SPLIT=2)
+    if best["CSPLIT"] and n % 128 == 0 and any(best[key] != v for key, v in t1.items()):
+        out.append(("T1.s2", dict(best, **t1)))
     return out
 
 
@@ -340,7 +349,7 @@ def cmd_run(args) -> None:
         rows_f.close()
         left = todo[todo.index(name):]
         argv = [sys.executable, str(Path(__file__).resolve()), "run", "--dir", str(base), "--out", str(outdir),
-                "--reps", str(args.reps), "--m-min", str(args.m_min), "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
+                "--reps", str(args.reps), "--m-min", str(args.m_min), "--m-list", args.m_list, "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
                 "--problems", ",".join(left), "--exclude", ",".join(excluded | {f"{name}/{vid}"}), "--append"]
         print(f"STICKY CUDA ERROR in {name} {vid}: restarting without it", flush=True)
         os.execv(sys.executable, argv)
@@ -364,8 +373,9 @@ def cmd_run(args) -> None:
                 rts[v["id"]] = load_stage(base / v["dir"])
             except Exception as ex:  # noqa: BLE001
                 print(f"{name} {v['id']}: load failed: {ex}", flush=True)
-        wls = sorted((w for w in problem.workloads if w.axes["M"] >= args.m_min),
-                     key=lambda w: w.axes["M"])
+        m_list = {int(x) for x in args.m_list.split(",") if x}
+        wls = sorted((w for w in problem.workloads if w.axes["M"] >= args.m_min
+                      and (not m_list or w.axes["M"] in m_list)), key=lambda w: w.axes["M"])
         for rw in wls:
             m = rw.axes["M"]
             sets = [InputFactory(rw, "cuda").make(r) for r in range(2)]
@@ -720,6 +730,7 @@ def main() -> None:
     r.add_argument("--problems", default="")
     r.add_argument("--reps", type=int, default=10)
     r.add_argument("--m-min", type=int, default=0, help="only workloads with M >= this")
+    r.add_argument("--m-list", default="", help="only workloads with these M (comma-separated)")
     r.add_argument("--time-limit", type=float, default=300.0)
     r.add_argument("--exclude", default="", help="problem/vid,... not run (set by a restart)")
     r.add_argument("--append", action="store_true")

@@ -81,6 +81,9 @@
 #ifndef EVF        // 1: B loaded with L2 evict-first where one CTA (row) reads each B element
 #define EVF 0
 #endif
+#ifndef MSKIP      // 1: consumer warpgroups whose rows all lie past M skip their wgmmas
+#define MSKIP 1
+#endif
 #ifndef T2_GROUP   // tier 2 raster: groups of T2_GROUP M-tiles sweep all N-tiles (0: M-tiles fastest)
 #define T2_GROUP 16
 #endif
@@ -396,31 +399,46 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0.f;
 
-#pragma unroll 1
     int prev = 0;
-    for (int kt = 0; kt < KT; ++kt) {
-        const int s = ring.s;
-        mbar_wait(full0 + 8 * s, ring.ph);
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        const unsigned sa = base + s * STAGE_BYTES + wg * 64 * ROW_BYTES;
-        const unsigned sb = base + s * STAGE_BYTES + BM * ROW_BYTES;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-            wgmma_ss<BN>(acc, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32));
-        wgmma_commit();
-        if (kt > 0) {            // the group of kt-1 is done: its stage can be refilled
-            wgmma_wait<1>();
-            mbar_arrive(empty0 + 8 * prev);
+    // A warpgroup whose 64 rows all lie past M (the last M-tile of a ragged M, e.g. M = 136 on
+    // 128-row tiles) has nothing to multiply: it only keeps the barrier protocol, releasing each
+    // stage once it is full (not before: an early arrive would count toward the stage's previous
+    // round). Its accumulators stay zero and its epilogue writes no row.
+    const bool idle = MSKIP && m0 + wg * 64 >= M;
+    if (idle) {
+#pragma unroll 1
+        for (int kt = 0; kt < KT; ++kt) {
+            mbar_wait(full0 + 8 * ring.s, ring.ph);
+            mbar_arrive(empty0 + 8 * ring.s);
+            ring_next<ST>(ring);
         }
-        prev = s;
-        ring_next<ST>(ring);
+        // no return: the split-K epilogues below need every consumer thread at their barriers
+    } else {
+#pragma unroll 1
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = ring.s;
+            mbar_wait(full0 + 8 * s, ring.ph);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            const unsigned sa = base + s * STAGE_BYTES + wg * 64 * ROW_BYTES;
+            const unsigned sb = base + s * STAGE_BYTES + BM * ROW_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+                wgmma_ss<BN>(acc, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32));
+            wgmma_commit();
+            if (kt > 0) {            // the group of kt-1 is done: its stage can be refilled
+                wgmma_wait<1>();
+                mbar_arrive(empty0 + 8 * prev);
+            }
+            prev = s;
+            ring_next<ST>(ring);
+        }
+        wgmma_wait<0>();
+        fence_acc(acc);
+        // the last stage too: a persistent CTA's producer refills it for the next tile while this
+        // epilogue runs (for a one-tile CTA the producer has finished: nobody waits on it)
+        mbar_arrive(empty0 + 8 * prev);
     }
-    wgmma_wait<0>();
-    fence_acc(acc);
-    // the last stage too: a persistent CTA's producer refills it for the next tile while this
-    // epilogue runs (for a one-tile CTA the producer has finished: nobody waits on it)
-    mbar_arrive(empty0 + 8 * prev);
 
     const int row = m0 + wg * 64 + warp * 16 + (lane >> 2);
     const int col0 = n0 + (lane & 3) * 2;
