@@ -13,12 +13,16 @@
 //   VEC          elements per load (VEC * sizeof(elem) <= 16 bytes)
 //   TPR          threads per row (power of two if < 32, else a multiple of 32)
 //   ROWS         rows per block (block = TPR * ROWS threads)
-//   WPRE         1: load the weight up front together with x (saves a DRAM round trip on small
-//                rows); 0: load it in the output loop (large rows: keeps the registers and the
-//                first wave of loads for x, which measured faster on 069, hidden 4096+)
+//   WPRE         1: load the weight (and a post-norm residual) up front together with x: one DRAM
+//                round trip for a small row; 0: load them in the output loop (large rows: fewer
+//                registers, more warps resident)
 // Why: every row is read once into registers (HIDDEN / (TPR*VEC) vectors per thread), reduced
 // with warp shuffles (plus one shared-memory step when TPR > 32), and written once: the kernel
-// moves the minimum bytes, so large workloads run at copy bandwidth.
+// moves the minimum bytes. All of a thread's loads are issued before any of their values is used
+// (raw 16-byte vectors kept in registers, converted to float only when needed): loads that each
+// feed an FMA before the next one starts cost one DRAM latency per vector (measured: 2.5-3.5 us
+// for a 1-row call that one round trip does in ~1.5 us, and 65-75% of copy bandwidth on large
+// calls). Index math is 32-bit except the row base (one 64-bit multiply).
 
 #ifndef RESID_MODE
 #define RESID_MODE 0
@@ -45,6 +49,15 @@ static_assert(TPR >= 32 ? TPR % 32 == 0 : (TPR & (TPR - 1)) == 0, "TPR: power of
 
 constexpr int NV = HIDDEN / VEC;                 // vectors per row
 constexpr int NPT = (NV + TPR - 1) / TPR;        // vectors per thread
+constexpr bool EVEN = NV % TPR == 0;             // every thread has NPT full vectors
+
+// The value that is normalized, element j of vector i: the input, or input + residual in the
+// reference's rounding (RESID_MODE 2 is rounded once, when the vectors arrive).
+#if RESID_MODE == 1
+#define XVAL(i, j) (to_f(xa[i].v[j]) + to_f(rb[i].v[j]))
+#else
+#define XVAL(i, j) to_f(xa[i].v[j])
+#endif
 
 extern "C" __global__ void __launch_bounds__(TPR * ROWS)
 rmsnorm_kernel(const elem_t* __restrict__ x,
@@ -54,60 +67,66 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
                const elem_t* __restrict__ w, elem_t* __restrict__ out, int rows, float eps) {
     const int t = threadIdx.x % TPR;
     const int rl = threadIdx.x / TPR;
-    const long row = (long)blockIdx.x * ROWS + rl;
+    const int row = blockIdx.x * ROWS + rl;
     // No early return: with TPR > 32 every thread of the block takes part in __syncthreads.
     const bool live = row < rows;
-    const long base = live ? row * HIDDEN : 0;
+    const size_t base = live ? (size_t)row * HIDDEN : 0;
+    const elem_t* __restrict__ xr = x + base;
+#if HAS_RES
+    const elem_t* __restrict__ rr = res + base;
+#endif
+    const elem_t* __restrict__ wr = w + (WEIGHT_ROWS > 1 ? (row % WEIGHT_ROWS) * HIDDEN : 0);
 
-    const elem_t* wr = w + (WEIGHT_ROWS > 1 ? (row % WEIGHT_ROWS) * HIDDEN : 0);
-    // WPRE: the weight is loaded up front, with x: after the reduction it would cost a second
-    // DRAM round trip, which is most of the time of a small row. For large rows that preload
-    // competes with x for registers and memory slots, so the search can turn it off.
-    float xf[NPT][VEC];
-    float ss = 0.f;
+    // 1. Issue every load of this thread (x, residual, weight when preloaded); nothing waits yet.
+    vec_t<VEC> xa[NPT];
+#if RESID_MODE != 0 || (POST_RESID && WPRE)
+    vec_t<VEC> rb[NPT];
+#endif
 #if WPRE
     vec_t<VEC> wv[NPT];
-#pragma unroll
-    for (int i = 0; i < NPT; ++i) {
-        const int vi = t + i * TPR;
-        if (live && (NV % TPR == 0 || vi < NV)) wv[i] = load_vec<VEC>(wr + vi * VEC);
-    }
 #endif
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
-        const int vi = t + i * TPR;
-        const bool ok = live && (NV % TPR == 0 || vi < NV);
-        if (ok) {
-            vec_t<VEC> a = load_vec<VEC>(x + base + vi * VEC);
-#if RESID_MODE != 0
-            vec_t<VEC> b = load_vec<VEC>(res + base + vi * VEC);
+        const int off = (t + i * TPR) * VEC;
+        if (live && (EVEN || off < HIDDEN)) {
+            xa[i] = load_vec<VEC>(xr + off);
+#if RESID_MODE != 0 || (POST_RESID && WPRE)
+            rb[i] = load_vec<VEC>(rr + off);
 #endif
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                float v = to_f(a.v[j]);
-#if RESID_MODE == 1
-                v += to_f(b.v[j]);
-#elif RESID_MODE == 2
-                v = round_elem(v + to_f(b.v[j]));
+#if WPRE
+            wv[i] = load_vec<VEC>(wr + off);
 #endif
-                xf[i][j] = v;
-                ss = fmaf(v, v, ss);
-            }
         } else {
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) xf[i][j] = 0.f;
+            for (int j = 0; j < VEC; ++j) xa[i].v[j] = from_f(0.f);
+#if RESID_MODE != 0 || (POST_RESID && WPRE)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) rb[i].v[j] = from_f(0.f);
+#endif
         }
     }
 
-    // Sum of squares over the row's TPR threads.
+    // 2. Sum of squares of this thread's values, then over the row's TPR threads.
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < NPT; ++i) {
+#if RESID_MODE == 2
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) xa[i].v[j] = from_f(to_f(xa[i].v[j]) + to_f(rb[i].v[j]));
+#endif
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float v = XVAL(i, j);
+            ss = fmaf(v, v, ss);
+        }
+    }
     constexpr int LANES = TPR < 32 ? TPR : 32;
 #pragma unroll
     for (int o = LANES / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
 #if TPR > 32
     constexpr int WPR = TPR / 32;  // warps per row
     __shared__ float red[ROWS][WPR];
-    const int warp_in_row = t / 32;
-    if ((t & 31) == 0) red[rl][warp_in_row] = ss;
+    if ((t & 31) == 0) red[rl][t / 32] = ss;
     __syncthreads();
     ss = 0.f;
 #pragma unroll
@@ -116,32 +135,36 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
     const float inv = rsqrtf(ss * (1.0f / HIDDEN) + eps);
     if (!live) return;
 
+    // 3. Scale, weight, (post residual), store.
+    elem_t* __restrict__ orow = out + base;
 #pragma unroll
     for (int i = 0; i < NPT; ++i) {
-        const int vi = t + i * TPR;
-        if (NV % TPR == 0 || vi < NV) {
-#if POST_RESID
-            vec_t<VEC> rv = load_vec<VEC>(res + base + vi * VEC);
-#endif
+        const int off = (t + i * TPR) * VEC;
+        if (EVEN || off < HIDDEN) {
 #if WPRE
             const vec_t<VEC> wi = wv[i];
 #else
-            const vec_t<VEC> wi = load_vec<VEC>(wr + vi * VEC);
+            const vec_t<VEC> wi = load_vec<VEC>(wr + off);
+#endif
+#if POST_RESID && WPRE
+            const vec_t<VEC> rv = rb[i];
+#elif POST_RESID
+            const vec_t<VEC> rv = load_vec<VEC>(rr + off);
 #endif
             vec_t<VEC> o;
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
 #if WEIGHT_MODE == 1
-                float y = to_f(wi.v[j]) * round_elem(xf[i][j] * inv);
+                float y = to_f(wi.v[j]) * round_elem(XVAL(i, j) * inv);
 #else
-                float y = xf[i][j] * inv * to_f(wi.v[j]);
+                float y = XVAL(i, j) * inv * to_f(wi.v[j]);
 #endif
 #if POST_RESID
                 y = to_f(rv.v[j]) + round_elem(y);
 #endif
                 o.v[j] = from_f(y);
             }
-            store_vec<VEC>(out + base + vi * VEC, o);
+            store_vec<VEC>(orow + off, o);
         }
     }
 }

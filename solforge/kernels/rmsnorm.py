@@ -101,18 +101,27 @@ class RMSNormFamily(Family):
         out: list[dict] = []
         for vec in vecs[:2]:
             nv = hidden // vec
-            # threads per row: aim at 1-8 vectors per thread
-            for tpr in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
-                per_thread = -(-nv // tpr)
-                if tpr > nv or per_thread > 8:
+            # threads per row: powers of two, and multiples of 32 that split the row evenly
+            # (7168 bf16 = 896 vectors: 224 threads x 4, where 256 threads leave 32 idle on the last)
+            tprs = sorted({t for t in (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if t <= nv}
+                          | {t for t in range(32, 1025, 32) if nv % t == 0})
+            for tpr in tprs:
+                if -(-nv // tpr) > 8:
                     continue
                 for threads in (128, 256, 512):
-                    if tpr <= threads:
-                        out.append({"VEC": vec, "TPR": tpr, "ROWS": threads // tpr})
-        # best guess first: widest loads, about 4 vectors per thread, 256 threads
+                    rows = max(1, threads // tpr)
+                    if tpr * rows <= 1024 and (tpr <= threads or threads == 512):
+                        out.append({"VEC": vec, "TPR": tpr, "ROWS": rows})
+        # best guess first: widest loads, rows split evenly over their threads, vectors per thread
+        # near the target (1 for rows of <= 32 vectors: a row per few threads for small batches;
+        # 2 up to 256 vectors; else 4: 64 bytes in flight per thread and operand), 256 threads
+        def target(p):
+            nv = hidden // p["VEC"]
+            return 1 if nv <= 32 else 2 if nv <= 256 else 4
         out.sort(key=lambda p: (p["VEC"] != vecs[0],
-                                abs(-(-(hidden // p["VEC"]) // p["TPR"]) - 4),
-                                p["TPR"] * p["ROWS"] != 256))
+                                (hidden // p["VEC"]) % p["TPR"] != 0,
+                                abs(-(-(hidden // p["VEC"]) // p["TPR"]) - target(p)),
+                                abs(p["TPR"] * p["ROWS"] - 256)))
         # WPRE (weight preloaded with x) pays on small rows and cost 069 (hidden 8192, bf16) about
         # a third of its bandwidth: rows of WPRE_OFF_BYTES or more try it off first.
         pre_first = 0 if hidden * esize >= WPRE_OFF_BYTES else 1
