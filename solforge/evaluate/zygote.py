@@ -244,6 +244,17 @@ def _killpg(pid: int) -> None:
             pass
 
 
+def _set_threads(n: Optional[str]) -> None:
+    """CPU threads of this child (the runner's slot decides, solforge.orchestrate.gpus.eval_threads).
+    OMP_NUM_THREADS in the request would come too late: the OpenMP runtime read the environment when
+    the zygote imported torch; torch.set_num_threads sets both torch's and OpenMP's count."""
+    if not n or not n.isdigit() or int(n) < 1:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(int(n))
+
+
 def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> None:
     """In the forked child: isolate, then run the driver. Never returns."""
     t_start = time.time()
@@ -266,6 +277,7 @@ def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> 
                 _close(fd)
         env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
         os.environ.update(env)
+        _set_threads(env.get("SOLFORGE_EVAL_THREADS"))
         if req.get("t"):
             os.environ["SOLFORGE_LAUNCH_T"] = str(req["t"])
         stage = str(req["stage"])

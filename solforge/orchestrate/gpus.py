@@ -85,15 +85,34 @@ def _lock_dir() -> Path:
     return d
 
 
+def eval_threads(n_gpus: int) -> int:
+    """CPU threads for one evaluator process: the host's cores shared by one evaluator per GPU and
+    the loop's own process, at most 8 (an evaluator's CPU work is input set-up and Python; torch's
+    default, one thread per core in EVERY evaluator, oversubscribes the host when GPUs run at once).
+    The same number for 1 and 2 GPUs on a 32-core host, so a scaling comparison is like for like.
+    SOLFORGE_EVAL_THREADS overrides it."""
+    v = os.environ.get("SOLFORGE_EVAL_THREADS", "").strip()
+    if v.isdigit() and int(v) > 0:
+        return int(v)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cores // (2 * max(1, n_gpus))))
+
+
 @dataclass
 class Slot:
     gpu: str
     acquired_at: float
+    threads: int = 0  # CPU threads for the evaluator (0: torch's default)
 
     @property
     def env(self) -> dict:
-        """What the spawned evaluator's environment needs to see only this GPU."""
-        return {"CUDA_VISIBLE_DEVICES": self.gpu}
+        """What the spawned evaluator's environment needs: only this GPU visible, and its CPU threads
+        (OMP_NUM_THREADS for a spawned interpreter; a zygote child applies SOLFORGE_EVAL_THREADS with
+        torch.set_num_threads, its OpenMP runtime having read the environment before the fork)."""
+        env = {"CUDA_VISIBLE_DEVICES": self.gpu}
+        if self.threads > 0:
+            env.update(OMP_NUM_THREADS=str(self.threads), SOLFORGE_EVAL_THREADS=str(self.threads))
+        return env
 
 
 @dataclass
@@ -111,6 +130,7 @@ class GpuPool:
         self._fds: dict[str, int] = {}
         self._cross = cross_process
         self.use = {g: GpuUse() for g in self.gpus}
+        self.threads = eval_threads(len(self.gpus)) if self.gpus else 0
 
     def __len__(self) -> int:
         return len(self.gpus)
@@ -139,7 +159,7 @@ class GpuPool:
                     if fd is not None:
                         self._free.remove(g)
                         self._fds[g] = fd
-                        return Slot(g, time.monotonic())
+                        return Slot(g, time.monotonic(), threads=self.threads)
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no GPU slot free within {timeout_s} s")
                 # a slot freed here notifies; one freed by another process is seen on the next poll

@@ -150,3 +150,24 @@ def test_falls_back_to_spawn_when_no_zygote(problem, tmp_path, monkeypatch):
     assert rep.launch == "spawn" and any("zygote unavailable" in m for m in rep.log)
     assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
     assert rep.phases["seconds"]["imports"] > 0
+
+
+def test_slot_sets_the_childs_cpu_threads(problem, tmp_path, pypath, monkeypatch):
+    """The GPU slot's thread count reaches a forked child (OMP_NUM_THREADS alone would not: the
+    zygote's OpenMP runtime read the environment before the fork)."""
+    from solforge.orchestrate.gpus import GpuPool, eval_threads
+
+    monkeypatch.delenv("SOLFORGE_EVAL_THREADS", raising=False)
+    assert 1 <= eval_threads(2) <= eval_threads(1) <= 8
+    monkeypatch.setenv("SOLFORGE_EVAL_THREADS", "3")
+    pool = GpuPool(["7"], cross_process=False)
+    with pool.slot() as slot:
+        env = slot.env
+    assert env == {"CUDA_VISIBLE_DEVICES": "7", "OMP_NUM_THREADS": "3", "SOLFORGE_EVAL_THREADS": "3"}
+    probe = _body("import torch as T\n"
+                  "if T.get_num_threads() != int(os.environ['SOLFORGE_EVAL_THREADS']):\n"
+                  "    raise RuntimeError(f'THREADS {T.get_num_threads()}')\n")
+    for n in ("3", "1"):
+        rep = _run(problem, tmp_path, f"threads{n}", probe, pypath, timeout_s=120,
+                   env={**env, "OMP_NUM_THREADS": n, "SOLFORGE_EVAL_THREADS": n})
+        assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
