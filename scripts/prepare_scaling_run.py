@@ -3,17 +3,19 @@
 
     python scripts/prepare_scaling_run.py [--out .carry/scaling] [--problems GLOB]
 
-Writes OUT/problems/<subset>/<name>/ (every shared problem a kernel family serves, or --problems),
-OUT/seed.duckdb (those problems ingested, their H200 baselines imported from
+Writes OUT/problems/<subset>/<name>/ (every shared problem a kernel family is offered for, or
+--problems), OUT/seed.duckdb (those problems ingested, their H200 baselines imported from
 data/results/baselines_h200.csv so T_b is the faster of eager and torch.compile where both were
-measured, and their roofline), OUT/cute_prebuilt/ (CuTe cubins for every cute family candidate: the GPU
-box has no CuTe DSL) and OUT/dataset/ (the shared dataset, for the baselines that run beside it).
-OUT is git-ignored; carry it.
+measured, and their roofline; problems without a row there get T_b measured by the run itself) and
+OUT/cute_prebuilt/ (CuTe cubins for every cute family candidate: the GPU box has no CuTe DSL), and
+OUT/manifest.json (what was staged, from which commit, and which problems lack a baseline).
+OUT is git-ignored; carry it. Re-run it after a kernel family is offered for more problems.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -56,8 +58,16 @@ def main(argv=None) -> int:
     if cute:
         subprocess.run([sys.executable, str(REPO / "scripts" / "cute_eval_gpu.py"), "prebuild", "--out",
                         str(a.out / "cute_prebuilt"), *cute], check=True)
-    shutil.copytree(cfg.shared_dir / "sol_execbench", a.out / "dataset",
-                    ignore=shutil.ignore_patterns("*.safetensors"))
+    have = {r["problem"] for r in store.query("SELECT DISTINCT problem FROM baselines")}
+    store.close()
+    for f in a.out.glob("*.duckdb.lock*"):  # the store's lock files: nothing to carry
+        f.unlink()
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    manifest = {"commit": commit, "problems": sorted(f"{p.subset}/{p.name}" for p in probs),
+                "without_baseline": sorted(p.name for p in probs if p.name not in have)}
+    (a.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(json.dumps(manifest, indent=1))
     return 0
 
 

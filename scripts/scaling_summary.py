@@ -38,11 +38,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--one", type=Path, default=RES / "db" / "optimize_h200_1gpu.duckdb")
     ap.add_argument("--two", type=Path, default=RES / "db" / "optimize_h200x2.duckdb")
-    ap.add_argument("--report", type=Path, default=RES / "optimize_h200x2_report.json")
+    ap.add_argument("--report", type=Path, default=RES / "optimize_h200x2_report.json",
+                    help="the 2-GPU run's JSON report (solforge optimize --json)")
+    ap.add_argument("--report-one", type=Path, default=None, help="the 1-GPU run's JSON report")
+    ap.add_argument("--notes", default=None, help="how the runs were made (default: the 16:00 run's notes)")
     ap.add_argument("--out", type=Path, default=RES / "two_gpu_optimize_h200x2.json")
     a = ap.parse_args(argv)
     one, two = rate(a.one), rate(a.two)
-    rep = json.loads(a.report.read_text())
+    rep, rep1 = _report(a.report), _report(a.report_one)
     out = {"command": "bash scripts/scaling_run_h200x2.sh (device kind nvidia-h200-x2; prepared by "
                       "scripts/prepare_scaling_run.py)",
            "one_gpu": one, "two_gpus": two,
@@ -50,13 +53,24 @@ def main(argv=None) -> int:
                                                  one["evaluations_per_minute"], 3),
            "two_gpu_busy_while_work_remained": rep.get("gpu_use", {}).get("busy_while_work"),
            "two_gpu_pool_report": rep.get("gpu_use"),
-           "notes": "Same 28 problems, offline worker, fresh DuckDB and job for each run. During the "
-                    "1-GPU run the other GPU ran baselines with 12 torch.compile workers on the shared "
-                    "CPUs. The 1-GPU run hit its timeout before writing its JSON report, so both rates "
-                    "come from the attempts tables."}
+           "one_gpu_pool_report": rep1.get("gpu_use"),
+           "stop_reasons": {"one": rep1.get("stop_reason"), "two": rep.get("stop_reason")},
+           "notes": a.notes if a.notes is not None else
+           "Same 28 problems, offline worker, fresh DuckDB and job for each run. During the "
+           "1-GPU run the other GPU ran baselines with 12 torch.compile workers on the shared "
+           "CPUs. The 1-GPU run hit its timeout before writing its JSON report, so both rates "
+           "come from the attempts tables."}
     a.out.write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
     return 0
+
+
+def _report(path) -> dict:
+    """A run's JSON report, or {} when it is missing or empty (a run killed by its timeout)."""
+    try:
+        return json.loads(Path(path).read_text()) if path else {}
+    except (OSError, ValueError):
+        return {}
 
 
 if __name__ == "__main__":
