@@ -17,7 +17,7 @@ import torch
 from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
-from solforge.kernels.attention_prefill import SMEM_LIMIT
+from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED
 from solforge.problem.loader import load_problem_dir
 
 SUBSET = "FlashInfer-Bench"
@@ -83,8 +83,14 @@ def test_gate_opened_only_with_gpu_evidence(problems):
     evidence = {n: gpu_evidence(RESULTS / "attention_prefill_h200_rows.jsonl", p) for n, p in problems.items()}
     if fam.offered:
         assert evidence == {n: "" for n in problems}, evidence
+        import json
+
+        rows = [json.loads(l) for l in (RESULTS / "attention_prefill_h200_rows.jsonl").read_text().splitlines()]
         for p in problems.values():
             assert fam in families_for(p)
+            checked = [r["params"] for r in rows if r["problem"] == p.name]
+            # every point the search may pick was among the GPU-checked variants
+            assert all(params in checked for params in fam.param_space(p)), p.name
     else:
         for p in problems.values():
             assert fam not in families_for(p)
@@ -131,6 +137,7 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
     fam, p = get_family("attention_prefill"), problems[name]
     space = fam.param_space(p)
     assert len(space) >= 4
+    space = space + [u for u in UNCHECKED if u not in space]  # staged for the next GPU check
     cuobjdump = _wheel_bin("cuobjdump")
     for params in space:
         cand = fam.instantiate(p, params)
