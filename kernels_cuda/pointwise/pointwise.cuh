@@ -59,6 +59,11 @@ __device__ __forceinline__ void load_f(const T* __restrict__ p, float* f) {
         u.raw = __ldg(reinterpret_cast<const R*>(p));
 #pragma unroll
         for (int j = 0; j < V; ++j) f[j] = to_float(u.v.v[j]);
+    } else if constexpr (B % 16 == 0) {
+        // wider than one access (8 floats): 16-byte pieces, not V scalar loads
+        constexpr int P = 16 / sizeof(T);
+#pragma unroll
+        for (int c = 0; c < V / P; ++c) load_f<T, P>(p + c * P, f + c * P);
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) f[j] = to_float(p[j]);
@@ -74,8 +79,44 @@ __device__ __forceinline__ void store_f(T* __restrict__ p, const float* f) {
 #pragma unroll
         for (int j = 0; j < V; ++j) u.v.v[j] = from_float<T>(f[j]);
         *reinterpret_cast<R*>(p) = u.raw;
+    } else if constexpr (B % 16 == 0) {
+        constexpr int P = 16 / sizeof(T);
+#pragma unroll
+        for (int c = 0; c < V / P; ++c) store_f<T, P>(p + c * P, f + c * P);
     } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) p[j] = from_float<T>(f[j]);
+    }
+}
+
+// Elements e .. e+V-1 of a broadcast input read at in[(i / div) % mod]. One division per vector
+// (32-bit whenever the numbers fit, which is every workload seen: a 64-bit division is ~70
+// instructions), then the index steps along the vector; when the whole vector falls in one block
+// of div elements it is one load for all V.
+template <typename T, int V>
+__device__ __forceinline__ void pw_bcast(const T* __restrict__ in, long e, long div, long mod, float* f) {
+    long q, r;
+    if (((unsigned long)e | (unsigned long)div | (unsigned long)mod) <= 0xffffffffUL) {
+        const unsigned q32 = (unsigned)e / (unsigned)div;
+        r = (long)((unsigned)e - q32 * (unsigned)div);
+        q = (long)(q32 % (unsigned)mod);
+    } else {
+        const long q64 = e / div;
+        r = e - q64 * div;
+        q = q64 % mod;
+    }
+    if (r + V <= div) {
+        const float v = to_float(ldg1(in + q));
+#pragma unroll
+        for (int j = 0; j < V; ++j) f[j] = v;
+    } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            f[j] = to_float(ldg1(in + q));
+            if (++r == div) {
+                r = 0;
+                if (++q == mod) q = 0;
+            }
+        }
     }
 }

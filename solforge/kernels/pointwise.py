@@ -13,6 +13,7 @@ only for problems no earlier family claims: the registry lists it last.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Optional
 
@@ -82,9 +83,9 @@ class PointwiseFamily(Family):
                 + [f"int64:{m.div}" for m in g.inputs if not m.direct]
                 + [f"int64:{m.mod}" for m in g.inputs if not m.direct]
                 + [f"float32:{s}" for s in g.scalars])
-        launches = [Launch(kernel="pointwise_kernel",
-                           grid=[f"max(1, ceil_div({g.numel}, VEC * BLOCK * UNROLL))"], block=["BLOCK"],
-                           args=args)]
+        grid = (reduction_grid(g, params)[0] if g.reductions
+                else f"max(1, ceil_div({g.numel}, VEC * BLOCK * UNROLL))")
+        launches = [Launch(kernel="pointwise_kernel", grid=[grid], block=["BLOCK"], args=args)]
         if g.reductions:
             launches.append(Launch(kernel="pointwise_post_kernel", grid=[f"ceil_div({g.kept}, BLOCK)"],
                                    block=["BLOCK"],
@@ -96,15 +97,37 @@ class PointwiseFamily(Family):
                          notes=f"family=pointwise ops={','.join(o.split('.')[1] for o in g.ops)}")
 
 
+# Threads the reduction kernels' grid is capped at: one full wave on an H200 (132 SMs x 2048);
+# each thread then loops over the rest, adding into registers, so a block's sums reach the
+# workspace once instead of once per BLOCK * UNROLL * VEC elements.
+_GRID_THREADS = 132 * 2048
+
+
+def reduction_grid(g: PointwiseGraph, params: dict) -> tuple[str, int]:
+    """(grid expression, m) for the reduction kernel: a multiple m of blocks such that the grid's
+    stride (blocks x BLOCK x UNROLL x VEC elements) is a multiple of `kept`, so that every element
+    a thread visits in its grid-stride loop adds into the same reduction slots (kept in registers)."""
+    chunk = params["VEC"] * params["BLOCK"] * params["UNROLL"]
+    m = g.kept // math.gcd(g.kept, chunk)
+    cap = max(1, _GRID_THREADS // params["BLOCK"] // m)
+    return f"{m} * max(1, min(ceil_div(ceil_div({g.numel}, {chunk}), {m}), {cap}))", m
+
+
 def kernel_source(g: PointwiseGraph) -> str:
-    """pointwise_kernel: per thread UNROLL steps of VEC consecutive elements; full vectors use
-    wide accesses for the inputs and outputs of the output's shape, the tail goes element by
-    element. With sums: each block adds its elements into shared-memory slots (warp shuffles
-    first for a full sum), then into the float workspace; pointwise_post_kernel turns the
-    workspace into the reduced outputs."""
+    """pointwise_kernel: per thread UNROLL steps of VEC consecutive elements, all loads of a step
+    issued before any math; full vectors use wide accesses for the inputs and outputs of the
+    output's shape, the tail goes element by element. A broadcast input is read at
+    in[(i / div) % mod]: one 32-bit division per vector (not two 64-bit ones per element), then
+    stepped along the vector; an input read at one place (a 0-d tensor) is loaded once.
+    With sums: a grid-stride loop (reduction_grid) keeps each element's contribution in a
+    register per (step, lane) slot; at the end each thread adds them into shared-memory slots
+    (warp shuffles first for a full sum), each block into the float workspace, and
+    pointwise_post_kernel turns the workspace into the reduced outputs."""
     T = lambda dt: INPUT_TYPES[dt]
     bc = [i for i, m in enumerate(g.inputs) if not m.direct]
+    const_in = {i for i in bc if g.inputs[i].mod == "1"}   # (i / div) % 1 == 0: one element
     nin, nout, ns, nr = len(g.inputs), len(g.outputs), len(g.scalars), len(g.reductions)
+    kept = g.kept
     params = ([f"const {T(m.dtype)}* __restrict__ in{i}" for i, m in enumerate(g.inputs)]
               + [f"{T(dt)}* __restrict__ out{i}" for i, (_, _, dt) in enumerate(g.outputs)]
               + (["float* __restrict__ ws"] if nr else [])
@@ -117,60 +140,80 @@ def kernel_source(g: PointwiseGraph) -> str:
     call_tail = ("pw_eval(" + ", ".join([f"t{i}" for i in range(nin)] + [f"s{i}" for i in range(ns)]
                                         + [f"r{i}" for i in range(nout)]
                                         + [f"rv{i}" for i in range(nr)]) + ");")
-    kept = g.kept
-    if kept == 1:
-        add = lambda idx: [f"acc{i} += rv{i};" for i in range(nr)]
-    else:
-        add = lambda idx: [f"atomicAdd(&red_s[{i}][({idx}) % {kept}], rv{i});" for i in range(nr)]
     L = ["extern \"C\" __global__ void __launch_bounds__(BLOCK)",
          "pointwise_kernel(" + ", ".join(params) + ") {",
-         "    const long first = ((long)blockIdx.x * BLOCK * UNROLL + threadIdx.x) * VEC;",
+         "    constexpr long CHUNK = (long)BLOCK * UNROLL * VEC;",
          f"    float x{'[UNROLL][VEC], x'.join(str(i) for i in range(nin))}[UNROLL][VEC];"]
+    for i in sorted(const_in):
+        L.append(f"    const float c{i} = to_float(ldg1(in{i}));")
     if nr:
         L.append(f"    float rv{', rv'.join(str(i) for i in range(nr))};")
         if kept == 1:
             L.append(f"    float acc{' = 0.0f, acc'.join(str(i) for i in range(nr))} = 0.0f;")
+        else:
+            L += [f"    float acc{i}[UNROLL][VEC];" for i in range(nr)]
+            L += ["#pragma unroll", "    for (int u = 0; u < UNROLL; ++u)", "#pragma unroll",
+                  "        for (int j = 0; j < VEC; ++j) {"]
+            L += [f"            acc{i}[u][j] = 0.0f;" for i in range(nr)]
+            L += ["        }",
+                  "    // every pass of the loop below must land on the same slots",
+                  f"    if (((long)gridDim.x * CHUNK) % {kept} != 0) __trap();"]
         L += [f"    __shared__ float red_s[{nr}][{kept}];",
               f"    for (int k = threadIdx.x; k < {nr * kept}; k += BLOCK) (&red_s[0][0])[k] = 0.0f;",
-              "    __syncthreads();"]
+              "    __syncthreads();",
+              "    const long stride = (long)gridDim.x * CHUNK;"]
+        L.append("    for (long base = (long)blockIdx.x * CHUNK; base < n; base += stride) {")
+    else:
+        L.append("    {")
+        L.append("        const long base = (long)blockIdx.x * CHUNK;")
     L += ["#pragma unroll",
           "    for (int u = 0; u < UNROLL; ++u) {",
-          "        const long e = first + (long)u * BLOCK * VEC;",
+          "        const long e = base + (long)(u * BLOCK + threadIdx.x) * VEC;",
           "        if (e + VEC <= n) {"]
     for i, m in enumerate(g.inputs):
         if m.direct:
             L.append(f"            load_f<{T(m.dtype)}, VEC>(in{i} + e, x{i}[u]);")
+        elif i in const_in:
+            L += ["#pragma unroll", f"            for (int j = 0; j < VEC; ++j) x{i}[u][j] = c{i};"]
         else:
-            L.append("#pragma unroll")
-            L.append(f"            for (int j = 0; j < VEC; ++j) x{i}[u][j] = "
-                     f"to_float(ldg1(in{i} + ((e + j) / div{i}) % mod{i}));")
+            L.append(f"            pw_bcast<{T(m.dtype)}, VEC>(in{i}, e, div{i}, mod{i}, x{i}[u]);")
     L += ["        }", "    }", "#pragma unroll", "    for (int u = 0; u < UNROLL; ++u) {",
-          "        const long e = first + (long)u * BLOCK * VEC;",
+          "        const long e = base + (long)(u * BLOCK + threadIdx.x) * VEC;",
           "        if (e + VEC <= n) {"]
     if nout:
         L.append(f"            float y{'[VEC], y'.join(str(i) for i in range(nout))}[VEC];")
     L += ["#pragma unroll", "            for (int j = 0; j < VEC; ++j) {", "                " + call("j")]
-    L += ["                " + a for a in add("e + j")]
+    if nr:
+        L += [f"                acc{i} += rv{i};" if kept == 1 else f"                acc{i}[u][j] += rv{i};"
+              for i in range(nr)]
     L.append("            }")
     for i, (_, _, dt) in enumerate(g.outputs):
         L.append(f"            store_f<{T(dt)}, VEC>(out{i} + e, y{i});")
     L += ["        } else {", "            for (long k = e; k < n; ++k) {"]
     for i, m in enumerate(g.inputs):
-        idx = "k" if m.direct else f"(k / div{i}) % mod{i}"
+        idx = "k" if m.direct else "0" if i in const_in else f"(k / div{i}) % mod{i}"
         L.append(f"                const float t{i} = to_float(in{i}[{idx}]);")
     if nout:
         L.append(f"                float r{', r'.join(str(i) for i in range(nout))};")
     L.append("                " + call_tail)
-    L += ["                " + a for a in add("k")]
+    # the tail (one thread of the grid, < VEC elements) adds straight into the workspace
+    L += [f"                atomicAdd(ws + {i * kept} + k % {kept}, rv{i});" for i in range(nr)]
     for i, (_, _, dt) in enumerate(g.outputs):
         L.append(f"                out{i}[k] = from_float<{T(dt)}>(r{i});")
-    L += ["            }", "        }", "    }"]
+    L += ["            }", "        }", "    }", "    }"]
     if nr:
         if kept == 1:
             for i in range(nr):
                 L += ["#pragma unroll",
                       f"    for (int o = 16; o > 0; o >>= 1) acc{i} += __shfl_xor_sync(0xffffffffu, acc{i}, o);",
                       f"    if ((threadIdx.x & 31) == 0) atomicAdd(&red_s[{i}][0], acc{i});"]
+        else:
+            L += ["#pragma unroll", "    for (int u = 0; u < UNROLL; ++u) {",
+                  "        const long e0 = (long)blockIdx.x * CHUNK + (long)(u * BLOCK + threadIdx.x) * VEC;",
+                  "#pragma unroll", "        for (int j = 0; j < VEC; ++j) {",
+                  f"            const int slot = (int)((e0 + j) % {kept});"]
+            L += [f"            atomicAdd(&red_s[{i}][slot], acc{i}[u][j]);" for i in range(nr)]
+            L += ["        }", "    }"]
         L += ["    __syncthreads();",
               f"    for (int k = threadIdx.x; k < {nr * kept}; k += BLOCK) atomicAdd(ws + k, (&red_s[0][0])[k]);"]
     L.append("}")
