@@ -15,12 +15,18 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import guards
+from . import caching_probe, guards
 from .correctness import allocate_outputs, compare_all, normalize_reference_outputs, poison_
 from .guards import GuardTripped
 from .inputs import InputFactory, clone_inputs
 from .results import EvalResult, EvalStatus
 from .timing import Timer
+
+
+def _setting(name: str):
+    from .. import settings
+
+    return getattr(settings.get(), name)
 
 
 class ReferenceFailed(Exception):
@@ -42,8 +48,13 @@ class EvalConfig:
     max_sets: int = 4
     set_bytes_budget: int = 4 << 30
     caching_probe: bool = True
-    caching_probe_calls: int = 3
+    caching_probe_calls: int = field(default_factory=lambda: _setting("caching_probe_min_calls"))
+    caching_probe_max_calls: int = field(default_factory=lambda: _setting("caching_probe_max_calls"))
+    caching_probe_budget_ms: float = field(
+        default_factory=lambda: _setting("caching_probe_budget_ms"))
     timing_budget_s: float = 10.0
+    duty_gap_factor: float = field(default_factory=lambda: _setting("duty_gap_factor"))
+    duty_min_call_ms: float = field(default_factory=lambda: _setting("duty_min_call_ms"))
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
@@ -68,7 +79,9 @@ class Env:
 
     def get_timer(self) -> Timer:
         if self.timer is None:
-            self.timer = Timer(self.device, self.config.timing_method)
+            self.timer = Timer(self.device, self.config.timing_method,
+                               duty_gap_factor=self.config.duty_gap_factor,
+                               duty_min_call_ms=self.config.duty_min_call_ms)
         return self.timer
 
     def run_reference(self, rw, inputs: dict) -> dict:
@@ -235,57 +248,39 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list) 
     if timing.note and timing.note != timing.method:
         notes.append(timing.note)
     if cfg.caching_probe and cfg.caching_probe_calls > 0:
-        probe = _caching_probe(env, rw, factory, cfg.caching_probe_calls, calls)
-        if probe is None:
-            res.status, res.correct = EvalStatus.INCORRECT, False
-            res.message = "caching probe: wrong output on never-seen values in reused buffers"
+        _probe_caching(env, rw, res, factory, sets[-1], calls[-1], timing.median_ms)
+        if res.status == EvalStatus.INCORRECT:
             return
-        seen_ms, fresh_ms = probe
-        res.extra["fresh_inputs_ms"], res.extra["seen_inputs_probe_ms"] = fresh_ms, seen_ms
-        # A few microseconds of noise are not caching: require a real gap too.
-        if fresh_ms - seen_ms > 0.002:
-            guards.check_caching(seen_ms, fresh_ms)
     guards.check_sol_floor(timing.median_ms, env.t_sol_ms.get(rw.uuid),
                            cfg.sol_floor_fraction)
     res.status = EvalStatus.PASSED
     res.message = "; ".join(notes)
 
 
-def _caching_probe(env: Env, rw, factory, n: int, seen_calls: list) -> Optional[tuple[float, float]]:
-    """(median ms on the timing sets, median ms on values the candidate has never seen), both timed
-    the same way (a few calls in a fresh profiler session, no warm-up), or None if the never-seen
-    values give a wrong output. Timing both alike matters: calls at the start of a session ran
-    20-35% slower than the long warmed-up run for honest 20 us kernels on the H200, which a
-    comparison with the main timing mistook for caching.
-
-    Each probe set is first called once on throw-away values (its buffers, prepared call and pages are
-    then as warm as the rotated timing sets: a first call's one-off costs -- lazy argument packing,
-    page mapping, TLB misses -- made honest 20 us GEMMs look 30-40% slower on the H200), then new
-    values are written into the same buffers and the outputs poisoned before the timed call. A cache
-    keyed by input content misses and pays the full price; one keyed by pointer returns the warm-up's
-    stale answer, which the output check below (and correctness round 1) rejects."""
-    dev, timer = env.device, env.get_timer()
-    # the timing sets first: the probe's own warm-up calls below could push their answers out of a
-    # small cache (the adversarial fingerprint cache has 8 slots) and make "seen" look like "fresh"
-    seen = timer.measure(lambda i: seen_calls[i % len(seen_calls)](), n, warmup_ms=0,
-                         min_warmup_calls=0)
-    probe = [(_make(factory, 1000 + j), allocate_outputs(rw, dev, 0)) for j in range(n)]
-    pcalls = [env.caller.prepare(rw, i, o) for i, o in probe]
-    for c in pcalls:
-        c()
-    _sync(dev)
-    for j, (probe_in, probe_out) in enumerate(probe):
-        for k, v in _make(factory, 2000 + j).items():
-            old = probe_in.get(k)
-            if isinstance(v, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == v.shape:
-                old.copy_(v)
-        for t in probe_out.values():
-            poison_(t, 2)
-    _sync(dev)
-    fresh = timer.measure(lambda i: pcalls[i % len(pcalls)](), len(pcalls), warmup_ms=0,
-                          min_warmup_calls=0)
-    last_in, last_out = probe[-1]
-    ref = env.run_reference(rw, clone_inputs(last_in))
-    if not compare_all(last_out, ref, rw.workload.tolerance).ok:
-        return None
-    return seen.median_ms, fresh.median_ms
+def _probe_caching(env: Env, rw, res: EvalResult, factory, timing_set, call, median_ms: float):
+    """The caching probe (caching_probe.py) on the last timing set's own buffers and prepared call.
+    Sets res INCORRECT if never-seen values give a wrong output; raises GuardTripped(CACHING) if two
+    independent rounds both find seen values clearly faster than new ones."""
+    cfg = env.config
+    n = caching_probe.probe_calls(median_ms, cfg.caching_probe_budget_ms, cfg.caching_probe_calls,
+                                  cfg.caching_probe_max_calls)
+    inputs, outputs = timing_set
+    out = caching_probe.run_probe(
+        env.get_timer(), lambda seed: _make(factory, seed), inputs, outputs, call,
+        lambda ins: env.run_reference(rw, ins), rw.workload.tolerance, n)
+    if out.wrong_output:
+        res.status, res.correct = EvalStatus.INCORRECT, False
+        res.message = "caching probe: wrong output on never-seen values in reused buffers"
+        return
+    v = out.last
+    res.extra["seen_inputs_probe_ms"], res.extra["fresh_inputs_ms"] = v.seen_ms, v.fresh_ms
+    res.extra["caching_probe"] = {"calls": n, "rounds": [
+        {"seen_ms": r.seen_ms, "fresh_ms": r.fresh_ms, "noise_ms": r.noise_ms,
+         "suspicious": r.suspicious} for r in out.rounds]}
+    if out.caching:
+        rounds = "; ".join(f"{r.seen_ms:.4f} vs {r.fresh_ms:.4f} ms" for r in out.rounds)
+        raise GuardTripped(guards.Guard.CACHING,
+                           f"{v.seen_ms:.4f} ms on repeated inputs vs {v.fresh_ms:.4f} ms on fresh "
+                           f"ones (< 80%, gap above the noise floor {v.noise_ms:.4f} ms) in "
+                           f"{len(out.rounds)} independent probes ({rounds}, {n} calls each side): "
+                           f"results or work cached across calls")

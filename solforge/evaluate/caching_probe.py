@@ -1,0 +1,145 @@
+"""The caching probe: is a candidate faster on input values it has seen than on values it has not?
+
+A legitimate kernel's time does not depend on whether it met the same values before (the L2 is
+flushed before every call either way); a kernel that keys a cache on input contents answers seen
+values from the cache and pays the full price only on new ones. (A cache keyed on pointers returns a
+stale answer for new values in the same buffers, which the output check here and correctness round 1
+reject.)
+
+How it times the two sides so that only the values differ:
+- the same buffers and the same prepared call (the last timing set): no first-touch, allocation or
+  argument-packing cost on either side. Earlier versions timed freshly allocated probe sets and
+  rejected honest ~20 us kernels on the H200, whose fresh calls ran 25-55% slower (5-10 us);
+- one profiler session: a few discarded warm-in calls (a session's first calls run slow), then all
+  seen calls, then all fresh ones. Not interleaved: a fresh call's answer can evict a seen one
+  from a small cache (8 slots in tests/adversarial), which would make "seen" look fresh. The order
+  leaves any leftover start-of-session slowness on the seen side, which can only hide a gap, never
+  invent one;
+- the same untimed setup before every call: make a new input set (the same generation work on both
+  sides), write it -- or, for a seen call, the saved seen values -- into the inputs, and poison the
+  outputs;
+- as many calls per side as a small time budget allows (clamped), so the medians of short, noisy
+  kernels are stable;
+- a verdict that needs the gap to clear a noise floor taken from the seen calls' own spread
+  (interquartile range: a few outliers do not inflate it), and a
+  second, independent probe that agrees before anything is rejected. A real cache is caught by
+  both; one noisy sample set is not.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from .correctness import compare_all, poison_
+from .inputs import clone_inputs
+
+WARM_IN_CALLS = 3
+
+
+def probe_calls(median_ms: float, budget_ms: float, lo: int, hi: int) -> int:
+    """Calls per side: as many as budget_ms of kernel time allows, at least lo, at most hi."""
+    lo, hi = max(int(lo), 1), max(int(hi), int(lo), 1)
+    if not median_ms or median_ms <= 0 or math.isnan(median_ms):
+        return lo
+    return max(lo, min(hi, int(math.ceil(budget_ms / median_ms))))
+
+
+def _quantile(s: list, q: float) -> float:
+    s = sorted(s)
+    pos = q * (len(s) - 1)
+    i = int(pos)
+    j = min(i + 1, len(s) - 1)
+    return s[i] + (s[j] - s[i]) * (pos - i)
+
+
+@dataclass
+class Verdict:
+    seen_ms: float           # median on values seen before
+    fresh_ms: float          # median on never-seen values
+    noise_ms: float          # the gap below which a difference counts as noise
+    suspicious: bool         # seen < ratio x fresh and the gap clears the noise floor
+
+    @property
+    def gap_ms(self) -> float:
+        return self.fresh_ms - self.seen_ms
+
+
+def verdict(seen: list, fresh: list, ratio: float = 0.8, abs_floor_ms: float = 0.002,
+            noise_k: float = 1.0) -> Verdict:
+    """Compare the medians. Noise floor: the larger of abs_floor_ms and noise_k x the seen calls'
+    interquartile range (with one sample per side the floor is abs_floor_ms alone)."""
+    if not seen or not fresh:
+        raise ValueError("caching probe: no samples")
+    s_med, f_med = statistics.median(seen), statistics.median(fresh)
+    spread = _quantile(seen, 0.75) - _quantile(seen, 0.25) if len(seen) > 1 else 0.0
+    noise = max(abs_floor_ms, noise_k * spread)
+    return Verdict(s_med, f_med, noise, f_med > 0 and s_med < ratio * f_med and f_med - s_med > noise)
+
+
+@dataclass
+class ProbeOutcome:
+    rounds: list             # one Verdict per probe round run (1, or 2 when the first was suspicious)
+    calls: int               # calls per side per round
+    wrong_output: bool = False
+
+    @property
+    def caching(self) -> bool:
+        return bool(self.rounds) and all(v.suspicious for v in self.rounds) and len(self.rounds) >= 2
+
+    @property
+    def last(self) -> Verdict:
+        return self.rounds[-1]
+
+
+def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: dict,
+              call: Callable[[], object], reference: Callable[[dict], dict], tolerance,
+              calls: int, ratio: float = 0.8, abs_floor_ms: float = 0.002,
+              noise_k: float = 1.0, seed: int = 3000) -> ProbeOutcome:
+    """Probe one prepared call over its own buffers (`inputs`, `outputs`, values seen before).
+    make_inputs(seed) makes a new valid input set; reference(inputs) the expected outputs.
+    A second round runs only when the first is suspicious; both must be to call it caching."""
+    saved = clone_inputs(inputs)
+    out = ProbeOutcome([], calls)
+    for rnd in range(2):
+        v, wrong = _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance,
+                              calls, saved, seed + 1000 * rnd, ratio, abs_floor_ms, noise_k)
+        if wrong:
+            out.wrong_output = True
+            return out
+        out.rounds.append(v)
+        if not v.suspicious:
+            break
+    return out
+
+
+def _write(dst: dict, src: dict) -> None:
+    for k, v in src.items():
+        old = dst.get(k)
+        if isinstance(v, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == v.shape:
+            old.copy_(v)
+
+
+def _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls, saved,
+               seed, ratio, abs_floor_ms, noise_k):
+    w = WARM_IN_CALLS
+    total = w + 2 * calls
+    first_fresh = w + calls                     # warm-in, seen x calls, fresh x calls
+
+    def setup(i):
+        new = make_inputs(seed + i)             # made for seen calls too: the same setup work
+        _write(inputs, new if i >= first_fresh else saved)
+        for t in outputs.values():
+            poison_(t, 2)
+
+    t = timer.measure(lambda i: call(), total, warmup_ms=0, min_warmup_calls=0, setup=setup)
+    # the last call ran on fresh values: its output must be right
+    ref = reference(clone_inputs(inputs))
+    if not compare_all(outputs, ref, tolerance).ok:
+        return None, True
+    s = t.samples_ms
+    return verdict(s[w:first_fresh], s[first_fresh:], ratio, abs_floor_ms, noise_k), False
