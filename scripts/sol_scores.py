@@ -64,10 +64,16 @@ def load_baselines(path: Path) -> dict:
     return out
 
 
+def variant_key(r: dict) -> str:
+    """A variant is its family and params: ids like `fam:v1` are per bench run (v1 of one run is
+    not v1 of another), so rows of several runs can be scored together."""
+    return f"{r['family']} {json.dumps(r['params'], sort_keys=True)}"
+
+
 def best_variant(rows: list[dict]) -> tuple[str, list[dict]] | None:
     by: dict = {}
     for r in rows:
-        by.setdefault(r["variant"], []).append(r)
+        by.setdefault(variant_key(r), []).append(r)
     best = None
     for vid, rs in by.items():
         if not all(r.get("ok") and r.get("t_kernel_ms") for r in rs):
@@ -109,7 +115,7 @@ def score_problem(pname: str, rows: list[dict], baselines: dict, tsol: dict, nv:
     if pick is None:
         return {"problem": pname, "variant": None, "workloads": []}
     vid, rs = pick
-    n_variants = len({r["variant"] for r in rows})
+    n_variants = len({variant_key(r) for r in rows})
     wls = []
     for r in sorted(rs, key=lambda r: r["workload"]):
         t_k = r["t_kernel_ms"]
@@ -135,7 +141,7 @@ def score_problem(pname: str, rows: list[dict], baselines: dict, tsol: dict, nv:
     s_all = [w["sol"] for w in wls if w["sol"] is not None]
     s_prop = [w["sol"] for w in proper if w["sol"] is not None]
     s_nv = [w["sol_nv"] for w in wls if w["sol_nv"] is not None]
-    return {"problem": pname, "variant": vid, "params": rs[0]["params"], "n_variants": n_variants,
+    return {"problem": pname, "variant": rs[0]["variant"], "params": rs[0]["params"], "n_variants": n_variants,
             "all_variants_correct": all(r.get("ok") for r in rows), "workloads": wls,
             "n_proper_tb": len(proper),
             "lacking_tb": [w["workload"] for w in wls if w not in proper],

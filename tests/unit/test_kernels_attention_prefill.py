@@ -63,7 +63,7 @@ def gpu_evidence(rows_path: Path, problem) -> str:
     want = {w.uuid for w in problem.workloads}
     by: dict = {}
     for r in rows:
-        by.setdefault(r["variant"], []).append(r)
+        by.setdefault(json.dumps(r["params"], sort_keys=True), []).append(r)  # ids are per run
     if len(by) < 2:
         return f"{len(by)} variant(s) measured"
     for vid, rs in by.items():
