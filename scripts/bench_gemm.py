@@ -142,19 +142,31 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
              next tile while the consumers write the last one), 128 x 256, 4 stages
       PE     P + the shared-memory epilogue with 16-byte stores (T2_EPI)
       PE.g8  PE with raster groups of 8 M-tiles (T2_GROUP) instead of 16
+      PES    PE with the serpentine tile order (T2_ORDER = 1)
       E      the staged epilogue without persistence
-      T1.s2  tier 1 (M 129..256) as a 2-CTA cluster split of 128 x 128 tiles where the best is not"""
+      t1k    tier 1 (128 x 128) up to M = 1024, tier 2 on 128 x 256 (as T2big)
+      T1.s2  tier 1 (M 129..256) as a 2-CTA cluster split of 128 x 128 tiles where the best is not
+    N <= 256 (004, 005): base0 and base only."""
     from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages
     best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
     bn = 256 if n % 256 == 0 else 128
     t2 = dict(T2_BM=128, T2_BN=bn, T2_ST=max_stages(128, bn, 1), T2_SPLIT=1)
     out = [("base0", dict(best, MSKIP=0)), ("base", dict(best))]
+    if n <= 256:  # 004, 005: a handful of N-tiles; only the skip is new for them
+        return out
     if (best["T2_BM"], best["T2_BN"]) != (128, bn):
         out.append(("T2big", dict(best, **t2)))
     out += [("P", dict(best, **t2, T2_CTAS=SMS)),
             ("PE", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1)),
             ("PE.g8", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1, T2_GROUP=8)),
+            ("PES", dict(best, **t2, T2_CTAS=SMS, T2_EPI=1, T2_ORDER=1)),
             ("E", dict(best, **t2, T2_EPI=1))]
+    # tier 1 (128 x 128, the measured best's split) up to M = 1024: M = 257..1024 on more CTAs
+    # than 128 x 256 tier-2 tiles give (006 M = 289..969 ran at 0.5-0.8x; 010 M = 972 at 0.68x)
+    if best["T1_MAXM"] < 1024:
+        st = max_stages(128, 128)
+        sp = best["T1_SPLIT"] if (best["T1_BM"], best["T1_BN"]) == (128, 128) else 1
+        out.append(("t1k", dict(best, **t2, T1_MAXM=1024, T1_BM=128, T1_BN=128, T1_ST=st, T1_SPLIT=sp)))
     t1 = dict(T1_BM=128, T1_BN=128, T1_ST=max_stages(128, 128), T1_SPLIT=2)
     if best["CSPLIT"] and n % 128 == 0 and any(best[key] != v for key, v in t1.items()):
         out.append(("T1.s2", dict(best, **t1)))

@@ -87,6 +87,9 @@
 #ifndef T2_GROUP   // tier 2 raster: groups of T2_GROUP M-tiles sweep all N-tiles (0: M-tiles fastest)
 #define T2_GROUP 16
 #endif
+#ifndef T2_ORDER   // persistent tier 2: tile of a CTA in round j: 0 blockIdx.x + j*gridDim.x; 1 serpentine
+#define T2_ORDER 0 // (odd rounds reversed: a CTA that got an early tile gets a late one; the cheap tiles
+#endif             //  of a ragged last M-tile, see MSKIP, come last in the raster and are spread out)
 #ifndef T2_EPI     // tier 2 epilogue: 0 direct 4-byte stores, 1 through shared memory, 16-byte stores
 #define T2_EPI 0
 #endif
@@ -121,6 +124,12 @@ __device__ __forceinline__ half2_t pack2(float a, float b) { return __floats2hal
 #endif
 
 namespace {
+
+// tier 2's tile of this CTA in round j (T2_ORDER), or >= tiles when it has none left
+__device__ __forceinline__ int t2_tile(int j) {
+    const int g = gridDim.x;
+    return (T2_ORDER && (j & 1)) ? (j + 1) * g - 1 - (int)blockIdx.x : j * g + (int)blockIdx.x;
+}
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -775,13 +784,13 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
         } else if (tier == 1) {
             producer<T1_BM, T1_BN, T1_ST, T1_SPLIT, 0>(A, B, M, base, full0, empty0);
         } else {
-            // tier 2: a CTA takes tiles blockIdx.x, + gridDim.x, ... (persistent when the grid is
-            // smaller than the tile count, T2_CTAS); it runs ahead into the next tile's k-tiles
+            // tier 2: a CTA takes tiles blockIdx.x, + gridDim.x, ... (T2_ORDER; persistent when the
+            // grid is smaller than the tile count, T2_CTAS); it runs ahead into the next tile's k-tiles
             // while the consumers write the previous tile
             Ring ring{0, 0u};
             const int tiles = (M + T2_BM - 1) / T2_BM * (NN / T2_BN);
 #pragma unroll 1
-            for (int bid = blockIdx.x; bid < tiles; bid += gridDim.x)
+            for (int j = 0, bid = t2_tile(0); bid < tiles; bid = t2_tile(++j))
                 producer_tile<T2_BM, T2_BN, T2_ST, 1, T2_GROUP>(A, B, M, bid, base, full0, empty0, ring);
             asm volatile("cp.async.wait_all;" ::: "memory");
         }
@@ -797,7 +806,7 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
         } else {
             const int tiles = (M + T2_BM - 1) / T2_BM * (NN / T2_BN);
 #pragma unroll 1
-            for (int bid = blockIdx.x; bid < tiles; bid += gridDim.x)
+            for (int j = 0, bid = t2_tile(0); bid < tiles; bid = t2_tile(++j))
                 consumer<T2_BM, T2_BN, T2_ST, 1, T2_GROUP, T2_EPI>(C, ws, M, bid, base, sgen, full0, empty0,
                                                                    &s_last, ring);
         }

@@ -35,6 +35,9 @@ GLOBAL_KEYS = ("CSPLIT", "EVF")
 # tile), T2_GROUP raster group (M-tiles per sweep of the N-tiles; 0: M-tiles fastest), T2_EPI
 # epilogue through shared memory with 16-byte stores (1) or direct 4-byte stores (0)
 T2_OPTIONAL = {"T2_CTAS": 0, "T2_GROUP": 16, "T2_EPI": 0,
+               # T2_ORDER: a persistent CTA's tiles round-robin (0) or serpentine (1: odd rounds
+               # reversed, so the cheap tiles of a ragged last M-tile spread over the CTAs)
+               "T2_ORDER": 0,
                # MSKIP: consumer warpgroups whose 64 rows all lie past M skip their wgmmas (1, the
                # kernel's default) or multiply zero rows like before (0)
                "MSKIP": 1}
@@ -257,7 +260,8 @@ class GemmWgmmaFamily(Family):
             if smem_bytes(bm, bn, st) > SMEM_LIMIT:
                 raise FamilyError(f"tier {i}: {smem_bytes(bm, bn, st)} bytes of shared memory")
         t2 = {key: params.get(key, d) for key, d in T2_OPTIONAL.items()}
-        if t2["T2_CTAS"] < 0 or t2["T2_GROUP"] < 0 or t2["T2_EPI"] not in (0, 1) or t2["MSKIP"] not in (0, 1):
+        if t2["T2_CTAS"] < 0 or t2["T2_GROUP"] < 0 or t2["T2_EPI"] not in (0, 1) or t2["MSKIP"] not in (0, 1) \
+                or t2["T2_ORDER"] not in (0, 1):
             raise FamilyError(f"tier 2: T2_CTAS >= 0, T2_GROUP >= 0, T2_EPI 0|1 ({t2})")
         t2_smem = smem_bytes(params["T2_BM"], params["T2_BN"], params["T2_ST"]) + \
             epi_smem(params["T2_BM"], t2["T2_EPI"])

@@ -212,7 +212,8 @@ def test_persistent_tier2_launch_and_limits(sol_execbench_dir):
         else:
             assert grid == eval_expr(ref.launches[0].grid[0], renv)
             assert smem == eval_expr(ref.launches[0].smem, renv)
-    for bad in ({"T2_EPI": 2}, {"T2_CTAS": -1}, {"T2_GROUP": -2}, {"T2_EPI": 1, "T2_ST": 5}):
+    for bad in ({"T2_EPI": 2}, {"T2_CTAS": -1}, {"T2_GROUP": -2}, {"T2_EPI": 1, "T2_ST": 5}, {"T2_ORDER": 2},
+                {"MSKIP": 3}):
         with pytest.raises(FamilyError):
             fam.instantiate(problem, {**p, **bad})
 
@@ -222,7 +223,8 @@ def test_persistent_tier2_epilogue_compiles_without_spills(sol_execbench_dir, tm
     local memory (the swizzled epilogue addresses must not be hoisted out of the tile loop)."""
     problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
     fam = get_family("gemm_wgmma")
-    p = {**fam.param_space(problem)[0], "T2_BM": 128, "T2_BN": 256, "T2_ST": 4, "T2_CTAS": 132, "T2_EPI": 1}
+    p = {**fam.param_space(problem)[0], "T2_BM": 128, "T2_BN": 256, "T2_ST": 4, "T2_CTAS": 132, "T2_EPI": 1,
+         "T2_ORDER": 1}
     cubin, log = compile_cuda_candidate(fam.instantiate(problem, p))
     assert "serialized" not in log, log
     sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
