@@ -18,6 +18,9 @@ CSV_COLS = ["problem", "workload_uuid", "eager_ms", "compile_ms", "T_b_ms", "T_b
             "eager_reps", "compile_reps", "torch_version"]
 VARIANTS = ("eager", "compile")
 NOT_MEASURED = "not_measured"  # no row for this variant yet: the message says why
+NO_GRAPH = ("torch.compile captures no graph of this reference, so it runs as eager PyTorch (dynamo "
+            "explain on CPU: 0 graphs; a graph break inside a Python loop makes dynamo skip the whole "
+            "frame): T_b = eager, not timed twice")
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -74,7 +77,11 @@ def fill_reasons(table: dict, problems: list[dict], run, final: bool) -> None:
                     continue
                 key = (p["name"], u, v)
                 status = e.get(f"{v}_status") or ""
-                if key in noted:
+                if v == "compile" and p.get("no_graph") and not getattr(
+                        getattr(run, "args", None), "compile_no_graph", False) and \
+                        key not in this_run:
+                    e[f"{v}_status"], e[f"{v}_message"] = "skipped", NO_GRAPH
+                elif key in noted:
                     e[f"{v}_status"], e[f"{v}_message"] = NOT_MEASURED, noted[key][:300]
                 elif key in this_run and status not in ("", "skipped", NOT_MEASURED):
                     pass  # its own failure (runtime_error, oom, timeout): status and message stay

@@ -168,18 +168,22 @@ def summary_md(recs: list[dict]) -> str:
     lines = ["# torch._dynamo.explain of every reference (CPU, smallest workload)", "",
              "Produced by `scripts/explain_references.py`; one graph and no break means torch.compile "
              "captures the whole reference.", "",
-             "| subset | problems | one graph, no break | with graph breaks | explain failed |",
-             "|---|---|---|---|---|"]
+             "No graph captured (graph_count 0): dynamo skipped the whole frame (a graph break inside "
+             "a Python loop, e.g. Tensor.item()), so torch.compile runs the reference as eager PyTorch.",
+             "", "| subset | problems | one graph, no break | with graph breaks | no graph captured | "
+             "explain failed |", "|---|---|---|---|---|---|"]
     subsets = sorted({r["subset"] for r in recs})
     for s in subsets + ["all"]:
         rs = [r for r in recs if s == "all" or r["subset"] == s]
         ok = [r for r in rs if "error" not in r]
-        lines.append(f"| {s} | {len(rs)} | {sum(1 for r in ok if not r['breaks_listed'])} | "
-                     f"{sum(1 for r in ok if r['breaks_listed'])} | "
+        lines.append(f"| {s} | {len(rs)} | "
+                     f"{sum(1 for r in ok if r['graph_count'] and not r['breaks_listed'])} | "
+                     f"{sum(1 for r in ok if r['graph_count'] and r['breaks_listed'])} | "
+                     f"{sum(1 for r in ok if not r['graph_count'])} | "
                      f"{sum(1 for r in rs if 'error' in r)} |")
     lines += ["", "## References with graph breaks (most first)", "",
               "| problem | graphs | breaks (listed) | reasons (distinct, first) |", "|---|---|---|---|"]
-    for r in sorted((r for r in recs if r.get("breaks_listed")),
+    for r in sorted((r for r in recs if r.get("breaks_listed") or r.get("graph_count") == 0),
                     key=lambda r: (-r["graph_break_count"], -r["breaks_listed"])):
         why = "; ".join(x.replace("|", "/") for x in r["break_reasons"][:3])
         lines.append(f"| {r['subset']}/{r['problem']} | {r['graph_count']} | "

@@ -99,7 +99,9 @@ def discover(dataset: Path, only: str = "", explain: Optional[dict] = None) -> l
         out.append({"dir": str(d), "name": d.name, "subset": d.parent.name, "uuids": uuids,
                     "cost": cost, "loops": loops, "ref_len": len(ref),
                     "breaks": int(ex.get("breaks_listed") or 0) if not ex.get("error") else 0,
-                    "explain": explain_note(ex)})
+                    "explain": explain_note(ex),
+                    # dynamo captured no graph at all: torch.compile runs this reference as eager
+                    "no_graph": bool(ex) and not ex.get("error") and ex.get("graph_count") == 0})
     return out
 
 
@@ -111,11 +113,16 @@ def read_existing(path) -> dict:
         return {(r["problem"], r["workload_uuid"]): r for r in csv.DictReader(f)}
 
 
-def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int) -> dict:
-    """variant -> ordered task list; a task is (problem, uuids still to measure)."""
+def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int,
+         compile_no_graph: bool = False) -> dict:
+    """variant -> ordered task list; a task is (problem, uuids still to measure). References that
+    dynamo captures no graph of get no compile task (the reason goes into the table) unless
+    compile_no_graph."""
     tasks: dict = {v: [] for v in variants}
     for v in variants:
         for p in problems:
+            if v == "compile" and p.get("no_graph") and not compile_no_graph:
+                continue
             todo = [(u, c) for u, c in zip(p["uuids"], p["cost"])
                     if not existing.get((p["name"], u), {}).get(f"{v}_ms")]
             if not todo:
@@ -516,6 +523,8 @@ def main(argv=None) -> int:
                          "overruns is recorded with its reason and not tried again")
     ap.add_argument("--explain", default=str(REPO / "data/results/baselines_dynamo_explain.jsonl"),
                     help="scripts/explain_references.py's output: compile order and reasons ('' = none)")
+    ap.add_argument("--compile-no-graph", action="store_true",
+                    help="time torch.compile also for references dynamo captures no graph of")
     ap.add_argument("--no-dynamic-dims", action="store_true",
                     help="compile without marking the dims that vary between workloads dynamic")
     ap.add_argument("--flush-s", type=float, default=20.0)
@@ -567,7 +576,7 @@ def parent(args) -> int:
     existing = read_existing(args.existing) if args.existing else {}
     problems = discover(args.dataset, args.only, read_explain(args.explain))
     variants = [v for v in args.variants.split(",") if v]
-    run.tasks = plan(problems, existing, variants, args.chunk)
+    run.tasks = plan(problems, existing, variants, args.chunk, args.compile_no_graph)
     run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}
     run.task_file = {}
     for v, ts in run.tasks.items():

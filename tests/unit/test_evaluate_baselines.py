@@ -145,3 +145,104 @@ def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
     run.fail("eager-p-0.r", "eager", "stopped at the deadline", {"c"})  # no requeue at the deadline
     assert run.failures[-1]["unmeasured"] == 1 and len(run.tasks["eager"]) == 2
 
+
+
+def test_compile_marks_the_dims_that_vary_between_workloads_so_one_compile_serves_all(tmp_path):
+    import torch._dynamo as dynamo
+    from torch._dynamo.utils import counters
+
+    from solforge.evaluate.baseline import time_problem, varying_dims
+    from solforge.problem import load_problem_dir
+
+    d = _problem(tmp_path, "A", "p", workloads=[{"uuid": "a", "n": 4096}, {"uuid": "b", "n": 65536},
+                                                {"uuid": "c", "n": 1000}])
+    p = load_problem_dir(d)
+    assert varying_dims(p.workloads) == {"x": (0,), "y": (0,)}
+    graphs = {}
+    for dyn in (False, True):
+        dynamo.reset()
+        counters.clear()
+        rows = list(time_problem(p, "compile", tmp_path / f"st{dyn}", reps=2, device="cpu",
+                                 timer=rb.WallTimer(), compile_backend="eager", dynamic_dims=dyn))
+        assert [r.status for r in rows] == ["passed"] * 3
+        graphs[dyn] = counters["stats"]["unique_graphs"]
+    # automatic dynamic shapes: a static graph, then a dynamic recompile; marked: one graph
+    assert graphs == {False: 2, True: 1}
+
+
+def test_compile_order_puts_references_with_graph_breaks_last_and_notes_why(tmp_path):
+    _problem(tmp_path, "A", "p_break")
+    _problem(tmp_path, "A", "p_clean")
+    explain = {"p_break": {"problem": "p_break", "graph_count": 3, "graph_break_count": 2,
+                           "breaks_listed": 2, "break_reasons": ["Tensor.item()"]},
+               "p_clean": {"problem": "p_clean", "graph_count": 1, "graph_break_count": 0,
+                           "breaks_listed": 0, "break_reasons": []}}
+    _problem(tmp_path, "A", "p_nograph")
+    explain["p_nograph"] = {"problem": "p_nograph", "graph_count": 0, "graph_break_count": -1,
+                            "breaks_listed": 0, "break_reasons": []}
+    probs = rb.discover(tmp_path, explain=explain)
+    tasks = rb.plan(probs, {}, ["eager", "compile"], chunk=2)
+    # no graph captured: torch.compile would run it as eager; no compile task, eager as usual
+    assert [t["problem"] for t in tasks["compile"]] == ["p_clean", "p_break"]
+    assert "p_nograph" in {t["problem"] for t in tasks["eager"]}
+    assert "p_nograph" in {t["problem"] for t in rb.plan(probs, {}, ["compile"], 2, True)["compile"]}
+    note = next(p for p in probs if p["name"] == "p_break")["explain"]
+    assert "3 graph(s), 2 graph break(s)" in note and "Tensor.item()" in note
+    # every workload gets a row and a reason: the skipped compile and the ones not reached
+    import threading
+    from types import SimpleNamespace
+
+    import baselines_outputs as bo
+
+    run = SimpleNamespace(rows=[], failures=[], lock=threading.Lock(), clocks={}, hardware={},
+                          args=SimpleNamespace(compile_no_graph=False))
+    table = bo.merge(run, {})
+    bo.fill_reasons(table, probs, run, final=True)
+    assert len(table) == 6
+    ng = table[("p_nograph", "w4k")]
+    assert ng["compile_status"] == "skipped" and ng["compile_message"] == bo.NO_GRAPH
+    assert ng["eager_status"] == "not_measured" and "deadline" in ng["eager_message"]
+    assert "2 graph break(s)" in table[("p_break", "w4k")]["compile_message"]
+
+
+def test_a_compile_that_overruns_is_killed_and_its_workloads_not_queued_again(tmp_path):
+    import argparse
+    import subprocess as sp
+
+    args = argparse.Namespace(out=tmp_path / "o", work=None, deadline_s=60.0, eager_share=0.6,
+                              task_timeout_s=60.0, compile_timeout_s=5.0)
+    run = rb.Run(args)
+    t = {"id": "compile-p-0", "problem": "p", "uuids": ["a", "b", "c"], "dir": "x"}
+    run.tasks = {"compile": [t]}
+    run.task_by_id = {t["id"]: t}
+    run.task_file = {"compile": run.work / "tasks_compile.json"}
+    (run.claims / t["id"]).touch()
+    p = rb.Proc("compile_gpu0_0", "compile", "0", run)
+    p.proc = sp.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    p.current, p.since = t["id"], time.monotonic() - 6.0  # compiling its first workload for 6 s
+    p.poll()
+    assert p.proc is None or p.proc.poll() is not None or p.finished
+    f = run.failures[-1]
+    assert "torch.compile of the first workload took over 5 s" in f["reason"]
+    assert f["uuids"] == ["a", "b", "c"] and len(run.tasks["compile"]) == 1  # nothing queued again
+    p.kill()
+
+
+def test_explain_counts_graph_breaks_of_a_reference_on_the_cpu(tmp_path):
+    import explain_references as ex
+
+    clean = _problem(tmp_path, "A", "clean")
+    # a graph break inside a Python loop: dynamo skips the whole frame, torch.compile runs eager
+    loop = _problem(tmp_path, "A", "loop", reference="import torch\n\n\ndef run(x, y):\n"
+                    "    out = y.clone()\n    for i in range(2):\n"
+                    "        k = int((x[i] > 0).item())\n        out = out + k\n    return out\n")
+    # a break outside any loop: two graphs
+    brk = _problem(tmp_path, "A", "brk", reference="import torch\n\n\ndef run(x, y):\n"
+                   "    a = torch.sin(x)\n    k = int((a[0] > 2).item())\n    return a + y + k\n")
+    a, b, c = (ex.explain_one(d, tmp_path / "st") for d in (clean, loop, brk))
+    assert (a["graph_count"], a["graph_break_count"], a["breaks_listed"]) == (1, 0, 0)
+    assert b["graph_count"] == 0
+    assert c["graph_count"] == 2 and c["breaks_listed"] >= 1 and \
+        any("item" in r for r in c["break_reasons"])
+    md = ex.summary_md([a, b, c])
+    assert "| A | 3 | 1 | 1 | 1 | 0 |" in md and "A/loop" in md and "A/brk" in md
