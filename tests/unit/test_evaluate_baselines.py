@@ -246,3 +246,50 @@ def test_explain_counts_graph_breaks_of_a_reference_on_the_cpu(tmp_path):
         any("item" in r for r in c["break_reasons"])
     md = ex.summary_md([a, b, c])
     assert "| A | 3 | 1 | 1 | 1 | 0 |" in md and "A/loop" in md and "A/brk" in md
+
+
+def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_path):
+    import threading
+    from types import SimpleNamespace
+
+    import baselines_outputs as bo
+    from solforge.report.import_results import import_baselines
+    from solforge.store import Store
+
+    _problem(tmp_path / "d", "A", "p")
+    probs = rb.discover(tmp_path / "d")
+    hw = {"gpu_name": "NVIDIA H200", "driver": "580.1", "torch_version": "2.11.0+cu130"}
+    rows = [{"problem": "p", "workload_uuid": "w4k", "variant": v, "status": "passed", "median_ms": ms,
+             "spread": 0.01, "n_reps": 20, "timing_method": "cupti", "label": "", "message": "",
+             "gpu": "0"} for v, ms in (("eager", 0.5), ("compile", 0.25))]
+    rows.append({"problem": "p", "workload_uuid": "w64k", "variant": "compile", "status": "oom",
+                 "median_ms": None, "message": "CUDA out of memory", "gpu": "0"})
+    run = SimpleNamespace(out=tmp_path / "o", rows=rows, failures=[], lock=threading.Lock(),
+                          clocks={"0": {"sm_mhz": 1980, "mem_mhz": 3201, "sm_max_mhz": 1980}},
+                          hardware={"0": hw}, t0=time.monotonic(),
+                          args=SimpleNamespace(deadline_s=60.0, compile_no_graph=False))
+    run.out.mkdir()
+    bo.write_outputs(run, {}, probs)
+    table = list(csv.DictReader(open(run.out / "baselines_h200.csv")))
+    assert [(r["workload_uuid"], r["T_b_ms"], r["T_b_variant"]) for r in table] == \
+        [("w4k", "0.250000", "compile"), ("w64k", "", "")]
+    w64 = table[1]
+    assert (w64["compile_status"], w64["compile_message"]) == ("oom", "CUDA out of memory")
+    assert w64["eager_status"] == "not_measured"
+    assert table[0]["gpu"] == "NVIDIA H200" and '"sm_mhz": 1980' in table[0]["clocks"]
+    summary = (run.out / "baselines_summary.md").read_text()
+    assert "NVIDIA H200, driver 580.1, torch 2.11.0+cu130" in summary
+    assert "| A | p | 2 | 1 | 1 | 1 |" in summary and "oom: CUDA out of memory" in summary
+
+    store = Store(tmp_path / "b.duckdb")
+    assert import_baselines(store, run.out / "baselines_h200.csv", None) == 4
+    got = store.query("SELECT workload_uuid, variant, status, median_ms FROM baselines "
+                      "ORDER BY workload_uuid, variant")
+    assert [(g["workload_uuid"], g["variant"], g["status"], g["median_ms"]) for g in got] == [
+        ("w4k", "compile", "passed", 0.25), ("w4k", "eager", "passed", 0.5),
+        ("w64k", "compile", "oom", None), ("w64k", "eager", "not_measured", None)]
+    # T_b as the scoring code reads it: passed rows only, the faster variant
+    from solforge.agents.rescore import _BASELINES
+
+    assert store.query(_BASELINES) == [{"problem": "p", "workload_uuid": "w4k", "t_b": 0.25,
+                                        "variant": "compile"}]
