@@ -154,6 +154,29 @@ def score_problem(pname: str, rows: list[dict], baselines: dict, tsol: dict, nv:
             "n_below_sol": sum(w["below_sol"] for w in wls)}
 
 
+def write_best(res: dict, pdir: Path, env: dict, args) -> Path:
+    """The best solution with its measured result, next to the family's sources (issue #6 item 3)."""
+    from solforge.kernels import get_family
+    from solforge.problem.loader import load_problem_dir
+
+    fam_name = res["variant"].split(":")[0]
+    fam = get_family(fam_name)
+    cand = fam.instantiate(load_problem_dir(pdir, subset=pdir.parent.name), res["params"])
+    out = fam.family_dir / "best" / f"{res['problem']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    keep = {k: v for k, v in res.items() if k != "workloads"}
+    out.write_text(json.dumps({
+        **keep, "subset": pdir.parent.name, "family": fam_name, "gpu": env.get("gpu"),
+        "driver": env.get("driver"), "torch": env.get("torch"), "commit": env.get("commit"),
+        "gpu_profile": args.gpu, "copy_tb_s": env.get("copy_tb_s"),
+        "timing": "CUDA events, L2 flushed before each call, median; scripts/bench_kernels.py run",
+        "baseline": "data/results/baselines_h200.csv T_b (faster of eager and torch.compile) where "
+                    "present, else the bench's eager timing (t_b_kind per workload)",
+        "scored_by": "scripts/sol_scores.py", "workloads": res["workloads"],
+        "candidate": cand.model_dump()}, indent=1) + "\n")
+    return out
+
+
 def _f(v, fmt="{:.4g}"):
     return "-" if v is None else fmt.format(v)
 
@@ -200,6 +223,9 @@ def main() -> None:
     ap.add_argument("--json", default="", help="write the per-workload scores as JSON here")
     ap.add_argument("--notes", default="", help="markdown file whose text goes under the header "
                     "(the reading of the numbers)")
+    ap.add_argument("--write-best", action="store_true", help="also write kernels_cuda/<family>/best/"
+                    "<problem>.json: the best variant's candidate (sources, params, launches) with its "
+                    "per-workload times and scores")
     ap.add_argument("--measured-by", default="", help="the device command that made the rows (quoted "
                     "into the markdown)")
     args = ap.parse_args()
@@ -237,6 +263,10 @@ def main() -> None:
         results.append(res)
         var_axes = [a for a in (prs[0]["axes"] if prs else {}) if len({json.dumps(r["axes"].get(a)) for r in prs}) > 1]
         lines += render(res, env, args.gpu, var_axes)
+    if args.write_best:
+        for res in results:
+            if res["variant"] is not None:
+                print(f"wrote {write_best(res, dirs[res['problem']], env, args)}", file=sys.stderr)
     text = "\n".join(lines)
     print(text)
     if args.md:
