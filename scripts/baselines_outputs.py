@@ -225,3 +225,28 @@ def write_outputs(run, existing: dict, problems: list[dict], quiet: bool = False
     else:
         print(f"[{time.monotonic() - run.t0:5.0f} s] eager {t['eager']}, compile {t['compile']}, "
               f"neither {t['neither']} of {t['workloads']}", flush=True)
+
+
+def load_duckdb(csv_path: Path, db_path: Path) -> dict:
+    """The CSV into a solforge DuckDB store: one `hardware` row (GPU, driver, clocks of the table's
+    rows) and one `baselines` row per workload and variant (solforge.report.import_results does the
+    rows; it skips a file it has loaded before). Returns counts."""
+    from solforge.report.import_results import hardware_row, import_baselines
+    from solforge.store import Store
+
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    gpus = Counter((r.get("gpu") or "", r.get("driver") or "") for r in rows if r.get("gpu"))
+    (gpu, driver), _ = gpus.most_common(1)[0] if gpus else (("", ""), 0)
+    clocks = Counter(r.get("clocks") for r in rows if r.get("gpu") == gpu and r.get("clocks"))
+    torch_v = Counter(r.get("torch_version") for r in rows if r.get("torch_version"))
+    hw = hardware_row({"gpu": gpu, "driver": driver, "cuda_driver_api": None,
+                       "source": str(csv_path), "torch": torch_v.most_common(1)[0][0] if torch_v
+                       else None})
+    hw["clocks"] = clocks.most_common(1)[0][0] if clocks else None
+    store = Store(db_path)
+    if not store.query("SELECT 1 FROM hardware WHERE id = ?", [hw["id"]]):
+        store.insert_rows("hardware", [hw])
+    n = import_baselines(store, Path(csv_path), hw["id"])
+    return {"hardware_id": hw["id"], "gpu": gpu, "driver": driver, "baseline_rows": n,
+            "other_gpus": {f"{g} / {d}": c for (g, d), c in gpus.items() if (g, d) != (gpu, driver)}}

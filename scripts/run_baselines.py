@@ -532,6 +532,9 @@ def main(argv=None) -> int:
     ap.add_argument("--merge-rows", type=Path, nargs="*", default=None,
                     help="no run: merge workers' JSON-line files (WORK/workers/*.jsonl of a run whose "
                          "outputs were lost) into --existing and write the outputs to --out")
+    ap.add_argument("--to-duckdb", type=Path, default=None,
+                    help="no run: load the --existing CSV into this DuckDB store (tables hardware, "
+                         "baselines) and print the counts")
     # worker-side
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--variant", default="eager")
@@ -546,6 +549,11 @@ def main(argv=None) -> int:
         return worker(args)
     if args.merge_rows is not None:
         return merge_rows(args)
+    if args.to_duckdb is not None:
+        from baselines_outputs import load_duckdb
+
+        print(json.dumps(load_duckdb(Path(args.existing), args.to_duckdb), indent=1))
+        return 0
     return parent(args)
 
 

@@ -293,3 +293,17 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
 
     assert store.query(_BASELINES) == [{"problem": "p", "workload_uuid": "w4k", "t_b": 0.25,
                                         "variant": "compile"}]
+    # the script's own loader: a hardware row with GPU, driver and clocks, the baselines linked to it
+    db = tmp_path / "c.duckdb"
+    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--existing",
+                        str(run.out / "baselines_h200.csv"), "--to-duckdb", str(db)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["baseline_rows"] == 4
+    s2 = Store(db)
+    hw_rows = s2.query("SELECT h.gpu_name, h.driver, h.clocks, count(*) AS n FROM baselines b "
+                       "JOIN hardware h ON h.id = b.hardware_id GROUP BY ALL")
+    assert len(hw_rows) == 1 and hw_rows[0]["gpu_name"] == "NVIDIA H200" and \
+        hw_rows[0]["driver"] == "580.1" and hw_rows[0]["n"] == 4
+    c = hw_rows[0]["clocks"]
+    assert (json.loads(c) if isinstance(c, str) else c)["sm_mhz"] == 1980
