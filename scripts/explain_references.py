@@ -95,13 +95,14 @@ def worker(dirs: list[str], stage: Path) -> int:
     return 0
 
 
-def run_all(dirs: list[Path], out: Path, jobs: int, timeout_s: float, stage: Path) -> list[dict]:
+def run_all(dirs: list[Path], out: Path, jobs: int, timeout_s: float, stage: Path,
+            first: tuple = ()) -> list[dict]:
     done: dict[str, dict] = {}
     if out.exists():  # resume: problems already explained are kept
         for line in out.read_text().splitlines():
             r = json.loads(line)
             done[r["problem"]] = r
-    todo = [d for d in dirs if d.name not in done]
+    todo = sorted((d for d in dirs if d.name not in done), key=lambda d: d.parent.name not in first)
     queues = [todo[i::jobs] for i in range(jobs)]
     procs: list[dict] = []
 
@@ -203,6 +204,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--stage", type=Path, default=Path("/tmp/explain_stage"))
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
+    ap.add_argument("--first", default="", help="comma-separated subsets to explain first")
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("dirs", nargs="*")
     a = ap.parse_args(argv)
@@ -211,7 +213,7 @@ def main(argv=None) -> int:
     pre = tuple(x for x in a.only.split(",") if x)
     dirs = sorted(p.parent for p in a.dataset.glob("*/*/definition.json")
                   if not pre or p.parent.name.startswith(pre))
-    recs = run_all(dirs, a.out, a.jobs, a.timeout_s, a.stage)
+    recs = run_all(dirs, a.out, a.jobs, a.timeout_s, a.stage, tuple(a.first.split(",")))
     a.out.with_suffix(".md").write_text(summary_md(recs))
     print(f"{len(recs)} problems -> {a.out}, {a.out.with_suffix('.md')}")
     return 0
