@@ -627,6 +627,21 @@ def variant_table(rows: list[dict]) -> str:
     lines.append("geomean x per variant (over the rows above; FAIL rows count as missing):")
     for name, d in per.items():
         lines.append(f"{name[:24]:24s} {'':6s} {'':9s} " + " ".join(f"{_gm(d.get(lab, [])):8.3f}" for lab in labels))
+    lines.append("geomean x per variant and M range (M_lo..M_hi, rows):")
+    for lo, hi in ((1, 16), (17, 64), (65, 128), (129, 256), (257, 1024), (1025, 1 << 30)):
+        for name in per:
+            xs = {lab: [] for lab in labels}
+            for (nm, m), d in sorted(by.items()):
+                if nm != name or not lo <= m <= hi:
+                    continue
+                t = d.get("torch", {}).get("t_ms")
+                for lab in labels:
+                    r = d.get(lab)
+                    xs[lab].append(t / r["t_ms"] if t and r and r.get("ok") and r.get("t_ms") else None)
+            n_rows = len(next(iter(xs.values()), []))
+            if n_rows:
+                lines.append(f"{name[:24]:24s} {lo:>6d} {min(hi, 99999):>5d}:{n_rows:<3d} "
+                             + " ".join(f"{_gm(xs[lab]):8.3f}" for lab in labels))
     return "\n".join(lines) + "\n"
 
 
