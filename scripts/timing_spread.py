@@ -6,6 +6,15 @@ side, and reports both medians and their difference; the bar is 3% (median).
     python scripts/timing_spread.py --out data/results/timing_spread_h200_run4.txt \
         --json data/results/timing_spread_h200_run4.json
 
+Device command (about 60-80 s; kind nvidia-h200, or on nvidia-h200-x2 next to other work with
+CUDA_VISIBLE_DEVICES=1 in front of python3; carry .whl):
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+      .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit; export PYTHONUNBUFFERED=1; \
+    timeout 170 python3 scripts/timing_spread.py --out $OUT/timing_spread_h200_run4.txt \
+      --json $OUT/timing_spread_h200_run4.json > $OUT/timing_spread_h200_run4.log 2>&1; \
+    echo rc=$?; tail -5 $OUT/timing_spread_h200_run4.log; cat $OUT/timing_spread_h200_run4.txt
+
 Why two states: a power-limited kernel (the 8192^3 bf16 GEMM runs the H200 at its power limit) is
 timed faster on a cool card than on one that has just run at full power for seconds (run 3: 1.39 vs
 1.60 ms, 15.6%), so "the same kernel timed twice" only agrees if the method measures it in the same
@@ -26,6 +35,9 @@ times and NVML clock/power/temperature/throttle reasons (printed per second); pa
 order. Kernels: bf16 GEMM 8192^3 (compute-bound, power-limited), 512 MiB copy (memory-bound),
 1M-element sigmoid (launch-scale), softmax 4096x8192 bf16, and the adversarial control kernel good.cu
 through the candidate launcher (the path candidates take; cubins from $SOLFORGE_ADV_CUBINS if set).
+Last, the evaluator's caching probe is run PROBE_REPEATS times on honest short kernels and on the
+adversarial fingerprint cache (tests/adversarial/cache_by_fingerprint.cu): how often each is called
+caching (honest: never; the cache: every time).
 """
 
 from __future__ import annotations
@@ -75,21 +87,81 @@ def kernels(torch):
         "softmax_4096x8192_bf16": lambda i: torch.softmax(s, dim=-1),
     }
     try:
-        import harness
-
-        from solforge.compile.launcher import CandidateRuntime
-
-        cand = harness.cuda_candidate(harness.HERE / "good.cu")
-        cr = harness.compiled(cand, "good")
-        rt = CandidateRuntime(cand, cr.cubins, cr.launch_manifest())
-        n = 1 << 20
-        tens = {"x": torch.randn(n, device=dev), "y": torch.randn(n, device=dev),
-                "out": torch.empty(n, device=dev)}
-        plan = rt.prepare(tens, {"n": n}, {})
+        tens, plan = launcher_call(torch, "good", 1 << 20)
         out["candidate_sin_chain_1M (launcher)"] = lambda i: plan.run()
     except Exception as e:  # noqa: BLE001
         print(f"launcher kernel unavailable: {e}", file=sys.stderr)
     return out
+
+
+def launcher_call(torch, name: str, n: int):
+    """tests/adversarial/<name>.cu through the candidate launcher on x, y -> out of n floats."""
+    import harness
+
+    from solforge.compile.launcher import CandidateRuntime
+
+    cand = harness.cuda_candidate(harness.HERE / f"{name}.cu")
+    cr = harness.compiled(cand, name)
+    rt = CandidateRuntime(cand, cr.cubins, cr.launch_manifest())
+    tens = {"x": torch.randn(n, device="cuda"), "y": torch.randn(n, device="cuda"),
+            "out": torch.empty(n, device="cuda")}
+    return tens, rt.prepare(tens, {"n": n}, {})
+
+
+def probe_checks(torch, timer, repeats: int) -> list:
+    """The evaluator's caching probe (solforge/evaluate/caching_probe.py) on honest kernels (short
+    ones are where it used to misfire) and on the adversarial fingerprint cache, `repeats` times
+    each: how often each is called caching."""
+    from solforge.evaluate.caching_probe import probe_calls, run_probe
+    from solforge.problem.workload import Tolerance
+
+    def chain(ins):
+        z = ins["x"]
+        for _ in range(64):
+            z = torch.sin(z) + ins["y"]
+        return {"out": z}
+
+    cases = []
+    for n in (1 << 20, 1 << 14):
+        ins = {"x": torch.randn(n, device="cuda"), "y": torch.randn(n, device="cuda")}
+        outs = {"out": torch.empty(n, device="cuda")}
+        cases.append((f"torch sigmoid {n} (honest)", ins, outs,
+                      lambda ins=ins, outs=outs: torch.sigmoid(ins["x"], out=outs["out"]),
+                      lambda i: {"out": torch.sigmoid(i["x"])}))
+    a = torch.randn(2048, 2048, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(2048, 128, dtype=torch.bfloat16, device="cuda")
+    gi, go = {"a": a, "b": b}, {"c": torch.empty(2048, 128, dtype=torch.bfloat16, device="cuda")}
+    cases.append(("torch mm 2048x2048x128 bf16 (honest)", gi, go,
+                  lambda: torch.mm(gi["a"], gi["b"], out=go["c"]),
+                  lambda i: {"c": torch.mm(i["a"], i["b"])}))
+    for name, label in (("good", "honest"), ("cache_by_fingerprint", "caching")):
+        try:
+            tens, plan = launcher_call(torch, name, 1 << 20)
+        except Exception as e:  # noqa: BLE001
+            print(f"probe case {name} unavailable: {e}", file=sys.stderr)
+            continue
+        ins = {"x": tens["x"], "y": tens["y"]}
+        cases.append((f"launcher {name}.cu 1M ({label})", ins, {"out": tens["out"]},
+                      plan.run, chain))
+    rows = []
+    for label, ins, outs, call, ref in cases:
+        def make(seed, ins=ins):
+            return {k: (torch.randn_like(v) if v.is_floating_point() else v) for k, v in ins.items()}
+        caught, first = 0, []
+        for r in range(repeats):
+            t = timer.measure(lambda i: call(), 20, 25.0)     # the "timing run": values seen
+            n = probe_calls(t.median_ms, 5.0, 3, 24)
+            res = run_probe(timer, make, ins, outs, call, ref, Tolerance(), n, seed=100 * r)
+            caught += bool(res.caching)
+            if res.rounds:
+                first.append((res.rounds[0].seen_ms, res.rounds[0].fresh_ms, res.rounds[0].noise_ms,
+                              len(res.rounds)))
+            if res.wrong_output:
+                first.append(("wrong output",))
+        rows.append({"case": label, "repeats": repeats, "caught": caught, "calls": n,
+                     "median_ms": t.median_ms, "rounds": first})
+        print(f"  probe {label:40s} caught {caught}/{repeats}", flush=True)
+    return rows
 
 
 class NvmlSampler(threading.Thread):
@@ -231,6 +303,8 @@ def main() -> int:
                     help="seconds of back-to-back GEMM between the two passes")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--only", default="", help="comma-separated kernel names (default: all)")
+    ap.add_argument("--probe-repeats", type=int, default=3,
+                    help="caching-probe checks per case after pass 2 (0: none)")
     args = ap.parse_args()
     import torch
 
@@ -272,6 +346,11 @@ def main() -> int:
         trace = heat(torch, timer, ks[GEMM], args.heat_s, sampler)
     print("pass 2 (after the heat)", flush=True)
     hot = one_pass()
+    probes = []
+    if args.probe_repeats > 0:
+        timer.duty_gap_factor, timer.duty_min_call_ms = timer.default_gap, timer.default_min
+        print("caching probe checks", flush=True)
+        probes = probe_checks(torch, timer, args.probe_repeats)
     sampler.stop()
     hw = hardware.capture(timing_method=cool[0]["timing_method"] if cool else "")
 
@@ -302,12 +381,19 @@ def main() -> int:
         for b in trace:
             lines.append(f"#   {b['second']:3d} {b['calls']:5d} {b['median_ms']:.4f} "
                          f"{fmt_nv({k: b.get(k) for k in ('sm_mhz', 'min_sm_mhz', 'power_w', 'temp_c', 'mem_temp_c', 'reasons')}) if b.get('sm_mhz') else '-'}")
+    if probes:
+        lines.append("# caching probe (evaluator's caching_probe.run_probe): case, probes calling it "
+                     "caching, calls per side, first round's seen/fresh/noise ms and rounds per probe")
+        for p in probes:
+            rs = "; ".join("/".join(f"{x:.4f}" if isinstance(x, float) else str(x) for x in r)
+                           for r in p["rounds"])
+            lines.append(f"#   {p['case']:40s} {p['caught']}/{p['repeats']}  n={p['calls']}  {rs}")
     lines.append(f"# script wall {time.perf_counter() - t_script:.1f} s")
     text = "\n".join(lines) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     if args.json:
-        args.json.write_text(json.dumps({"cool": cool, "hot": hot, "heat_trace": trace,
+        args.json.write_text(json.dumps({"cool": cool, "hot": hot, "heat_trace": trace, "probes": probes,
                                          "idle": idle, "hardware": dataclasses.asdict(hw),
                                          "nvml_samples": sampler.samples}, default=str))
     print(text)

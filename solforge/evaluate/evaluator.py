@@ -268,6 +268,8 @@ def _probe_caching(env: Env, rw, res: EvalResult, factory, timing_set, call, med
     out = caching_probe.run_probe(
         env.get_timer(), lambda seed: _make(factory, seed), inputs, outputs, call,
         lambda ins: env.run_reference(rw, ins), rw.workload.tolerance, n)
+    if env.integrity is not None:
+        env.integrity.check()       # the probe's calls ran candidate code before its verdict is used
     if out.wrong_output:
         res.status, res.correct = EvalStatus.INCORRECT, False
         res.message = "caching probe: wrong output on never-seen values in reused buffers"
