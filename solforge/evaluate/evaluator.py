@@ -267,7 +267,8 @@ def _probe_caching(env: Env, rw, res: EvalResult, factory, timing_set, call, med
     inputs, outputs = timing_set
     out = caching_probe.run_probe(
         env.get_timer(), lambda seed: _make(factory, seed), inputs, outputs, call,
-        lambda ins: env.run_reference(rw, ins), rw.workload.tolerance, n)
+        lambda ins: env.run_reference(rw, ins), rw.workload.tolerance, n,
+        symmetric_setup=median_ms < caching_probe.SYMMETRIC_BELOW_MS)
     if env.integrity is not None:
         env.integrity.check()       # the probe's calls ran candidate code before its verdict is used
     if out.wrong_output:

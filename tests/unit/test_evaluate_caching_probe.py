@@ -161,3 +161,19 @@ def test_schedule_seen_values_repeat_fresh_values_never_do():
 def test_pointer_cache_gives_wrong_output_on_new_values():
     res, _, _ = _probe(PointerCache)
     assert res.wrong_output and not res.rounds
+
+
+def test_asymmetric_setup_makes_inputs_for_fresh_calls_only():
+    ins, outs, call = _setup(FingerprintCache)
+    made = []
+
+    def counting_make(seed):
+        made.append(seed)
+        return make(seed)
+
+    res = run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 4,
+                    symmetric_setup=False)
+    assert res.caching and len(made) == 4 * 2            # 4 fresh calls per round, two rounds
+    made.clear()
+    run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 4)
+    assert len(made) == (3 + 4 + 4) * 2                  # every call's setup makes a set
