@@ -124,11 +124,21 @@ def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: 
     return out
 
 
-def _write(dst: dict, src: dict) -> None:
+def _write(dst: dict, src: dict) -> bool:
+    """Copy src's tensors into dst's, all or nothing: if any tensor's shape differs (index inputs
+    whose length depends on the values drawn), writing only the others could pair new offsets with
+    old indices and send an honest kernel out of bounds. Returns whether it wrote."""
+    pairs = []
     for k, v in src.items():
+        if not isinstance(v, torch.Tensor):
+            continue
         old = dst.get(k)
-        if isinstance(v, torch.Tensor) and isinstance(old, torch.Tensor) and old.shape == v.shape:
-            old.copy_(v)
+        if not isinstance(old, torch.Tensor) or old.shape != v.shape or old.dtype != v.dtype:
+            return False
+        pairs.append((old, v))
+    for old, v in pairs:
+        old.copy_(v)
+    return True
 
 
 def _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls, saved,

@@ -177,3 +177,15 @@ def test_asymmetric_setup_makes_inputs_for_fresh_calls_only():
     made.clear()
     run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 4)
     assert len(made) == (3 + 4 + 4) * 2                  # every call's setup makes a set
+
+
+def test_write_is_all_or_nothing():
+    from solforge.evaluate.caching_probe import _write
+
+    dst = {"indptr": torch.tensor([0, 2, 4]), "indices": torch.arange(4), "n": 3}
+    ok = {"indptr": torch.tensor([0, 1, 4]), "indices": torch.tensor([3, 2, 1, 0]), "n": 3}
+    assert _write(dst, ok) and dst["indptr"].tolist() == [0, 1, 4]
+    # a new draw with a different number of indices: nothing is written, not the offsets alone
+    bad = {"indptr": torch.tensor([0, 3, 5]), "indices": torch.arange(5), "n": 3}
+    assert not _write(dst, bad)
+    assert dst["indptr"].tolist() == [0, 1, 4] and dst["indices"].tolist() == [3, 2, 1, 0]
