@@ -146,6 +146,7 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
       E      the staged epilogue without persistence
       t1k    tier 1 (128 x 128) up to M = 1024, tier 2 on 128 x 256 (as T2big)
       T1.s2  tier 1 (M 129..256) as a 2-CTA cluster split of 128 x 128 tiles where the best is not
+      T1.s4  the same with a 4-CTA cluster split
     N <= 256 (004, 005): base0 and base only."""
     from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages
     best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
@@ -167,9 +168,12 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
         st = max_stages(128, 128)
         sp = best["T1_SPLIT"] if (best["T1_BM"], best["T1_BN"]) == (128, 128) else 1
         out.append(("t1k", dict(best, **t2, T1_MAXM=1024, T1_BM=128, T1_BN=128, T1_ST=st, T1_SPLIT=sp)))
-    t1 = dict(T1_BM=128, T1_BN=128, T1_ST=max_stages(128, 128), T1_SPLIT=2)
-    if best["CSPLIT"] and n % 128 == 0 and any(best[key] != v for key, v in t1.items()):
-        out.append(("T1.s2", dict(best, **t1)))
+    # tier 1 with more, shorter CTAs: with MSKIP the ragged second M-tile's CTAs (M = 129..192) cost
+    # half, which only shortens the kernel when there is more than one wave to balance
+    for lab, sp in (("T1.s2", 2), ("T1.s4", 4)):
+        t1 = dict(T1_BM=128, T1_BN=128, T1_ST=max_stages(128, 128), T1_SPLIT=sp)
+        if best["CSPLIT"] and n % 128 == 0 and k % (64 * sp) == 0 and any(best[key] != v for key, v in t1.items()):
+            out.append((lab, dict(best, **t1)))
     return out
 
 

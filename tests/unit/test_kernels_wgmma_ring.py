@@ -143,3 +143,40 @@ def test_ring_protocol_across_tiles_with_idle_warpgroups(st, nwg, kt):
     for seed in range(10):
         tiles = [(t, [rng.random() < 0.3 and w > 0 for w in range(nwg)]) for t in range(rng.randint(1, 5))]
         run_model(st, nwg, kt, tiles, seed)
+
+
+@pytest.mark.parametrize("bn", [64, 128, 256])
+def test_staged_epilogue_layout(bn):
+    """T2_EPI: each consumer warp writes its 16 x PW slice of the accumulator fragments (thread
+    lane: rows lane/4 and lane/4 + 8, columns 8j + 2(lane%4) + {0,1}) as half2 into a 16-row buffer
+    with 16-byte chunks XOR-swizzled by row, then reads 16-byte chunks back row-contiguously. Every
+    (row, column) must come back where it belongs, and neither phase may have bank conflicts (per
+    instruction: 32 distinct 4-byte banks for the half2 stores; per 8-lane phase of the 16-byte
+    loads, 8 distinct 16-byte bank groups)."""
+    pw = min(bn, 128)
+    cpr = pw // 8
+    for p in range(bn // pw):
+        buf = {}
+        for jl in range(cpr):  # one store instruction per (jl, half): all 32 lanes
+            for half in (0, 1):
+                banks = set()
+                for lane in range(32):
+                    r = lane // 4 + 8 * half
+                    sw = (jl ^ (lane // 4 & 7)) << 4
+                    addr = r * pw * 2 + sw + (lane % 4) * 4
+                    col = p * pw + 8 * jl + 2 * (lane % 4)
+                    buf[addr] = (r, col)          # the half2 holding columns col, col + 1
+                    buf[addr + 2] = (r, col + 1)
+                    banks.add(addr // 4 % 32)
+                assert len(banks) == 32
+        for it in range(16 * cpr // 32):  # 16-byte loads
+            for phase in range(4):
+                groups = set()
+                for lane in range(8 * phase, 8 * phase + 8):
+                    idx = it * 32 + lane
+                    r, c = idx // cpr, idx % cpr
+                    addr = r * pw * 2 + ((c ^ (r & 7)) << 4)
+                    groups.add(addr // 16 % 8)
+                    for e in range(8):  # the 8 halves of the chunk go to row r, columns p*pw + 8c + e
+                        assert buf[addr + 2 * e] == (r, p * pw + 8 * c + e)
+                assert len(groups) == 8
