@@ -13,6 +13,8 @@
 //   VEC          elements per load (VEC * sizeof(elem) <= 16 bytes)
 //   TPR          threads per row (power of two if < 32, else a multiple of 32)
 //   ROWS         rows per block (block = TPR * ROWS threads)
+//   LDH          1: x and residual read with ld.global.nc.L1::no_allocate.L2::256B (streamed once:
+//                no L1 line kept, the L2 fetches 256-byte runs ahead); 0: __ldg
 //   WPRE         1: load the weight (and a post-norm residual) up front together with x: one DRAM
 //                round trip for a small row; 0: load them in the output loop (large rows: fewer
 //                registers, more warps resident)
@@ -41,7 +43,30 @@
 #define WPRE 1
 #endif
 
+#ifndef LDH
+#define LDH 0
+#endif
+
 #define HAS_RES (RESID_MODE != 0 || POST_RESID != 0)
+
+// One vector of the streamed operands (x, residual).
+template <int N>
+__device__ __forceinline__ vec_t<N> load_stream(const elem_t* p) {
+#if LDH
+    constexpr int B = N * sizeof(elem_t);
+    vec_u<N> u;
+    if constexpr (B == 16) {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(u.raw.x), "=r"(u.raw.y), "=r"(u.raw.z), "=r"(u.raw.w) : "l"(p));
+        return u.v;
+    } else if constexpr (B == 8) {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];"
+            : "=r"(u.raw.x), "=r"(u.raw.y) : "l"(p));
+        return u.v;
+    }
+#endif
+    return load_vec<N>(p);
+}
 
 static_assert(HIDDEN % VEC == 0, "HIDDEN must be a multiple of VEC");
 static_assert(VEC * sizeof(elem_t) <= 16, "at most 16 bytes per load");
@@ -89,9 +114,9 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
     for (int i = 0; i < NPT; ++i) {
         const int off = (t + i * TPR) * VEC;
         if (live && (EVEN || off < HIDDEN)) {
-            xa[i] = load_vec<VEC>(xr + off);
+            xa[i] = load_stream<VEC>(xr + off);
 #if RESID_MODE != 0 || (POST_RESID && WPRE)
-            rb[i] = load_vec<VEC>(rr + off);
+            rb[i] = load_stream<VEC>(rr + off);
 #endif
 #if WPRE
             wv[i] = load_vec<VEC>(wr + off);
@@ -149,7 +174,7 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
 #if POST_RESID && WPRE
             const vec_t<VEC> rv = rb[i];
 #elif POST_RESID
-            const vec_t<VEC> rv = load_vec<VEC>(rr + off);
+            const vec_t<VEC> rv = load_stream<VEC>(rr + off);
 #endif
             vec_t<VEC> o;
 #pragma unroll

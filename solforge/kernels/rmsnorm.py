@@ -132,7 +132,8 @@ class RMSNormFamily(Family):
                 seen.add(key)
                 uniq.append({**p, "WPRE": pre_first})
                 uniq.append({**p, "WPRE": 1 - pre_first})
-        return uniq
+        # LDH (streamed loads with an L2 256-byte prefetch hint) after every plain-load point
+        return uniq + [{**p, "LDH": 1} for p in uniq]
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
         missing = {"VEC", "TPR", "ROWS"} - set(params)
@@ -145,6 +146,8 @@ class RMSNormFamily(Family):
             raise FamilyError(f"TPR={tpr}, ROWS={rows}: bad block shape")
         if params.get("WPRE", 1) not in (0, 1, True, False):  # absent: 1 (the .cu default)
             raise FamilyError(f"WPRE={params['WPRE']!r} must be 0 or 1")
+        if params.get("LDH", 0) not in (0, 1, True, False):  # absent: 0 (the .cu default)
+            raise FamilyError(f"LDH={params['LDH']!r} must be 0 or 1")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = read_source("common", "dtype.cuh") + "\n" + read_source("rmsnorm", "rmsnorm.cu")
