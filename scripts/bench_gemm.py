@@ -147,6 +147,7 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
       t1k    tier 1 (128 x 128) up to M = 1024, tier 2 on 128 x 256 (as T2big)
       T1.s2  tier 1 (M 129..256) as a 2-CTA cluster split of 128 x 128 tiles where the best is not
       T1.s4  the same with a 4-CTA cluster split
+      T0.c2, T0.c4  tier 0 (M 17..128) as a 2- or 4-CTA cluster split of 128 x 128 tiles (N 4096..8192)
     N <= 256 (004, 005): base0 and base only."""
     from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages
     best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
@@ -174,6 +175,14 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
         t1 = dict(T1_BM=128, T1_BN=128, T1_ST=max_stages(128, 128), T1_SPLIT=sp)
         if best["CSPLIT"] and n % 128 == 0 and k % (64 * sp) == 0 and any(best[key] != v for key, v in t1.items()):
             out.append((lab, dict(best, **t1)))
+    # tier 0 (M 17..128 with the skinny tiers at M <= 16) on 128 x 128 tiles, split 2 or 4: 010's
+    # first sweep had (128, 128, split 2) at 1.00x over M = 65..128 against 0.89x of its best's
+    # (128, 256, split 4); 007/008 never ran split 4 of 128 x 128 (128 CTAs)
+    for lab, sp in (("T0.c2", 2), ("T0.c4", 4)):
+        t0 = dict(T0_BM=128, T0_BN=128, T0_ST=max_stages(128, 128), T0_SPLIT=sp)
+        if best["CSPLIT"] and n >= 4096 and n <= 8192 and k % (64 * sp) == 0 \
+                and any(best[key] != v for key, v in t0.items()):
+            out.append((lab, dict(best, **t0)))
     return out
 
 
