@@ -45,7 +45,13 @@ from typing import Optional
 PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
            "solforge.problem.loader", "solforge.compile.launcher",
            "solforge.evaluate.evaluator", "solforge.evaluate.callers", "solforge.evaluate.hardware",
-           "solforge.evaluate.reference", "solforge.evaluate.driver")
+           "solforge.evaluate.reference", "solforge.evaluate.driver",
+           # torch.profiler's first session runs `hasattr(torch, "_inductor")` (profiler.py,
+           # prepare_trace), and torch's lazy __getattr__ then imports torch._inductor -> torch._dynamo
+           # -> sympy: ~800 modules, ~4 s in every fresh child, which is nearly all of the "first CUPTI
+           # session" cost (data/results/profiler_first_session.txt). Imported here once instead; it
+           # initializes no CUDA (checked below, as for every preload).
+           "torch._inductor")
 _MAX_MSG = 1 << 16
 
 
@@ -102,8 +108,18 @@ def serve(sock_path: str, preload=PRELOAD) -> int:
     import importlib
 
     t0 = time.perf_counter()
-    for name in preload:
-        importlib.import_module(name)
+    # Should an import ask torch whether CUDA is available, let it ask NVML rather than cuInit (torch's
+    # own guard against "fork poisoning"); cuda_state() below refuses to fork if CUDA came up anyway.
+    nvml = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    finally:
+        if nvml is None:
+            os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
+        else:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = nvml
     preload_s = time.perf_counter() - t0
     state = cuda_state()
     if state != "uninitialized":

@@ -171,3 +171,16 @@ def test_slot_sets_the_childs_cpu_threads(problem, tmp_path, pypath, monkeypatch
         rep = _run(problem, tmp_path, f"threads{n}", probe, pypath, timeout_s=120,
                    env={**env, "OMP_NUM_THREADS": n, "SOLFORGE_EVAL_THREADS": n})
         assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
+
+
+def test_child_finds_the_profilers_lazy_imports_done(problem, tmp_path, pypath):
+    """torch.profiler's first session imports torch._inductor (and torch._dynamo, sympy) through
+    torch's lazy __getattr__; in a zygote child they are already there, so the first timed session
+    does not pay for them. The candidate looks before anything in the child could have imported them
+    (its module is loaded before the first workload is timed)."""
+    probe = ("import sys\n"
+             "_MISSING = [m for m in ('torch._inductor', 'torch._dynamo', 'sympy') if m not in sys.modules]\n"
+             + _body("if _MISSING:\n    raise RuntimeError(f'NOT PRELOADED {_MISSING}')\n"))
+    rep = _run(problem, tmp_path, "lazy", probe, pypath, timeout_s=120)
+    assert rep.launch == "zygote", rep.log
+    assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
