@@ -134,9 +134,10 @@ def variants_final(name: str, n: int, k: int) -> list[tuple[str, dict]]:
 
 def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
     """The large-M tier (T2) reworked and the ragged-M skip, against the measured best:
-      base0  the measured best with MSKIP=0 (the kernel as it was timed: every warpgroup multiplies)
-      base   the measured best (MSKIP=1: warpgroups whose 64 rows lie past M skip their wgmmas;
-             pays where M-tiles are ragged and the grid has more than one wave, e.g. 011 M=136)
+      base0  the measured best, MSKIP=0 (the kernel as it was timed: every warpgroup multiplies)
+      base   the measured best with MSKIP=1 (warpgroups whose 64 rows lie past M skip their wgmmas;
+             pays where M-tiles are ragged and the grid has more than one wave, e.g. 011 M=136);
+             every variant below is base with one change
       T2big  128 x 256 tier-2 tiles where the measured best has another shape (006)
       P      persistent tier 2 (T2_CTAS = 132: a CTA loops over tiles, its producer runs into the
              next tile while the consumers write the last one), 128 x 256, 4 stages
@@ -150,10 +151,11 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
       T0.c2, T0.c4  tier 0 (M 17..128) as a 2- or 4-CTA cluster split of 128 x 128 tiles (N 4096..8192)
     N <= 256 (004, 005): base0 and base only."""
     from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages
-    best = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
+    measured = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
+    best = dict(measured, MSKIP=1)  # every variant but base0 skips (report --best then keeps it)
     bn = 256 if n % 256 == 0 else 128
     t2 = dict(T2_BM=128, T2_BN=bn, T2_ST=max_stages(128, bn, 1), T2_SPLIT=1)
-    out = [("base0", dict(best, MSKIP=0)), ("base", dict(best))]
+    out = [("base0", dict(measured, MSKIP=0)), ("base", dict(best))]
     if n <= 256:  # 004, 005: a handful of N-tiles; only the skip is new for them
         return out
     if (best["T2_BM"], best["T2_BN"]) != (128, bn):

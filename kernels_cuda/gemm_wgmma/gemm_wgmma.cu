@@ -81,8 +81,8 @@
 #ifndef EVF        // 1: B loaded with L2 evict-first where one CTA (row) reads each B element
 #define EVF 0
 #endif
-#ifndef MSKIP      // 1: consumer warpgroups whose rows all lie past M skip their wgmmas
-#define MSKIP 1
+#ifndef MSKIP      // 1: consumer warpgroups whose rows all lie past M skip their wgmmas (0 until an
+#define MSKIP 0    // H200 run has checked it: the measured best/ params do not set it)
 #endif
 #ifndef T2_GROUP   // tier 2 raster: groups of T2_GROUP M-tiles sweep all N-tiles (0: M-tiles fastest)
 #define T2_GROUP 16

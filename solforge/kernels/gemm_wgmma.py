@@ -38,9 +38,10 @@ T2_OPTIONAL = {"T2_CTAS": 0, "T2_GROUP": 16, "T2_EPI": 0,
                # T2_ORDER: a persistent CTA's tiles round-robin (0) or serpentine (1: odd rounds
                # reversed, so the cheap tiles of a ragged last M-tile spread over the CTAs)
                "T2_ORDER": 0,
-               # MSKIP: consumer warpgroups whose 64 rows all lie past M skip their wgmmas (1, the
-               # kernel's default) or multiply zero rows like before (0)
-               "MSKIP": 1}
+               # MSKIP: consumer warpgroups whose 64 rows all lie past M skip their wgmmas (1) or
+               # multiply zero rows as the measured best did (0, the kernel's default until an H200
+               # run has checked the skip)
+               "MSKIP": 0}
 REGS_PER_SM, MAX_THREADS = 65536, 384
 # skinny partial sums stay under 48 KB with the kernel's 1.2 KB of static shared memory: the launcher
 # opts a kernel in to more only when the dynamic part alone exceeds 48 KB (static + 48 KB failed

@@ -224,7 +224,7 @@ def test_persistent_tier2_epilogue_compiles_without_spills(sol_execbench_dir, tm
     problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
     fam = get_family("gemm_wgmma")
     p = {**fam.param_space(problem)[0], "T2_BM": 128, "T2_BN": 256, "T2_ST": 4, "T2_CTAS": 132, "T2_EPI": 1,
-         "T2_ORDER": 1}
+         "T2_ORDER": 1, "MSKIP": 1}
     cubin, log = compile_cuda_candidate(fam.instantiate(problem, p))
     assert "serialized" not in log, log
     sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
