@@ -162,9 +162,25 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
                 continue
             hurry = (hurry_at is not None and time.time() > hurry_at) or \
                 (hurry_after_s is not None and elapsed > hurry_after_s)
-            yield _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
+            row = _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
                                  warmup_ms, workload_budget_s, lock_path, label, min_reps=min_reps,
                                  hurry=hurry, inputs_in_lock=inputs_in_lock, state=state)
+            if row.status == "runtime_error" and state.get("dims") and not state.get("static"):
+                # The compile with dynamic dims failed: the plain torch.compile (static shapes,
+                # automatic dynamic on recompile) gets its chance, once per problem.
+                import torch._dynamo as dynamo
+
+                state["dims"], state["static"] = {}, True
+                dynamo.reset()
+                fn = _compiled(mod.run, compile_backend)
+                first = row.message
+                row = _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
+                                     warmup_ms, workload_budget_s, lock_path, label,
+                                     min_reps=min_reps, hurry=hurry, inputs_in_lock=inputs_in_lock,
+                                     state=state)
+                row.message = (f"compiled without dynamic dims (with them: {first[:160]})"
+                               + ("; " + row.message if row.message else ""))
+            yield row
     finally:
         if shim is not None:
             shim.remove()

@@ -307,3 +307,34 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
         hw_rows[0]["driver"] == "580.1" and hw_rows[0]["n"] == 4
     c = hw_rows[0]["clocks"]
     assert (json.loads(c) if isinstance(c, str) else c)["sm_mhz"] == 1980
+
+
+def test_a_compile_that_fails_with_dynamic_dims_is_retried_static(tmp_path):
+    import torch
+    import torch._dynamo as dynamo
+
+    from solforge.evaluate.baseline import time_problem
+    from solforge.problem import load_problem_dir
+
+    seen = []
+
+    def no_symbolic_shapes(gm, example_inputs):  # a backend whose first dynamic compile fails
+        vals = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+        sym = any(isinstance(v, torch.SymInt) or any(isinstance(d, torch.SymInt)
+                                                     for d in getattr(v, "shape", ())) for v in vals)
+        seen.append(sym)
+        if sym and seen.count(True) == 1:  # the first dynamic compile fails
+            raise RuntimeError("symbolic shapes unsupported here")
+        return gm.forward
+
+    dynamo.register_backend(no_symbolic_shapes, name="test_no_symbolic_shapes")
+    d = _problem(tmp_path, "A", "p", workloads=[{"uuid": "a", "n": 4096}, {"uuid": "b", "n": 8192}])
+    dynamo.reset()
+    rows = list(time_problem(load_problem_dir(d), "compile", tmp_path / "st", reps=2, device="cpu",
+                             timer=rb.WallTimer(), compile_backend="test_no_symbolic_shapes"))
+    assert [r.status for r in rows] == ["passed", "passed"], [r.message for r in rows]
+    assert rows[0].message.startswith("compiled without dynamic dims (with them:")
+    assert "symbolic shapes unsupported here" in rows[0].message
+    # marked dims first (fails), then static; the next workload recompiles with automatic dynamic
+    assert seen == [True, False, True]
+    assert not rows[1].message
