@@ -24,10 +24,7 @@ SLOW, FAST = "022_rmsnorm_h512", "021_rmsnorm_h128"
 
 @pytest.fixture(scope="module")
 def problems(sol_execbench_dir):
-    from solforge.problem import load_problem_dir
-
-    return [load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / n, subset="FlashInfer-Bench")
-            for n in (SLOW, FAST)]
+    return load_problems(sol_execbench_dir)
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +32,16 @@ def compile_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("compile-cache")  # the second variant reuses the first's cubins
 
 
-def _run(tmp_path, monkeypatch, problems, compile_cache, *, barrier: bool, hold_s: float,
-         budget: int = 7):
+def build_loop(db, problems, compile_cache, *, barrier: bool, hold_s: float, budget: int = 7,
+               stages: Stages | None = None, as_task=None):
+    """The loop under test and the stand-in's record of evaluations. `stages`: e.g. the Prefect
+    flow's (tasks/optimize.py); `as_task` wraps the stand-in like the flow wraps evaluate_pinned."""
+    import os
+
     from solforge.store import Store
 
-    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(compile_cache))
-    store = Store(tmp_path / ("barrier" if barrier else "pipeline") / "o.duckdb")
+    os.environ["SOLFORGE_CACHE_DIR"] = str(compile_cache)
+    store = Store(db)
     lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, store=store)
     for p in problems:  # T_b known: no baseline is measured
         lab.set_baselines(p, {s.uuid: s.t_sol_ms * 4 for s in lab.roofline(p)})
@@ -67,16 +68,33 @@ def _run(tmp_path, monkeypatch, problems, compile_cache, *, barrier: bool, hold_
                for w in problem.workloads]
         return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=0.01)
 
+    stages = stages or Stages()
+    stages.evaluate = as_task(standin_evaluate) if as_task else standin_evaluate
+    stages.prestart = lambda loop: None
     cfg = LoopConfig(budget=Budget(attempts=budget), planner=PlannerConfig(attempts_per_round=1),
                      runs_per_round=2)
     loop = OrchestratedLoop(store, problems, lab, {"offline": OfflineWorker(lab)}, cfg,
-                            pool=GpuPool(["0", "1"], cross_process=False),
-                            stages=Stages(evaluate=standin_evaluate, prestart=lambda loop: None),
+                            pool=GpuPool(["0", "1"], cross_process=False), stages=stages,
                             key_parts={"test": "pipeline", "barrier": barrier})
     if barrier:  # the rounds this loop had before: every session of a round ends before the next
         loop._drive = lambda report: OptimizeLoop._drive(loop, report)
+    return loop, evals
+
+
+def load_problems(sol_execbench_dir):
+    from solforge.problem import load_problem_dir
+
+    return [load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / n, subset="FlashInfer-Bench")
+            for n in (SLOW, FAST)]
+
+
+def _run(tmp_path, monkeypatch, problems, compile_cache, *, barrier: bool, hold_s: float,
+         budget: int = 7):
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(compile_cache))
+    db = tmp_path / ("barrier" if barrier else "pipeline") / "o.duckdb"
+    loop, evals = build_loop(db, problems, compile_cache, barrier=barrier, hold_s=hold_s, budget=budget)
     report = loop.run()
-    return loop, report, store, evals
+    return loop, report, loop.store, evals
 
 
 def _slow_first(loop):
@@ -124,3 +142,55 @@ def test_with_rounds_the_fast_problem_waits_for_the_slow_one(tmp_path, monkeypat
     fast = sorted((a, b) for p, a, b in loop.session_log if p == FAST)
     assert len(fast) >= 2 and fast[1][0] >= s1
     assert report.spent.attempts == 4
+
+
+PREFECT_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+sys.path[:0] = ['.', 'tests/flows']
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
+from tasks.optimize import prefect_stages
+import test_pipeline as tp
+
+def as_task(fn):
+    t = task(name='evaluate-standin', cache_policy=NO_CACHE)(fn)
+    return lambda lab, problem, cand, res, pool: t(quote(lab), quote(problem), quote(cand), quote(res),
+                                                   quote(pool))
+
+@flow(name='pipeline-check')
+def check(db, cache, shared):
+    loop, evals = tp.build_loop(db, tp.load_problems(Path(shared)), cache, barrier=False, hold_s=120,
+                                budget=5, stages=prefect_stages(), as_task=as_task)
+    rep = loop.run()
+    return {'sessions': loop.session_log, 'evals': evals, 'attempts': rep.spent.attempts,
+            'stop': rep.stop_reason}
+
+print('RESULT ' + json.dumps(check(sys.argv[1], sys.argv[2], sys.argv[3])))
+"""
+
+
+@pytest.mark.slow
+def test_the_prefect_flows_stages_run_without_a_barrier_too(prefect_api, tmp_path, sol_execbench_dir,
+                                                            compile_cache):
+    """The same pipeline with the optimize flow's stages (every stage a Prefect task run; the planner
+    task runs in the flow's thread while session tasks run in theirs), on the real server."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**prefect_api.env, "SOLFORGE_GPU_LOCK_DIR": str(tmp_path / "locks")}
+    p = subprocess.run([sys.executable, "-c", PREFECT_SCRIPT, str(tmp_path / "p.duckdb"), str(compile_cache),
+                        str(sol_execbench_dir)], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=400)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    r = json.loads(p.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    slow = min((s for s in r["sessions"] if s[0] == SLOW), key=lambda s: s[1])
+    fast = sorted(s[1] for s in r["sessions"] if s[0] == FAST)
+    assert len(fast) >= 2 and fast[1] < slow[2], r
+    assert r["attempts"] == 5 and "attempt budget spent (5/5)" in r["stop"]
+    names = {t["name"].rsplit("-", 1)[0] for t in prefect_api.call("POST", "/task_runs/filter", {})}
+    assert {"plan-round", "propose", "compile", "evaluate-standin", "score", "store-result"} <= names, names
