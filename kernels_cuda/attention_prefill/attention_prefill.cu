@@ -24,6 +24,13 @@
 // floor(u+x) - floor(u) + 1 >= ceil(x); grid.x = floor(min(total_q, num_kv_indices)*GROUP/BLOCK_M)
 // + batch covers every request. A CTA finds its request by binary search (off is strictly
 // increasing); spare CTAs exit.
+//
+// ZFUSE=1 (a tunable, default 0): one launch instead of two. The zero rows are written by extra CTAs
+// of the attention grid (blockIdx.x >= n_attn, after the attention tiles), ZTOK consecutive tokens x
+// the GROUP heads of kv head blockIdx.y each, one warp per token, the request found once per warp by
+// binary search and then walked forward. On the small workloads the second launch and its
+// dependent indptr loads are a third of the time; the zero CTAs carry the attention kernel's
+// shared-memory allocation, so on zero-heavy workloads fewer of them are resident (hence a tunable).
 #include <cuda_bf16.h>
 #include <cuda/std/cstdint>
 
@@ -33,6 +40,11 @@
 #define CHUNKS (HEAD_DIM / 8)           // 16-byte chunks per row
 #define TILE_Q (BLOCK_M / GROUP)        // tokens per CTA
 #define NEG_INF (__int_as_float(0xff800000))  // no <math.h> under NVRTC: spell -inf by its bits
+
+#ifndef ZFUSE
+#define ZFUSE 0
+#endif
+#define ZTOK 64                         // tokens per zero CTA (ZFUSE); solforge/kernels/attention_prefill.py
 
 static_assert(HEAD_DIM == 128, "the swizzle and fragment loops assume head_dim 128");
 static_assert(BLOCK_M % 16 == 0 && BLOCK_M % GROUP == 0, "BLOCK_M: 16 rows per warp, whole tokens");
@@ -78,11 +90,50 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+#if ZFUSE
+// Zero rows of tokens [zx*ZTOK, (zx+1)*ZTOK) for the GROUP heads of kv head kvh (ZFUSE): the same
+// rows as gqa_prefill_zero_rows below (tokens before a request's last min(q_len, kv_len)).
+__device__ __noinline__ void zero_rows_part(int zx, int kvh, int warp, int lane, const int* __restrict__ qo_indptr,
+                                               const int* __restrict__ kv_indptr, __nv_bfloat16* __restrict__ out,
+                                               float* __restrict__ lse, int batch, int total_q) {
+    const int t_begin = zx * ZTOK + warp, t_end = min(total_q, (zx + 1) * ZTOK);
+    if (batch <= 0 || t_begin >= t_end) return;
+    int lo = 0, hi = batch - 1;   // request of t_begin: largest b with qo_indptr[b] <= t_begin
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (qo_indptr[mid] <= t_begin) lo = mid; else hi = mid - 1;
+    }
+    int b = lo, q_end = qo_indptr[b + 1], zero_end = 0;
+    {
+        const int q_len = q_end - qo_indptr[b], kv_len = kv_indptr[b + 1] - kv_indptr[b];
+        zero_end = q_end - max(0, min(q_len, kv_len));
+    }
+    for (int tok = t_begin; tok < t_end; tok += NWARPS) {
+        while (tok >= q_end) {    // next request (empty ones are skipped: their q_end repeats)
+            ++b;
+            const int q_start = q_end;
+            q_end = qo_indptr[b + 1];
+            const int kv_len = kv_indptr[b + 1] - kv_indptr[b];
+            zero_end = q_end - max(0, min(q_end - q_start, kv_len));
+        }
+        if (tok >= zero_end) continue;
+        const long long row = (long long)tok * NUM_QO_HEADS + kvh * GROUP;
+        uint4* dst = reinterpret_cast<uint4*>(out + row * HEAD_DIM);
+        for (int c = lane; c < GROUP * CHUNKS; c += 32) dst[c] = make_uint4(0, 0, 0, 0);
+        if (lane < GROUP) lse[row + lane] = NEG_INF;
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(NTHREADS)
 gqa_paged_prefill_causal(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                          const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ qo_indptr,
                          const int* __restrict__ kv_indptr, const int* __restrict__ kv_indices,
-                         __nv_bfloat16* __restrict__ out, float* __restrict__ lse, int batch, float sm_scale) {
+                         __nv_bfloat16* __restrict__ out, float* __restrict__ lse, int batch, float sm_scale
+#if ZFUSE
+                         , int total_q, int n_attn
+#endif
+                         ) {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem_raw);
     __nv_bfloat16* sK = sQ + BLOCK_M * HEAD_DIM;
@@ -90,6 +141,12 @@ gqa_paged_prefill_causal(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int kvh = blockIdx.y;
+#if ZFUSE
+    if ((int)blockIdx.x >= n_attn) {
+        zero_rows_part((int)blockIdx.x - n_attn, kvh, warp, lane, qo_indptr, kv_indptr, out, lse, batch, total_q);
+        return;
+    }
+#endif
 
     // ---- tile scheduler: largest b with off(b) <= blockIdx.x (off is strictly increasing) ----
     const int t = blockIdx.x;

@@ -37,7 +37,10 @@ _REF_PATTERNS = (
 )
 SMEM_LIMIT = 227 * 1024  # sm_90 opt-in dynamic shared memory per block
 # valid (compile-checked) but not yet GPU-checked: staged by the next GPU check (README.md)
-UNCHECKED = [{"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 2}, {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 3}]
+UNCHECKED = [{"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 2}, {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 3},
+             {"BLOCK_M": 64, "BLOCK_N": 32, "STAGES": 3, "ZFUSE": 1},
+             {"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 3, "ZFUSE": 1}]
+ZTOK = 64  # tokens per zero-row CTA with ZFUSE=1 (#define ZTOK in the .cu)
 
 
 def smem_bytes(block_m: int, block_n: int, stages: int, head_dim: int = 128) -> int:
@@ -100,8 +103,10 @@ class AttentionPrefillFamily(Family):
         return [p for p in space if p["BLOCK_M"] % group == 0]
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
-        if set(params) != {"BLOCK_M", "BLOCK_N", "STAGES"}:
-            raise FamilyError("attention_prefill params: BLOCK_M, BLOCK_N, STAGES")
+        if not {"BLOCK_M", "BLOCK_N", "STAGES"} <= set(params) <= {"BLOCK_M", "BLOCK_N", "STAGES", "ZFUSE"}:
+            raise FamilyError("attention_prefill params: BLOCK_M, BLOCK_N, STAGES (and optionally ZFUSE)")
+        if params.get("ZFUSE", 0) not in (0, 1):
+            raise FamilyError(f"ZFUSE={params['ZFUSE']}: 0 (two launches) or 1 (one)")
         bm, bn, st = params["BLOCK_M"], params["BLOCK_N"], params["STAGES"]
         group = spec.fixed["NUM_QO_HEADS"] // spec.fixed["NUM_KV_HEADS"]
         if bm not in (16, 32, 64, 128) or bm % group:
@@ -118,12 +123,17 @@ class AttentionPrefillFamily(Family):
         tq, li, nkv = spec.info["total_q"], spec.info["len_indptr"], spec.info["num_kv_indices"]
         zero = Launch(kernel="gqa_prefill_zero_rows", grid=[f"max(1, ceil_div({tq}, 8))"], block=["256"],
                       args=["qo_indptr", "kv_indptr", "output", "lse", f"int32:{li} - 1", f"int32:{tq}"])
-        grid = [f"max(1, min({tq}, {nkv}) * (NUM_QO_HEADS // NUM_KV_HEADS) // BLOCK_M + {li} - 1)",
-                "NUM_KV_HEADS"]
+        n_attn = f"max(1, min({tq}, {nkv}) * (NUM_QO_HEADS // NUM_KV_HEADS) // BLOCK_M + {li} - 1)"
+        args = ["q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "output", "lse",
+                f"int32:{li} - 1", "float32:sm_scale"]
+        fused = bool(params.get("ZFUSE", 0))
+        if fused:  # zero-row CTAs after the attention tiles, ZTOK tokens each (see the .cu header)
+            grid = [f"{n_attn} + ceil_div({tq}, {ZTOK})", "NUM_KV_HEADS"]
+            args += [f"int32:{tq}", f"int32:{n_attn}"]
+        else:
+            grid = [n_attn, "NUM_KV_HEADS"]
         launch = Launch(kernel="gqa_paged_prefill_causal", grid=grid, block=["BLOCK_M // 16 * 32"],
-                        smem="(BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2",
-                        args=["q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices",
-                              "output", "lse", f"int32:{li} - 1", "float32:sm_scale"])
+                        smem="(BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * 2", args=args)
         return Candidate(problem=defn.name, language="cuda", sources={"attention_prefill.cu": src},
-                         params={**spec.fixed, **params}, launches=[zero, launch], options=[],
-                         notes=f"family=attention_prefill {params}")
+                         params={**spec.fixed, **params}, launches=[launch] if fused else [zero, launch],
+                         options=[], notes=f"family=attention_prefill {params}")

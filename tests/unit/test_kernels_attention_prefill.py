@@ -17,7 +17,7 @@ import torch
 from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
-from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED
+from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED, ZTOK
 from solforge.problem.loader import load_problem_dir
 
 SUBSET = "FlashInfer-Bench"
@@ -142,14 +142,24 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
     for params in space:
         cand = fam.instantiate(p, params)
         Candidate.model_validate_json(cand.model_dump_json())
-        zero, launch = cand.launches
-        assert (zero.kernel, launch.kernel) == ("gqa_prefill_zero_rows", "gqa_paged_prefill_causal")
+        fused = bool(params.get("ZFUSE"))
+        if fused:
+            (launch,) = cand.launches
+        else:
+            zero, launch = cand.launches
+            assert zero.kernel == "gqa_prefill_zero_rows"
+        assert launch.kernel == "gqa_paged_prefill_causal"
         for w in p.workloads:
             env = launch_env(w.axes, w.scalars(), cand.params)
-            assert eval_expr(zero.grid[0], env) * 8 >= w.axes["total_q"]   # one warp per token
-            assert eval_expr(zero.block[0], env) == 256
-            assert eval_expr(zero.args[-1].split(":", 1)[1], env) == w.axes["total_q"]
             gx, gy = (eval_expr(g, env) for g in launch.grid)
+            if fused:   # zero CTAs after the n_attn attention tiles: ZTOK tokens each
+                total_q, n_attn = (eval_expr(a.split(":", 1)[1], env) for a in launch.args[-2:])
+                assert total_q == w.axes["total_q"] and (gx - n_attn) * ZTOK >= total_q > (gx - n_attn - 1) * ZTOK
+                gx = n_attn
+            else:
+                assert eval_expr(zero.grid[0], env) * 8 >= w.axes["total_q"]   # one warp per token
+                assert eval_expr(zero.block[0], env) == 256
+                assert eval_expr(zero.args[-1].split(":", 1)[1], env) == w.axes["total_q"]
             block, smem = eval_expr(launch.block[0], env), eval_expr(launch.smem, env)
             batch = w.axes["len_indptr"] - 1
             group = cand.params["NUM_QO_HEADS"] // cand.params["NUM_KV_HEADS"]
@@ -159,7 +169,7 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert 1 <= gx < 2**31 - 1 and gy == cand.params["NUM_KV_HEADS"] <= 65535
             assert block == params["BLOCK_M"] // 16 * 32 <= 1024
             assert 0 < smem <= SMEM_LIMIT
-            assert eval_expr(launch.args[-2].split(":", 1)[1], env) == batch
+            assert eval_expr(launch.args[-4 if fused else -2].split(":", 1)[1], env) == batch
         res = compile_candidate(cand, arch="sm_90a")
         assert res.ok, res.log  # also checks the args against the kernel's parameter list
         if cuobjdump is None:
@@ -181,8 +191,37 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).to(torch.float32)
 
 
+def _zero_rows_fused(out, lse, qo, kvp, *, group, num_kv_heads, nwarps, ztok):
+    """ZFUSE=1's zero-row CTAs (zero_rows_part): CTA (zx, kvh), warp w takes tokens zx*ZTOK + w,
+    + NWARPS, ... below (zx+1)*ZTOK; request by binary search once, then walked forward."""
+    total_q, batch = out.shape[0], len(qo) - 1
+    for kvh in range(num_kv_heads):
+        for zx in range((total_q + ztok - 1) // ztok):
+            for warp in range(nwarps):
+                t_begin, t_end = zx * ztok + warp, min(total_q, (zx + 1) * ztok)
+                if batch <= 0 or t_begin >= t_end:
+                    continue
+                lo, hi = 0, batch - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) >> 1
+                    if qo[mid] <= t_begin:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                b, q_end = lo, qo[lo + 1]
+                zero_end = q_end - max(0, min(q_end - qo[b], kvp[b + 1] - kvp[b]))
+                for tok in range(t_begin, t_end, nwarps):
+                    while tok >= q_end:
+                        b += 1
+                        q_start, q_end = q_end, qo[b + 1]
+                        zero_end = q_end - max(0, min(q_end - q_start, kvp[b + 1] - kvp[b]))
+                    if tok < zero_end:
+                        heads = slice(kvh * group, (kvh + 1) * group)
+                        out[tok, heads], lse[tok, heads] = 0.0, -math.inf
+
+
 def emulate(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, *, block_m, block_n,
-            num_kv_heads, delta_shift=0):
+            num_kv_heads, delta_shift=0, zfuse=False):
     """The kernel's loop structure on the CPU: CTA grid and scheduler, tile rows (token, head),
     the zero shortcut, kv blocks with zero-filled tails, the per-warp mask shortcut, base-2 online
     softmax with the -inf base guard, P rounded to bf16, the epilogue. One warp = 16 rows."""
@@ -196,8 +235,11 @@ def emulate(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, sm_scale, *, 
     kf, vf = k_cache[:, 0].float(), v_cache[:, 0].float()
     qf = q.float()
     scale2 = sm_scale * 1.4426950408889634
+    if zfuse:
+        _zero_rows_fused(out, lse, qo, kvp, group=group, num_kv_heads=num_kv_heads,
+                         nwarps=block_m // 16, ztok=ZTOK)
     # launch 1, gqa_prefill_zero_rows: one warp per token, binary search for its request
-    for tok in range(total_q):
+    for tok in ([] if zfuse else range(total_q)):
         lo, hi = 0, batch - 1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
@@ -325,10 +367,51 @@ def test_emulation_matches_reference_on_every_point(problems, name):
     for ci, (q_lens, kv_lens) in enumerate(CASES):
         args = _case(q_lens, kv_lens, 32, h_kv, seed=ci)
         ref_out, ref_lse = ref(*args)
-        for params in fam.param_space(p):
+        for params in fam.param_space(p) + UNCHECKED:
             out, lse = emulate(*args, block_m=params["BLOCK_M"], block_n=params["BLOCK_N"],
-                               num_kv_heads=h_kv)
+                               num_kv_heads=h_kv, zfuse=bool(params.get("ZFUSE")))
             _check(out, lse, ref_out, ref_lse)
+
+
+def test_fused_zero_rows_cover_long_zero_runs():
+    """ZFUSE's zero CTAs across ZTOK boundaries, empty requests and a request of only zero rows:
+    exactly the rows gqa_prefill_zero_rows writes (the rest stays poisoned)."""
+    import re
+
+    src = (Path(__file__).resolve().parents[2] / "kernels_cuda" / "attention_prefill" / "attention_prefill.cu").read_text()
+    assert int(re.search(r"#define ZTOK (\d+)", src).group(1)) == ZTOK   # grid and kernel agree
+    q_lens, kv_lens = [150, 0, 3, 70, 1], [2, 5, 0, 69, 1]
+    qo = [0] + list(torch.tensor(q_lens).cumsum(0).tolist())
+    kvp = [0] + list(torch.tensor(kv_lens).cumsum(0).tolist())
+    total_q, h = qo[-1], 32
+    want = torch.zeros(total_q, dtype=torch.bool)
+    for b, (ql, kl) in enumerate(zip(q_lens, kv_lens)):
+        want[qo[b]:qo[b] + ql - max(0, min(ql, kl))] = True
+    for nwarps in (4, 8):
+        out = torch.full((total_q, h, 4), float("nan"))
+        lse = torch.full((total_q, h), float("nan"))
+        _zero_rows_fused(out, lse, qo, kvp, group=4, num_kv_heads=8, nwarps=nwarps, ztok=ZTOK)
+        written = ~torch.isnan(lse)
+        assert torch.equal(written, want[:, None].expand(-1, h)), nwarps
+        assert (out[want] == 0).all() and torch.isinf(lse[want]).all()
+
+
+def test_zfuse_off_compiles_to_the_gpu_checked_code(problems):
+    """The ZFUSE additions are all inside `#if ZFUSE`: without them the source compiles to the same
+    cubin, so the GPU evidence of the ZFUSE=0 points still holds for today's source."""
+    import re
+
+    from solforge.kernels.build import compile_cuda_candidate
+
+    fam, p = get_family("attention_prefill"), problems[CLAIMED[1]]
+    cand = fam.instantiate(p, fam.param_space(p)[0])
+    src = cand.sources["attention_prefill.cu"]
+    stripped = re.sub(r"\n#if ZFUSE\n.*?\n#endif\n", "\n", src, flags=re.S)
+    stripped = re.sub(r"#ifndef ZFUSE\n#define ZFUSE 0\n#endif\n#define ZTOK[^\n]*\n", "", stripped)
+    assert stripped != src and "zero_rows_part" not in stripped and "ZTOK" not in re.sub(r"//[^\n]*", "", stripped)
+    a, _ = compile_cuda_candidate(cand)
+    b, _ = compile_cuda_candidate(cand.model_copy(update={"sources": {"attention_prefill.cu": stripped}}))
+    assert a == b
 
 
 def test_emulation_catches_a_shifted_causal_limit(problems):
