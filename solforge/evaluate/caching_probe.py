@@ -29,6 +29,7 @@ How it times the two sides so that only the values differ:
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -41,6 +42,13 @@ from .inputs import clone_inputs
 WARM_IN_CALLS = 3
 # kernels shorter than this get the same input-making work before seen calls as before fresh ones
 SYMMETRIC_BELOW_MS = 1.0
+
+
+def fresh_seed() -> int:
+    """A seed base no earlier evaluation used: the probe's new values must be new to a candidate
+    that keeps a cache outside its process (a file), not just new within this run. Correctness and
+    timing inputs stay deterministic (seed_for) so that runs can be reproduced."""
+    return 1_000_000 + int.from_bytes(os.urandom(5), "little") * 1000
 
 
 def probe_calls(median_ms: float, budget_ms: float, lo: int, hi: int) -> int:

@@ -268,6 +268,7 @@ def _probe_caching(env: Env, rw, res: EvalResult, factory, timing_set, call, med
     out = caching_probe.run_probe(
         env.get_timer(), lambda seed: _make(factory, seed), inputs, outputs, call,
         lambda ins: env.run_reference(rw, ins), rw.workload.tolerance, n,
+        seed=caching_probe.fresh_seed(),
         symmetric_setup=median_ms < caching_probe.SYMMETRIC_BELOW_MS)
     if env.integrity is not None:
         env.integrity.check()       # the probe's calls ran candidate code before its verdict is used

@@ -171,12 +171,20 @@ def test_asymmetric_setup_makes_inputs_for_fresh_calls_only():
         made.append(seed)
         return make(seed)
 
-    res = run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 4,
+    res = run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 8,
                     symmetric_setup=False)
-    assert res.caching and len(made) == 4 * 2            # 4 fresh calls per round, two rounds
+    assert res.caching and len(made) == 8 * 2            # 8 fresh calls per round, two rounds
     made.clear()
-    run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 4)
-    assert len(made) == (3 + 4 + 4) * 2                  # every call's setup makes a set
+    # new seeds: the cache holds the first probe's fresh values, which are "seen" now
+    run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 8, seed=9000)
+    assert len(made) == (3 + 8 + 8) * 2                  # every call's setup makes a set
+
+
+def test_fresh_seeds_differ_between_probes():
+    from solforge.evaluate.caching_probe import fresh_seed
+
+    seeds = {fresh_seed() for _ in range(50)}
+    assert len(seeds) == 50 and min(seeds) >= 1_000_000
 
 
 def test_write_is_all_or_nothing():
