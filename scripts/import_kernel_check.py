@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""After a GPU check of the attention_prefill / nvfp4_moe families: file the bench rows and open
+what the rows prove correct.
+
+    .venv/bin/python scripts/import_kernel_check.py --nvfp4 FILES_AT/nvfp4_029_ --attn FILES_AT/attn2 [--dry-run]
+
+--nvfp4 DIR (rows.jsonl + env.json of `bench_kernels.py run` on nvfp4_moe problems): per problem in
+  the rows, when every variant measured (>= 2) is correct on every workload, the rows go to
+  data/results/nvfp4_moe_h200_<NNN>_{rows.jsonl,env.json} and the problem into family.json
+  `offered_problems`.
+--attn DIR (the same for attention_prefill): when every variant is correct on every workload of
+  014 AND 015, the rows are appended to data/results/attention_prefill_h200_rows.jsonl; the points
+  to move from UNCHECKED into `_space` (solforge/kernels/attention_prefill.py, a code edit) are
+  printed, fastest first.
+Nothing is filed for a problem with a missing or wrong workload; the reason is printed. Then
+regenerate the results_h200.md files (their first lines hold the command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+RESULTS = REPO / "data" / "results"
+SHARED = REPO.parent / "shared" / "sol_execbench"
+
+
+def _rows(d: Path) -> list[dict]:
+    return [json.loads(l) for l in (d / "rows.jsonl").read_text().splitlines() if l.strip()]
+
+
+def _key(r: dict) -> str:
+    return json.dumps(r["params"], sort_keys=True)
+
+
+def evidence(rows: list[dict], problem) -> str:
+    """'' when every variant in the rows (>= 2) is correct on every workload of the problem."""
+    want = {w.uuid for w in problem.workloads}
+    by: dict = {}
+    for r in rows:
+        if r["problem"] == problem.name:
+            by.setdefault(_key(r), []).append(r)
+    if len(by) < 2:
+        return f"{len(by)} variant(s) measured"
+    for k, rs in by.items():
+        missing = want - {r["uuid"] for r in rs}
+        if missing:
+            return f"{k}: {len(missing)} of {len(want)} workloads not measured"
+        bad = sorted(r["workload"] for r in rs if not r.get("ok"))
+        if bad:
+            return f"{k}: wrong on workloads {bad}"
+    return ""
+
+
+def _problem(name: str):
+    from solforge.problem.loader import load_problem_dir
+
+    d = next(SHARED.glob(f"*/{name}"))
+    return load_problem_dir(d, d.parent.name)
+
+
+def import_nvfp4(d: Path, dry: bool) -> None:
+    rows, fam_json = _rows(d), REPO / "kernels_cuda" / "nvfp4_moe" / "family.json"
+    data = json.loads(fam_json.read_text())
+    for name in sorted({r["problem"] for r in rows}):
+        why = evidence(rows, _problem(name))
+        if why:
+            print(f"{name}: NOT filed: {why}")
+            continue
+        num = name.split("_", 1)[0]
+        print(f"{name}: every variant correct on every workload -> nvfp4_moe_h200_{num}_*, offered")
+        if dry:
+            continue
+        (RESULTS / f"nvfp4_moe_h200_{num}_rows.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows if r["problem"] == name))
+        shutil.copy(d / "env.json", RESULTS / f"nvfp4_moe_h200_{num}_env.json")
+        listed = data.setdefault("offered_problems", [])
+        if name not in listed:
+            listed.append(name)
+    if not dry:
+        fam_json.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def import_attention(d: Path, dry: bool) -> None:
+    from solforge.kernels.attention_prefill import UNCHECKED
+
+    rows = _rows(d)
+    names = sorted({r["problem"] for r in rows})
+    whys = {n: evidence(rows, _problem(n)) for n in names}
+    if len(names) < 2 or any(whys.values()):
+        print(f"attention: NOT filed (both 014 and 015 must be complete and correct): {whys}")
+        return
+    main = RESULTS / "attention_prefill_h200_rows.jsonl"
+    print(f"attention: every variant correct on every workload of {names} -> appended to {main.name}")
+    speed: dict = {}
+    for r in rows:
+        speed.setdefault(_key(r), []).append(math.log(r["t_kernel_ms"]))
+    order = sorted(speed, key=lambda k: sum(speed[k]) / len(speed[k]))
+    for k in order:
+        tag = "UNCHECKED -> _space" if json.loads(k) in UNCHECKED else "already in _space"
+        print(f"  geomean {math.exp(sum(speed[k]) / len(speed[k])) * 1e3:8.2f} us  {k}  {tag}")
+    if not dry:
+        with main.open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        shutil.copy(d / "env.json", RESULTS / "attention_prefill_h200_check2_env.json")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nvfp4", type=Path, help="bench out dir with rows.jsonl + env.json (nvfp4_moe)")
+    ap.add_argument("--attn", type=Path, help="bench out dir with rows.jsonl + env.json (attention_prefill)")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args()
+    if a.nvfp4:
+        import_nvfp4(a.nvfp4, a.dry_run)
+    if a.attn:
+        import_attention(a.attn, a.dry_run)
+
+
+if __name__ == "__main__":
+    main()
