@@ -54,12 +54,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from solforge.evaluate.zygote import PRELOAD
+    from solforge.evaluate.zygote import PRELOAD, PRELOAD_OPTIONAL
 
-    before = [m for m in PRELOAD if m != "torch._inductor"]
+    before = list(PRELOAD)
     rows = []
     for _ in range(a.repeat):
-        for label, pre in (("without torch._inductor", before), ("with torch._inductor", list(PRELOAD))):
+        for label, pre in (("without torch._inductor", before),
+                           ("with torch._inductor", before + list(PRELOAD_OPTIONAL))):
             p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(pre)], capture_output=True,
                                text=True, cwd=REPO, timeout=600)
             try:

@@ -9,6 +9,8 @@
 #   then, only if AFTER='cmd' is set: that command, both GPUs visible (e.g. scripts/scaling_probe.py)
 #   summary: scaling.json (scripts/scaling_summary.py: evaluations/min of each run, their ratio, busy
 #            share) and phases.md (scripts/scaling_phases.py: same candidates 1 vs 2 GPUs, by phase)
+# --runs-per-round 6: sessions in flight at once (no round barrier: a new one is planned as each ends),
+# 3 per GPU with two GPUs, so a compiled candidate always waits for a GPU that frees.
 # Each run also reports evaluations per minute and each GPU's busy share itself (optN.json gpu_use).
 # Problems: every one staged in .carry/scaling/problems except those matching EXCLUDE (default: the
 # two paged-prefill attention problems, whose Python reference alone takes 20-63 s per pass over their
@@ -30,6 +32,10 @@ for d in $S/problems/*/*/; do
   [ $skip = 1 ] && { echo "excluded $n" >> $L/00_gpus.txt; continue; }
   mkdir -p $P/$(basename $(dirname $d)) && cp -r $d $P/$(basename $(dirname $d))/
 done
+# the evaluator's fork server once before both runs: its hello (preload seconds, CUDA untouched, any
+# optional preload that failed) goes to the log, and both runs then start with the same warm file cache
+timeout -k 5 120 python3 -c "from solforge.evaluate import runner; print(runner.prestart(wait=True))" \
+  > $L/05_zygote.log 2>&1
 opt() {  # $1 name, $2 gpus, $3 seconds; a fresh DB (from the seed), job and compile cache each
   # its limit: T + 100 s (start-up ~30 s: problems, roofline, fork server; then the evaluations in
   # flight when the wall budget ends), never past DEADLINE minus what the summary needs
@@ -38,7 +44,7 @@ opt() {  # $1 name, $2 gpus, $3 seconds; a fresh DB (from the seed), job and com
   cp $S/seed.duckdb $OUT/$1.duckdb
   SOLFORGE_CACHE_DIR=/tmp/sfcache_$1 timeout -k 5 $lim python3 -m solforge.cli --json optimize \
     --problems $P --with-family --language both --gpus $2 --db $OUT/$1.duckdb --attempts-per-round 2 \
-    --runs-per-round 4 --wall-seconds $3 --reps 20 --correctness-rounds 2 --timing-budget-s 1 \
+    --runs-per-round 6 --wall-seconds $3 --reps 20 --correctness-rounds 2 --timing-budget-s 1 \
     --baseline-reps 10 --eval-timeout-s 60 > $OUT/$1.json 2> $L/1_$1.log
   echo "$1 rc=$? wall $(($(date +%s) - T_START)) s since start" >> $L/1_$1.log
 }

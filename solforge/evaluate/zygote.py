@@ -45,13 +45,13 @@ from typing import Optional
 PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
            "solforge.problem.loader", "solforge.compile.launcher",
            "solforge.evaluate.evaluator", "solforge.evaluate.callers", "solforge.evaluate.hardware",
-           "solforge.evaluate.reference", "solforge.evaluate.driver",
-           # torch.profiler's first session runs `hasattr(torch, "_inductor")` (profiler.py,
-           # prepare_trace), and torch's lazy __getattr__ then imports torch._inductor -> torch._dynamo
-           # -> sympy: ~800 modules, ~4 s in every fresh child, which is nearly all of the "first CUPTI
-           # session" cost (data/results/profiler_first_session.txt). Imported here once instead; it
-           # initializes no CUDA (checked below, as for every preload).
-           "torch._inductor")
+           "solforge.evaluate.reference", "solforge.evaluate.driver")
+# Best effort (a failure is reported in the hello, the zygote still serves): torch.profiler's first
+# session runs `hasattr(torch, "_inductor")` (profiler.py, prepare_trace), and torch's lazy __getattr__
+# then imports torch._inductor -> torch._dynamo -> sympy: ~800 modules, ~4 s in every fresh child,
+# nearly all of the "first CUPTI session" cost (data/results/profiler_first_session.txt). Imported here
+# once instead; it initializes no CUDA (checked below, as for every preload).
+PRELOAD_OPTIONAL = ("torch._inductor",)
 _MAX_MSG = 1 << 16
 
 
@@ -104,7 +104,7 @@ def _send(conn: socket.socket, obj: dict) -> None:
         pass
 
 
-def serve(sock_path: str, preload=PRELOAD) -> int:
+def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
     import importlib
 
     t0 = time.perf_counter()
@@ -112,9 +112,15 @@ def serve(sock_path: str, preload=PRELOAD) -> int:
     # own guard against "fork poisoning"); cuda_state() below refuses to fork if CUDA came up anyway.
     nvml = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    optional_failed = {}
     try:
         for name in preload:
             importlib.import_module(name)
+        for name in optional:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # noqa: BLE001 - the child imports it itself then, as before
+                optional_failed[name] = f"{type(e).__name__}: {e}"[:300]
     finally:
         if nvml is None:
             os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
@@ -142,7 +148,8 @@ def serve(sock_path: str, preload=PRELOAD) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     print(json.dumps({"ready": True, "pid": os.getpid(), "preload_s": round(preload_s, 3),
-                      "os_threads": _os_threads(), "cuda": state}), flush=True)
+                      "os_threads": _os_threads(), "cuda": state,
+                      "optional_failed": optional_failed}), flush=True)
 
     def drop(fno: int) -> None:
         c = conns.pop(fno, None)

@@ -181,6 +181,7 @@ def test_child_finds_the_profilers_lazy_imports_done(problem, tmp_path, pypath):
     probe = ("import sys\n"
              "_MISSING = [m for m in ('torch._inductor', 'torch._dynamo', 'sympy') if m not in sys.modules]\n"
              + _body("if _MISSING:\n    raise RuntimeError(f'NOT PRELOADED {_MISSING}')\n"))
+    assert runner.prestart(extra_pythonpath=pypath, wait=True)["optional_failed"] == {}
     rep = _run(problem, tmp_path, "lazy", probe, pypath, timeout_s=120)
     assert rep.launch == "zygote", rep.log
     assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
