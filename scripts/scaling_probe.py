@@ -3,8 +3,8 @@
 
     python3 scripts/scaling_probe.py [--out DIR] [--gpus 0,1] [--seconds 12]
 
-pair     Does a child's CUDA start-up (context + first kineto/CUPTI session, ~4.5 s of a ~7 s
-         evaluation) get slower when another process does the same on the OTHER GPU at the same
+pair     Does a child's CUDA start-up (context + first kineto/CUPTI session, with torch._inductor
+         imported beforehand as the fork server now does) get slower when another process does the same on the OTHER GPU at the same
          moment? One child alone on GPU A, then two started together on GPU A and GPU B, twice.
          Answers why evaluations took ~10% longer with both GPUs busy
          (data/results/two_gpu_optimize_h200x2_phases.md).
@@ -13,7 +13,7 @@ perturb  Does that start-up disturb kernel timings of ANOTHER process on the SAM
          GPU a few seconds in and does context creation + one empty profiler session. T's times inside
          S's window vs outside it (median, p99, share of slow samples). If they match, the next
          evaluation's start-up could run while the current one is timed (the GPU slot taken only
-         after start-up), hiding ~4.5 s of each ~7 s evaluation.
+         after start-up), hiding the start-up of each evaluation.
 
 Writes DIR/scaling_probe.json (one file) and prints a summary. Stdlib + torch only (the GPU box).
 """
@@ -36,6 +36,7 @@ t0 = time.time()
 go = float(sys.argv[1])
 import torch
 from torch.profiler import ProfilerActivity, profile
+import torch._inductor  # as the evaluator's fork server preloads it: session1 is then CUPTI alone
 r = {"import_s": time.time() - t0}
 while time.time() < go:
     time.sleep(0.001)
