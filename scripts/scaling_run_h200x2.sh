@@ -71,7 +71,7 @@ for db in sys.argv[1:]:
     except Exception as e:
         print("checkpoint failed", db, e)
 PY
-rm -f $OUT/*.lock $OUT/*.lock.wait $OUT/*.wal
+rm -f $OUT/*.lock $OUT/*.lock.wait  # a .wal left after a failed CHECKPOINT holds data: kept
 python3 scripts/scaling_summary.py --one $OUT/opt1.duckdb --two $OUT/opt2.duckdb --report $OUT/opt2.json \
   --report-one $OUT/opt1.json --out $OUT/scaling.json --notes "T1=$T1 T2=$T2 EXCLUDE=$EXCLUDE GPU1_EXTRA=${GPU1_EXTRA:-none}" \
   >> $L/90_summary.log 2>&1
