@@ -25,6 +25,7 @@ Methods (timer settings for one measurement, 50 reps, L2 flushed, CUPTI span):
   default  the Timer's defaults from solforge/settings.py (duty cycle for calls >= 0.5 ms wall)
   duty0.5  idle 0.5 x each call's time after it, every kernel
   duty2    idle 2 x each call's time after it, every kernel
+  duty4    idle 4 x each call's time after it                    (GEMM only)
   cool1s   1 s idle, then plain                                  (GEMM only)
   steady   warm up until the rolling median of 20 calls is stable within 1% (at most 3 s), back
            to back                                               (GEMM only)
@@ -63,6 +64,7 @@ METHODS = {
     "duty0.5": (25.0, 0.5, 0.0, 0.0, None, False),
     "duty2": (25.0, 2.0, 0.0, 0.0, None, False),
     "plain": (25.0, 0.0, 0.0, 0.0, None, False),
+    "duty4": (25.0, 4.0, 0.0, 0.0, None, True),
     "cool1s": (25.0, 0.0, 0.0, 1.0, None, True),
     "steady": (25.0, 0.0, 0.0, 0.0, (20, 0.01, 3000.0), True),
     "warm2s": (2000.0, 0.0, 0.0, 0.0, None, True),
