@@ -227,14 +227,9 @@ def worker(args) -> int:
         hw = {"gpu_name": "cpu (dry run)", "driver": "", "torch_version": torch.__version__}
         timer = WallTimer()
     emit({"event": "hardware", **hw})
-    tasks = json.loads(Path(args.tasks).read_text())
     claims = Path(args.claims)
     stage = Path(args.stage)
-    for t in tasks:
-        if (claims / "STOP").exists():
-            break
-        if not claim(claims, t["id"]):
-            continue
+    for t, tasks in _tasks(Path(args.tasks), claims):
         emit({"event": "begin", "task": t["id"]})
         try:
             problem = load_problem_dir(Path(t["dir"]))
@@ -262,6 +257,22 @@ def worker(args) -> int:
             torch._dynamo.reset()
     emit({"event": "idle"})
     return 0
+
+
+def _tasks(path: Path, claims: Path):
+    """(task, the task list) for each task this worker claims; the file is read again when the list
+    is done, since the parent appends tasks (a retry after out-of-memory, a killed task's rest)."""
+    while True:
+        tasks = json.loads(path.read_text())
+        took = False
+        for t in tasks:
+            if (claims / "STOP").exists():
+                return
+            if claim(claims, t["id"]):
+                took = True
+                yield t, tasks
+        if not took:
+            return
 
 
 # ── parent ───────────────────────────────────────────────────────────────────────────────────────
@@ -649,8 +660,10 @@ def parent(args) -> int:
         for g in gpus:
             go = run.work / f"go_compile_gpu{g}"
             mine = [p for p in eager if p.gpu == g]
-            if not go.exists() and not run.has_unclaimed("eager") and \
-                    all(p.finished or p.proc is None for p in mine):
+            # this GPU's eager worker is done and no eager task is left for it (a task appended after
+            # every eager worker exited is left: its rows say so)
+            if not go.exists() and all(p.finished or p.proc is None for p in mine) and \
+                    (not run.has_unclaimed("eager") or all(p.finished for p in eager)):
                 go.touch()
                 print(f"[{time.monotonic() - run.t0:5.0f} s] GPU {g}: eager done, compile starts",
                       flush=True)

@@ -338,3 +338,15 @@ def test_a_compile_that_fails_with_dynamic_dims_is_retried_static(tmp_path):
     # marked dims first (fails), then static; the next workload recompiles with automatic dynamic
     assert seen == [True, False, True]
     assert not rows[1].message
+
+
+def test_a_worker_takes_tasks_the_parent_appends_while_it_runs(tmp_path):
+    f, claims = tmp_path / "tasks.json", tmp_path / "claims"
+    claims.mkdir()
+    f.write_text(json.dumps([{"id": "t1"}, {"id": "t2"}]))
+    (claims / "t2").touch()  # another worker has it
+    gen = rb._tasks(f, claims)
+    assert next(gen)[0]["id"] == "t1"
+    f.write_text(json.dumps([{"id": "t1"}, {"id": "t2"}, {"id": "t1.oom"}]))  # a retry appended
+    assert next(gen)[0]["id"] == "t1.oom"
+    assert next(gen, None) is None and sorted(p.name for p in claims.iterdir()) == ["t1", "t1.oom", "t2"]
