@@ -83,8 +83,12 @@ class PointwiseFamily(Family):
                 + [f"int64:{m.div}" for m in g.inputs if not m.direct]
                 + [f"int64:{m.mod}" for m in g.inputs if not m.direct]
                 + [f"float32:{s}" for s in g.scalars])
-        grid = (reduction_grid(g, params)[0] if g.reductions
-                else f"max(1, ceil_div({g.numel}, VEC * BLOCK * UNROLL))")
+        if g.reductions:
+            grid = reduction_grid(g, params)[0]
+        else:
+            steps = f"max(1, min(UNROLL, ceil_div({g.numel}, VEC * {_GRID_THREADS})))"
+            grid = f"max(1, ceil_div({g.numel}, VEC * BLOCK * {steps}))"
+            args.append(f"int32:{steps}")
         launches = [Launch(kernel="pointwise_kernel", grid=[grid], block=["BLOCK"], args=args)]
         if g.reductions:
             launches.append(Launch(kernel="pointwise_post_kernel", grid=[f"ceil_div({g.kept}, BLOCK)"],
@@ -116,7 +120,7 @@ def reduction_grid(g: PointwiseGraph, params: dict) -> tuple[str, int]:
 def kernel_source(g: PointwiseGraph) -> str:
     """pointwise_kernel: per thread UNROLL steps of VEC consecutive elements, all loads of a step
     issued before any math; full vectors use wide accesses for the inputs and outputs of the
-    output's shape, the tail goes element by element. A broadcast input is read at
+    output's shape, the last partial vector element by element (loads still first). A broadcast input is read at
     in[(i / div) % mod]: one 32-bit division per vector (not two 64-bit ones per element), then
     stepped along the vector; an input read at one place (a 0-d tensor) is loaded once.
     With sums: a grid-stride loop (reduction_grid) keeps each element's contribution in a
@@ -132,14 +136,11 @@ def kernel_source(g: PointwiseGraph) -> str:
               + [f"{T(dt)}* __restrict__ out{i}" for i, (_, _, dt) in enumerate(g.outputs)]
               + (["float* __restrict__ ws"] if nr else [])
               + ["long n"] + [f"long div{i}" for i in bc] + [f"long mod{i}" for i in bc]
-              + [f"float s{i}" for i in range(ns)])
+              + [f"float s{i}" for i in range(ns)] + ([] if nr else ["int steps"]))
     call = lambda j: ("pw_eval(" + ", ".join([f"x{i}[u][{j}]" for i in range(nin)]
                                              + [f"s{i}" for i in range(ns)]
                                              + [f"y{i}[{j}]" for i in range(nout)]
                                              + [f"rv{i}" for i in range(nr)]) + ");")
-    call_tail = ("pw_eval(" + ", ".join([f"t{i}" for i in range(nin)] + [f"s{i}" for i in range(ns)]
-                                        + [f"r{i}" for i in range(nout)]
-                                        + [f"rv{i}" for i in range(nr)]) + ");")
     L = ["extern \"C\" __global__ void __launch_bounds__(BLOCK)",
          "pointwise_kernel(" + ", ".join(params) + ") {",
          "    constexpr long CHUNK = (long)BLOCK * UNROLL * VEC;",
@@ -164,12 +165,16 @@ def kernel_source(g: PointwiseGraph) -> str:
               "    const long stride = (long)gridDim.x * CHUNK;"]
         L.append("    for (long base = (long)blockIdx.x * CHUNK; base < n; base += stride) {")
     else:
+        # STEPS (<= UNROLL, from the launch): vectors per thread; 1 while the call is smaller than
+        # one full wave, so that a small call spreads over more threads (each thread's chain of
+        # dependent math is short) and a large one keeps UNROLL vectors in flight per thread
         L.append("    {")
-        L.append("        const long base = (long)blockIdx.x * CHUNK;")
+        L.append("        const long base = (long)blockIdx.x * BLOCK * VEC * steps;")
+    live = "u < steps && " if not nr else ""
     L += ["#pragma unroll",
           "    for (int u = 0; u < UNROLL; ++u) {",
           "        const long e = base + (long)(u * BLOCK + threadIdx.x) * VEC;",
-          "        if (e + VEC <= n) {"]
+          f"        if ({live}e + VEC <= n) {{"]
     for i, m in enumerate(g.inputs):
         if m.direct:
             L.append(f"            load_f<{T(m.dtype)}, VEC>(in{i} + e, x{i}[u]);")
@@ -177,30 +182,31 @@ def kernel_source(g: PointwiseGraph) -> str:
             L += ["#pragma unroll", f"            for (int j = 0; j < VEC; ++j) x{i}[u][j] = c{i};"]
         else:
             L.append(f"            pw_bcast<{T(m.dtype)}, VEC>(in{i}, e, div{i}, mod{i}, x{i}[u]);")
-    L += ["        }", "    }", "#pragma unroll", "    for (int u = 0; u < UNROLL; ++u) {",
+    # the last, partial vector (one thread of the grid): its elements one by one, but still all
+    # loaded before any math
+    L += [f"        }} else if ({live}e < n) {{", "#pragma unroll", "            for (int j = 0; j < VEC; ++j) {",
+          "                const long k = e + j < n ? e + j : n - 1;"]
+    for i, m in enumerate(g.inputs):
+        idx = "k" if m.direct else "0" if i in const_in else f"(k / div{i}) % mod{i}"
+        L.append(f"                x{i}[u][j] = to_float(in{i}[{idx}]);")
+    L += ["            }", "        }", "    }", "#pragma unroll", "    for (int u = 0; u < UNROLL; ++u) {",
           "        const long e = base + (long)(u * BLOCK + threadIdx.x) * VEC;",
-          "        if (e + VEC <= n) {"]
+          f"        if ({live}e < n) {{"]
     if nout:
         L.append(f"            float y{'[VEC], y'.join(str(i) for i in range(nout))}[VEC];")
     L += ["#pragma unroll", "            for (int j = 0; j < VEC; ++j) {", "                " + call("j")]
-    if nr:
-        L += [f"                acc{i} += rv{i};" if kept == 1 else f"                acc{i}[u][j] += rv{i};"
-              for i in range(nr)]
+    if nr:  # a partial vector's slots follow the same mapping: its lanes past n add nothing
+        L += [f"                if (e + j < n) acc{i} += rv{i};" if kept == 1
+              else f"                if (e + j < n) acc{i}[u][j] += rv{i};" for i in range(nr)]
     L.append("            }")
+    L.append("            if (e + VEC <= n) {")
     for i, (_, _, dt) in enumerate(g.outputs):
-        L.append(f"            store_f<{T(dt)}, VEC>(out{i} + e, y{i});")
-    L += ["        } else {", "            for (long k = e; k < n; ++k) {"]
-    for i, m in enumerate(g.inputs):
-        idx = "k" if m.direct else "0" if i in const_in else f"(k / div{i}) % mod{i}"
-        L.append(f"                const float t{i} = to_float(in{i}[{idx}]);")
-    if nout:
-        L.append(f"                float r{', r'.join(str(i) for i in range(nout))};")
-    L.append("                " + call_tail)
-    # the tail (one thread of the grid, < VEC elements) adds straight into the workspace
-    L += [f"                atomicAdd(ws + {i * kept} + k % {kept}, rv{i});" for i in range(nr)]
+        L.append(f"                store_f<{T(dt)}, VEC>(out{i} + e, y{i});")
+    L += ["            } else {", "#pragma unroll", "                for (int j = 0; j < VEC; ++j) {",
+          "                    if (e + j < n) {"]
     for i, (_, _, dt) in enumerate(g.outputs):
-        L.append(f"                out{i}[k] = from_float<{T(dt)}>(r{i});")
-    L += ["            }", "        }", "    }", "    }"]
+        L.append(f"                        out{i}[e + j] = from_float<{T(dt)}>(y{i}[j]);")
+    L += ["                    }", "                }", "            }", "        }", "    }", "    }"]
     if nr:
         if kept == 1:
             for i in range(nr):

@@ -159,7 +159,7 @@ def test_pointwise_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, 
     ws = eval_expr(cand.workspace, env) // 4
     lines.append(f"    std::vector<float> workspace({max(ws, 1)}, 0.0f);")
 
-    def args_of(launch):
+    def args_of(launch, steps=None):
         out = []
         for a in launch.args:
             p = parse_arg(a)
@@ -167,36 +167,48 @@ def test_pointwise_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, 
                 out.append(f"{p.name or 'workspace'}.data()")
             else:
                 v = eval_expr(p.expr, env)
+                if steps is not None and a is launch.args[-1]:
+                    v = steps  # the launch's last int is STEPS (vectors per thread)
                 out.append(f"{float(v)!r}f" if p.ctype == "float32" else f"{int(v)}L")
         return ", ".join(out)
 
-    main_launch, launches = cand.launches[0], []
-    grid = eval_expr(main_launch.grid[0], env)
+    main_launch = cand.launches[0]
     if g.reductions:
         # the smallest grid the kernel accepts, so that threads loop over several passes
         _, m = reduction_grid(g, params)
         chunk = params["VEC"] * params["BLOCK"] * params["UNROLL"]
-        grid = m
         assert -(-n // chunk) > m, "test shape too small to loop"
-    launches.append(f"    emu_launch({grid}, {params['BLOCK']}, [&] {{ pointwise_kernel({args_of(main_launch)}); }});")
-    for lch in cand.launches[1:]:
-        launches.append(f"    emu_launch({eval_expr(lch.grid[0], env)}, {params['BLOCK']}, "
-                        f"[&] {{ {lch.kernel}({args_of(lch)}); }});")
+        passes = [f"    emu_launch({m}, {params['BLOCK']}, [&] {{ pointwise_kernel({args_of(main_launch)}); }});"]
+    else:
+        # the launch's own STEPS (1 at these sizes), then UNROLL vectors per thread
+        assert eval_expr(main_launch.args[-1].split(":", 1)[1], env) == 1
+        passes = []
+        for st in (1, params["UNROLL"]):
+            grid = max(1, -(-n // (params["VEC"] * params["BLOCK"] * st)))
+            passes.append(f"    emu_launch({grid}, {params['BLOCK']}, [&] {{ pointwise_kernel({args_of(main_launch, st)}); }});")
     writes = "".join(f"    std::fwrite({o}.data(), sizeof({o}[0]), {o}.size(), f);\n" for o in outs)
+    clear = "".join(f"    std::memset({o}.data(), 0xff, {o}.size() * sizeof({o}[0]));\n" for o in outs)
+    body = []
+    for ps in passes:
+        body.append(clear + "    std::fill(workspace.begin(), workspace.end(), 0.0f);\n" + ps + "\n"
+                    + "".join(f"    emu_launch({eval_expr(l.grid[0], env)}, {params['BLOCK']}, "
+                              f"[&] {{ {l.kernel}({args_of(l)}); }});\n" for l in cand.launches[1:])
+                    + writes)
     main = ("int main() {\n    FILE* f = std::fopen(\"in.bin\", \"rb\");\n" + "\n".join(lines)
-            + "\n    std::fclose(f);\n" + "\n".join(launches)
-            + "\n    f = std::fopen(\"out.bin\", \"wb\");\n" + writes + "    std::fclose(f);\n}\n")
+            + "\n    std::fclose(f);\n    f = std::fopen(\"out.bin\", \"wb\");\n" + "".join(body)
+            + "    std::fclose(f);\n}\n")
     src = defines(cand.params) + kernel_text(cand.sources["pointwise.cu"])
     nbytes = sum(ref[o].numel() * ref[o].element_size() for o in outs)
-    data = build_and_run(tmp_path, src, main, reads, nbytes)
+    data = build_and_run(tmp_path, src, main, reads, nbytes * len(passes))
     off = 0
-    for o in outs:
-        b = ref[o].numel() * ref[o].element_size()
-        got = _from_raw(data[off:off + b], defn.outputs[o].dtype, tuple(ref[o].shape))
-        off += b
-        want = ref[o].float()
-        if o in [r[0] for r in g.reduced_outputs]:   # a float sum in another order: 1 bf16 ulp
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=8e-3, atol=1e-4, err_msg=o)
-        else:  # element math is the reference's (sin/tanh: libm ulps; 0-d bf16 operand: 1 ulp)
-            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1.6e-2, atol=1e-6, err_msg=o)
+    for _ in passes:
+        for o in outs:
+            b = ref[o].numel() * ref[o].element_size()
+            got = _from_raw(data[off:off + b], defn.outputs[o].dtype, tuple(ref[o].shape))
+            off += b
+            want = ref[o].float()
+            if o in [r[0] for r in g.reduced_outputs]:   # a float sum in another order: 1 bf16 ulp
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=8e-3, atol=1e-4, err_msg=o)
+            else:  # element math is the reference's (sin/tanh: libm ulps; 0-d bf16 operand: 1 ulp)
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1.6e-2, atol=1e-6, err_msg=o)
     assert n > 0 and math.isfinite(float(off))

@@ -210,7 +210,9 @@ def test_bf16_rounding_broadcast_and_scalars(tmp_path):
     _check_against_reference(defn, {"x": (37, 64), "gate": (37, 1), "mask": (37, 1)}, {"scale": 1.7},
                              tmp_path, rtol=None, atol=None)
     cand = get_family("pointwise").instantiate(defn, {"VEC": 8, "BLOCK": 128, "UNROLL": 2})
-    assert cand.launches[0].args[-1] == "float32:scale"
+    # scalars after the sizes; last: STEPS, vectors per thread (1 for calls under one full wave)
+    assert cand.launches[0].args[-2] == "float32:scale"
+    assert cand.launches[0].args[-1].startswith("int32:max(1, min(UNROLL, ")
     cubin, _ = compile_cuda_candidate(cand)
     assert cubin[:4] == b"\x7fELF"
 
