@@ -41,8 +41,11 @@ def static_check(problem, cand: Candidate) -> Optional[str]:
         cand.check_tensor_args(set(d.inputs), set(d.outputs))
     except ValueError as e:
         return str(e)
+    # scalar inputs a custom-inputs entrypoint makes (Quant/032's global decode scales) have no value
+    # before the inputs exist: a stand-in lets their launch expressions be checked for names
+    made_later = {k: 1.0 for k, s in d.inputs.items() if s.is_scalar}
     for w in problem.workloads:
-        env = launch_env(w.axes, w.scalars(), cand.params)
+        env = launch_env(w.axes, {**made_later, **w.scalars()}, cand.params)
         try:
             ws = eval_expr(cand.workspace, env)
             if ws < 0:

@@ -631,3 +631,21 @@ def test_pipeline_emulation_matches_029_reference(codec, p029):
     # and the fp32 SwiGLU of 032 would not be bit-faithful here
     assert (_emulate(codec, inp, inp["x"].float().numpy().reshape(b * sl, hid), glob, False)
             == want).mean() < (got == want).mean()
+
+
+def test_agents_static_check_accepts_custom_input_scalars(p032, p029):
+    """The optimize loop checks launch expressions before compiling: the global decode scales are
+    scalar inputs made by the custom-inputs entrypoint (no value in workload.jsonl), and the family
+    passes them as float32 args; the check must not call them unknown names (it did: every 032
+    candidate was rejected as invalid before reaching a GPU)."""
+    from solforge.agents.lab import static_check
+
+    fam = get_family("nvfp4_moe")
+    for p in (p032, p029):
+        cand = fam.instantiate(p, fam.param_space(p)[0])
+        assert any(a.startswith("float32:") and "global_decode" in a for l in cand.launches for a in l.args)
+        assert static_check(p, cand) is None, p.name
+        bad = cand.model_copy(update={"launches": [
+            l.model_copy(update={"args": [a.replace("global_decode", "global_decoder") for a in l.args]})
+            for l in cand.launches]})
+        assert "global_decoder" in (static_check(p, bad) or "")   # a wrong name is still caught
