@@ -172,7 +172,11 @@ def write_best(res: dict, pdir: Path, env: dict, args) -> Path:
         "timing": "CUDA events, L2 flushed before each call, median; scripts/bench_kernels.py run",
         "baseline": "data/results/baselines_h200.csv T_b (faster of eager and torch.compile) where "
                     "present, else the bench's eager timing (t_b_kind per workload)",
-        "scored_by": "scripts/sol_scores.py", "workloads": res["workloads"],
+        "scored_by": "scripts/sol_scores.py",
+        "candidate_built_at": subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                                             text=True).stdout.strip(),
+        "candidate_note": "rebuilt by the family from params at candidate_built_at; measured as built at commit",
+        "workloads": res["workloads"],
         "candidate": cand.model_dump()}, indent=1) + "\n")
     return out
 
