@@ -153,8 +153,9 @@ def summary_md(table: dict, problems: list[dict], run, stats: dict) -> str:
              "Written by `scripts/run_baselines.py` (see baselines_h200_notes.md); the table is "
              "`baselines_h200.csv` (one row per workload: times, status and message per variant, "
              "label, GPU, driver, clocks, timing method). Load it into DuckDB with "
-             "`python -m solforge.report.import_results --db FILE --baselines "
-             "data/results/baselines_h200.csv` (table `baselines`, one row per workload and variant).",
+             "`.venv/bin/python scripts/run_baselines.py --existing data/results/baselines_h200.csv "
+             "--to-duckdb FILE` (table `hardware`: GPU, driver, clocks; table `baselines`: one row "
+             "per workload and variant, status and message included).",
              "", "Rows by GPU and driver: " + ", ".join(f"{g} / driver {d}: {n}"
                                                         for (g, d), n in gpus.most_common()), "",
              "This run's hardware:", *hardware_lines(run), "", *subset_table(stats), "",
