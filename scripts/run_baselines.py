@@ -594,6 +594,10 @@ def parent(args) -> int:
     run = Run(args)
     existing = read_existing(args.existing) if args.existing else {}
     problems = discover(args.dataset, args.only, read_explain(args.explain))
+    if not problems:  # a wrong --dataset path would otherwise "finish" with nothing to do
+        print(f"baselines: no problem (*/*/definition.json) under {args.dataset}"
+              + (f" matching --only {args.only}" if args.only else ""), file=sys.stderr)
+        return 2
     variants = [v for v in args.variants.split(",") if v]
     run.tasks = plan(problems, existing, variants, args.chunk, args.compile_no_graph)
     run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}

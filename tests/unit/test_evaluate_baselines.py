@@ -350,3 +350,10 @@ def test_a_worker_takes_tasks_the_parent_appends_while_it_runs(tmp_path):
     f.write_text(json.dumps([{"id": "t1"}, {"id": "t2"}, {"id": "t1.oom"}]))  # a retry appended
     assert next(gen)[0]["id"] == "t1.oom"
     assert next(gen, None) is None and sorted(p.name for p in claims.iterdir()) == ["t1", "t1.oom", "t2"]
+
+
+def test_a_dataset_path_without_problems_is_an_error_not_an_empty_run(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset",
+                        str(tmp_path / "nothing"), "--out", str(tmp_path / "o"), "--device", "cpu"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no problem (*/*/definition.json) under" in r.stderr
