@@ -120,3 +120,15 @@ __device__ __forceinline__ void pw_bcast(const T* __restrict__ in, long e, long 
         }
     }
 }
+
+// Ask L2 for the V elements at p (one prefetch per 128-byte line they touch; none is kept in a
+// register).
+template <typename T, int V>
+__device__ __forceinline__ void pw_prefetch_l2(const T* p) {
+    constexpr int B = V * sizeof(T);
+#ifdef __CUDA_ARCH__
+#pragma unroll
+    for (int c = 0; c < (B + 127) / 128; ++c)
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(reinterpret_cast<const char*>(p) + c * 128));
+#endif
+}

@@ -65,6 +65,8 @@ class PointwiseFamily(Family):
                     p = {"VEC": vec, "BLOCK": block, "UNROLL": unroll}
                     if p not in out:
                         out.append(p)
+        if g.reductions:  # PF (next pass prefetched to L2, the default) and without, after
+            out += [{**p, "PF": 0} for p in out]
         return out
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
@@ -73,6 +75,8 @@ class PointwiseFamily(Family):
         v, b, u = params["VEC"], params["BLOCK"], params["UNROLL"]
         if v not in (1, 2, 4, 8, 16) or not 32 <= b <= 1024 or b % 32 or not 1 <= u <= 8:
             raise FamilyError("VEC in 1, 2, 4, 8, 16; BLOCK a multiple of 32 up to 1024; UNROLL 1..8")
+        if params.get("PF", 1) not in (0, 1, True, False):
+            raise FamilyError(f"PF={params['PF']!r} must be 0 or 1 (absent: 1)")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         g: PointwiseGraph = spec.info["graph"]
@@ -141,7 +145,8 @@ def kernel_source(g: PointwiseGraph) -> str:
                                              + [f"s{i}" for i in range(ns)]
                                              + [f"y{i}[{j}]" for i in range(nout)]
                                              + [f"rv{i}" for i in range(nr)]) + ");")
-    L = ["extern \"C\" __global__ void __launch_bounds__(BLOCK)",
+    L = (["#ifndef PF", "#define PF 1", "#endif"] if nr else []) + [
+         "extern \"C\" __global__ void __launch_bounds__(BLOCK)",
          "pointwise_kernel(" + ", ".join(params) + ") {",
          "    constexpr long CHUNK = (long)BLOCK * UNROLL * VEC;",
          f"    float x{'[UNROLL][VEC], x'.join(str(i) for i in range(nin))}[UNROLL][VEC];"]
@@ -171,6 +176,17 @@ def kernel_source(g: PointwiseGraph) -> str:
         L.append("    {")
         L.append("        const long base = (long)blockIdx.x * BLOCK * VEC * steps;")
     live = "u < steps && " if not nr else ""
+    if nr:
+        # the next pass's vectors of the full-shape inputs go to L2 now (prefetch: no registers),
+        # so its loads wait on L2, not DRAM: the loop's in-flight bytes are no longer capped by
+        # the registers that hold this pass's values
+        L += ["#if PF", "#pragma unroll", "    for (int u = 0; u < UNROLL; ++u) {",
+              "        const long en = base + stride + (long)(u * BLOCK + threadIdx.x) * VEC;",
+              "        if (en + VEC <= n) {"]
+        for i, m in enumerate(g.inputs):
+            if m.direct:
+                L.append(f"            pw_prefetch_l2<{T(m.dtype)}, VEC>(in{i} + en);")
+        L += ["        }", "    }", "#endif"]
     L += ["#pragma unroll",
           "    for (int u = 0; u < UNROLL; ++u) {",
           "        const long e = base + (long)(u * BLOCK + threadIdx.x) * VEC;",
