@@ -15,6 +15,7 @@ from ..problem.definition import Definition
 from .base import DTYPE_BYTES, Family, FamilyError, Spec, read_source
 from .rmsnorm import RMSNormFamily
 
+MIN_ROW_BYTES = 512  # rows smaller than this are left to the CUDA rmsnorm family
 _DSL_TYPE = {"float32": "Float32", "float16": "Float16", "bfloat16": "BFloat16"}
 
 
@@ -35,6 +36,10 @@ class CuteRMSNormFamily(Family):
         if f["RESID_MODE"] or f["POST_RESID"] or f["WEIGHT_MODE"] or f["WEIGHT_ROWS"] != 1:
             return None
         if len(spec.info["pairs"]) != 1:
+            return None
+        if f["HIDDEN"] * DTYPE_BYTES[spec.info["dtype"]] < MIN_ROW_BYTES:
+            # one CTA per row: a 256-byte row (021, hidden 128) leaves a single warp per CTA and ran
+            # at 0.2x of T_b on 520k rows (optimize_h200x2); the CUDA family packs rows per block
             return None
         return Spec(fixed={"DTYPE": f["DTYPE"], "HIDDEN": f["HIDDEN"]}, info=spec.info)
 

@@ -105,3 +105,12 @@ def test_rmsnorm_weight_preload_is_a_tunable(sol_execbench_dir):
     fam.instantiate(big, base)
     with pytest.raises(FamilyError):
         fam.instantiate(big, {**base, "WPRE": 2})
+
+
+def test_cute_rmsnorm_leaves_small_rows_to_cuda(sol_execbench_dir):
+    """One CTA per row cannot fill the GPU with 256-byte rows (021: 0.2x on 520k rows): the CUDA
+    family, which packs rows per block, serves them alone; 512-byte rows (022) stay with both."""
+    fb = sol_execbench_dir / "FlashInfer-Bench"
+    names = lambda p: [f.name for f in families_for(load_problem_dir(fb / p))]
+    assert names("021_rmsnorm_h128") == ["rmsnorm"]
+    assert "cute_rmsnorm" in names("022_rmsnorm_h512")
