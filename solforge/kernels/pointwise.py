@@ -59,9 +59,14 @@ class PointwiseFamily(Family):
         widest = max(_ELEM_BYTES.get(m.dtype, 1) for m in g.inputs if m.direct)
         best_vec = 16 // widest
         out = []
-        for vec in (best_vec, best_vec * 2, max(1, best_vec // 2)):
+        # order from the H200 k6 check (kernels_cuda/pointwise/results_h200.md): one vector per
+        # thread per pass won everywhere (090: 0.95x vs 0.88x of T_b with 2; 084 even), and the
+        # sum kernels (056, 061) liked 32-byte vectors (two 16-byte loads per input)
+        vecs = (best_vec * 2, best_vec, max(1, best_vec // 2)) if g.reductions else \
+            (best_vec, best_vec * 2, max(1, best_vec // 2))
+        for vec in vecs:
             for block in (256, 128, 512):
-                for unroll in (2, 1, 4):
+                for unroll in (1, 2, 4):
                     p = {"VEC": vec, "BLOCK": block, "UNROLL": unroll}
                     if p not in out:
                         out.append(p)

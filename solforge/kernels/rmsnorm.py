@@ -113,11 +113,13 @@ class RMSNormFamily(Family):
                     if tpr * rows <= 1024 and (tpr <= threads or threads == 512):
                         out.append({"VEC": vec, "TPR": tpr, "ROWS": rows})
         # best guess first: widest loads, rows split evenly over their threads, vectors per thread
-        # near the target (1 for rows of <= 32 vectors: a row per few threads for small batches;
-        # 2 up to 256 vectors; else 4: 64 bytes in flight per thread and operand), 256 threads
+        # near the target, blocks near 256 threads. Target: 1 vector per thread up to 512 vectors
+        # a row, else 2. Measured on the H200 (kernels_cuda/rmsnorm/results_h200.md, k6 check, CUPTI):
+        # more threads per row won at every size, small batches most (001: 256 threads x 1 vector
+        # 0.94x of T_b vs 128 x 2 0.75x; 025: 256 x 2 1.00x vs 128 x 4 0.81x; 069: 512 x 2 0.98x vs
+        # 256 x 4 0.93x) while the large calls stayed at 92-98% of copy bandwidth
         def target(p):
-            nv = hidden // p["VEC"]
-            return 1 if nv <= 32 else 2 if nv <= 256 else 4
+            return 1 if hidden // p["VEC"] <= 512 else 2
         out.sort(key=lambda p: (p["VEC"] != vecs[0],
                                 (hidden // p["VEC"]) % p["TPR"] != 0,
                                 abs(-(-(hidden // p["VEC"]) // p["TPR"]) - target(p)),
