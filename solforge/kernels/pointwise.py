@@ -72,6 +72,10 @@ class PointwiseFamily(Family):
                         out.append(p)
         if g.reductions:  # PF (next pass prefetched to L2, the default) and without, after
             out += [{**p, "PF": 0} for p in out]
+            if g.kept > 1:
+                nr = len(g.reductions)
+                out = [p for p in out
+                       if 4 * (p["BLOCK"] * p["VEC"] + nr * g.kept) <= _SMEM_LIMIT]
         return out
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
@@ -80,6 +84,10 @@ class PointwiseFamily(Family):
         v, b, u = params["VEC"], params["BLOCK"], params["UNROLL"]
         if v not in (1, 2, 4, 8, 16) or not 32 <= b <= 1024 or b % 32 or not 1 <= u <= 8:
             raise FamilyError("VEC in 1, 2, 4, 8, 16; BLOCK a multiple of 32 up to 1024; UNROLL 1..8")
+        g: PointwiseGraph = spec.info["graph"]
+        if g.reductions and g.kept > 1 and 4 * (b * v + len(g.reductions) * g.kept) > _SMEM_LIMIT:
+            raise FamilyError(f"BLOCK={b} x VEC={v}: the slot sums need {4 * b * v} bytes of shared "
+                              f"memory plus {4 * len(g.reductions) * g.kept} (limit {_SMEM_LIMIT})")
         if params.get("PF", 1) not in (0, 1, True, False):
             raise FamilyError(f"PF={params['PF']!r} must be 0 or 1 (absent: 1)")
 
@@ -114,6 +122,7 @@ class PointwiseFamily(Family):
 # each thread then loops over the rest, adding into registers, so a block's sums reach the
 # workspace once instead of once per BLOCK * UNROLL * VEC elements.
 _GRID_THREADS = 132 * 2048
+_SMEM_LIMIT = 46 * 1024  # static shared memory of the slot sums (48 KB less the reserved 1 KB and slack)
 
 
 def reduction_grid(g: PointwiseGraph, params: dict) -> tuple[str, int]:
@@ -234,15 +243,47 @@ def kernel_source(g: PointwiseGraph) -> str:
                 L += ["#pragma unroll",
                       f"    for (int o = 16; o > 0; o >>= 1) acc{i} += __shfl_xor_sync(0xffffffffu, acc{i}, o);",
                       f"    if ((threadIdx.x & 31) == 0) atomicAdd(&red_s[{i}][0], acc{i});"]
+            L += ["    __syncthreads();",
+                  f"    for (int k = threadIdx.x; k < {nr}; k += BLOCK) atomicAdd(ws + k, red_s[k][0]);"]
         else:
-            L += ["#pragma unroll", "    for (int u = 0; u < UNROLL; ++u) {",
-                  "        const long e0 = (long)blockIdx.x * CHUNK + (long)(u * BLOCK + threadIdx.x) * VEC;",
-                  "#pragma unroll", "        for (int j = 0; j < VEC; ++j) {",
-                  f"            const int slot = (int)((e0 + j) % {kept});"]
-            L += [f"            atomicAdd(&red_s[{i}][slot], acc{i}[u][j]);" for i in range(nr)]
-            L += ["        }", "    }"]
-        L += ["    __syncthreads();",
-              f"    for (int k = threadIdx.x; k < {nr * kept}; k += BLOCK) atomicAdd(ws + k, (&red_s[0][0])[k]);"]
+            # Slot sums without shared atomics (float atomicAdd on shared memory is a CAS loop on
+            # sm_90: 4096 of them into 40 slots cost 056 ~20 us a call). Per pass u the block's
+            # values go to part[] in element order; element Eu + idx adds into slot (Eu + idx) %
+            # KEPT, so slot s is the sum of part[idx] over idx = (s - Eu) mod KEPT, + KEPT, ...
+            # KEPT <= BLOCK: G = BLOCK / KEPT threads per slot take every G-th of those and keep
+            # their share in a register across passes, then one shared step adds the G shares;
+            # KEPT > BLOCK: each slot has one owner thread that adds into red_s[][slot].
+            L += ["    __shared__ __align__(16) float part[BLOCK * VEC];",
+                  f"    constexpr int KEPT = {kept};",
+                  "    constexpr int G = KEPT <= BLOCK ? BLOCK / KEPT : 1;",
+                  "    const int rt = threadIdx.x, rs = rt % KEPT, rg = rt / KEPT;"]
+            for i in range(nr):
+                L += ["    {", "        float tot = 0.0f;", "#pragma unroll",
+                      "        for (int u = 0; u < UNROLL; ++u) {", "            __syncthreads();",
+                      "#pragma unroll",
+                      f"            for (int j = 0; j < VEC; ++j) part[rt * VEC + j] = acc{i}[u][j];",
+                      "            __syncthreads();",
+                      "            const int eu = (int)(((long)blockIdx.x * CHUNK + (long)u * BLOCK * VEC) % KEPT);",
+                      "            if (KEPT <= BLOCK) {",
+                      "                if (rt < G * KEPT)",
+                      "                    for (int idx = (rs - eu + KEPT) % KEPT + rg * KEPT; idx < BLOCK * VEC; idx += G * KEPT)",
+                      "                        tot += part[idx];",
+                      "            } else {",
+                      "                for (int s = rt; s < KEPT; s += BLOCK) {",
+                      "                    float sum = 0.0f;",
+                      "                    for (int idx = (s - eu + KEPT) % KEPT; idx < BLOCK * VEC; idx += KEPT) sum += part[idx];",
+                      f"                    red_s[{i}][s] += sum;",
+                      "                }", "            }", "        }", "        __syncthreads();",
+                      "        if (KEPT <= BLOCK) {",
+                      "            if (rt < G * KEPT) part[rg * KEPT + rs] = tot;",
+                      "            __syncthreads();",
+                      "            if (rt < KEPT) {",
+                      "                float sum = 0.0f;",
+                      "                for (int gg = 0; gg < G; ++gg) sum += part[gg * KEPT + rt];",
+                      f"                atomicAdd(ws + {i * kept} + rt, sum);",
+                      "            }", "        } else {",
+                      f"            for (int s = rt; s < KEPT; s += BLOCK) atomicAdd(ws + {i * kept} + s, red_s[{i}][s]);",
+                      "        }", "    }"]
     L.append("}")
     if nr:
         pp = ([f"const {T(m.dtype)}* __restrict__ in{i}" for i, m in enumerate(g.inputs)]

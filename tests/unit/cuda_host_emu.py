@@ -38,6 +38,7 @@ SHIM = r"""
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 struct emu_dim { unsigned x = 0, y = 0, z = 0; };
 thread_local emu_dim threadIdx, blockIdx;
 emu_dim gridDim, blockDim;
