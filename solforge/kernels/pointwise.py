@@ -93,7 +93,9 @@ class PointwiseFamily(Family):
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         g: PointwiseGraph = spec.info["graph"]
-        src = (read_source("pointwise", "pointwise.cuh") + "\n" + g.cuda_eval() + "\n"
+        hoisted = hoisted_nodes(g)
+        src = (read_source("pointwise", "pointwise.cuh") + "\n"
+               + (g.cuda_pre(hoisted) + "\n" if hoisted else "") + g.cuda_eval(hoisted) + "\n"
                + (g.cuda_post() + "\n" if g.reductions else "") + kernel_source(g))
         args = ([m.name for m in g.inputs] + [o[0] for o in g.outputs]
                 + (["workspace"] if g.reductions else []) + [f"int64:{g.numel}"]
@@ -123,6 +125,13 @@ class PointwiseFamily(Family):
 # workspace once instead of once per BLOCK * UNROLL * VEC elements.
 _GRID_THREADS = 132 * 2048
 _SMEM_LIMIT = 46 * 1024  # static shared memory of the slot sums (48 KB less the reserved 1 KB and slack)
+
+
+def hoisted_nodes(g: PointwiseGraph) -> list[str]:
+    """Nodes computed once per thread (pw_pre), not per element: those that depend only on 0-d
+    inputs and scalars (061: tanh of the gate; inlined per element it was not merged by the
+    compiler: 16 tanh per thread)."""
+    return g.invariant_nodes({i for i, m in enumerate(g.inputs) if not m.direct and m.mod == "1"})
 
 
 def reduction_grid(g: PointwiseGraph, params: dict) -> tuple[str, int]:
@@ -155,8 +164,10 @@ def kernel_source(g: PointwiseGraph) -> str:
               + (["float* __restrict__ ws"] if nr else [])
               + ["long n"] + [f"long div{i}" for i in bc] + [f"long mod{i}" for i in bc]
               + [f"float s{i}" for i in range(ns)] + ([] if nr else ["int steps"]))
+    hoisted = hoisted_nodes(g)
     call = lambda j: ("pw_eval(" + ", ".join([f"x{i}[u][{j}]" for i in range(nin)]
                                              + [f"s{i}" for i in range(ns)]
+                                             + [f"h_{h}" for h in hoisted]
                                              + [f"y{i}[{j}]" for i in range(nout)]
                                              + [f"rv{i}" for i in range(nr)]) + ");")
     L = (["#ifndef PF", "#define PF 1", "#endif"] if nr else []) + [
@@ -166,6 +177,11 @@ def kernel_source(g: PointwiseGraph) -> str:
          f"    float x{'[UNROLL][VEC], x'.join(str(i) for i in range(nin))}[UNROLL][VEC];"]
     for i in sorted(const_in):
         L.append(f"    const float c{i} = to_float(ldg1(in{i}));")
+    if hoisted:
+        L.append(f"    float h_{', h_'.join(hoisted)};")
+        L.append("    pw_pre(" + ", ".join([f"c{i}" if i in const_in else "0.0f" for i in range(nin)]
+                                          + [f"s{i}" for i in range(ns)]
+                                          + [f"h_{h}" for h in hoisted]) + ");")
     if nr:
         L.append(f"    float rv{', rv'.join(str(i) for i in range(nr))};")
         if kept == 1:

@@ -71,13 +71,48 @@ class PointwiseGraph:
     post: list[str] = field(default_factory=list)          # nodes evaluated after the sums
     reduced_outputs: list[tuple[str, str, str]] = field(default_factory=list)
 
-    def cuda_eval(self) -> str:
-        """`pw_eval(x0.., s0.., y0&.., r0&..)`: the graph at one element, all in float; r are the
-        values each sum adds up."""
-        pre = [n for n in self.nodes if n.name not in self.post and n.name not in self.reductions]
+    def invariant_nodes(self, const_inputs: set) -> list[str]:
+        """Computed nodes (not inputs) whose value is the same at every element: they depend only
+        on inputs read at one place (indices in const_inputs: 0-d tensors), scalar inputs and
+        numbers. A kernel computes them once (pw_pre) instead of per element."""
+        inv: set[str] = set()
+        for n in self.nodes:
+            if n.name in self.post or n.name in self.reductions:
+                continue
+            if n.op == "input":
+                ok = int(str(n.args[0])[1:]) in const_inputs
+            else:
+                ok = all(not isinstance(a, str) or a in inv for a in n.args)
+            if ok:
+                inv.add(n.name)
+        return [n.name for n in self.nodes if n.name in inv and n.op != "input"]
+
+    def cuda_pre(self, hoisted: list[str]) -> str:
+        """`pw_pre(x0.., s0.., h_<node>&..)`: the hoisted nodes (invariant_nodes), once."""
+        need = set(hoisted)
+        by = {n.name: n for n in self.nodes}
+        for name in hoisted:  # their inputs too
+            need.update(a for a in by[name].args if isinstance(a, str))
+        params = ([f"float x{i}" for i in range(len(self.inputs))]
+                  + [f"float s{i}" for i in range(len(self.scalars))]
+                  + [f"float& h_{h}" for h in hoisted])
+        lines = ["__device__ __forceinline__ void pw_pre(" + ", ".join(params) + ") {"]
+        for n in self.nodes:
+            if n.name in need:
+                lines.append(f"    const float v_{n.name} = {_expr(n, self)};")
+        lines += [f"    h_{h} = v_{h};" for h in hoisted] + ["}"]
+        return "\n".join(lines)
+
+    def cuda_eval(self, hoisted: Optional[list] = None) -> str:
+        """`pw_eval(x0.., s0.., [v_<hoisted>..,] y0&.., r0&..)`: the graph at one element, all in
+        float; r are the values each sum adds up. Hoisted nodes (cuda_pre) arrive as arguments."""
+        hoisted = list(hoisted or [])
+        pre = [n for n in self.nodes if n.name not in self.post and n.name not in self.reductions
+               and n.name not in hoisted]
         by = {n.name: n for n in self.nodes}
         params = ([f"float x{i}" for i in range(len(self.inputs))]
                   + [f"float s{i}" for i in range(len(self.scalars))]
+                  + [f"float v_{h}" for h in hoisted]
                   + [f"float& y{i}" for i in range(len(self.outputs))]
                   + [f"float& r{i}" for i in range(len(self.reductions))])
         lines = ["__device__ __forceinline__ void pw_eval(" + ", ".join(params) + ") {"]

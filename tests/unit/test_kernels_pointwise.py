@@ -239,3 +239,19 @@ def test_refuses_shape_dependent_and_reductions():
                 "import torch\ndef run(x, gate, mask, scale):\n    return x * (scale * 2), x * 2\n"):
         d = Definition.model_validate({**base, "reference": ref, "name": "t_bad"})
         assert trace_pointwise(d) is None, ref
+
+
+def test_values_of_0d_inputs_hoisted_out_of_the_element_loop(sol_execbench_dir):
+    """061's tanh(gate) (a 0-d gate) is computed once per thread in pw_pre, not per element;
+    a [b, 1] input (read per row) is never hoisted."""
+    from solforge.kernels.pointwise import hoisted_nodes
+    problem = load_problem_dir(sol_execbench_dir / "L1/061_tanh_gated_residual_add_backward")
+    g = trace_pointwise(problem.definition)
+    h = hoisted_nodes(g)
+    assert "tanh" in h
+    src = get_family("pointwise").instantiate(problem, {"VEC": 8, "BLOCK": 256, "UNROLL": 1}) \
+        .sources["pointwise.cu"]
+    pre = src[src.index("void pw_pre("):src.index("void pw_eval(")]
+    ev = src[src.index("void pw_eval("):src.index("void pw_post(")]
+    assert "tanhf(" in pre and "tanhf(" not in ev
+    assert hoisted_nodes(trace_pointwise(_mixed_def())) == []
