@@ -59,6 +59,13 @@
 #define D_ST 3
 #endif
 
+#ifndef DOWN_BF16
+// 1: the down scaled_mm returns bf16 (Quant/029). On the GPU the reference's `result * global_scale`
+// (a bf16 tensor times a 0-dim fp32 CUDA tensor) loads the scale as bf16 (ATen's CUDA binary ops take
+// only CPU 0-dim tensors as full-precision scalars), so the scale is rounded to bf16 first; the
+// same holds for the gate/up results under EPI_BF16. (The CPU reference keeps it in fp32.)
+#define DOWN_BF16 0
+#endif
 #ifndef EPI_BF16
 #define EPI_BF16 0  // 1: gate/up results, silu and the product each rounded to bf16 (Quant/029)
 #endif
@@ -489,7 +496,11 @@ nvfp4_gateup(const unsigned char* __restrict__ wg, const unsigned char* __restri
         smem, reinterpret_cast<const op_t*>(ws + WS_XQ), T, m0, W, S, n0, acc);
 
     const float gd_x = nvfp4_global_decode(__uint_as_float(reinterpret_cast<const unsigned*>(ws)[0]));
+#if EPI_BF16  // the global scales as the GPU reference applies them to its bf16 results (see DOWN_BF16)
+    const float sc_g = bf16_round(gd_x * gd_gate), sc_u = bf16_round(gd_x * gd_up);
+#else
     const float sc_g = gd_x * gd_gate, sc_u = gd_x * gd_up;
+#endif
     float* H = reinterpret_cast<float*>(ws + ws_h(T));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm = warp / G_WN, wn = warp % G_WN;
@@ -535,7 +546,11 @@ nvfp4_down(const unsigned char* __restrict__ wd, const unsigned char* __restrict
     gemm_mainloop<D_BM, D_BN, D_WM, D_WN, D_ST, 1, INTER>(
         smem, reinterpret_cast<const op_t*>(ws + ws_hq(T)), T, m0, W, S, n0, acc);
 
+#if DOWN_BF16
+    const float sc = bf16_round(nvfp4_global_decode(__uint_as_float(reinterpret_cast<const unsigned*>(ws)[1])) * gd_down);
+#else
     const float sc = nvfp4_global_decode(__uint_as_float(reinterpret_cast<const unsigned*>(ws)[1])) * gd_down;
+#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wm = warp / D_WN, wn = warp % D_WN;
 #pragma unroll

@@ -91,7 +91,7 @@ class Nvfp4MoeFamily(Family):
                 return None
             m = _OUT_DTYPE.search(call)
             dts.append(m.group(1) if m else "float32")
-        if dts[0] != dts[1] or dts[0] not in ("float32", "bfloat16"):
+        if dts[0] != dts[1] or dts[0] not in ("float32", "bfloat16") or dts[2] not in ("float32", "bfloat16"):
             return None
         xs, wg, sg = shape_dims(defn, x), shape_dims(defn, "gate_weight_fp4"), shape_dims(defn, "gate_scale")
         wd, out = shape_dims(defn, "down_weight_fp4"), shape_dims(defn, "output")
@@ -116,7 +116,10 @@ class Nvfp4MoeFamily(Family):
                for d in xs[:-1]):
             return None
         t = "*".join(str(d) for d in xs[:-1])
-        return Spec(fixed={"HID": hid, "INTER": inter, "EPI_BF16": int(dts[0] == "bfloat16")},
+        fixed = {"HID": hid, "INTER": inter, "EPI_BF16": int(dts[0] == "bfloat16")}
+        if dts[2] == "bfloat16":   # only where it is 1, so 032's candidates stay as GPU-checked
+            fixed["DOWN_BF16"] = 1
+        return Spec(fixed=fixed,
                     info={"t": t, "hid": hid, "inter": inter, "x": x, "glob": glob})
 
     # ---- parameters -----------------------------------------------------------------------
