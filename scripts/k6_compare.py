@@ -41,8 +41,11 @@ def baselines(path: Path) -> dict:
 
 
 def optimize_best(db: Path) -> dict:
-    """(problem, uuid) -> best T_k of a correct, scored attempt in the optimize run."""
+    """(problem, uuid) -> best T_k of a correct, scored attempt in the optimize run ({} when the
+    database is not there)."""
     import duckdb
+    if not db.exists():
+        return {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td) / "opt.duckdb"
         shutil.copy(db, tmp)
