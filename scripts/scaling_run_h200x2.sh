@@ -19,6 +19,8 @@
 # on GPU 0 for up to 30 s, time that costs the 1-GPU run its only GPU and the 2-GPU run one of two).
 # Prepare here first: .venv/bin/python scripts/prepare_scaling_run.py   (writes .carry/scaling)
 # carry: .whl .carry/orch-whl .carry/scaling          $OUT: at most 8 files come back
+# OPT_EXTRA: more optimize arguments for both runs, e.g. OPT_EXTRA="--budget-attempts 50" (same work on
+# 1 and on 2 GPUs: the ratio of the two spans is the speed-up at equal work)
 set -u
 [ -n "${SKIP_PIP:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --target /tmp/site .whl/*.whl .carry/orch-whl/*.whl || exit 1  # SKIP_PIP=1: a local dry run
@@ -47,7 +49,7 @@ opt() {  # $1 name, $2 gpus, $3 seconds; a fresh DB (from the seed), job and com
   SOLFORGE_CACHE_DIR=/tmp/sfcache_$1 timeout -k 5 $lim python3 -m solforge.cli --json optimize \
     --problems $P --with-family --language both --gpus $2 --db $OUT/$1.duckdb --attempts-per-round 2 \
     --runs-per-round 6 --wall-seconds $3 --reps 20 --correctness-rounds 2 --timing-budget-s 1 \
-    --baseline-reps 10 --eval-timeout-s 60 > $OUT/$1.json 2> $L/1_$1.log
+    --baseline-reps 10 --eval-timeout-s 60 ${OPT_EXTRA:-} > $OUT/$1.json 2> $L/1_$1.log
   echo "$1 rc=$? wall $(($(date +%s) - T_START)) s since start" >> $L/1_$1.log
 }
 if [ -n "${GPU1_EXTRA:-}" ]; then
