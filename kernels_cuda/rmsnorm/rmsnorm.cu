@@ -17,7 +17,9 @@
 //                no L1 line kept, the L2 fetches 256-byte runs ahead); 0: __ldg
 //   WPRE         1: load the weight (and a post-norm residual) up front together with x: one DRAM
 //                round trip for a small row; 0: load them in the output loop (large rows: fewer
-//                registers, more warps resident)
+//                registers, more warps resident); 2: decided per call, preloaded when the grid fits
+//                in one wave (WPRE_AUTO_BLOCKS: small batches are latency-bound, where the second
+//                round trip for the weight costs most)
 // Why: every row is read once into registers (HIDDEN / (TPR*VEC) vectors per thread), reduced
 // with warp shuffles (plus one shared-memory step when TPR > 32), and written once: the kernel
 // moves the minimum bytes. All of a thread's loads are issued before any of their values is used
@@ -41,6 +43,9 @@
 
 #ifndef WPRE
 #define WPRE 1
+#endif
+#ifndef WPRE_AUTO_BLOCKS
+#define WPRE_AUTO_BLOCKS (132 * 2048 / (TPR * ROWS))  // blocks resident at once on an H200
 #endif
 
 #ifndef LDH
@@ -103,6 +108,7 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
     const elem_t* __restrict__ wr = w + (WEIGHT_ROWS > 1 ? (row % WEIGHT_ROWS) * HIDDEN : 0);
 
     // 1. Issue every load of this thread (x, residual, weight when preloaded); nothing waits yet.
+    const bool pre = WPRE == 1 || (WPRE == 2 && gridDim.x <= WPRE_AUTO_BLOCKS);
     vec_t<VEC> xa[NPT];
 #if RESID_MODE != 0 || (POST_RESID && WPRE)
     vec_t<VEC> rb[NPT];
@@ -115,11 +121,13 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
         const int off = (t + i * TPR) * VEC;
         if (live && (EVEN || off < HIDDEN)) {
             xa[i] = load_stream<VEC>(xr + off);
-#if RESID_MODE != 0 || (POST_RESID && WPRE)
+#if RESID_MODE != 0
             rb[i] = load_stream<VEC>(rr + off);
+#elif POST_RESID && WPRE
+            if (pre) rb[i] = load_stream<VEC>(rr + off);
 #endif
 #if WPRE
-            wv[i] = load_vec<VEC>(wr + off);
+            if (pre) wv[i] = load_vec<VEC>(wr + off);
 #endif
         } else {
 #pragma unroll
@@ -167,12 +175,16 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
         const int off = (t + i * TPR) * VEC;
         if (EVEN || off < HIDDEN) {
 #if WPRE
-            const vec_t<VEC> wi = wv[i];
+            vec_t<VEC> wi;
+            if (pre) wi = wv[i];
+            else wi = load_vec<VEC>(wr + off);
 #else
             const vec_t<VEC> wi = load_vec<VEC>(wr + off);
 #endif
 #if POST_RESID && WPRE
-            const vec_t<VEC> rv = rb[i];
+            vec_t<VEC> rv;
+            if (pre) rv = rb[i];
+            else rv = load_stream<VEC>(rr + off);
 #elif POST_RESID
             const vec_t<VEC> rv = load_stream<VEC>(rr + off);
 #endif

@@ -134,6 +134,7 @@ class RMSNormFamily(Family):
                 seen.add(key)
                 uniq.append({**p, "WPRE": pre_first})
                 uniq.append({**p, "WPRE": 1 - pre_first})
+                uniq.append({**p, "WPRE": 2})
         # LDH (streamed loads with an L2 256-byte prefetch hint) after every plain-load point
         return uniq + [{**p, "LDH": 1} for p in uniq]
 
@@ -146,8 +147,8 @@ class RMSNormFamily(Family):
             raise FamilyError(f"VEC={vec} does not divide HIDDEN or exceeds 16 bytes")
         if (tpr < 32 and tpr & (tpr - 1)) or (tpr >= 32 and tpr % 32) or tpr * rows > 1024:
             raise FamilyError(f"TPR={tpr}, ROWS={rows}: bad block shape")
-        if params.get("WPRE", 1) not in (0, 1, True, False):  # absent: 1 (the .cu default)
-            raise FamilyError(f"WPRE={params['WPRE']!r} must be 0 or 1")
+        if params.get("WPRE", 1) not in (0, 1, 2, True, False):  # absent: 1 (the .cu default)
+            raise FamilyError(f"WPRE={params['WPRE']!r} must be 0, 1 or 2 (per call)")
         if params.get("LDH", 0) not in (0, 1, True, False):  # absent: 0 (the .cu default)
             raise FamilyError(f"LDH={params['LDH']!r} must be 0 or 1")
 

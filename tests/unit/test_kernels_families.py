@@ -97,14 +97,14 @@ def test_rmsnorm_weight_preload_is_a_tunable(sol_execbench_dir):
     big = load_problem_dir(sol_execbench_dir / "L1/069_rms_norm")          # hidden 8192 bf16
     small = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench/021_rmsnorm_h128")
     assert fam.param_space(big)[0]["WPRE"] == 0 and fam.param_space(small)[0]["WPRE"] == 1
-    assert {p["WPRE"] for p in fam.param_space(big)} == {0, 1}
+    assert {p["WPRE"] for p in fam.param_space(big)} == {0, 1, 2}  # 2: per call (one wave: preload)
     base = {k: v for k, v in fam.param_space(big)[0].items() if k != "WPRE"}
-    cubins = {w: compile_cuda_candidate(fam.instantiate(big, {**base, "WPRE": w}))[0] for w in (0, 1)}
-    assert cubins[0] != cubins[1]
+    cubins = {w: compile_cuda_candidate(fam.instantiate(big, {**base, "WPRE": w}))[0] for w in (0, 1, 2)}
+    assert len(set(cubins.values())) == 3
     # old params without WPRE stay valid (the kernel's default is the preload)
     fam.instantiate(big, base)
     with pytest.raises(FamilyError):
-        fam.instantiate(big, {**base, "WPRE": 2})
+        fam.instantiate(big, {**base, "WPRE": 3})
 
 
 def test_cute_rmsnorm_leaves_small_rows_to_cuda(sol_execbench_dir):

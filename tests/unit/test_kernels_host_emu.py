@@ -66,6 +66,12 @@ RMS_CASES = [  # (problem, params, var axes): rows past the end of the last bloc
     ("L1/069_rms_norm", {"VEC": 4, "TPR": 512, "ROWS": 1, "WPRE": 1}, {"batch_size": 1, "seq_len": 2}),
     ("L1/033_post_norm_residual", {"VEC": 8, "TPR": 128, "ROWS": 2, "WPRE": 1}, {"batch_size": 1, "seq_len": 3}),
     ("L1/033_post_norm_residual", {"VEC": 8, "TPR": 64, "ROWS": 4, "WPRE": 0}, {"batch_size": 1, "seq_len": 5}),
+    # WPRE 2 (per call): a one-wave grid preloads; WPRE_AUTO_BLOCKS=1 makes a 3-block grid load late
+    ("L1/033_post_norm_residual", {"VEC": 8, "TPR": 128, "ROWS": 1, "WPRE": 2}, {"batch_size": 1, "seq_len": 3}),
+    ("L1/033_post_norm_residual", {"VEC": 8, "TPR": 128, "ROWS": 1, "WPRE": 2, "WPRE_AUTO_BLOCKS": 1},
+     {"batch_size": 1, "seq_len": 3}),
+    ("L1/069_rms_norm", {"VEC": 8, "TPR": 256, "ROWS": 1, "WPRE": 2, "WPRE_AUTO_BLOCKS": 1},
+     {"batch_size": 1, "seq_len": 3}),
 ]
 
 
@@ -74,7 +80,10 @@ def test_rmsnorm_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, re
     problem = load_problem_dir(sol_execbench_dir / rel)
     defn = problem.definition
     fam = get_family("rmsnorm")
+    params = dict(params)
+    extra = {k: params.pop(k) for k in list(params) if k == "WPRE_AUTO_BLOCKS"}  # a .cu knob, not a tunable
     cand = fam.instantiate(problem, params)
+    cand.params.update(extra)
     axes = {**{k: v.value for k, v in defn.axes.items() if getattr(v, "value", None) is not None}, **axes}
     gen = torch.Generator().manual_seed(7)
     scalars = {k: 1e-5 for k, v in defn.inputs.items() if v.is_scalar}
