@@ -30,7 +30,7 @@ def cmd_prepare(a) -> None:
     from solforge.agents.lab import Lab, static_check
     from solforge.compile import compile_candidate
     from solforge.evaluate.runner import stage_candidate
-    from solforge.kernels import families_for
+    from solforge.kernels import families_for, get_family
     from solforge.orchestrate.evaluation import eval_job
     from solforge.problem import load_problem_dir
 
@@ -40,9 +40,10 @@ def cmd_prepare(a) -> None:
     for key in a.problems.split(","):
         pdir = Path(a.shared) / "sol_execbench" / key
         problem = load_problem_dir(pdir, subset=pdir.parent.name)
-        fams = families_for(problem)
-        if not fams:
-            raise SystemExit(f"{key}: no kernel family is offered for it")
+        # --family: a family not (or no longer) offered, for the check that would open it
+        fams = [get_family(a.family)] if a.family else families_for(problem)
+        if not fams or not fams[0].matches(problem):
+            raise SystemExit(f"{key}: no kernel family is offered for it (or --family does not serve it)")
         fam = fams[0]
         params = fam.param_space(problem)[0]   # the offline worker's first guess
         cand = fam.instantiate(problem, params)
@@ -93,6 +94,7 @@ def main() -> None:
     p.add_argument("--dir", default=str(REPO / ".carry" / "pipe"))
     p.add_argument("--problems", required=True, help="comma-separated SUBSET/NAME")
     p.add_argument("--shared", default=str(REPO.parent / "shared"))
+    p.add_argument("--family", default="", help="use this family even if the search is not offered it")
     r = sub.add_parser("run")
     r.add_argument("--dir", default=str(REPO / ".carry" / "pipe"))
     r.add_argument("--out", default="")
