@@ -74,7 +74,8 @@ def import_nvfp4(d: Path, dry: bool) -> None:
             print(f"{name}: NOT filed: {why}")
             continue
         num = name.split("_", 1)[0]
-        print(f"{name}: every variant correct on every workload -> nvfp4_moe_h200_{num}_*, offered")
+        print(f"{name}: every variant correct on every workload -> nvfp4_moe_h200_{num}_*, listed in "
+              f"offered_problems (served while family.json 'offered' is true: now {data.get('offered')})")
         if dry:
             continue
         (RESULTS / f"nvfp4_moe_h200_{num}_rows.jsonl").write_text(
