@@ -161,7 +161,8 @@ class Lab:
             if s is None or w.median_ms is None:
                 continue
             w.t_sol_ms = w.t_sol_ms if w.t_sol_ms is not None else s.t_sol_ms
-            w.t_base_ms = w.t_base_ms if w.t_base_ms is not None else s.t_base_ms
+            if w.t_base_ms is None:
+                w.t_base_ms, w.t_base_variant = s.t_base_ms, s.t_base_variant
             if w.sol_score is None and w.correct:
                 w.sol_score = _score(w.median_ms, w.t_sol_ms, w.t_base_ms)
             if w.speedup is None and w.t_base_ms and w.median_ms:

@@ -193,7 +193,7 @@ class OptimizeLoop:
         by = {r.workload_uuid: r.median_ms for r in rows if r.status == "passed" and r.median_ms}
         for s in sols:
             if s.uuid in by and s.t_base_ms is None:
-                s.t_base_ms = by[s.uuid]
+                s.t_base_ms, s.t_base_variant = by[s.uuid], "eager"
         self.progress(f"{problem.name}: baseline measured on {len(by)}/{len(sols)} workloads "
                       f"({time.perf_counter() - t0:.1f} s)")
 
@@ -260,7 +260,7 @@ class OptimizeLoop:
             rows["eval_results"] = evals
         scores = [{"attempt_id": aid, "workload_uuid": w.uuid, "speedup": w.speedup,
                    "sol_score": w.sol_score, "t_kernel_ms": w.median_ms, "t_baseline_ms": w.t_base_ms,
-                   "t_sol_ms": w.t_sol_ms, "baseline_variant": "eager"}
+                   "t_sol_ms": w.t_sol_ms, "baseline_variant": w.t_base_variant or "eager"}
                   for w in out.workloads if w.median_ms is not None and w.correct]
         if scores:
             rows["scores"] = scores

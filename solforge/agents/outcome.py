@@ -40,6 +40,7 @@ class WorkloadOutcome:
     median_ms: Optional[float] = None
     t_sol_ms: Optional[float] = None
     t_base_ms: Optional[float] = None
+    t_base_variant: Optional[str] = None
     sol_score: Optional[float] = None
     speedup: Optional[float] = None
     error: str = ""

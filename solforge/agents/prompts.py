@@ -72,6 +72,7 @@ class WorkloadSol:
     axes: dict
     t_sol_ms: Optional[float] = None
     t_base_ms: Optional[float] = None
+    t_base_variant: Optional[str] = None  # which baseline gave T_b: eager or compile
     bound: str = ""
     source: str = ""
 

@@ -71,7 +71,8 @@ def _baselines(problem, store, sols: list[WorkloadSol]) -> None:
     try:
         # T_b is the faster of eager and torch.compile (each variant's latest measurement).
         rows = store.query(
-            "SELECT workload_uuid, min(median_ms) AS median_ms FROM (SELECT workload_uuid, median_ms "
+            "SELECT workload_uuid, min(median_ms) AS median_ms, arg_min(variant, median_ms) AS variant "
+            "FROM (SELECT workload_uuid, variant, median_ms "
             "FROM baselines WHERE problem = ? AND variant IN ('eager', 'compile') "
             "AND median_ms IS NOT NULL AND coalesce(status, 'passed') = 'passed' "
             "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant "
@@ -79,10 +80,10 @@ def _baselines(problem, store, sols: list[WorkloadSol]) -> None:
     except Exception as e:  # noqa: BLE001
         log.debug("no baselines: %s", e)
         return
-    by = {r["workload_uuid"]: r["median_ms"] for r in rows}
+    by = {r["workload_uuid"]: r for r in rows}
     for s in sols:
         if s.uuid in by:
-            s.t_base_ms = by[s.uuid]
+            s.t_base_ms, s.t_base_variant = by[s.uuid]["median_ms"], by[s.uuid]["variant"]
 
 
 def t_base_of(sols: list[WorkloadSol]) -> dict[str, Optional[float]]:

@@ -113,3 +113,32 @@ def test_wall_clock_budget_stops_between_attempts(store, standin_lab, rms_proble
     assert "wall-clock budget spent" in report.stop_reason
     assert store.scalar("SELECT count(*) FROM attempts WHERE run_id = ? AND status <> 'evaluated'",
                         [report.run_id]) == 0  # nothing left half-done
+
+
+def test_scores_name_the_faster_baseline(store, tmp_path, monkeypatch, rms_problem):
+    """T_b = the faster of eager and torch.compile from the store, and the scores row says which."""
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    probe = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, evaluator=None, store=None)
+    t_sol = {s.uuid: s.t_sol_ms for s in probe.roofline(rms_problem)}
+    uuids = sorted(t_sol)
+    faster = {u: ("compile" if i % 2 else "eager") for i, u in enumerate(uuids)}
+    store.insert_rows("baselines", [
+        {"problem": rms_problem.name, "workload_uuid": u, "variant": v, "status": "passed",
+         "median_ms": t_sol[u] * (BASELINE_FACTOR if v == faster[u] else 2 * BASELINE_FACTOR)}
+        for u in uuids for v in ("eager", "compile")])
+
+    def evaluate(problem, cand, compiled):
+        wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=1e-3, matched_ratio=1.0,
+                               median_ms=t_sol[w.uuid] * 2.0) for w in problem.workloads]
+        lab.score(problem, wls)
+        return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=1.0)
+
+    lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, evaluator=evaluate, store=store)
+    OptimizeLoop(store, [rms_problem], lab, {"offline": OfflineWorker(lab)},
+                 LoopConfig(budget=Budget(attempts=1), planner=PlannerConfig(attempts_per_round=1))).run()
+    rows = store.query("SELECT workload_uuid, baseline_variant, t_baseline_ms, speedup FROM scores")
+    assert len(rows) == len(uuids)
+    for r in rows:
+        assert r["baseline_variant"] == faster[r["workload_uuid"]]
+        assert r["t_baseline_ms"] == pytest.approx(t_sol[r["workload_uuid"]] * BASELINE_FACTOR)
+        assert r["speedup"] == pytest.approx(BASELINE_FACTOR / 2.0)
