@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""GPU diagnosis of Quant/032's failing pipeline check (workload da99ef95, correctness round 1): is it
+the reference's amax|h| hinging on one element's last bit?
+
+For the given workload and round (the evaluator's own seeded inputs, solforge.evaluate.inputs), it
+runs the dequantizing reference once as is and once with cuBLAS's reduced-precision bf16 reductions
+off, records the reference's h (the SwiGLU output it quantizes) and amax|h|, runs the staged kernel
+variants (bench_kernels plan dir), reads their amax words and H from the workspace, and prints where
+they differ and how many outputs match within the workload's tolerance.
+
+    python3 scripts/nvfp4_diagnose.py --dir .carry/nvfp4 --uuid da99ef95 --round 1 --out $OUT/diag
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default=str(REPO / ".carry" / "nvfp4"))
+    ap.add_argument("--problem", default="032_nvfp4_moe_expert_linear_with_gating")
+    ap.add_argument("--uuid", default="da99ef95")
+    ap.add_argument("--round", type=int, default=1)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+
+    import torch
+
+    from solforge.compile.launcher import load_stage
+    from solforge.evaluate.inputs import InputFactory
+    from solforge.evaluate.reference import Fp4Shim
+    from solforge.problem.loader import load_problem_dir
+
+    base = Path(a.dir)
+    plan = json.loads((base / "plan.json").read_text())
+    entry = next(e for e in plan["problems"] if e["problem"] == a.problem)
+    problem = load_problem_dir(base / entry["key"] / "problem")
+    rw = next(w for w in problem.workloads if w.uuid.startswith(a.uuid))
+    ns: dict = {}
+    exec(compile(problem.definition.reference, "reference", "exec"), ns)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = "cuda" if torch.cuda.is_available() else "cpu"   # cpu: only the reference part (a dry run)
+    inputs = InputFactory(rw, dev, custom_fn=ns.get(problem.definition.custom_inputs_entrypoint)).make(a.round)
+    report: dict = {"problem": a.problem, "uuid": rw.uuid, "round": a.round, "axes": dict(rw.axes)}
+
+    def reference(reduced: bool):
+        seen = []
+        orig = ns["BlockWiseScalerNVFP4"].quantize
+
+        def quantize(self, t):                      # record what the reference quantizes (x, then h)
+            seen.append(t.detach().clone())
+            return orig(self, t)
+        ns["BlockWiseScalerNVFP4"].quantize = quantize
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
+        shim = Fp4Shim().install()
+        try:
+            out = ns["run"](**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()})
+        finally:
+            shim.remove()
+            ns["BlockWiseScalerNVFP4"].quantize = orig
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        h = seen[-1][0].float()
+        return out, h
+
+    ref_out, ref_h = reference(True)
+    ref2_out, ref2_h = reference(False)
+    tol = rw.workload.tolerance
+    def matched(x, y) -> float:
+        x, y = x.float(), y.float()
+        return float(((x - y).abs() <= tol.max_atol + tol.max_rtol * y.abs()).float().mean())
+
+    report["reference_reduced_vs_full"] = {
+        "h_equal": float((ref_h == ref2_h).float().mean()),
+        "amax_h": [float(ref_h.abs().max()), float(ref2_h.abs().max())],
+        "out_matched": matched(ref2_out, ref_out)}
+    i = int(ref_h.abs().flatten().argmax())
+    report["ref_argmax"] = {"index": i, "h": float(ref_h.flatten()[i])}
+    tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    scalars = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
+    report["variants"] = []
+    for v in entry["variants"] if dev == "cuda" else []:
+        rt = load_stage(base / v["dir"])
+        out = torch.full_like(ref_out, float("nan"))
+        p = rt.prepare({**tensors, "output": out}, dict(rw.axes), scalars)
+        p.run()
+        torch.cuda.synchronize()
+        ws = p.workspace
+        amax = ws[:8].view(torch.float32)
+        cp = rt.candidate["params"]
+        t, hid, inter = ref_h.shape[0], cp["HID"], cp["INTER"]
+        h0 = 256 + 2 * t * hid                      # workspace: amax words, XQ bf16 [T, HID], H fp32 [T, INTER]
+        H = ws[h0:h0 + 4 * t * inter].view(torch.float32).view(t, inter)
+        row = {"params": v["params"], "amax_x": float(amax[0]), "amax_h": float(amax[1]),
+               "h_equal_ref": float((H == ref_h).float().mean()),
+               "h_at_ref_argmax": float(H.flatten()[i])}
+        row["vs_reference"] = matched(out, ref_out)
+        row["vs_reference_full_precision"] = matched(out, ref2_out)
+        report["variants"].append(row)
+        print(json.dumps(row), flush=True)
+    print(json.dumps({k: v for k, v in report.items() if k != "variants"}, indent=1))
+    if a.out:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "nvfp4_diagnose.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
