@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..roofline.score import problem_sol_score, sol_score, speedup
 
 _TIMED = """
-SELECT s.attempt_id, s.workload_uuid, s.t_kernel_ms, s.t_sol_ms, s.t_baseline_ms, a.problem
+SELECT s.attempt_id, s.workload_uuid, s.t_kernel_ms, s.t_sol_ms, s.t_baseline_ms, s.baseline_variant,
+       a.problem
 FROM scores s JOIN attempts a ON a.id = s.attempt_id
 WHERE s.t_kernel_ms IS NOT NULL
 """
@@ -38,8 +39,9 @@ def rescore(store, refresh: bool = False) -> dict:
     with store.transaction() as con:
         for r in missing:
             b = t_b.get((r["problem"], r["workload_uuid"]))
-            if b is None or (r["t_baseline_ms"] is not None and b["t_b"] == r["t_baseline_ms"]):
-                continue
+            if b is None or (r["t_baseline_ms"] is not None and b["t_b"] == r["t_baseline_ms"]
+                             and b["variant"] == r["baseline_variant"]):
+                continue  # unchanged (a row the loop once labelled 'eager' for a compile T_b is fixed)
             s = sol_score(r["t_kernel_ms"], b["t_b"], r["t_sol_ms"])
             con.execute("UPDATE scores SET t_baseline_ms = ?, speedup = ?, sol_score = ?, "
                         "baseline_variant = ? WHERE attempt_id = ? AND workload_uuid = ?",
