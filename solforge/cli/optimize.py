@@ -21,7 +21,7 @@ from pathlib import Path
 def register(sub) -> None:
     r = sub.add_parser("rescore", help="fill speedups and SOL scores of attempts whose baselines "
                                        "arrived after their evaluation")
-    r.add_argument("--db", help="DuckDB file")
+    r.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (also accepted before the command)")
     r.add_argument("--json", action="store_true")
     r.add_argument("--refresh", action="store_true",
                    help="also redo scores whose T_b has changed since (newer or faster baselines)")
