@@ -114,3 +114,16 @@ def test_cute_rmsnorm_leaves_small_rows_to_cuda(sol_execbench_dir):
     names = lambda p: [f.name for f in families_for(load_problem_dir(fb / p))]
     assert names("021_rmsnorm_h128") == ["rmsnorm"]
     assert "cute_rmsnorm" in names("022_rmsnorm_h512")
+
+
+def test_rmsnorm_ldh_accepted_but_not_searched(sol_execbench_dir):
+    """LDH=1 (L2 256-byte prefetch hint on x/residual) measured 1-5% slower on the H200: it still
+    compiles (to the hinted load) for old params, but the search space leaves it out."""
+    fam = get_family("rmsnorm")
+    big = load_problem_dir(sol_execbench_dir / "L1/069_rms_norm")
+    assert all("LDH" not in p for p in fam.param_space(big))
+    cand = fam.instantiate(big, {**fam.param_space(big)[0], "LDH": 1})
+    cubin, _ = compile_cuda_candidate(cand)
+    assert cubin[:4] == b"\x7fELF"
+    with pytest.raises(FamilyError):
+        fam.instantiate(big, {**fam.param_space(big)[0], "LDH": 3})
