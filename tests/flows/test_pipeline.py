@@ -1,8 +1,8 @@
 """The orchestrated loop has no round barrier: when one problem's session is slow, the other GPU keeps
 getting work from the other problems. Real parts: kernel families, NVRTC compiles, planner, content
 cache, DuckDB, GPU slots (GpuPool, two pretend GPUs); a stand-in evaluator in place of the GPU (named
-as such) whose speed the test controls: one problem's evaluation blocks until the other problem's
-SECOND session is being evaluated (or a deadline passes)."""
+as such) whose speed the test controls: one problem's first evaluation blocks until an evaluation of
+the other problem's second or later session starts while it runs (or a deadline passes)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def build_loop(db, problems, compile_cache, *, barrier: bool, hold_s: float, bud
         lab.set_baselines(p, {s.uuid: s.t_sol_ms * 4 for s in lab.roofline(p)})
     evals: list[tuple[str, float, float, str]] = []   # (problem, start, end, gpu)
     fast_evals = []
-    second_fast = threading.Event()
+    slow_running = threading.Event()
+    fast_during_slow = threading.Event()
 
     def standin_evaluate(lab, problem, cand, compiled, pool):
         """Stand-in for evaluate_pinned: holds a GPU slot like it, times nothing."""
@@ -56,11 +57,16 @@ def build_loop(db, problems, compile_cache, *, barrier: bool, hold_s: float, bud
             t0 = time.monotonic()
             if problem.name == FAST:
                 fast_evals.append(t0)
-                if len(fast_evals) >= 2:
-                    second_fast.set()
+                if slow_running.is_set() and len(fast_evals) >= 2:  # a later session of FAST
+                    fast_during_slow.set()
                 time.sleep(0.02)
             elif not [e for e in evals if e[0] == SLOW]:  # the slow problem's first evaluation
-                second_fast.wait(hold_s)
+                # held until a second-or-later evaluation of the fast problem starts while it runs
+                # (on a loaded machine the fast problem may have had both its first sessions before
+                # this one reached its GPU: then the next one releases it)
+                slow_running.set()
+                fast_during_slow.wait(hold_s)
+                slow_running.clear()
             evals.append((problem.name, t0, time.monotonic(), slot.gpu))
         sols = {s.uuid: s for s in lab.roofline(problem)}
         wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=0.0, matched_ratio=1.0,
