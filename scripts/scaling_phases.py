@@ -19,6 +19,8 @@ import statistics as st
 import sys
 from pathlib import Path
 
+from scaling_summary import EVALUATED
+
 REPO = Path(__file__).resolve().parent.parent
 RES = REPO / "data" / "results"
 STARTUP_S = 5.0  # an evaluation's own start-up (CUDA context + first CUPTI session): its first ~5 s
@@ -31,7 +33,7 @@ def evaluations(con, alias: str) -> list[dict]:
     ph = "eval_phases" if "eval_phases" in cols else "NULL"
     rows = con.execute(
         f"SELECT id, problem, source_hash, gpu_seconds, epoch(updated_at), {ph} FROM {alias}.attempts "
-        f"WHERE gpu_seconds IS NOT NULL AND coalesce(agent, '') <> 'replay' ORDER BY updated_at").fetchall()
+        f"WHERE {EVALUATED} ORDER BY updated_at").fetchall()
     out = []
     for aid, prob, h, g, end, phases in rows:
         if isinstance(phases, str):
@@ -70,13 +72,12 @@ def main(argv=None) -> int:
     # the first evaluation on each GPU also waited for the fork server's imports
     one_by = {e["key"]: e for e in one[1:]}
     pairs = [(one_by[e["key"]], e) for e in two[a.gpus_two:] if e["key"] in one_by]
-    lines = [f"# Same candidates, 1 GPU vs 2 GPUs busy", "",
+    lines = ["# Same candidates, 1 GPU vs 2 GPUs busy", "",
              f"1-GPU run: `{_rel(a.one)}` ({len(one)} evaluations); 2-GPU run: `{_rel(a.two)}` "
              f"({len(two)} evaluations); matched pairs (first evaluation per GPU left out): {len(pairs)}", ""]
     if not pairs:
         lines.append("no candidate was evaluated in both runs")
         return _emit(lines, a.out)
-    s1, s2 = sum(p[0]["g"] for p in pairs), sum(p[1]["g"] for p in pairs)
     lines += ["| | pairs | 1 GPU s | 2 GPUs s | ratio of sums | median ratio | mean extra s |",
               "|---|---|---|---|---|---|---|"]
 

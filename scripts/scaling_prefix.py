@@ -13,29 +13,17 @@ speed-up on the same work. Also printed: GPU-seconds of evaluation per wall seco
 from __future__ import annotations
 
 import argparse
-import gzip
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-
-def _open(path: Path):
-    import duckdb
-
-    if path.suffix == ".gz":  # committed result DBs are gzipped to keep the carried tree small
-        tmp = Path(tempfile.mkdtemp()) / path.stem
-        with gzip.open(path, "rb") as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        path = tmp
-    return duckdb.connect(str(path), read_only=True)
+from scaling_summary import EVALUATED, connect
 
 
 def finish_times(path: Path) -> tuple[list[float], float]:
     """Seconds from the first evaluation's start to each evaluation's end, sorted; total GPU-seconds."""
-    rows = _open(path).execute(
-        "SELECT created_at, updated_at, gpu_seconds FROM attempts WHERE gpu_seconds IS NOT NULL "
-        "AND coalesce(agent, '') <> 'replay' ORDER BY updated_at").fetchall()
+    rows = connect(path).execute(
+        f"SELECT created_at, updated_at, gpu_seconds FROM attempts WHERE {EVALUATED} "
+        "ORDER BY updated_at").fetchall()
     if not rows:
         raise SystemExit(f"{path}: no evaluated attempts")
     t0 = min(r[0] for r in rows)

@@ -21,13 +21,31 @@ sys.path.insert(0, str(REPO))
 RES = REPO / "data" / "results"
 
 
-def rate(db: Path) -> dict:
+# an evaluation of an optimize run: an attempt that reached the GPU, not a replay of one
+EVALUATED = "gpu_seconds IS NOT NULL AND coalesce(agent, '') <> 'replay'"
+
+
+def connect(db: Path):
+    """Read-only DuckDB connection; a committed `.duckdb.gz` is unpacked to a temporary file first."""
     import duckdb
 
-    con = duckdb.connect(str(db), read_only=True)
+    if db.suffix == ".gz":
+        import gzip
+        import shutil
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp()) / db.stem
+        with gzip.open(db, "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        db = tmp
+    return duckdb.connect(str(db), read_only=True)
+
+
+def rate(db: Path) -> dict:
+    con = connect(db)
     n, t0, t1, med = con.execute(
         "SELECT count(*), min(created_at), max(updated_at), median(gpu_seconds) FROM attempts "
-        "WHERE gpu_seconds IS NOT NULL AND coalesce(agent, '') <> 'replay'").fetchone()
+        f"WHERE {EVALUATED}").fetchone()
     span = (t1 - t0).total_seconds()
     return {"db": str(db.relative_to(REPO)) if db.is_relative_to(REPO) else str(db), "evaluations": n,
             "span_s": round(span, 1), "evaluations_per_minute": round(n / span * 60, 3),
