@@ -377,9 +377,8 @@ def _blob_roots(problem) -> list:
 def _eval_fields(out: Outcome) -> dict:
     """attempts.eval_launch / eval_mode / eval_phases (migration 031), NULL when nothing was evaluated;
     set by the same UPDATE as the status, so the record is never half-written."""
-    return {"eval_launch": getattr(out, "eval_launch", "") or None,
-            "eval_mode": getattr(out, "eval_mode", "") or None,
-            "eval_phases": getattr(out, "eval_phases", None) or None}
+    return {"eval_launch": out.eval_launch or None, "eval_mode": out.eval_mode or None,
+            "eval_phases": out.eval_phases or None}
 
 
 def _fit(store, table: str, row: dict) -> dict:

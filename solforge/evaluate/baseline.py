@@ -162,9 +162,13 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
                 continue
             hurry = (hurry_at is not None and time.time() > hurry_at) or \
                 (hurry_after_s is not None and elapsed > hurry_after_s)
-            row = _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
-                                 warmup_ms, workload_budget_s, lock_path, label, min_reps=min_reps,
-                                 hurry=hurry, inputs_in_lock=inputs_in_lock, state=state)
+            def timed(fn):
+                return _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
+                                      warmup_ms, workload_budget_s, lock_path, label,
+                                      min_reps=min_reps, hurry=hurry, inputs_in_lock=inputs_in_lock,
+                                      state=state)
+
+            row = timed(fn)
             if row.status == "runtime_error" and state.get("dims") and not state.get("static"):
                 # The compile with dynamic dims failed: the plain torch.compile (static shapes,
                 # automatic dynamic on recompile) gets its chance, once per problem.
@@ -174,10 +178,7 @@ def time_problem(problem, variant: str, stage_dir: Path, *, reps: int = 20, warm
                 dynamo.reset()
                 fn = _compiled(mod.run, compile_backend)
                 first = row.message
-                row = _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps,
-                                     warmup_ms, workload_budget_s, lock_path, label,
-                                     min_reps=min_reps, hurry=hurry, inputs_in_lock=inputs_in_lock,
-                                     state=state)
+                row = timed(fn)
                 row.message = (f"compiled without dynamic dims (with them: {first[:160]})"
                                + ("; " + row.message if row.message else ""))
             yield row

@@ -169,14 +169,6 @@ def check_side_streams(side_streams: set, kernel_names: Iterable[str] = ()) -> N
                            "other than the one the call was given")
 
 
-def check_caching(rotated_ms: float, fresh_ms: float, ratio: float = 0.8) -> None:
-    """Rotated input sets are seen again and again; fresh ones never. A legitimate kernel times the
-    same on both (L2 is flushed either way); a cache keyed on pointers or input contents does not."""
-    if fresh_ms > 0 and rotated_ms < ratio * fresh_ms:
-        raise GuardTripped(Guard.CACHING, f"{rotated_ms:.4f} ms on repeated inputs vs {fresh_ms:.4f} ms "
-                           f"on fresh ones (< {ratio:.0%}): results or work cached across calls")
-
-
 def check_sol_floor(median_ms: float, t_sol_ms: Optional[float], fraction: float) -> None:
     if t_sol_ms and t_sol_ms > 0 and median_ms < fraction * t_sol_ms:
         raise GuardTripped(Guard.SOL_FLOOR, f"{median_ms:.5f} ms is below {fraction} x T_sol "
