@@ -26,6 +26,7 @@ from typing import Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import CUDA_DIR, Family, FamilyError, Spec, read_source
+from .gate import family_offered
 from .gemm import GemmFamily, tier_select_and_grid, vary_one_tier
 
 TIER_KEYS = ("BM", "BN", "ST", "SPLIT")
@@ -103,10 +104,7 @@ def skinny_options(n: int, k: int, mt: int) -> list[tuple]:
 
 
 def offered() -> bool:
-    try:
-        return bool(json.loads((CUDA_DIR / "gemm_wgmma" / "family.json").read_text()).get("offered"))
-    except (OSError, ValueError):
-        return False
+    return family_offered("gemm_wgmma")
 
 
 class GemmWgmmaFamily(Family):

@@ -14,14 +14,14 @@ a GPU run finds it correct); `get_family("softmax")` works either way.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import (CUDA_DIR, DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, product_expr,
+from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, product_expr,
                    read_source, reference_code, shape_dims)
+from .gate import family_offered
 
 # Anything beyond the cap and the softmax means another family (or an agent) should take it.
 _FOREIGN = re.compile(r"\b(?:matmul|linear|einsum|bmm|conv\w*|\w*dropout|masked_fill|topk|sort|"
@@ -35,10 +35,7 @@ MAX_CACHE = 64  # registers per thread the single-pass path may hold (floats)
 
 
 def offered() -> bool:
-    try:
-        return bool(json.loads((CUDA_DIR / "softmax" / "family.json").read_text()).get("offered"))
-    except (OSError, ValueError):
-        return False
+    return family_offered("softmax")
 
 
 def _softmax_dim_ok(code: str, ndim: int) -> bool:

@@ -11,6 +11,7 @@ import pytest
 from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, families_for, get_family, softmax
+from solforge.kernels.base import CUDA_DIR
 from solforge.problem.definition import Definition
 from solforge.problem.loader import load_problem_dir
 
@@ -112,7 +113,7 @@ def test_masked_softmax_not_claimed():
 def test_gate_read_from_family_json(sol_execbench_dir, monkeypatch):
     """Offered since the H200 run found it correct (family.json says so); closing the gate
     takes it out of the search but not out of get_family (for the next GPU check)."""
-    data = json.loads((softmax.CUDA_DIR / "softmax" / "family.json").read_text())
+    data = json.loads((CUDA_DIR / "softmax" / "family.json").read_text())
     assert softmax.offered() is bool(data["offered"])
     problem = _problem(sol_execbench_dir, CLAIMED[0])
     assert ("softmax" in [f.name for f in families_for(problem)]) is bool(data["offered"])
