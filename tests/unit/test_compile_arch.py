@@ -26,16 +26,20 @@ def _wheel_bin(name: str) -> Path | None:
     return None
 
 
-def sass_opcodes(cubin: bytes, tmp_path: Path) -> set[str]:
+def sass_text(cubin: bytes, tmp_path: Path) -> str:
+    """cuobjdump -sass of a cubin (skips the test when the wheels' binaries are missing)."""
     cuobjdump, nvdisasm = _wheel_bin("cuobjdump"), _wheel_bin("nvdisasm")
     if cuobjdump is None or nvdisasm is None:
         pytest.skip("nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels not installed")
     f = tmp_path / "k.cubin"
     f.write_bytes(cubin)
     env = {**os.environ, "PATH": f"{nvdisasm.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    out = subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True, env=env,
-                         check=True).stdout
-    return set(re.findall(r"\b([A-Z][A-Z0-9]+)(?:\.[A-Z0-9_.]+)?\b", out))
+    return subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True, env=env,
+                          check=True).stdout
+
+
+def sass_opcodes(cubin: bytes, tmp_path: Path) -> set[str]:
+    return set(re.findall(r"\b([A-Z][A-Z0-9]+)(?:\.[A-Z0-9_.]+)?\b", sass_text(cubin, tmp_path)))
 
 
 def test_wgmma_tma_kernel_for_sm90a(tmp_path):

@@ -19,6 +19,7 @@ from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED, ZTOK
 from solforge.problem.loader import load_problem_dir
+from tests.unit.test_compile_arch import _wheel_bin
 
 SUBSET = "FlashInfer-Bench"
 CLAIMED = ["014_gqa_paged_prefill_causal_h32_kv4_d128_ps1",
@@ -28,16 +29,6 @@ CLAIMED = ["014_gqa_paged_prefill_causal_h32_kv4_d128_ps1",
 @pytest.fixture(scope="module")
 def problems(sol_execbench_dir):
     return {n: load_problem_dir(sol_execbench_dir / SUBSET / n) for n in CLAIMED}
-
-
-def _wheel_bin(name: str):
-    import nvidia
-
-    for root in nvidia.__path__:
-        p = Path(root) / "cu13" / "bin" / name
-        if p.exists():
-            return p
-    return None
 
 
 # ── matching ─────────────────────────────────────────────────────────────────────────────────────

@@ -28,7 +28,7 @@ from solforge.kernels.base import CUDA_DIR
 from solforge.kernels.build import compile_cuda_candidate
 from solforge.kernels.nvfp4_moe import SMEM_LIMIT
 from solforge.problem.loader import load_problem_dir
-from tests.unit.test_compile_arch import _wheel_bin
+from tests.unit.test_compile_arch import sass_text as _sass
 
 SRC = CUDA_DIR / "nvfp4_moe" / "nvfp4_moe.cu"
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -119,17 +119,6 @@ def test_bad_params_rejected(p032):
 
 
 # ---- compile and launch specs -----------------------------------------------------------------
-
-def _sass(cubin: bytes, tmp_path: Path) -> str:
-    cuobjdump, nvdisasm = _wheel_bin("cuobjdump"), _wheel_bin("nvdisasm")
-    if cuobjdump is None or nvdisasm is None:
-        pytest.skip("nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels not installed")
-    f = tmp_path / "k.cubin"
-    f.write_bytes(cubin)
-    env = {**os.environ, "PATH": f"{nvdisasm.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True,
-                          env=env, check=True).stdout
-
 
 def test_every_param_point_compiles_without_spills(p032, tmp_path):
     fam = get_family("nvfp4_moe")
