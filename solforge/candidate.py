@@ -17,6 +17,11 @@ The format (documented for agents in solforge/agents/protocol.md):
       ],
       "workspace": "0",                        # bytes of zeroed scratch memory per call (expression);
                                                #   pass it to a kernel with the arg "workspace"
+      "workspace_zero": null,                  # optional: bytes at the workspace's start the harness
+                                               #   zeroes before every call (expression); null = all
+                                               #   of it; "0" = none: the kernel leaves the workspace
+                                               #   zeroed itself (a fresh one starts zeroed), so a
+                                               #   one-kernel plan launches without a memset
       "options": ["-lineinfo"]                 # extra compiler options
     }
 
@@ -107,6 +112,8 @@ class Candidate(BaseModel):
     params: dict[str, Union[int, float, bool, str]] = Field(default_factory=dict)
     launches: list[Launch] = Field(min_length=1)
     workspace: str = "0"
+    # bytes at the workspace's start zeroed before every call; None: all of it (see the module doc)
+    workspace_zero: Optional[str] = None
     options: list[str] = Field(default_factory=list)
     # free text for humans and lineage: which family/agent made it and why
     notes: str = ""
@@ -114,6 +121,15 @@ class Candidate(BaseModel):
     @field_validator("workspace", mode="before")
     @classmethod
     def _ws(cls, v):
+        v = str(v)
+        axis_expr.parse(v)
+        return v
+
+    @field_validator("workspace_zero", mode="before")
+    @classmethod
+    def _ws_zero(cls, v):
+        if v is None:
+            return v
         v = str(v)
         axis_expr.parse(v)
         return v
@@ -131,6 +147,8 @@ class Candidate(BaseModel):
     def source_hash(self) -> str:
         """Content hash of everything that affects the compiled code and its launch."""
         payload = self.model_dump(exclude={"notes", "problem"})
+        if payload.get("workspace_zero") is None:  # the default: hashes from before the field stay
+            payload.pop("workspace_zero", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def check_tensor_args(self, inputs: set[str], outputs: set[str]) -> None:
