@@ -375,6 +375,17 @@ def cmd_run(args) -> None:
                             row["pattern"] = _error_pattern(outs[k], refs[k], rw.workload.tolerance)
                         if ok:
                             row["t_kernel_ms"], row["spread_ms"] = timer(plan_.run)
+                            # the same plan once more on NaN outputs: a kernel that keeps state in
+                            # its workspace (workspace_zero) must leave it right after every call
+                            for k in outs:
+                                outs[k].fill_(float("nan"))
+                            plan_.run()
+                            torch.cuda.synchronize()
+                            for k in refs:
+                                o, _, r_ = _compare(outs[k], refs[k], rw.workload.tolerance)
+                                if not o:
+                                    row.update(ok=False, reason=f"after timing (same plan): {r_}")
+                                    break
                     except Exception as e:  # noqa: BLE001
                         torch.cuda.synchronize()
                         row.update(ok=False, reason=f"{type(e).__name__}: {e}"[:500])

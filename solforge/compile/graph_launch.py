@@ -7,7 +7,9 @@ interpreter to reach the next driver call, so a zeroed workspace plus a 10 us GE
 slower than the same kernels launched back to back from C++ (NVIDIA's sol-execbench on the H200,
 data/results/sol_execbench_compare_h200.md). A graph issues the whole sequence at once; the GPU runs
 its nodes back to back in the declared order (each depends on the previous), which is what a native
-host launcher achieves. Single-kernel plans do not need it and keep their direct launch.
+host launcher achieves. Single-kernel plans do not need it and keep their direct launch, and so does a
+single kernel whose workspace needs no memset (the candidate's workspace_zero "0": the kernel leaves
+it zeroed itself); workspace_zero can also limit the memset node to the bytes a kernel needs zeroed.
 
 The graph is built once per plan (fixed pointers and arguments, like the plan itself) and launched on
 the caller's stream. Building can fail on drivers or kernels that graphs do not support: the caller
@@ -30,15 +32,19 @@ class GraphLaunch:
         self._graph, self._exec = graph, exec_
 
     @classmethod
-    def build(cls, steps: list, workspace, check) -> tuple[Optional["GraphLaunch"], str]:
-        """steps: the plan's (function, grid, block, smem, cluster, params, index, kernel) tuples."""
+    def build(cls, steps: list, workspace, check,
+              zero_bytes: Optional[int] = None) -> tuple[Optional["GraphLaunch"], str]:
+        """steps: the plan's (function, grid, block, smem, cluster, params, index, kernel) tuples;
+        zero_bytes: how much of the workspace's start the memset node clears (None: all of it, 0:
+        no memset node)."""
         drv = _drv()
         graph = None
         try:
             graph = check(drv.cuGraphCreate(0), "cuGraphCreate")
             prev: list = []
-            if workspace is not None and workspace.numel():
-                nbytes = workspace.numel() * workspace.element_size()
+            full = 0 if workspace is None else workspace.numel() * workspace.element_size()
+            nbytes = full if zero_bytes is None else min(int(zero_bytes), full)
+            if nbytes > 0:
                 mp = drv.CUDA_MEMSET_NODE_PARAMS()
                 mp.dst = workspace.data_ptr()
                 mp.value = 0

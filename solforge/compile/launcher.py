@@ -101,11 +101,16 @@ def _pack_args(values: list) -> tuple[list[tuple[int, object]], int]:
 class LaunchPlan:
     """Everything resolved for one set of tensors: call run() as often as needed."""
 
-    def __init__(self, runtime: "CandidateRuntime", steps: list, workspace):
+    def __init__(self, runtime: "CandidateRuntime", steps: list, workspace, zero_bytes=None):
         self.runtime = runtime
         self.steps = steps      # (function, grid, block, smem, cluster, _Params, index, kernel)
         self.workspace = workspace
-        multi = len(steps) > 1 or (workspace is not None and workspace.numel() > 0)
+        full = 0 if workspace is None else workspace.numel() * workspace.element_size()
+        # bytes zeroed before every call: all by default; fewer when the candidate says its kernels
+        # need no more (workspace_zero), none for a kernel that leaves its workspace zeroed itself
+        self.zero_bytes = full if zero_bytes is None else max(0, min(int(zero_bytes), full))
+        # one kernel and nothing to zero: a direct launch, as for a plan without a workspace
+        multi = len(steps) > 1 or self.zero_bytes > 0
         self._graph = None
         self._graph_state = "off" if not multi or not _graph_launch_enabled() else "pending"
         self.graph_note = ""
@@ -116,13 +121,19 @@ class LaunchPlan:
         if self._graph_state == "pending":
             from .graph_launch import GraphLaunch
 
-            self._graph, self.graph_note = GraphLaunch.build(self.steps, self.workspace, check)
+            self._graph, self.graph_note = GraphLaunch.build(self.steps, self.workspace, check,
+                                                             zero_bytes=self.zero_bytes)
             self._graph_state = "on" if self._graph is not None else "failed"
         if self._graph is not None:
             self._graph.launch(hstream, check)
             return
-        if self.workspace is not None and self.workspace.numel():
-            self.workspace.zero_()
+        if self.zero_bytes:
+            if self.zero_bytes == self.workspace.numel() * self.workspace.element_size():
+                self.workspace.zero_()
+            else:
+                import torch
+
+                self.workspace.view(-1).view(torch.uint8)[:self.zero_bytes].zero_()
         for fn, grid, block, smem, cluster, params, i, kernel in self.steps:
             where = f"launches[{i}] ({kernel})"
             if cluster is None:
@@ -167,6 +178,18 @@ def _dims(exprs, env, what: str, i: int) -> tuple[int, int, int]:
             raise LaunchError(f"launches[{i}].{what}: {e!r} = {v}, not a positive integer")
         vals.append(int(v))
     return tuple(vals + [1] * (3 - len(vals)))
+
+
+def workspace_zero_bytes(candidate: dict, env: dict, ws_bytes: int) -> int:
+    """Bytes of the workspace zeroed before every call: all of it unless the candidate's
+    workspace_zero expression says fewer (clamped to the workspace; negative is an error)."""
+    expr = candidate.get("workspace_zero")
+    if expr is None:
+        return ws_bytes
+    v = _axis_expr().evaluate(str(expr), env)
+    if v != int(v) or v < 0:
+        raise LaunchError(f"workspace_zero: {expr!r} = {v}, not a non-negative integer")
+    return min(int(v), ws_bytes)
 
 
 def launch_env(axes: dict, scalars: dict, params: dict) -> dict:
@@ -322,7 +345,7 @@ class CandidateRuntime:
             layout, total = self._arg_values(launch, entry, tensors, workspace, env, i)
             steps.append((self.functions[name], grid, block, smem, cluster, _Params(layout, total),
                           i, name))
-        return LaunchPlan(self, steps, workspace)
+        return LaunchPlan(self, steps, workspace, workspace_zero_bytes(cand, env, ws_bytes))
 
     def launch_all(self, tensors: dict, axes: dict, scalars: dict | None = None, stream=None,
                    workspace=None) -> None:
@@ -354,4 +377,4 @@ def load_stage(folder, candidate: dict | None = None, device=None) -> CandidateR
 
 
 __all__ = ["CandidateRuntime", "LaunchPlan", "LaunchError", "load_stage", "read_stage", "launch_env",
-           "check", "resolve_entries"]
+           "check", "resolve_entries", "workspace_zero_bytes"]

@@ -51,6 +51,9 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     float r = emu_xch[threadIdx.x ^ o]; emu_bar->arrive_and_wait(); return r;
 }
 inline float atomicAdd(float* p, float v) { std::lock_guard<std::mutex> g(emu_mu); float o = *p; *p = o + v; return o; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { std::lock_guard<std::mutex> g(emu_mu); unsigned o = *p; *p = o + v; return o; }
+template <typename T> inline T atomicExch(T* p, T v) { std::lock_guard<std::mutex> g(emu_mu); T o = *p; *p = v; return o; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __trap() { std::fprintf(stderr, "__trap\n"); std::abort(); }
 template <typename T> inline T __ldg(const T* p) { return *p; }
 inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }

@@ -49,3 +49,38 @@ def test_stage_round_trip(tmp_path):
     assert cubins == res.cubins
     assert manifest["entries"]["scale"]["symbol"] == "scale"
     assert json.loads((tmp_path / "stage" / "candidate.json").read_text())["launches"][0]["kernel"] == "scale"
+
+
+def test_workspace_zero_bytes_default_all_clamped_and_checked():
+    import pytest
+
+    from solforge.compile.launcher import LaunchError, workspace_zero_bytes
+
+    env = {"n": 10, "KEPT": 40}
+    assert workspace_zero_bytes({"workspace": "n * 4"}, env, 40) == 40            # absent: all
+    assert workspace_zero_bytes({"workspace_zero": None}, env, 40) == 40
+    assert workspace_zero_bytes({"workspace_zero": "0"}, env, 40) == 0            # kernel keeps it
+    assert workspace_zero_bytes({"workspace_zero": "KEPT / 4"}, env, 40) == 10    # a prefix
+    assert workspace_zero_bytes({"workspace_zero": "n * 100"}, env, 40) == 40     # clamped
+    for bad in ("0 - n", "n / 4"):
+        with pytest.raises(LaunchError, match="workspace_zero"):
+            workspace_zero_bytes({"workspace_zero": bad}, env, 40)
+
+
+def test_candidate_workspace_zero_parsed_and_default_hash_unchanged():
+    import hashlib
+
+    import pytest
+
+    from solforge.candidate import Candidate
+
+    base = {"problem": "p", "sources": {"k.cu": "x"}, "workspace": "n * 4",
+            "launches": [{"kernel": "k", "grid": ["1"], "block": ["32"], "args": ["workspace"]}]}
+    plain, zero = Candidate(**base), Candidate(**base, workspace_zero=0)
+    assert plain.workspace_zero is None and zero.workspace_zero == "0"
+    # the default leaves the hash as it was before the field existed (stored attempts keep theirs)
+    old = plain.model_dump(exclude={"notes", "problem", "workspace_zero"})
+    assert plain.source_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
+    assert zero.source_hash() != plain.source_hash()
+    with pytest.raises(ValueError):
+        Candidate(**base, workspace_zero="n +")

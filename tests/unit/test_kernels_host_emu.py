@@ -124,6 +124,11 @@ PW_CASES = [  # (problem, params, var axes)
      {"batch_size": 2, "seq_len": 37}),   # 2960 = 185 x 16: no tail
     ("L1/061_tanh_gated_residual_add_backward", {"VEC": 8, "BLOCK": 64, "UNROLL": 2},
      {"batch_size": 2, "seq_len": 5}),    # mask [B, S, 1] broadcast over hidden 4096, 0-d gate
+    # FIN=0: the two-kernel plan (sums, then pointwise_post_kernel) after a zeroed workspace
+    ("L1/056_mamba_ssm_dt_projection_softplus_clamp_backward", {"VEC": 8, "BLOCK": 64, "UNROLL": 2,
+                                                                "FIN": 0}, {"batch_size": 3, "seq_len": 45}),
+    ("L1/061_tanh_gated_residual_add_backward", {"VEC": 8, "BLOCK": 64, "UNROLL": 2, "FIN": 0},
+     {"batch_size": 2, "seq_len": 5}),
     ("L1/084_silu_activation_backward", {"VEC": 8, "BLOCK": 32, "UNROLL": 2}, {"num_elements": 1037}),
     ("L1/090_batched_2d_rope_position_encoding_backward", {"VEC": 4, "BLOCK": 32, "UNROLL": 2},
      {"batch_size": 1, "seq_len": 9}),
@@ -188,6 +193,11 @@ def test_pointwise_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, 
         chunk = params["VEC"] * params["BLOCK"] * params["UNROLL"]
         assert -(-n // chunk) > m, "test shape too small to loop"
         passes = [f"    emu_launch({m}, {params['BLOCK']}, [&] {{ pointwise_kernel({args_of(main_launch)}); }});"]
+        if cand.workspace_zero is not None:
+            # FIN=1: the harness does not zero the workspace, so a second call on the same one
+            # must give the same answer (the kernel left its sums and counter at zero)
+            assert eval_expr(cand.workspace_zero, env) == 0 and len(cand.launches) == 1
+            passes *= 2
     else:
         # the launch's own STEPS (1 at these sizes), then UNROLL vectors per thread
         assert eval_expr(main_launch.args[-1].split(":", 1)[1], env) == 1
@@ -199,16 +209,22 @@ def test_pointwise_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, 
     clear = "".join(f"    std::memset({o}.data(), 0xff, {o}.size() * sizeof({o}[0]));\n" for o in outs)
     body = []
     for ps in passes:
-        body.append(clear + "    std::fill(workspace.begin(), workspace.end(), 0.0f);\n" + ps + "\n"
+        zero = "" if cand.workspace_zero is not None else \
+            "    std::fill(workspace.begin(), workspace.end(), 0.0f);\n"
+        body.append(clear + zero + ps + "\n"
                     + "".join(f"    emu_launch({eval_expr(l.grid[0], env)}, {params['BLOCK']}, "
                               f"[&] {{ {l.kernel}({args_of(l)}); }});\n" for l in cand.launches[1:])
                     + writes)
     main = ("int main() {\n    FILE* f = std::fopen(\"in.bin\", \"rb\");\n" + "\n".join(lines)
             + "\n    std::fclose(f);\n    f = std::fopen(\"out.bin\", \"wb\");\n" + "".join(body)
+            + "    std::fwrite(workspace.data(), 4, workspace.size(), f);\n"
             + "    std::fclose(f);\n}\n")
     src = defines(cand.params) + kernel_text(cand.sources["pointwise.cu"])
     nbytes = sum(ref[o].numel() * ref[o].element_size() for o in outs)
-    data = build_and_run(tmp_path, src, main, reads, nbytes * len(passes))
+    ws_words = max(ws, 1)
+    data = build_and_run(tmp_path, src, main, reads, nbytes * len(passes) + 4 * ws_words)
+    if cand.workspace_zero is not None:  # left zeroed for the next call: sums and the counter
+        assert not any(data[len(data) - 4 * ws_words:]), "workspace not left zeroed"
     off = 0
     for _ in passes:
         for o in outs:

@@ -255,3 +255,34 @@ def test_values_of_0d_inputs_hoisted_out_of_the_element_loop(sol_execbench_dir):
     ev = src[src.index("void pw_eval("):src.index("void pw_post(")]
     assert "tanhf(" in pre and "tanhf(" not in ev
     assert hoisted_nodes(trace_pointwise(_mixed_def())) == []
+
+
+@pytest.mark.parametrize("rel", ["L1/056_mamba_ssm_dt_projection_softplus_clamp_backward",
+                                 "L1/061_tanh_gated_residual_add_backward"])
+def test_sums_finish_in_one_kernel_unless_fin_0(sol_execbench_dir, rel):
+    """FIN (default 1): the reduction plan is one kernel that keeps its workspace zeroed itself
+    (workspace_zero "0": no memset, so a direct launch); FIN=0 keeps the memset + post kernel."""
+    from solforge.candidate import eval_expr, launch_env
+    from solforge.kernels.base import FamilyError
+
+    problem = load_problem_dir(sol_execbench_dir / rel)
+    fam = get_family("pointwise")
+    p0 = fam.param_space(problem)[0]
+    one, two = fam.instantiate(problem, p0), fam.instantiate(problem, {**p0, "FIN": 0})
+    g = trace_pointwise(problem.definition)
+    nr, kept = len(g.reductions), g.kept
+    assert nr and [l.kernel for l in one.launches] == ["pointwise_kernel"]
+    assert [l.kernel for l in two.launches] == ["pointwise_kernel", "pointwise_post_kernel"]
+    assert one.workspace_zero == "0" and two.workspace_zero is None
+    env = launch_env(problem.workloads[0].axes, problem.workloads[0].scalars(), one.params)
+    assert eval_expr(one.workspace, env) == 4 * nr * kept + 4   # the sums + the blocks counter
+    assert eval_expr(two.workspace, env) == 4 * nr * kept
+    for name, _, _ in g.reduced_outputs:  # the one kernel writes the reduced outputs itself
+        assert name in one.launches[0].args and name not in two.launches[0].args
+    assert "pointwise_post_kernel" not in one.sources["pointwise.cu"]
+    for cand in (one, two):  # NVRTC, and the args checked against each kernel's parameter table
+        cubin, _ = compile_cuda_candidate(cand)
+        assert cubin[:4] == b"\x7fELF"
+    assert one.source_hash() != two.source_hash()
+    with pytest.raises(FamilyError):
+        fam.instantiate(problem, {**p0, "FIN": 2})
