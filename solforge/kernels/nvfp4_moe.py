@@ -31,6 +31,27 @@ _SCALED_MM = re.compile(r"\.scaled_mm\(([^()]*)\)", re.S)
 _OUT_DTYPE = re.compile(r"output_dtype\s*=\s*torch\.(\w+)")
 
 
+# The reference's float operations that CUDA and CPU torch compute differently. The kernel follows
+# the GPU (the evaluation runs there); `reference_as_on_cuda` rewrites the source so that a CPU run
+# computes what the GPU computes (on the GPU the rewritten source computes the same as the original):
+# - `block_max / self.E2M1FN_MAX` divides by a Python float, which ATen's CUDA kernel
+#   (BinaryDivTrueKernel.cu) turns into a multiply by the fp32 reciprocal; the CPU kernel divides.
+# - `result * global_scale` with a bf16 result (Quant/029) and a 0-dim fp32 CUDA tensor loads the
+#   scale as bf16 on CUDA (only CPU 0-dim tensors stay fp32 scalars); for fp32 results (032) a no-op.
+_CPU_CUDA = (("block_max / self.E2M1FN_MAX", "block_max * (1.0 / self.E2M1FN_MAX)"),
+             ("out[:, :, b] = result * global_scale",
+              "out[:, :, b] = result * (global_scale.to(result.dtype) "
+              "if result.dtype == torch.bfloat16 else global_scale)"))
+
+
+def reference_as_on_cuda(code: str) -> str:
+    for old, new in _CPU_CUDA:
+        if code.count(old) != 1:
+            raise ValueError(f"reference has not exactly one '{old}'")
+        code = code.replace(old, new)
+    return code
+
+
 def stage_bytes(bm: int, bn: int, nw: int) -> int:
     """Must match Stage<BM, BN, NW>::BYTES in nvfp4_moe.cu."""
     return bm * 128 + nw * (bn * 32 + bn * 4)
@@ -134,10 +155,14 @@ class Nvfp4MoeFamily(Family):
         down = [(128, 128, 1, 8, 3), (128, 128, 1, 8, 3), (128, 128, 2, 4, 3), (64, 128, 2, 4, 4)]
         f16 = [1, 0, 0, 1]  # fp16 mma operands: cheaper weight dequantization (see the .cu)
         hoist = [1, 1, 0, 0]  # hoisted main-loop addresses; two points keep the plain loop as a fallback
+        # KNAT=1 (natural K order: each mma sums the 16 products of one scale block, as the reference's
+        # bf16 GEMM does per k-step) first: the permuted order (KNAT=0, GPU-checked on the bench) rounds
+        # g/u differently from cuBLAS now and then, and 032's output hinges on amax|h| (see the .cu).
+        rows = [(0, 1), (1, 1), (0, 0), (1, 0), (2, 0), (3, 0)]   # (tile/format index, KNAT)
         out = []
-        for i in range(max(len(gate), len(down))):
+        for i, knat in rows:
             g, d = gate[min(i, len(gate) - 1)], down[min(i, len(down) - 1)]
-            p = {"F16": f16[min(i, len(f16) - 1)], "HOIST": hoist[min(i, len(hoist) - 1)]}
+            p = {"F16": f16[min(i, len(f16) - 1)], "HOIST": hoist[min(i, len(hoist) - 1)], "KNAT": knat}
             p.update({f"G_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), g)})
             p.update({f"D_{k}": v for k, v in zip(("BM", "BN", "WM", "WN", "ST"), d)})
             try:
@@ -152,6 +177,8 @@ class Nvfp4MoeFamily(Family):
         for flag in ("F16", "HOIST"):
             if params.get(flag) not in (0, 1):
                 raise FamilyError(f"nvfp4_moe param {flag} must be 0 or 1")
+        if params.get("KNAT", 0) not in (0, 1):   # absent: 0, the permuted order of the first checks
+            raise FamilyError("nvfp4_moe param KNAT must be 0 or 1")
         for pre, n, nw in (("G", inter, 2), ("D", hid, 1)):
             try:
                 bm, bn, wm, wn, st = (int(params[f"{pre}_{k}"]) for k in ("BM", "BN", "WM", "WN", "ST"))

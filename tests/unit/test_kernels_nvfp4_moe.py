@@ -26,7 +26,7 @@ from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.kernels import FamilyError, families_for, get_family
 from solforge.kernels.base import CUDA_DIR
 from solforge.kernels.build import compile_cuda_candidate
-from solforge.kernels.nvfp4_moe import SMEM_LIMIT
+from solforge.kernels.nvfp4_moe import SMEM_LIMIT, reference_as_on_cuda
 from solforge.problem.loader import load_problem_dir
 from tests.unit.test_compile_arch import sass_text as _sass
 
@@ -225,6 +225,11 @@ int main(int argc, char** argv) {
         wr(argv[3], o); }
     else if (mode == "perm") { std::vector<int> o;
         for (int q = 0; q < 4; ++q) for (int j = 0; j < 16; ++j) o.push_back(nvfp4_perm_col(q, j)); wr(argv[3], o); }
+    else if (mode == "natg") {  // [q, 8 words] per record -> the 2 gathered words
+        auto x = rd<unsigned>(argv[2]); std::vector<unsigned> o;
+        for (size_t i = 0; i + 9 <= x.size(); i += 9) { unsigned w[2];
+            nvfp4_nat_gather(&x[i + 1], (int)x[i], w); o.push_back(w[0]); o.push_back(w[1]); }
+        wr(argv[3], o); }
     else if (mode == "gdec") { auto x = rd<float>(argv[2]); std::vector<float> o;
         for (float v : x) o.push_back(nvfp4_global_decode(v)); wr(argv[3], o); }
     return 0;
@@ -258,8 +263,9 @@ def codec(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ref(p032):
+    """The reference with CUDA's float semantics (the kernel follows the GPU that judges it)."""
     ns: dict = {}
-    exec(compile(p032.definition.reference, "reference", "exec"), ns)
+    exec(compile(reference_as_on_cuda(p032.definition.reference), "reference", "exec"), ns)
     return ns
 
 
@@ -329,6 +335,47 @@ def test_block_quantizer_matches_reference_bitwise(codec, ref):
         assert gdec[0] == np.float32(gd.item())
 
 
+def test_quantizer_divides_by_six_as_cuda_does(codec, p032):
+    """`block_max / 6.0` is a multiply by fp32(1/6) on CUDA, a division on the CPU; on blocks where
+    the two round to different E4M3 scales the kernel's quantizer must give CUDA's byte."""
+    cpu_ns: dict = {}
+    exec(compile(p032.definition.reference, "reference_cpu", "exec"), cpu_ns)
+    cuda_ns: dict = {}
+    exec(compile(reference_as_on_cuda(p032.definition.reference), "reference_cuda", "exec"), cuda_ns)
+    # block maxima just around 6 * (E4M3 midpoints) with global encode 1 (amax 2688): search the
+    # fp32 neighbourhood for values where division and reciprocal-multiply pick different bytes
+    vals = torch.arange(8, 126, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()
+    mids = (vals[:-1] + vals[1:]) / np.float32(2) * np.float32(6)     # E4M3 midpoints, times 6
+    cand = np.concatenate([m + np.arange(-64, 65, dtype=np.float32) * np.spacing(m) for m in mids]).astype(np.float32)
+    inv6 = np.float32(1) / np.float32(6)
+    e4 = lambda v: torch.from_numpy(v).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    differ = cand[e4((cand / np.float32(6)).astype(np.float32)) != e4((cand * inv6).astype(np.float32))]
+    assert differ.size > 0
+    blocks = np.zeros((differ.size + 1, 16), np.float32)
+    blocks[:-1, 0] = differ
+    blocks[-1, 0] = 2688.0   # amax 2688 -> global encode scale exactly 1
+    x = torch.from_numpy(blocks.reshape(1, -1))
+    got = codec("quant", np.concatenate([[2688.0], blocks.ravel()]).astype(np.float32), np.uint8).reshape(-1, 17)
+    _, s_cuda, _ = cuda_ns["BlockWiseScalerNVFP4"]().quantize(x.unsqueeze(0))
+    _, s_cpu, _ = cpu_ns["BlockWiseScalerNVFP4"]().quantize(x.unsqueeze(0))
+    s_cuda, s_cpu = s_cuda.view(torch.uint8).numpy().ravel(), s_cpu.view(torch.uint8).numpy().ravel()
+    assert np.array_equal(got[:, 0], s_cuda)
+    assert not np.array_equal(got[:, 0], s_cpu)
+
+
+def test_natural_order_gather(codec):
+    """KNAT's byte gather: lane quad q gets bytes q and q+4 of each 8-byte block of a row chunk."""
+    rng = np.random.default_rng(0)
+    chunks = rng.integers(0, 256, size=(16, 32), dtype=np.uint8)
+    recs, want = [], []
+    for c in chunks:
+        for q in range(4):
+            recs.append(np.concatenate([[q], c.view(np.uint32)]).astype(np.uint32))
+            want.append(np.array([c[8 * s + q + 4 * h] for s in range(4) for h in range(2)], np.uint8))
+    got = codec("natg", np.concatenate(recs), np.uint32).view(np.uint8).reshape(-1, 8)
+    assert np.array_equal(got, np.stack(want))
+
+
 def test_k_permutation_is_a_bijection_per_chunk(codec):
     perm = codec("perm", None, np.int32).reshape(4, 16)
     assert sorted(perm.ravel()) == list(range(64))
@@ -355,9 +402,11 @@ def _quant_deq(codec, x: np.ndarray, perm: np.ndarray) -> tuple[np.ndarray, np.f
     return perm_deq, codec("gdec", np.array([amax], np.float32), np.float32)[0]
 
 
-def _fragment_weights(w_packed: np.ndarray, scale_bytes: np.ndarray) -> np.ndarray:
+def _fragment_weights(w_packed: np.ndarray, scale_bytes: np.ndarray, knat: bool = False) -> np.ndarray:
     """The weight matrix as the mma loop sees it: row n, chunk c, lane quad q loads bytes 8q..8q+7;
-    byte 2s feeds k-step s fragment positions (2q, 2q+1), byte 2s+1 positions (2q+8, 2q+9)."""
+    byte 2s feeds k-step s fragment positions (2q, 2q+1), byte 2s+1 positions (2q+8, 2q+9).
+    knat (KNAT=1): quad q takes bytes 8s+q (positions 2q, 2q+1) and 8s+q+4 (2q+8, 2q+9) for k-step s
+    with block s's scale, i.e. the natural order."""
     n, kh = w_packed.shape
     sf = torch.from_numpy(scale_bytes.copy()).view(torch.float8_e4m3fn).float().numpy()
     out = np.zeros((n, kh * 2), np.float32)
@@ -365,8 +414,12 @@ def _fragment_weights(w_packed: np.ndarray, scale_bytes: np.ndarray) -> np.ndarr
         for q in range(4):
             for i in range(8):
                 s, hi = i // 2, i % 2
-                byte = w_packed[:, 32 * c + 8 * q + i]
-                sc = sf[:, 4 * c + q]
+                if knat:
+                    byte = w_packed[:, 32 * c + 8 * s + q + 4 * hi]
+                    sc = sf[:, 4 * c + s]
+                else:
+                    byte = w_packed[:, 32 * c + 8 * q + i]
+                    sc = sf[:, 4 * c + q]
                 base = 64 * c + 16 * s + 2 * q + 8 * hi
                 out[:, base] = E2M1[byte & 15] * sc
                 out[:, base + 1] = E2M1[byte >> 4] * sc
@@ -374,17 +427,17 @@ def _fragment_weights(w_packed: np.ndarray, scale_bytes: np.ndarray) -> np.ndarr
 
 
 def _emulate(codec, inp: dict, x: np.ndarray, glob: dict, epi_bf16: bool, down_bf16: bool = False,
-             cuda_scales: bool = False) -> np.ndarray:
+             cuda_scales: bool = False, knat: bool = False) -> np.ndarray:
     """The five launches in numpy (fp64 sums of exact products), as the kernel orders them.
     cuda_scales: the global scales of bf16 scaled_mm results rounded to bf16 first, as the reference
     does on the GPU (the kernel's EPI_BF16 / DOWN_BF16); the CPU reference keeps them in fp32."""
     sc16 = (lambda v: _bf16(np.array([v], np.float32))[0]) if cuda_scales else (lambda v: v)
-    perm = codec("perm", None, np.int32).reshape(4, 16)
+    perm = np.arange(64).reshape(4, 16) if knat else codec("perm", None, np.int32).reshape(4, 16)
     u8 = lambda name: inp[name].view(torch.uint8).numpy()[0]
     f32 = np.float32
     xq, gd_x = _quant_deq(codec, x, perm)
-    wg = _fragment_weights(u8("gate_weight_fp4"), u8("gate_scale"))
-    wu = _fragment_weights(u8("up_weight_fp4"), u8("up_scale"))
+    wg = _fragment_weights(u8("gate_weight_fp4"), u8("gate_scale"), knat)
+    wu = _fragment_weights(u8("up_weight_fp4"), u8("up_scale"), knat)
     acc_g = (xq.astype(np.float64) @ wg.T.astype(np.float64)).astype(f32)
     acc_u = (xq.astype(np.float64) @ wu.T.astype(np.float64)).astype(f32)
     sc_g, sc_u = gd_x * f32(inp[glob["gate"]]), gd_x * f32(inp[glob["up"]])
@@ -398,13 +451,14 @@ def _emulate(codec, inp: dict, x: np.ndarray, glob: dict, epi_bf16: bool, down_b
     else:
         h = (g / (f32(1) + np.exp(-g))) * u
     hq, gd_h = _quant_deq(codec, h.astype(f32), perm)
-    wd = _fragment_weights(u8("down_weight_fp4"), u8("down_scale"))
+    wd = _fragment_weights(u8("down_weight_fp4"), u8("down_scale"), knat)
     acc = (hq.astype(np.float64) @ wd.T.astype(np.float64)).astype(f32)
     sc = gd_h * f32(inp[glob["down"]])
     return _bf16(_bf16(acc) * (sc16(sc) if down_bf16 else sc))
 
 
-def test_pipeline_emulation_matches_reference(codec, ref, p032):
+@pytest.mark.parametrize("knat", [False, True])
+def test_pipeline_emulation_matches_reference(codec, ref, p032, knat):
     """The emulated launches vs the reference's run() on CPU through solforge's dequantizing FP4
     shim, on the workload tolerance of 032."""
     from solforge.evaluate.reference import Fp4Shim
@@ -419,7 +473,7 @@ def test_pipeline_emulation_matches_reference(codec, ref, p032):
         shim.remove()
     assert shim.used
     glob = {p: f"{p}_global_decode" for p in ("gate", "up", "down")}
-    got = _emulate(codec, inp, inp["hidden_states"].float().numpy(), glob, False)
+    got = _emulate(codec, inp, inp["hidden_states"].float().numpy(), glob, False, knat=knat)
     tol = p032.workloads[0].workload.tolerance
     close = np.abs(got - want) <= tol.max_atol + tol.max_rtol * np.abs(want)
     assert close.mean() >= tol.required_matched_ratio, (close.mean(), np.abs(got - want).max())
@@ -461,12 +515,16 @@ def test_python_perm_matches_codec(codec):
 
 # ---- on a GPU (skipped here): the real launches, with their intermediates checked --------------
 
-def _deq_permuted(codes_packed: torch.Tensor, scales: torch.Tensor, dtype=torch.bfloat16) -> torch.Tensor:
-    """Reference quantizer outputs -> the bf16 XQ/HQ layout the kernels write (code*scale, K permuted)."""
+def _deq_permuted(codes_packed: torch.Tensor, scales: torch.Tensor, dtype=torch.bfloat16,
+                  knat: bool = False) -> torch.Tensor:
+    """Reference quantizer outputs -> the bf16 XQ/HQ layout the kernels write (code*scale, K permuted;
+    natural order with KNAT=1)."""
     b = codes_packed.view(torch.uint8)[0]
     lut = torch.tensor(E2M1, device=b.device)
     v = torch.stack([lut[(b & 15).long()], lut[(b >> 4).long()]], -1).reshape(b.shape[0], -1)
     v = v * scales[0].float().repeat_interleave(16, 1)
+    if knat:
+        return v.to(dtype)
     idx = torch.tensor([perm_col(q, j) for q in range(4) for j in range(16)],
                        device=b.device).reshape(-1)
     out = torch.empty_like(v)
@@ -525,7 +583,7 @@ def gpu_stages(p032, tmp_path_factory):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("variant", range(4))
+@pytest.mark.parametrize("variant", range(6))
 @pytest.mark.parametrize("t", [128, 1024])
 def test_gpu_launches_and_intermediates(p032, ref, gpu_stages, t, variant):
     """Each launch's product in the workspace, then the output: a failure names the launch."""
@@ -545,7 +603,7 @@ def test_gpu_launches_and_intermediates(p032, ref, gpu_stages, t, variant):
     scaler = ref["BlockWiseScalerNVFP4"]()
     xq_codes, xq_scale, _ = scaler.quantize(inp["hidden_states"].float().unsqueeze(0))
     dt = torch.float16 if params["F16"] else torch.bfloat16
-    xq_want = _deq_permuted(xq_codes, xq_scale, dt)
+    xq_want = _deq_permuted(xq_codes, xq_scale, dt, knat=bool(params.get("KNAT", 0)))
     out = torch.full_like(want, float("nan"))
     plan = rt.prepare({**tensors, "output": out}, dict(rw.axes), scalars)
     plan.run()
@@ -606,7 +664,7 @@ def test_pipeline_emulation_matches_029_reference(codec, p029):
     (zero rows change no amax); T = 2 x 64 exercises the padding."""
     from solforge.evaluate.reference import Fp4Shim
     ns: dict = {}
-    exec(compile(p029.definition.reference, "reference029", "exec"), ns)
+    exec(compile(reference_as_on_cuda(p029.definition.reference), "reference029", "exec"), ns)
     torch.manual_seed(0)
     b, sl, hid, inter = 2, 64, 256, 384   # 029's get_inputs fixes 4096/12288: build small ones alike
     scaler = ns["BlockWiseScalerNVFP4"]()
@@ -620,14 +678,15 @@ def test_pipeline_emulation_matches_029_reference(codec, p029):
     finally:
         shim.remove()
     glob = {p: f"{p}_global_decode_scale" for p in ("gate", "up", "down")}
-    got = _emulate(codec, inp, inp["x"].float().numpy().reshape(b * sl, hid), glob, True)
+    got = _emulate(codec, inp, inp["x"].float().numpy().reshape(b * sl, hid), glob, True, down_bf16=True,
+                   cuda_scales=True)
     tol = p029.workloads[0].workload.tolerance
     close = np.abs(got - want) <= tol.max_atol + tol.max_rtol * np.abs(want)
     assert close.mean() >= tol.required_matched_ratio, (close.mean(), np.abs(got - want).max())
     assert (got == want).mean() > 0.9, (got == want).mean()
     # and the fp32 SwiGLU of 032 would not be bit-faithful here
-    assert (_emulate(codec, inp, inp["x"].float().numpy().reshape(b * sl, hid), glob, False)
-            == want).mean() < (got == want).mean()
+    assert (_emulate(codec, inp, inp["x"].float().numpy().reshape(b * sl, hid), glob, False, down_bf16=True,
+                     cuda_scales=True) == want).mean() < (got == want).mean()
 
 
 def test_029_kernel_follows_the_gpu_reference_scale_rounding(codec, p029):
@@ -641,11 +700,8 @@ def test_029_kernel_follows_the_gpu_reference_scale_rounding(codec, p029):
 
     spec = get_family("nvfp4_moe").analyze(p029.definition)
     assert spec.fixed["EPI_BF16"] == 1 and spec.fixed["DOWN_BF16"] == 1
-    src = p029.definition.reference
-    line = "out[:, :, b] = result * global_scale"
-    assert src.count(line) == 1
-    cuda_like = src.replace(line, "out[:, :, b] = result * (global_scale.to(result.dtype) "
-                                  "if result.dtype == torch.bfloat16 else global_scale)")
+    cuda_like = reference_as_on_cuda(p029.definition.reference)
+    assert "global_scale.to(result.dtype)" in cuda_like
     ns: dict = {}
     exec(compile(cuda_like, "reference029_cuda_scales", "exec"), ns)
     torch.manual_seed(1)
