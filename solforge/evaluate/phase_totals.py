@@ -4,7 +4,10 @@ RunReport.phases comes in two shapes (runner._phases, screening.py):
   one process:      {"seconds": {phase: s}, "mode", "driver_s", "pid", "first_line_s", "total_s"}
   screen then rest: {"screen": <one process>, "rest": <one process>, "total_s"}
 SQL over nested, shape-dependent JSON is error-prone, so the store gets the phase seconds summed over
-the processes, plus "total" (runner start -> last exit) and "driver" (the driver's own wall time).
+the processes, plus "total" (runner start -> last exit) and "driver" (the driver's own wall time), and
+where the runner measured them (its "cpu" dict): "cpu_user" / "cpu_sys" (the evaluator processes' own
+CPU-seconds), "host_busy_cpu" / "host_steal" (the whole host's busy and hypervisor-stolen CPU-seconds
+while they ran). These are not phases: like "total" and "driver" they overlap the phases.
 Stdlib only (the store side and the bare GPU box both import it).
 """
 
@@ -12,6 +15,11 @@ from __future__ import annotations
 
 import math
 from typing import Any, Optional
+
+
+# runner's "cpu" dict key -> eval_phases name (seconds; not phases: they overlap them)
+CPU_KEYS = {"user_s": "cpu_user", "sys_s": "cpu_sys", "host_busy_cpu_s": "host_busy_cpu",
+            "host_steal_s": "host_steal"}
 
 
 def _num(v: Any) -> Optional[float]:
@@ -41,9 +49,14 @@ def flat_seconds(phases: Optional[dict]) -> dict[str, float]:
                 add(str(k), v)
         else:  # already flat: {phase: seconds}
             for k, v in p.items():
-                if k not in ("total_s", "driver_s", "first_line_s", "pid", "mode", "total", "driver"):
+                if k not in ("total_s", "driver_s", "first_line_s", "pid", "mode", "total", "driver",
+                             "cpu"):
                     add(str(k), v)
         add("driver", p.get("driver_s", p.get("driver")))
+        cpu = p.get("cpu")
+        if isinstance(cpu, dict):
+            for key, name in CPU_KEYS.items():
+                add(name, cpu.get(key))
     total = _num(phases.get("total_s", phases.get("total")))
     if total is None and nested:
         total = sum(_num(p.get("total_s")) or 0.0 for p in nested) or None

@@ -185,6 +185,34 @@ class _Forked:
     def note(self):
         return self.child.note
 
+    @property
+    def rusage(self):
+        return self.child.rusage
+
+
+def host_cpu_ticks() -> Optional[tuple[int, int, int]]:
+    """(busy, steal, all) clock ticks of the whole host since boot, from /proc/stat's "cpu" line
+    (busy: user + nice + system + irq + softirq; steal: time the hypervisor gave this VM's CPUs to
+    someone else); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(v) < 8:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+    return user + nice + system + irq + softirq, steal, sum(v[:8])
+
+
+def host_cpu_seconds(before, after) -> dict:
+    """CPU-seconds of the whole host between two host_cpu_ticks(): busy and stolen."""
+    if not before or not after:
+        return {}
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return {"host_busy_cpu_s": round((after[0] - before[0]) / hz, 3),
+            "host_steal_s": round((after[1] - before[1]) / hz, 3)}
+
 
 def _launch(mode, python, stage, env_extra, extra_pythonpath, err, t_launch, log):
     """(process handle, mode actually used)."""
@@ -226,6 +254,7 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
     if mode not in LAUNCH_MODES:
         raise ValueError(f"launch must be one of {LAUNCH_MODES}, not {mode!r}")
     t0 = time.monotonic()
+    host0 = host_cpu_ticks()
     log: list[str] = []
     with open(err_path, "wb") as err:
         proc, mode = _launch(mode, python, stage, env, extra_pythonpath, err, time.time(), log)
@@ -275,12 +304,16 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
     report = _assemble(problem, expected, lines, proc.returncode, killed, why, stderr_tail, log,
                        time.monotonic() - t0)
     report.launch = mode
-    report.phases = _phases(lines, t0, t_first[0], t_done[0], t_exit)
+    report.phases = _phases(lines, t0, t_first[0], t_done[0], t_exit,
+                            cpu={**(getattr(proc, "rusage", None) or {}),
+                                 **host_cpu_seconds(host0, host_cpu_ticks())})
     return report
 
 
-def _phases(lines, t0, t_first, t_done, t_exit) -> dict:
-    """The driver's phase seconds plus the runner's view (first line latency, teardown, total)."""
+def _phases(lines, t0, t_first, t_done, t_exit, cpu: Optional[dict] = None) -> dict:
+    """The driver's phase seconds plus the runner's view (first line latency, teardown, total) and,
+    under "cpu", what the process used (zygote children: the zygote's wait4, zygote.rusage_dict) and
+    the whole host's busy and stolen CPU-seconds meanwhile (host_cpu_seconds)."""
     ph = next((o for o in lines if o.get("type") == "phases"), None)
     out = {"seconds": dict(ph.get("seconds", {})) if ph else {},
            "mode": ph.get("mode") if ph else None, "driver_s": ph.get("driver_s") if ph else None,
@@ -290,6 +323,8 @@ def _phases(lines, t0, t_first, t_done, t_exit) -> dict:
     if t_first is not None:
         out["first_line_s"] = round(t_first - t0, 6)
     out["total_s"] = round(t_exit - t0, 6)
+    if cpu:
+        out["cpu"] = dict(cpu)
     return out
 
 

@@ -20,8 +20,8 @@ Untrusted code (the candidate's cubins or host.py) is only ever loaded by the ch
 integrity snapshot as in a spawned driver. The zygote's environment is the runner's scrubbed one.
 
 Protocol (one connection per child, JSON lines): the runner sends {"stage", "env", "t"} with two
-descriptors (stdout write end, stderr file); the zygote answers {"pid"} (or {"error"}), then {"exit": rc}
-once it reaped the child (rc < 0: killed by signal -rc). A runner that disconnects first gets its
+descriptors (stdout write end, stderr file); the zygote answers {"pid"} (or {"error"}), then {"exit": rc,
+"rusage": {...}} once it reaped the child (rc < 0: killed by signal -rc; rusage: rusage_dict). A runner that disconnects first gets its
 child's group killed. The zygote exits when its stdin closes (the runner process ended).
 
 The runner side (the Zygote client class) imports no torch.
@@ -238,16 +238,27 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
                     drop(fno)
         while children:  # reap
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
             conn = children.pop(pid, None)
             if conn is not None:
-                _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                _send(conn, {"exit": os.waitstatus_to_exitcode(status), "rusage": rusage_dict(ru)})
                 child_of.pop(conn.fileno(), None)
                 drop(conn.fileno())
+
+
+def rusage_dict(ru) -> dict:
+    """What a reaped child used (os.wait4): CPU seconds in user and kernel mode, context switches
+    (voluntary: it waited, e.g. on the GPU or a lock; involuntary: preempted, the CPU was wanted
+    elsewhere) and page faults. Tells apart the ways an evaluation gets slower when another runs on
+    the other GPU: more CPU seconds for the same work (slower cores, or more kernel/driver work) or
+    the same CPU seconds over a longer wall time (waiting)."""
+    return {"user_s": round(ru.ru_utime, 6), "sys_s": round(ru.ru_stime, 6),
+            "nvcsw": int(ru.ru_nvcsw), "nivcsw": int(ru.ru_nivcsw),
+            "minflt": int(ru.ru_minflt), "majflt": int(ru.ru_majflt)}
 
 
 def _close(fd: int) -> None:
@@ -336,6 +347,7 @@ class ZygoteChild:
     def __init__(self, conn: socket.socket, pid: int, zygote: "Zygote"):
         self.conn, self.pid, self.zygote = conn, pid, zygote
         self.returncode: Optional[int] = None
+        self.rusage: Optional[dict] = None  # the zygote's wait4 of this child (rusage_dict)
         self.note = ""
         self._buf = b""
 
@@ -364,6 +376,7 @@ class ZygoteChild:
                 except ValueError:
                     continue
                 if "exit" in msg:
+                    self.rusage = msg.get("rusage") if isinstance(msg.get("rusage"), dict) else None
                     self.returncode = int(msg["exit"])
                     self.conn.close()
                     return self.returncode

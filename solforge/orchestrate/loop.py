@@ -69,11 +69,29 @@ def _record(loop, aid, out, compile_row=None) -> None:
     loop._finish(aid, out, compile_row=compile_row)
 
 
-def _prestart(loop) -> None:
-    """The evaluator's fork server imports torch while the first compiles run."""
+def start_evaluator() -> None:
+    """Start the evaluator's fork server now and return at once: its imports (torch, torch._inductor:
+    5-9 s on the H200 boxes) then overlap whatever the caller does next (setup.build: selecting and
+    tracing problems, the store, the lab). Nothing to start when evaluators are spawned."""
     from ..evaluate import runner
 
-    runner.prestart()
+    if runner.default_launch() == "zygote":
+        runner.prestart()
+
+
+def _prestart(loop) -> dict:
+    """Before the run's clock starts: the evaluator's fork server, started (if setup.build has not
+    already) and waited for. Its start-up is paid once per run, the same with 1 or N GPUs; waited for
+    inside the run it was the first evaluation on every GPU (its `launch` phase: 6.6-7.8 s of the
+    session-3 runs' 8-12 s first evaluations) and a slice of the wall budget. Returns the fork
+    server's hello plus `waited_s` (how long the run waited for it here); {} when spawning."""
+    from ..evaluate import runner
+
+    if runner.default_launch() != "zygote":
+        return {}
+    t0 = time.monotonic()
+    hello = runner.prestart(wait=True) or {}
+    return {**hello, "waited_s": round(time.monotonic() - t0, 3)}
 
 
 @dataclass
@@ -85,7 +103,7 @@ class Stages:
     evaluate: Callable = _retrying(evaluate_pinned)  # (lab, problem, cand, compiled, pool) -> Outcome
     score: Callable = score                     # (lab, problem, outcome) -> outcome
     record: Callable = _record                  # (loop, attempt_id, outcome, compile_row) -> None
-    prestart: Callable = _prestart              # (loop) -> None: before the run, with a GPU
+    prestart: Callable = _prestart              # (loop) -> dict | None: before the run, with a GPU
 
 
 class OrchestratedLoop(OptimizeLoop):
@@ -109,11 +127,12 @@ class OrchestratedLoop(OptimizeLoop):
         self._lock = threading.Lock()
         self._reserved: dict[str, int] = {}  # problem -> attempts planned for its running session, unspent
         self.session_log: list[tuple[str, float, float]] = []  # (problem, start, end) monotonic
+        self.evaluator_start: dict = {}  # the fork server's hello + waited_s (_prestart)
 
     # ---- run, resumed --------------------------------------------------------------------------
     def run(self) -> LoopReport:
         if self.lab.has_gpu:
-            self.stages.prestart(self)
+            self.evaluator_start = self.stages.prestart(self) or {}
         self.resume_state = st = resume.prepare(self.store, self.key, self.lab.has_gpu)
         self.spent.add(attempts=st.spent_attempts, gpu_seconds=st.spent_gpu_seconds)
         if st.prior_runs:
@@ -122,6 +141,13 @@ class OrchestratedLoop(OptimizeLoop):
                           f"{st.interrupted} marked interrupted")
         report = super().run()
         report.gpu_use = self.gpu_use()
+        ev = self.evaluator_start
+        if ev:
+            report.gpu_use["evaluator_start"] = ev
+            report.notes.append(
+                f"evaluator fork server: {'ready' if ev.get('ready') else 'NOT ready (spawned instead)'}"
+                f" {ev.get('startup_s', '?')} s after its start, {ev.get('waited_s', '?')} s of it "
+                "waited for before the run's clock started")
         if report.gpu_use.get("evaluations"):
             u = report.gpu_use
             report.notes.append(

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Callable, Optional
 
 from .gpus import GpuPool, visible_gpus
-from .loop import OrchestratedLoop, Stages
+from .loop import OrchestratedLoop, Stages, _prestart, start_evaluator
 
 
 @dataclass
@@ -72,11 +72,13 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
     from ..store import Store
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    pool = gpu_pool(p.gpus)
+    if len(pool) and (stages is None or stages.prestart is _prestart):
+        start_evaluator()  # its imports overlap what follows (problems, traced; store; lab)
     cfg = settings.Settings.load(db_path=p.db, arch=p.arch, gpu_profile=p.gpu_profile)
     problems = select_problems(SimpleNamespace(problems=p.problems, subset=p.subset, limit=p.limit,
                                                with_family=p.with_family), cfg.shared_dir)
     store = store or Store(cfg.db_path)
-    pool = gpu_pool(p.gpus)
     overrides = {k: v for k, v in (("rep_count", p.reps), ("correctness_rounds", p.correctness_rounds),
                                    ("timing_budget_s", p.timing_budget_s)) if v is not None}
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides, has_gpu=len(pool) > 0)

@@ -185,3 +185,27 @@ def test_child_finds_the_profilers_lazy_imports_done(problem, tmp_path, pypath):
     rep = _run(problem, tmp_path, "lazy", probe, pypath, timeout_s=120)
     assert rep.launch == "zygote", rep.log
     assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
+
+
+def test_child_cpu_seconds_tell_working_from_waiting(problem, tmp_path, pypath):
+    """The zygote reports each child's rusage (wait4) and the runner the host's CPU-seconds while it
+    ran; both reach the stored eval_phases. A candidate that computes for 0.6 s costs ~0.6 CPU-seconds
+    more than one that sleeps for 0.6 s, although both take about as long."""
+    from solforge.evaluate.phase_totals import flat_seconds
+
+    busy = _body("t = time.process_time()\nwhile time.process_time() - t < 0.6:\n    pass\n")
+    idle = _body("time.sleep(0.6)\n")
+    cpu = {}
+    for name, src in (("busy", busy), ("idle", idle)):
+        rep = _run(problem, tmp_path, f"cpu_{name}", src, pypath, timeout_s=120)
+        assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
+        c = rep.phases["cpu"]
+        assert c["user_s"] >= 0 and c["sys_s"] >= 0 and c["nvcsw"] >= 0 and c["nivcsw"] >= 0, c
+        flat = flat_seconds(rep.phases)
+        assert flat["cpu_user"] == pytest.approx(c["user_s"], abs=1e-6)
+        assert flat["cpu_sys"] == pytest.approx(c["sys_s"], abs=1e-6)
+        if os.path.exists("/proc/stat"):
+            assert flat["host_busy_cpu"] >= 0 and flat["host_steal"] >= 0, flat
+        cpu[name] = c["user_s"] + c["sys_s"]
+    assert cpu["busy"] >= 0.6, cpu
+    assert cpu["busy"] - cpu["idle"] >= 0.3, cpu
