@@ -188,6 +188,40 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
     return out
 
 
+def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
+    """Tier 1 on tall tiles (BM = 256: two 64-row atoms per consumer warpgroup) and tier 1 up to
+    M = 1024, against the measured best with MSKIP=1 (correct on every workload of the t2 run):
+      base          the measured best, MSKIP=1; every variant below is base with one change
+      tall.<BN>.s<S>  tier 1 (M 129..256) = 256 x BN tiles (BN 128 or 64), cluster split S: one
+                    M-tile, so each B tile is read by one CTA per split instead of two (the 128-row
+                    tiles' second M-tile with 1..128 real rows cost a full B stream: 011 M=136 0.68x);
+                    S around one wave of the 132 SMs (N/BN * S CTAs)
+      t1k           tier 1 as measured best, up to M = 1024 (T1_MAXM): M = 257..1024 split-K instead
+                    of tier 2's unsplit tiles (t2 run, 006: 0.87x at M=289/492 against 0.37x)
+      t1k.tall      the middle tall config up to M = 1024
+    report's T1x plans (T1_MAXM = 1024) then take tier 1's config for M 129..1024, tier 2's for > 1024."""
+    from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages, split_tile_fits
+    measured = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
+    best = dict(measured, MSKIP=1)
+    out = [("base", dict(best))]
+    talls = []
+    for bn in (128, 64):
+        if n % bn:
+            continue
+        st = max_stages(256, bn)
+        for sp in _wgmma_split(n, k, 256, bn, 1):
+            if sp > 1 and (not best["CSPLIT"] or not split_tile_fits(256, bn, st)):
+                continue
+            t1 = dict(T1_BM=256, T1_BN=bn, T1_ST=st, T1_SPLIT=sp)
+            talls.append(t1)
+            out.append((f"tall.{bn}.s{sp}", dict(best, **t1)))
+    if best["T1_MAXM"] < 1024:
+        out.append(("t1k", dict(best, T1_MAXM=1024)))
+        if talls:
+            out.append(("t1k.tall", dict(best, T1_MAXM=1024, **talls[len(talls) // 2])))
+    return out
+
+
 # ──────────────────────────────────────────── prepare (CPU) ──────────────────────────────────────
 def _res_usage(cubin: Path) -> dict:
     from tests.unit.test_compile_arch import _wheel_bin  # the cuobjdump of the nvidia wheels
@@ -227,7 +261,7 @@ def cmd_prepare(args) -> None:
             shutil.copy(pdir / f, pd / f)
         entry = {"problem": name, "n": n, "k": k, "variants": []}
         vs = (variants_final(name, n, k) if args.final else variants_t2(name, n, k) if args.t2
-              else variants_for(n, k))
+              else variants_t3(name, n, k) if args.t3 else variants_for(n, k))
         for i, (label, params) in enumerate(vs):
             cand = fam.instantiate(problem, params)
             entry["variants"].append({"id": f"v{i}", "label": label, "params": params, "dir": f"{name}/v{i}"})
@@ -379,7 +413,7 @@ def cmd_run(args) -> None:
         rows_f.close()
         left = todo[todo.index(name):]
         argv = [sys.executable, str(Path(__file__).resolve()), "run", "--dir", str(base), "--out", str(outdir),
-                "--reps", str(args.reps), "--m-min", str(args.m_min), "--m-list", args.m_list, "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
+                "--reps", str(args.reps), "--m-min", str(args.m_min), "--m-max", str(args.m_max), "--m-list", args.m_list, "--labels", args.labels, "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
                 "--problems", ",".join(left), "--append",
                 "--exclude", ",".join(excluded | {f"{name}/{vid}", f"*/{label_of[(name, vid)]}"})]
         print(f"STICKY CUDA ERROR in {name} {vid}: restarting without it", flush=True)
@@ -398,6 +432,8 @@ def cmd_run(args) -> None:
         ref = ns["run"]
         rts = {}
         for v in entry["variants"]:
+            if args.labels and v["label"] not in args.labels.split(","):
+                continue
             if f"{name}/{v['id']}" in excluded or f"*/{v['label']}" in excluded:
                 print(f"{name} {v['id']} {v['label']}: excluded (a sticky error earlier)", flush=True)
                 continue
@@ -406,7 +442,7 @@ def cmd_run(args) -> None:
             except Exception as ex:  # noqa: BLE001
                 print(f"{name} {v['id']}: load failed: {ex}", flush=True)
         m_list = {int(x) for x in args.m_list.split(",") if x}
-        wls = sorted((w for w in problem.workloads if w.axes["M"] >= args.m_min
+        wls = sorted((w for w in problem.workloads if args.m_min <= w.axes["M"] <= args.m_max
                       and (not m_list or w.axes["M"] in m_list)), key=lambda w: w.axes["M"])
         for rw in wls:
             m = rw.axes["M"]
@@ -504,6 +540,7 @@ def _gm(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+T1X_MAXM = 1024   # tier 1 up to this M (variants_t3's t1k*): report's T1x plans
 RANGE_KEYS = {"S0": [f"TS0_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
               "S1": [f"TS1_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
               "T0": [f"T0_{k}" for k in ("BM", "BN", "ST", "SPLIT")],
@@ -553,6 +590,12 @@ def analyse(rows: list[dict], plan: dict) -> dict:
         for rng in ("S0", "T2"):
             if in_rng[rng]:
                 choice[rng] = best(rng, RANGE_KEYS[rng])
+        # T1x: tier 1 up to M = T1X_MAXM (a variant whose T1_MAXM says so) serves 129..T1X_MAXM and
+        # tier 2 only the M above: its winner is scored there alone
+        in_rng["T1x"] = [m for m in ms if 128 < m <= T1X_MAXM]
+        in_rng["T2x"] = [m for m in ms if m > T1X_MAXM]
+        if in_rng["T2x"]:
+            choice["T2x"] = best("T2x", RANGE_KEYS["T2"])
         plans = []
         for cs in (1, 0):
             ref = dict(base, CSPLIT=cs)
@@ -561,23 +604,32 @@ def analyse(rows: list[dict], plan: dict) -> dict:
             t1 = best("T1", cs_keys, lambda p: p["CSPLIT"] == cs, ref) if in_rng["T1"] else None
             s1 = best("S1", RANGE_KEYS["S1"]) if in_rng["S1"] else None
             plans.append({"CSPLIT": cs, "S1": s1, "T0": t0, "T1": t1, "S1wg": None})
+            for vid, v in var.items():
+                if v["params"].get("T1_MAXM") == T1X_MAXM != base.get("T1_MAXM") and v["params"]["CSPLIT"] == cs \
+                        and _differs_only(v["params"], ref, RANGE_KEYS["T1"] + ["T1_MAXM"]):
+                    plans.append({"CSPLIT": cs, "S1": s1, "T0": t0, "T1": (score(vid, in_rng["T1x"]), vid),
+                                  "S1wg": None, "T1x": vid})
             if cs == 1:
                 for vid, v in var.items():
                     if v["label"].startswith("S1wg"):
                         plans.append({"CSPLIT": 1, "S1": (score(vid, in_rng["S1"]), vid),
                                       "T0": (score(vid, in_rng["T0"]), vid), "T1": t1, "S1wg": vid})
+        def ranges_of(pl):  # the M ranges a plan's tiers 1 and 2 serve
+            return ("T1x", "T2x") if pl.get("T1x") else ("T1", "T2")
+
         def plan_score(pl):
             sp = []
-            for rng in ("S0", "T2"):
+            r1, r2 = ranges_of(pl)
+            for rng, key in (("S0", "S0"), (r2, r2)):
                 if in_rng[rng]:
                     if not choice.get(rng):
                         return None
                     sp += [choice[rng][0]] * len(in_rng[rng])
-            for rng in ("S1", "T0", "T1"):
+            for rng, key in (("S1", "S1"), ("T0", "T0"), (r1, "T1")):
                 if in_rng[rng]:
-                    if not pl[rng] or pl[rng][0] is None:
+                    if not pl[key] or pl[key][0] is None:
                         return None
-                    sp += [pl[rng][0]] * len(in_rng[rng])
+                    sp += [pl[key][0]] * len(in_rng[rng])
             return _gm(sp)
         scored = [(plan_score(pl), i) for i, pl in enumerate(plans)]
         scored = [x for x in scored if x[0] is not None]
@@ -586,11 +638,13 @@ def analyse(rows: list[dict], plan: dict) -> dict:
             continue
         pl = plans[max(scored)[1]]
         params = dict(base, CSPLIT=pl["CSPLIT"])
-        picked = {rng: choice[rng][1] for rng in ("S0", "T2") if choice.get(rng)}
-        picked.update({rng: pl[rng][1] for rng in ("S1", "T0", "T1") if pl[rng]})
+        r1, r2 = ranges_of(pl)
+        picked = {rng: choice[rng][1] for rng in ("S0", r2) if choice.get(rng)}
+        picked.update({rng: pl[key][1] for rng, key in (("S1", "S1"), ("T0", "T0"), (r1, "T1")) if pl[key]})
         for rng, vid in picked.items():
             src = var[vid]["params"]
-            keys = RANGE_KEYS[rng] + (["TS1_MAXM"] + RANGE_KEYS["T0"] if pl["S1wg"] == vid else [])
+            keys = RANGE_KEYS[rng[:2]] + (["TS1_MAXM"] + RANGE_KEYS["T0"] if pl["S1wg"] == vid else []) \
+                + (["T1_MAXM"] if rng == "T1x" else [])
             for k in keys:  # the optional keys (T2_CTAS, ...) absent: the kernel's defaults
                 if k in src:
                     params[k] = src[k]
@@ -766,6 +820,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--keep", action="store_true", help="reuse stages of the same params in --dir")
     p.add_argument("--t2", action="store_true", help="the large-M tier reworked (variants_t2)")
+    p.add_argument("--t3", action="store_true", help="tier 1 on tall 256-row tiles, tier 1 up to M = 1024 "
+                   "(variants_t3)")
     p.add_argument("--final", action="store_true", help="the measured best per problem (best/) and "
                    "split-K up to M = 1024 for N <= 256, instead of the sweep")
     a = sub.add_parser("add")
@@ -780,6 +836,8 @@ def main() -> None:
     r.add_argument("--problems", default="")
     r.add_argument("--reps", type=int, default=10)
     r.add_argument("--m-min", type=int, default=0, help="only workloads with M >= this")
+    r.add_argument("--m-max", type=int, default=1 << 30, help="only workloads with M <= this")
+    r.add_argument("--labels", default="", help="only the variants with these labels (comma-separated)")
     r.add_argument("--m-list", default="", help="only workloads with these M (comma-separated)")
     r.add_argument("--time-limit", type=float, default=300.0)
     r.add_argument("--exclude", default="", help="problem/vid,... not run (set by a restart)")

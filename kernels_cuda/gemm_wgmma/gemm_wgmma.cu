@@ -4,11 +4,13 @@
 //
 // Block: warpgroup 0 = producer (128 threads: cp.async 16-byte copies into 128B-swizzled shared
 // memory, completion signalled with cp.async.mbarrier.arrive.noinc); warpgroups 1..NWG = consumers
-// (NWG = BM / 64; each owns 64 rows of the BM x BN tile and issues m64nBNk16 wgmmas).
+// (NWG = BM / 64, at most 2; each owns BM / NWG rows of the BM x BN tile, as one or two 64-row atoms,
+// and issues m64nBNk16 wgmmas).
 //
 // Three tiers picked at run time by M (the launch grid/block/smem expressions use the same rule),
 // so one candidate serves M = 1 .. 16k:  tier 0 (M <= T0_MAXM), tier 1 (M <= T1_MAXM), tier 2.
-// Tier params Tt_{BM (64|128), BN (64|128|256), ST (stages), SPLIT (split-K; tier 2: 1)}.
+// Tier params Tt_{BM (64|128|256: tiers 0, 1 with BN <= 128), BN (64|128|256), ST (stages), SPLIT
+// (split-K; tier 2: 1)}.
 // Split-K: each CTA writes an fp32 partial tile to the workspace; the last CTA of the tile (atomic
 // ticket, TICKETS ints at the start of the workspace) sums the partials in split order and writes C.
 //
@@ -124,6 +126,11 @@ __device__ __forceinline__ half2_t pack2(float a, float b) { return __floats2hal
 #endif
 
 namespace {
+
+// consumer warpgroups of a BM-row tile: one per 64 rows, at most 2 (MAX_THREADS); BM = 256 gives
+// each of the two warpgroups two 64-row atoms. The launch's block (128 + 2 * min(BM, 128)) and the
+// empty barriers' count (128 per consumer warpgroup) follow this.
+__host__ __device__ constexpr int consumer_wgs(int bm) { return bm > 128 ? 2 : bm / 64; }
 
 // tier 2's tile of this CTA in round j (T2_ORDER), or >= tiles when it has none left
 __device__ __forceinline__ int t2_tile(int j) {
@@ -389,31 +396,41 @@ template <int BM, int BN, int ST, int SPLIT, int GROUP, int EPI>
 __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restrict__ ws, int M, int bid,
                                          unsigned base, unsigned char* sgen, unsigned full0,
                                          unsigned empty0, int* s_last, Ring& ring) {
-    constexpr int NWG = BM / 64;
+    // BM = 256 ("tall" tile: all of M = 129..256 in one M-tile, so each B tile is read by one CTA
+    // per split instead of two): still 2 consumer warpgroups, each owning AT = 2 row atoms of 64
+    // (rows 128*wg + 64*a), i.e. two wgmmas per k-step against the same B descriptor.
+    constexpr int NWG = consumer_wgs(BM);
+    constexpr int AT = BM / 64 / NWG;   // 64-row atoms per consumer warpgroup
     constexpr int KT = KK / SPLIT / BK;
     constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
-    constexpr int R = BN / 2;  // accumulators per thread
-    static_assert(BM == 64 || BM == 128, "BM: 64 or 128");
+    constexpr int R = BN / 2;  // accumulators per thread and atom
+    static_assert(BM == 64 || BM == 128 || BM == 256, "BM: 64, 128 or 256");
     static_assert(BN == 64 || BN == 128 || BN == 256, "BN: 64, 128 or 256");
+    static_assert(AT * R <= 128, "accumulators: BM * BN <= 128 * 256 (BM = 256 needs BN <= 128)");
+    static_assert(AT == 1 || EPI == 0, "BM = 256: no staged epilogue");
     static_assert(ST >= 2 && ST <= MAX_ST, "stages");
     static_assert(NN % BN == 0 && KK % (BK * SPLIT) == 0 && KT >= 1, "tiles must divide N and K");
 
     const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUP>(M, bid);
     const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
     const int ct = threadIdx.x - 128;          // consumer thread 0 .. 128*NWG-1
-    const int wg = ct >> 7;                    // consumer warpgroup: rows 64*wg .. 64*wg+63
+    const int wg = ct >> 7;                    // consumer warpgroup: rows 64*AT*wg .. 64*AT*(wg+1)-1
     const int t = ct & 127, warp = t >> 5, lane = t & 31;
 
-    float acc[R];
+    float acc[AT][R];
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.f;
+    for (int a = 0; a < AT; ++a)
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[a][i] = 0.f;
 
     int prev = 0;
     // A warpgroup whose 64 rows all lie past M (the last M-tile of a ragged M, e.g. M = 136 on
     // 128-row tiles) has nothing to multiply: it only keeps the barrier protocol, releasing each
     // stage once it is full (not before: an early arrive would count toward the stage's previous
     // round). Its accumulators stay zero and its epilogue writes no row.
-    const bool idle = MSKIP && m0 + wg * 64 >= M;
+    const bool idle = MSKIP && m0 + wg * 64 * AT >= M;
+    // (a tall tile's second atom is multiplied even when its rows all lie past M: a run-time test
+    // around either atom's wgmma, even one choosing between two loops, made ptxas serialize them)
     if (idle) {
 #pragma unroll 1
         for (int kt = 0; kt < KT; ++kt) {
@@ -428,12 +445,14 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
             const int s = ring.s;
             mbar_wait(full0 + 8 * s, ring.ph);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            const unsigned sa = base + s * STAGE_BYTES + wg * 64 * ROW_BYTES;
+            const unsigned sa = base + s * STAGE_BYTES + wg * AT * 64 * ROW_BYTES;
             const unsigned sb = base + s * STAGE_BYTES + BM * ROW_BYTES;
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
-                wgmma_ss<BN>(acc, smem_desc(sa + kk * 32), smem_desc(sb + kk * 32));
+#pragma unroll
+                for (int a = 0; a < AT; ++a)
+                    wgmma_ss<BN>(acc[a], smem_desc(sa + a * 64 * ROW_BYTES + kk * 32), smem_desc(sb + kk * 32));
             wgmma_commit();
             if (kt > 0) {            // the group of kt-1 is done: its stage can be refilled
                 wgmma_wait<1>();
@@ -443,13 +462,15 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
             ring_next<ST>(ring);
         }
         wgmma_wait<0>();
-        fence_acc(acc);
+#pragma unroll
+        for (int a = 0; a < AT; ++a) fence_acc(acc[a]);
         // the last stage too: a persistent CTA's producer refills it for the next tile while this
         // epilogue runs (for a one-tile CTA the producer has finished: nobody waits on it)
         mbar_arrive(empty0 + 8 * prev);
     }
 
-    const int row = m0 + wg * 64 + warp * 16 + (lane >> 2);
+    // row of this thread's first accumulator (atom 0; atom a adds 64*a)
+    const int row = m0 + wg * 64 * AT + warp * 16 + (lane >> 2);
     const int col0 = n0 + (lane & 3) * 2;
     if (SPLIT == 1 && EPI) {
         constexpr int PW = BN < 128 ? BN : 128;    // columns per pass
@@ -468,9 +489,9 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
                 const int j = pass * CPR + jl;
                 const int sw = (jl ^ (r0 & 7)) << 4;   // (r0 + 8) & 7 == r0 & 7
                 *reinterpret_cast<half2_t*>(buf + r0 * (PW * 2) + sw + (lw & 3) * 4) =
-                    pack2(acc[4 * j], acc[4 * j + 1]);
+                    pack2(acc[0][4 * j], acc[0][4 * j + 1]);
                 *reinterpret_cast<half2_t*>(buf + (r0 + 8) * (PW * 2) + sw + (lw & 3) * 4) =
-                    pack2(acc[4 * j + 2], acc[4 * j + 3]);
+                    pack2(acc[0][4 * j + 2], acc[0][4 * j + 3]);
             }
             __syncwarp();
 #pragma unroll 1
@@ -488,13 +509,17 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
     }
     if (SPLIT == 1) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int col = col0 + 8 * j;
-            if (row < M)
-                *reinterpret_cast<half2_t*>(C + (size_t)row * NN + col) = pack2(acc[4 * j], acc[4 * j + 1]);
-            if (row + 8 < M)
-                *reinterpret_cast<half2_t*>(C + (size_t)(row + 8) * NN + col) =
-                    pack2(acc[4 * j + 2], acc[4 * j + 3]);
+        for (int a = 0; a < AT; ++a) {
+            const int r = row + 64 * a;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int col = col0 + 8 * j;
+                if (r < M)
+                    *reinterpret_cast<half2_t*>(C + (size_t)r * NN + col) = pack2(acc[a][4 * j], acc[a][4 * j + 1]);
+                if (r + 8 < M)
+                    *reinterpret_cast<half2_t*>(C + (size_t)(r + 8) * NN + col) =
+                        pack2(acc[a][4 * j + 2], acc[a][4 * j + 3]);
+            }
         }
         return;
     }
@@ -508,12 +533,16 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
         // the other consumer warpgroup's wgmmas may still read the stages: wait for them
         asm volatile("bar.sync 1, %0;" ::"n"(NWG * 128) : "memory");
         float* part = reinterpret_cast<float*>(sgen);
-        const int lrow = wg * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int col = (lane & 3) * 2 + 8 * j;
-            *reinterpret_cast<float2*>(part + lrow * LD + col) = make_float2(acc[4 * j], acc[4 * j + 1]);
-            *reinterpret_cast<float2*>(part + (lrow + 8) * LD + col) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+        for (int a = 0; a < AT; ++a) {
+            const int lrow = (wg * AT + a) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int col = (lane & 3) * 2 + 8 * j;
+                *reinterpret_cast<float2*>(part + lrow * LD + col) = make_float2(acc[a][4 * j], acc[a][4 * j + 1]);
+                *reinterpret_cast<float2*>(part + (lrow + 8) * LD + col) =
+                    make_float2(acc[a][4 * j + 2], acc[a][4 * j + 3]);
+            }
         }
         cluster_sync();
         constexpr int ROWS = BM / SPLIT, C4 = BN / 4;
@@ -540,13 +569,17 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
     float* parts = ws + TICKETS;
     float* part = parts + (size_t)tc.split * M * NN;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const int col = col0 + 8 * j;
-        if (row < M)
-            __stcg(reinterpret_cast<float2*>(part + (size_t)row * NN + col), make_float2(acc[4 * j], acc[4 * j + 1]));
-        if (row + 8 < M)
-            __stcg(reinterpret_cast<float2*>(part + (size_t)(row + 8) * NN + col),
-                   make_float2(acc[4 * j + 2], acc[4 * j + 3]));
+    for (int a = 0; a < AT; ++a) {
+        const int r = row + 64 * a;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int col = col0 + 8 * j;
+            if (r < M)
+                __stcg(reinterpret_cast<float2*>(part + (size_t)r * NN + col), make_float2(acc[a][4 * j], acc[a][4 * j + 1]));
+            if (r + 8 < M)
+                __stcg(reinterpret_cast<float2*>(part + (size_t)(r + 8) * NN + col),
+                       make_float2(acc[a][4 * j + 2], acc[a][4 * j + 3]));
+        }
     }
     __threadfence();
     // named barrier 1 over the consumer threads only (the producer warpgroup is not waiting here)
@@ -769,7 +802,7 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
     unsigned char* sgen = smem_raw + (base - smem_u32(smem_raw));  // generic pointer to `base`
     const unsigned full0 = smem_u32(&bars[0]), empty0 = smem_u32(&bars[MAX_ST]);
     const int tier = M <= T0_MAXM ? 0 : (M <= T1_MAXM ? 1 : 2);
-    const int nwg = (tier == 0 ? T0_BM : tier == 1 ? T1_BM : T2_BM) / 64;
+    const int nwg = consumer_wgs(tier == 0 ? T0_BM : tier == 1 ? T1_BM : T2_BM);
     if (threadIdx.x == 0) {
         for (int s = 0; s < MAX_ST; ++s) {
             mbar_init(full0 + 8 * s, 128);

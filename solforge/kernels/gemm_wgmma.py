@@ -182,6 +182,10 @@ class GemmWgmmaFamily(Family):
         t1 = clustered(t1)
         s0 = [c for c in s0 if skinny_smem(*c[1:5]) <= SKINNY_SMEM_MAX]
         base = (s0[0], s1[0], t0[0], t1[len(t1) // 2], t2[0])
+        # tall tiles for M = 129..256 (one 256-row M-tile: each B tile read by one CTA per split,
+        # not two), tried after the 128-row ones; untimed until the t3 check (bench_gemm --t3)
+        t1 += [c for c in clustered([(256, bn, max_stages(256, bn), s) for bn in (128, 64) if n % bn == 0
+                                     for s in self._splits(n, k, 256, bn, 1)]) if c not in t1]
         t1_max = 1024 if n <= 256 else 256  # few N tiles: split-K pays up to larger M
         measured = self._measured(defn, spec)
         if measured is not None:
@@ -251,8 +255,12 @@ class GemmWgmmaFamily(Family):
             raise FamilyError(f"gemm_wgmma: unknown params {sorted(extra)}")
         for i in range(3):
             bm, bn, st, s = (params[f"T{i}_{key}"] for key in TIER_KEYS)
-            if bm not in (64, 128) or bn not in (64, 128, 256) or not 2 <= st <= MAX_ST:
-                raise FamilyError(f"tier {i}: BM={bm} (64|128), BN={bn} (64|128|256), ST={st} (2..8)")
+            if bm not in (64, 128, 256) or bn not in (64, 128, 256) or not 2 <= st <= MAX_ST:
+                raise FamilyError(f"tier {i}: BM={bm} (64|128|256), BN={bn} (64|128|256), ST={st} (2..8)")
+            if bm == 256 and (i == 2 or bn > 128):
+                # two 64-row atoms per consumer warpgroup: BM x BN accumulators <= 128 x 256, and
+                # tier 2's staged epilogue / persistent loop are written for one atom
+                raise FamilyError(f"tier {i}: BM=256 (a tall tile) needs BN <= 128 and tier 0 or 1")
             if n % bn or s < 1 or k % (BK * s) or (i == 2 and s != 1):
                 raise FamilyError(f"tier {i}: BN={bn} must divide N={n}, 64*SPLIT={BK * s} K={k}"
                                   + (" (tier 2: SPLIT 1)" if i == 2 else ""))
@@ -300,7 +308,7 @@ class GemmWgmmaFamily(Family):
         m, n = spec.info["m"], spec.info["n"]
         p = dict(params)
         sel, grid = tier_select_and_grid(m, n)
-        block = " + ".join(f"{s} * (128 + 2 * T{i}_BM)" for i, s in enumerate(sel))  # 1 + BM/64 WGs
+        block = " + ".join(f"{s} * (128 + 2 * min(T{i}_BM, 128))" for i, s in enumerate(sel))  # 1 + BM/64 WGs (<= 3)
         smem = " + ".join(f"{s} * {smem_bytes(p[f'T{i}_BM'], p[f'T{i}_BN'], p[f'T{i}_ST'])}"
                           for i, s in enumerate(sel))
         split_tiers = [i for i in (0, 1) if p[f"T{i}_SPLIT"] > 1]
@@ -325,7 +333,7 @@ class GemmWgmmaFamily(Family):
         if p.get("T2_CTAS", 0):  # persistent tier 2: at most T2_CTAS CTAs loop over the tiles
             grid[2] = f"min(ceil_div({m}, T2_BM) * ({n} // T2_BN), T2_CTAS)"
         grid = [f"({n} // (16 * TS{i}_RT * TS{i}_WR)) * TS{i}_CL" for i in range(2)] + grid
-        block = [f"32 * TS{i}_WR * TS{i}_WK" for i in range(2)] + [f"(128 + 2 * T{i}_BM)" for i in range(3)]
+        block = [f"32 * TS{i}_WR * TS{i}_WK" for i in range(2)] + [f"(128 + 2 * min(T{i}_BM, 128))" for i in range(3)]
         smem = [skinny_smem(*(p[f"TS{i}_{k}"] for k in ("MT", "RT", "WR", "WK"))) for i in range(2)]
         smem += [smem_bytes(p[f"T{i}_BM"], p[f"T{i}_BN"], p[f"T{i}_ST"]) for i in range(3)]
         smem[4] += epi_smem(p["T2_BM"], p.get("T2_EPI", 0))

@@ -62,7 +62,7 @@ def test_instantiates_for_every_gemm(sol_execbench_dir, name):
             bm, bn, st, split = (params[f"{tier}_{key}"] for key in ("BM", "BN", "ST", "SPLIT"))
             # the kernel picks the same tier from M: grid, block and smem must match it
             assert grid == -(-m // bm) * (n // bn) * split
-            assert block == 128 * (1 + bm // 64)
+            assert block == 128 * (1 + min(bm, 128) // 64)  # BM = 256: 2 warpgroups of 2 atoms
             assert smem == st * (bm + bn) * 128 + 1024 and smem <= 227 * 1024 - 2048
             assert k % (64 * split) == 0 and n % bn == 0
             if params["CSPLIT"]:  # the split CTAs of a tile are one cluster, no workspace
@@ -74,6 +74,7 @@ def test_instantiates_for_every_gemm(sol_execbench_dir, name):
                     assert ws >= 4 * cand.params["TICKETS"] + 4 * n * m * split
                     assert cand.params["TICKETS"] >= -(-m // bm) * (n // bn)
     assert {"S0", "S1", "T2"} <= seen
+    assert any(p["T1_BM"] == 256 for p in space)  # tall tier-1 tiles are in the search space
 
 
 def test_three_tier_params_still_build(sol_execbench_dir):
@@ -233,4 +234,45 @@ def test_persistent_tier2_epilogue_compiles_without_spills(sol_execbench_dir, tm
                           capture_output=True, text=True, env=env, check=True).stdout
     assert "HGMMA.64x256x16.F32" in text
     assert "LDS.128" in text and "STG.E.128" in text
+    assert "LDL" not in text and "STL" not in text
+
+
+def test_tall_tile_limits_and_launch(sol_execbench_dir):
+    """BM = 256 (two 64-row atoms per consumer warpgroup): tiers 0/1 only, BN <= 128 (accumulators),
+    384 threads, one M-tile for M <= 256, the cluster split's fp32 tile in the stage memory."""
+    problem = _problem(sol_execbench_dir, "010_gemm_n6144_k4096")
+    fam = get_family("gemm_wgmma")
+    base = fam.param_space(problem)[0]
+    st = gemm_wgmma.max_stages(256, 128)
+    p = {**base, "T1_BM": 256, "T1_BN": 128, "T1_ST": st, "T1_SPLIT": 2, "CSPLIT": 1}
+    cand = fam.instantiate(problem, p)
+    for w in problem.workloads:
+        m = w.axes["M"]
+        if _tier(p, m) != "T1":
+            continue
+        env = launch_env(w.axes, w.scalars(), cand.params)
+        assert eval_expr(cand.launches[0].block[0], env) == 384
+        assert eval_expr(cand.launches[0].grid[0], env) == (6144 // 128) * 2  # one M-tile
+        assert eval_expr(cand.launches[0].cluster[0], env) == 2
+        assert eval_expr(cand.launches[0].smem, env) == st * 384 * 128 + 1024
+    for bad in ({"T1_BN": 256, "T1_ST": 3}, {"T2_BM": 256, "T2_BN": 128, "T2_ST": 4},
+                {"T1_ST": 2}):  # ST 2: the 256 x 136 fp32 split tile does not fit 2 stages
+        with pytest.raises(FamilyError):
+            fam.instantiate(problem, {**p, **bad})
+
+
+def test_tall_tile_compiles_unserialized(sol_execbench_dir, tmp_path):
+    """Two wgmmas per k-step (one per atom) against one B descriptor: no serialization (a run-time
+    test around an atom's wgmma made ptxas serialize every wgmma), no spills."""
+    problem = _problem(sol_execbench_dir, "011_gemm_n28672_k4096")
+    fam = get_family("gemm_wgmma")
+    p = {**fam.param_space(problem)[0], "T1_BM": 256, "T1_BN": 128, "T1_ST": gemm_wgmma.max_stages(256, 128),
+         "T1_SPLIT": 1, "MSKIP": 1}
+    cubin, log = compile_cuda_candidate(fam.instantiate(problem, p))
+    assert "serialized" not in log, log
+    sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
+    env = {**os.environ, "PATH": f"{_wheel_bin('nvdisasm').parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    text = subprocess.run([str(_wheel_bin("cuobjdump")), "-sass", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, env=env, check=True).stdout
+    assert "HGMMA.64x128x16.F32" in text
     assert "LDL" not in text and "STL" not in text
