@@ -1,0 +1,60 @@
+"""scripts/bench_gemm.py analyse: the realizable per-range combination, including the T1x plans
+(tier 1 up to M = 1024 from a variant whose T1_MAXM says so; tier 2's winner then scored on the M
+above 1024 only). Synthetic rows: the logic, not a measurement."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_gemm", ROOT / "scripts" / "bench_gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+BASE = {"CSPLIT": 1, "T0_MAXM": 128, "T1_MAXM": 256, "TS0_MAXM": 16, "TS1_MAXM": 16,
+        "T0_BM": 128, "T0_BN": 256, "T0_ST": 4, "T0_SPLIT": 4, "T1_BM": 128, "T1_BN": 128, "T1_ST": 7,
+        "T1_SPLIT": 1, "T2_BM": 128, "T2_BN": 256, "T2_ST": 4, "T2_SPLIT": 1, "MSKIP": 1}
+VARIANTS = {"base": BASE,
+            "tall": dict(BASE, T1_BM=256, T1_BN=128, T1_ST=4, T1_SPLIT=2),
+            "t1k": dict(BASE, T1_MAXM=1024),
+            "PE": dict(BASE, T2_CTAS=132, T2_EPI=1)}
+MS = (8, 100, 200, 500, 2000)
+
+
+def _run(bench, times: dict):
+    """times: label -> {M: t_ms}; torch takes 1.0 everywhere, a missing M means the base time."""
+    plan = {"problems": [{"problem": "X", "variants": [
+        {"id": f"v{i}", "label": lab, "params": p} for i, (lab, p) in enumerate(VARIANTS.items())]}]}
+    rows = [{"problem": "X", "M": m, "variant": "torch", "t_ms": 1.0, "ok": True} for m in MS]
+    for i, lab in enumerate(VARIANTS):
+        for m in MS:
+            rows.append({"problem": "X", "M": m, "variant": f"v{i}", "label": lab, "ok": True,
+                         "t_ms": times.get(lab, {}).get(m, times["base"][m])})
+    return bench.analyse(rows, plan)["X"]
+
+
+def test_t1x_plan_taken_when_tier1_wins_up_to_1024(bench):
+    base = {8: 1.0, 100: 1.0, 200: 1.2, 500: 2.5, 2000: 1.1}
+    r = _run(bench, {"base": base, "tall": {200: 0.9}, "t1k": {200: 1.2, 500: 1.1}, "PE": {2000: 1.0, 500: 2.4}})
+    # tier 1 up to 1024 (t1k: 1.2 and 1.1 against tall's 0.9 and tier 2's 2.4 at M = 500)
+    assert r["params"]["T1_MAXM"] == 1024 and r["params"]["T1_BM"] == 128
+    assert r["params"].get("T2_CTAS") == 132  # PE still wins above 1024
+    assert r["speedup"][500] == pytest.approx(1 / 1.1) and r["speedup"][2000] == pytest.approx(1.0)
+    assert r["speedup"][200] == pytest.approx(1 / 1.2)
+
+
+def test_tall_tier1_taken_when_tier2_holds_257_to_1024(bench):
+    base = {8: 1.0, 100: 1.0, 200: 1.2, 500: 1.0, 2000: 1.1}
+    r = _run(bench, {"base": base, "tall": {200: 0.9}, "t1k": {500: 1.5}, "PE": {2000: 1.0}})
+    assert r["params"]["T1_MAXM"] == 256 and r["params"]["T1_BM"] == 256 and r["params"]["T1_SPLIT"] == 2
+    assert r["speedup"][200] == pytest.approx(1 / 0.9) and r["speedup"][500] == pytest.approx(1.0)
+    assert r["win"]["T1"][0] == "tall"
