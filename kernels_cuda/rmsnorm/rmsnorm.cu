@@ -9,6 +9,9 @@
 //   WEIGHT_MODE  0 y = x * inv_rms * w in float32, rounded once;
 //                1 y = round(w * round(x * inv_rms))  (normalized cast to dtype before the weight)
 //   WEIGHT_ROWS  weight is [WEIGHT_ROWS, HIDDEN] and row r uses weight row r % WEIGHT_ROWS
+//   NPAIR        1, or 2: two independent norms of the same shape (Q and K) in one launch, the
+//                second one's (x, w, out) after the first's and blockIdx.y choosing the pair (one
+//                kernel instead of two: no launch gap between them, no second ramp-up)
 // Tunables:
 //   VEC          elements per load (VEC * sizeof(elem) <= 16 bytes)
 //   TPR          threads per row (power of two if < 32, else a multiple of 32)
@@ -41,6 +44,9 @@
 #define WEIGHT_ROWS 1
 #endif
 
+#ifndef NPAIR
+#define NPAIR 1
+#endif
 #ifndef WPRE
 #define WPRE 1
 #endif
@@ -94,7 +100,20 @@ rmsnorm_kernel(const elem_t* __restrict__ x,
 #if HAS_RES
                const elem_t* __restrict__ res,
 #endif
-               const elem_t* __restrict__ w, elem_t* __restrict__ out, int rows, float eps) {
+               const elem_t* __restrict__ w, elem_t* __restrict__ out,
+#if NPAIR == 2
+               const elem_t* __restrict__ x_b, const elem_t* __restrict__ w_b,
+               elem_t* __restrict__ out_b,
+#endif
+               int rows, float eps) {
+#if NPAIR == 2
+    static_assert(!HAS_RES, "two pairs: independent norms only");
+    if (blockIdx.y) {
+        x = x_b;
+        w = w_b;
+        out = out_b;
+    }
+#endif
     const int t = threadIdx.x % TPR;
     const int rl = threadIdx.x / TPR;
     const int row = blockIdx.x * ROWS + rl;

@@ -152,18 +152,28 @@ class RMSNormFamily(Family):
             raise FamilyError(f"WPRE={params['WPRE']!r} must be 0, 1 or 2 (per call)")
         if params.get("LDH", 0) not in (0, 1, True, False):  # absent: 0 (the .cu default)
             raise FamilyError(f"LDH={params['LDH']!r} must be 0 or 1")
+        if params.get("FUSE", 1) not in (0, 1, True, False):  # absent: 1
+            raise FamilyError(f"FUSE={params['FUSE']!r} must be 0 or 1")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = read_source("common", "dtype.cuh") + "\n" + read_source("rmsnorm", "rmsnorm.cu")
         launches = []
-        for x, w, o in spec.info["pairs"]:
-            args = [x] + ([spec.info["res"]] if spec.info["res"] else []) + [
-                w, o, f"int32:{spec.info['rows']}", f"float32:{spec.info['eps']}"]
-            launches.append(Launch(kernel="rmsnorm_kernel",
-                                   grid=[f"ceil_div({spec.info['rows']}, ROWS)"],
+        pairs = spec.info["pairs"]
+        tail = [f"int32:{spec.info['rows']}", f"float32:{spec.info['eps']}"]
+        grid = f"ceil_div({spec.info['rows']}, ROWS)"
+        fixed = dict(spec.fixed)
+        if len(pairs) == 2 and params.get("FUSE", 1):
+            # two independent norms (Q, K) in one launch: grid.y picks the pair. Two launches ran
+            # back to back in a CUDA graph, the second waiting for the first's last block
+            fixed["NPAIR"] = 2
+            launches.append(Launch(kernel="rmsnorm_kernel", grid=[grid, "2"], block=["TPR * ROWS"],
+                                   args=[*pairs[0], *pairs[1], *tail]))
+        for x, w, o in (pairs if not launches else []):
+            args = [x] + ([spec.info["res"]] if spec.info["res"] else []) + [w, o] + tail
+            launches.append(Launch(kernel="rmsnorm_kernel", grid=[grid],
                                    block=["TPR * ROWS"], args=args))
         return Candidate(problem=defn.name, language="cuda", sources={"rmsnorm.cu": src},
-                         params={**spec.fixed, **params}, launches=launches,
+                         params={**fixed, **params}, launches=launches,
                          notes=f"family=rmsnorm {params}")
 
 

@@ -73,14 +73,15 @@ inline __half __float2half_rn(float f) { _Float16 h = (_Float16)f; __half r; std
 
 LAUNCH = r"""
 template <typename F>
-void emu_launch(unsigned grid, unsigned block, F body) {
-    gridDim.x = grid; blockDim.x = block;
+void emu_launch(unsigned grid, unsigned block, F body, unsigned grid_y = 1) {
+    gridDim.x = grid; gridDim.y = grid_y; blockDim.x = block;
+    for (unsigned by = 0; by < grid_y; ++by)
     for (unsigned b = 0; b < grid; ++b) {
         std::barrier<> bar(block);
         emu_bar = &bar;
         std::vector<std::thread> ts;
         for (unsigned t = 0; t < block; ++t)
-            ts.emplace_back([=] { blockIdx.x = b; threadIdx.x = t; body(); });
+            ts.emplace_back([=] { blockIdx.x = b; blockIdx.y = by; threadIdx.x = t; body(); });
         for (auto& th : ts) th.join();
     }
 }

@@ -237,3 +237,45 @@ def test_pointwise_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, 
             else:  # element math is the reference's (sin/tanh: libm ulps; 0-d bf16 operand: 1 ulp)
                 np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1.6e-2, atol=1e-6, err_msg=o)
     assert n > 0 and math.isfinite(float(off))
+
+
+@pytest.mark.parametrize("params", [{"VEC": 4, "TPR": 32, "ROWS": 8, "WPRE": 1},
+                                    {"VEC": 4, "TPR": 16, "ROWS": 4, "WPRE": 0, "FUSE": 0}],
+                         ids=["fused", "two-launches"])
+def test_rmsnorm_qk_pair_on_cpu_matches_reference(sol_execbench_dir, tmp_path, params):
+    """038 (Q and K normed with per-head weights): one launch with grid.y = 2 choosing the pair
+    (NPAIR 2), or FUSE=0's two launches; both outputs against the reference."""
+    problem = load_problem_dir(sol_execbench_dir / "L1/038_flux_multi_head_rmsnorm_qk")
+    defn = problem.definition
+    cand = get_family("rmsnorm").instantiate(problem, params)
+    assert len(cand.launches) == (1 if params.get("FUSE", 1) else 2)
+    axes = {**{k: v.value for k, v in defn.axes.items() if getattr(v, "value", None) is not None},
+            "batch_size": 1, "seq_len": 3}
+    gen = torch.Generator().manual_seed(5)
+    scalars = {"eps": 1e-6}
+    tensors = {k: _rand(_shape(defn, k, axes), v.dtype, gen) for k, v in defn.inputs.items() if not v.is_scalar}
+    ref = _reference(defn, {**tensors, **scalars})
+    env = launch_env(axes, scalars, cand.params)
+    ins = [k for k in tensors]
+    decl = "".join(f"    auto {n} = emu_read<elem_t>(f, {tensors[n].numel()});\n" for n in ins)
+    decl += "".join(f"    std::vector<elem_t> {o}({ref[o].numel()}, elem_t{{}});\n" for o in ref)
+    calls = ""
+    for l in cand.launches:
+        args = ", ".join(f"{a}.data()" if parse_arg(a).kind == "tensor" else
+                         (f"{float(eval_expr(parse_arg(a).expr, env))!r}f" if parse_arg(a).ctype == "float32"
+                          else str(int(eval_expr(parse_arg(a).expr, env)))) for a in l.args)
+        gy = eval_expr(l.grid[1], env) if len(l.grid) > 1 else 1
+        calls += (f"    emu_launch({eval_expr(l.grid[0], env)}, {eval_expr(l.block[0], env)}, "
+                  f"[&] {{ rmsnorm_kernel({args}); }}, {gy});\n")
+    writes = "".join(f"    std::fwrite({o}.data(), sizeof(elem_t), {o}.size(), f);\n" for o in ref)
+    main = (f"int main() {{\n    FILE* f = std::fopen(\"in.bin\", \"rb\");\n{decl}    std::fclose(f);\n"
+            f"{calls}    f = std::fopen(\"out.bin\", \"wb\");\n{writes}    std::fclose(f);\n}}\n")
+    src = defines(cand.params) + kernel_text(cand.sources["rmsnorm.cu"])
+    nbytes = sum(r.numel() * r.element_size() for r in ref.values())
+    out = build_and_run(tmp_path, src, main, [_raw(tensors[n]) for n in ins], nbytes)
+    off = 0
+    for o, want in ref.items():
+        b = want.numel() * want.element_size()
+        got = _from_raw(out[off:off + b], defn.outputs[o].dtype, tuple(want.shape))
+        off += b
+        np.testing.assert_allclose(got.numpy(), want.float().numpy(), rtol=2e-6, atol=1e-6, err_msg=o)
