@@ -19,6 +19,7 @@ from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
 from .nvfp4_moe import Nvfp4MoeFamily
 from .pointwise import PointwiseFamily
+from .pointwise_rows import PointwiseRowsFamily
 from .rmsnorm import RMSNormFamily
 from .rope import RopeFamily
 from .rope_freqs import RopeFreqsFamily
@@ -30,7 +31,7 @@ FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), Cut
                           RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
                           Nvfp4MoeFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
-GENERIC: list[Family] = [PointwiseFamily()]
+GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
 
 
