@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         lines.append("No phase seconds in these DBs (attempts.eval_phases, migration 031, is absent or "
                      "NULL): which phase grows cannot be read from them.")
         return _emit(lines, a.out)
-    names = sorted({k for p in with_ph for side in p for k in side["phases"]})
+    names = sorted({k for p in with_ph for side in p for k in side["phases"]} - set(CPU_NAMES))
     d_total = sum(p[1]["g"] - p[0]["g"] for p in with_ph)
     lines += [f"Phases (attempts.eval_phases) over {len(with_ph)} pairs with phases on both sides, "
               f"summed; share = this phase's growth / the growth of gpu_seconds ({d_total:+.1f} s):", "",
@@ -121,7 +121,35 @@ def main(argv=None) -> int:
         pct = f"{(x2 / x1 - 1) * 100:+.1f}" if x1 > 0 else "-"
         share = f"{d / d_total:.2f}" if d_total and n not in ("total", "driver") else ""
         lines.append(f"| {n} | {x1:.2f} | {x2:.2f} | {d:+.2f} | {pct} | {share} |")
+    lines += cpu_section(with_ph)
     return _emit(lines, a.out)
+
+
+# eval_phases keys that are CPU-seconds, not phases (solforge.evaluate.phase_totals.CPU_KEYS)
+CPU_NAMES = ("cpu_user", "cpu_sys", "host_busy_cpu", "host_steal")
+
+
+def cpu_section(pairs: list) -> list[str]:
+    """Where the growth comes from, for pairs whose evaluations recorded CPU-seconds (zygote children,
+    runs after commit 009190e): the child's own CPU-seconds and the host's busy / hypervisor-stolen
+    CPU-seconds while it ran, each also per second of the evaluation's wall time ("total")."""
+    sel = [p for p in pairs if all("cpu_user" in side["phases"] for side in p)]
+    out = ["", "CPU-seconds (not phases; overlap them) over %d pairs that recorded them:" % len(sel)]
+    if not sel:
+        return out + ["none: these runs predate the evaluator's CPU accounting (zygote wait4, /proc/stat)."]
+    out += ["", "| CPU-seconds | 1 GPU | 2 GPUs | growth % | 1 GPU per wall s | 2 GPUs per wall s |",
+            "|---|---|---|---|---|---|"]
+    w1 = sum(float(p[0]["phases"].get("total", p[0]["g"])) for p in sel)
+    w2 = sum(float(p[1]["phases"].get("total", p[1]["g"])) for p in sel)
+    for n in CPU_NAMES:
+        x1 = sum(float(p[0]["phases"].get(n, 0) or 0) for p in sel)
+        x2 = sum(float(p[1]["phases"].get(n, 0) or 0) for p in sel)
+        pct = f"{(x2 / x1 - 1) * 100:+.1f}" if x1 > 0 else "-"
+        out.append(f"| {n} | {x1:.2f} | {x2:.2f} | {pct} | {x1 / w1:.3f} | {x2 / w2:.3f} |")
+    out += ["", "Reading it: wall time (total) grows while the child's cpu_user + cpu_sys do not -> it "
+            "waited (driver locks, scheduling, host_steal); cpu_user grows for the same work -> slower "
+            "cores (clock, shared caches); cpu_sys grows -> more kernel / driver work."]
+    return out
 
 
 def _rel(p: Path) -> str:

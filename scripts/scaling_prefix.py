@@ -7,7 +7,11 @@ gain (the GEMMs: 6-7 s evaluations instead of 2-3 s). The first N evaluations of
 same schedule (exploration round: each problem's first guesses), so t_1gpu(N) / t_2gpu(N) is the
 speed-up on the same work. Also printed: GPU-seconds of evaluation per wall second (slot occupancy).
 
-    .venv/bin/python scripts/scaling_prefix.py ONE.duckdb[.gz] TWO.duckdb[.gz] [--step 4] [--out FILE]
+    .venv/bin/python scripts/scaling_prefix.py ONE.duckdb[.gz] TWO.duckdb[.gz] [--step 4] [--skip 2] [--out FILE]
+
+The last lines: the ratio at the largest N both runs reached (with an attempt budget the same for both,
+`OPT_EXTRA="--budget-attempts B"` in scripts/scaling_run_h200x2.sh, that is all of the work), and the
+steady rate from the --skip-th finish on (the one-off start-up left out of both).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("two", type=Path)
     ap.add_argument("--step", type=int, default=4)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--skip", type=int, default=2,
+                    help="the steady-rate line starts its clock at this many finishes (default 2: "
+                         "each GPU of the two-GPU run has finished its first evaluation)")
     a = ap.parse_args(argv)
     t1, g1 = finish_times(a.one)
     t2, g2 = finish_times(a.two)
@@ -54,6 +61,14 @@ def main(argv=None) -> int:
     ratios.sort()
     lines.append(f"# at N = {n} (all the shorter run did): {t1[n - 1] / t2[n - 1]:.3f}x; "
                  f"median over the N above {ratios[len(ratios) // 2]:.3f}x, min {ratios[0]:.3f}x")
+    m = a.skip
+    if n > m + 1:
+        # evaluations m+1..n: the clock starts at the m-th finish, so the one-off start-up (the first
+        # evaluation on each GPU: fork server, first CUDA context, pipeline fill) is out of both
+        r1 = (n - m) / (t1[n - 1] - t1[m - 1]) * 60
+        r2 = (n - m) / (t2[n - 1] - t2[m - 1]) * 60
+        lines.append(f"# steady rate, evaluations {m + 1}..{n} (clock from finish #{m}): 1 GPU "
+                     f"{r1:.1f}/min, 2 GPUs {r2:.1f}/min: {r2 / r1:.3f}x")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if a.out:
