@@ -140,11 +140,27 @@ class RopeFamily(Family):
             raise FamilyError(f"VEC={v} must divide HEAD_DIM/2 = {half}, at most 16 bytes")
         if not 32 <= b <= 1024 or b % 32 or b % (half // v):
             raise FamilyError(f"BLOCK={b}: multiple of 32 and of the threads per row ({half // v})")
+        if params.get("FUSE", 1) not in (0, 1, True, False):  # absent: 1
+            raise FamilyError(f"FUSE={params['FUSE']!r} must be 0 or 1")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = read_source("common", "dtype.cuh") + "\n" + read_source("rope", "rope.cu")
-        launches = []
-        for kind, x, cache, out in spec.info["launches"]:
+        launches, fixed = [], dict(spec.fixed)
+        parts = spec.info["launches"]
+        if len(parts) == 2 and params.get("FUSE", 1):
+            # both outputs in one launch (rope2_kernel): no wait between two chained kernels
+            args, blocks = [spec.info["cos"], spec.info["sin"]], []
+            for i, (kind, x, cache, out) in enumerate(parts):
+                os_ = shape_dims(defn, out)
+                rows = product_expr(os_[:-1])
+                fixed[f"KIND{i}"] = 0 if kind == "rope" else 1
+                args += [x, cache or x, out, f"int64:{rows}", f"int32:{os_[2]}",
+                         f"int32:{shape_dims(defn, cache)[2] if cache else 0}",
+                         f"int32:{shape_dims(defn, x)[1]}"]
+                blocks.append(f"max(1, ceil_div(({rows}) * (HEAD_DIM // 2 // VEC), BLOCK))")
+            launches.append(Launch(kernel="rope2_kernel", grid=[f"{blocks[0]} + {blocks[1]}"],
+                                   block=["BLOCK"], args=args + [f"int32:{blocks[0]}"]))
+        for kind, x, cache, out in (parts if not launches else []):
             os_ = shape_dims(defn, out)
             rows = product_expr(os_[:-1])
             s_tot = str(os_[2])
@@ -158,5 +174,5 @@ class RopeFamily(Family):
                 args = [x, cache, out, f"int64:{rows}", f"int32:{s_tot}", f"int32:{s_cur}"]
                 launches.append(Launch(kernel="cat_kernel", grid=grid, block=["BLOCK"], args=args))
         return Candidate(problem=defn.name, language="cuda", sources={"rope.cu": src},
-                         params={**spec.fixed, **params}, launches=launches, options=["--fmad=false"],
+                         params={**fixed, **params}, launches=launches, options=["--fmad=false"],
                          notes=f"family=rope {params}")

@@ -279,3 +279,48 @@ def test_rmsnorm_qk_pair_on_cpu_matches_reference(sol_execbench_dir, tmp_path, p
         got = _from_raw(out[off:off + b], defn.outputs[o].dtype, tuple(want.shape))
         off += b
         np.testing.assert_allclose(got.numpy(), want.float().numpy(), rtol=2e-6, atol=1e-6, err_msg=o)
+
+
+ROPE_CASES = [  # (problem, var axes): a cache with rows before the new ones; Q and K head counts differ
+    ("L1/071_kv_cache_update_with_rope", {"batch_size": 2, "num_kv_heads": 3, "new_seq_len": 2,
+                                          "current_seq_len": 3, "updated_seq_len": 5}),
+    ("L1/088_rotary_position_embedding_application", {"batch_size": 1, "num_heads": 5,
+                                                      "num_kv_heads": 2, "seq_len": 3}),
+]
+
+
+@pytest.mark.parametrize("fuse", [1, 0], ids=["one-launch", "two-launches"])
+@pytest.mark.parametrize("rel,axes", ROPE_CASES, ids=lambda v: str(v)[:40])
+def test_rope_kernels_on_cpu_match_reference(sol_execbench_dir, tmp_path, rel, axes, fuse):
+    """rope.cu's two outputs through rope2_kernel (FUSE=1: blocks0 blocks for the first output, the
+    rest for the second) or rope_kernel/cat_kernel (FUSE=0), against the reference."""
+    problem = load_problem_dir(sol_execbench_dir / rel)
+    defn = problem.definition
+    fam = get_family("rope")
+    cand = fam.instantiate(problem, {**fam.param_space(problem)[0], "BLOCK": 64, "FUSE": fuse})
+    assert [l.kernel for l in cand.launches][:1] == (["rope2_kernel"] if fuse else ["rope_kernel"])
+    axes = {**{k: v.value for k, v in defn.axes.items() if getattr(v, "value", None) is not None}, **axes}
+    gen = torch.Generator().manual_seed(3)
+    tensors = {k: _rand(_shape(defn, k, axes), v.dtype, gen) for k, v in defn.inputs.items()}
+    ref = _reference(defn, dict(tensors))
+    env = launch_env(axes, {}, cand.params)
+    decl = "".join(f"    auto {n} = emu_read<elem_t>(f, {t.numel()});\n" for n, t in tensors.items())
+    decl += "".join(f"    std::vector<elem_t> {o}({ref[o].numel()}, elem_t{{}});\n" for o in ref)
+    calls = ""
+    for l in cand.launches:
+        args = ", ".join(f"{a}.data()" if parse_arg(a).kind == "tensor" else
+                         f"{int(eval_expr(parse_arg(a).expr, env))}L" for a in l.args)
+        calls += (f"    emu_launch({eval_expr(l.grid[0], env)}, {eval_expr(l.block[0], env)}, "
+                  f"[&] {{ {l.kernel}({args}); }});\n")
+    writes = "".join(f"    std::fwrite({o}.data(), sizeof(elem_t), {o}.size(), f);\n" for o in ref)
+    main = (f"int main() {{\n    FILE* f = std::fopen(\"in.bin\", \"rb\");\n{decl}    std::fclose(f);\n"
+            f"{calls}    f = std::fopen(\"out.bin\", \"wb\");\n{writes}    std::fclose(f);\n}}\n")
+    src = defines(cand.params) + kernel_text(cand.sources["rope.cu"])
+    nbytes = sum(r.numel() * r.element_size() for r in ref.values())
+    out = build_and_run(tmp_path, src, main, [_raw(t) for t in tensors.values()], nbytes)
+    off = 0
+    for o, want in ref.items():
+        b = want.numel() * want.element_size()
+        got = _from_raw(out[off:off + b], defn.outputs[o].dtype, tuple(want.shape))
+        off += b
+        np.testing.assert_allclose(got.numpy(), want.float().numpy(), rtol=0, atol=0, err_msg=o)

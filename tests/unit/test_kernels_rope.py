@@ -56,7 +56,13 @@ def test_served_compiles_and_grid_covers(sol_execbench_dir, rel):
             for w in problem.workloads:
                 env = launch_env(w.axes, w.scalars(), cand.params)
                 threads = eval_expr(launch.grid[0], env) * eval_expr(launch.block[0], env)
-                if launch.kernel in ("rope_kernel", "cat_kernel"):
+                if launch.kernel == "rope2_kernel":  # both outputs: blocks0, then the rest
+                    tpr = cand.params["HEAD_DIM"] // 2 // params["VEC"]
+                    blocks0 = eval_expr(launch.args[-1].split(":", 1)[1], env)
+                    rows0, rows1 = (eval_expr(launch.args[k].split(":", 1)[1], env) for k in (5, 12))
+                    assert blocks0 * params["BLOCK"] >= rows0 * tpr
+                    assert threads - blocks0 * params["BLOCK"] >= rows1 * tpr
+                elif launch.kernel in ("rope_kernel", "cat_kernel"):
                     rows = eval_expr(launch.args[-4 if launch.kernel == "rope_kernel" else -3]
                                      .split(":", 1)[1], env)
                     assert threads >= rows * cand.params["HEAD_DIM"] // 2 // params["VEC"]
