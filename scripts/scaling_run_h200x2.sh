@@ -21,6 +21,16 @@
 # carry: .whl .carry/orch-whl .carry/scaling          $OUT: at most 8 files come back
 # OPT_EXTRA: more optimize arguments for both runs, e.g. OPT_EXTRA="--budget-attempts 50" (same work on
 # 1 and on 2 GPUs: the ratio of the two spans is the speed-up at equal work)
+# The equal-work pair in one x2 call (~460 s of the 555; the first 70 evaluations of session 3's
+# schedule took ~232 GPU-s, so phase 1 ~250 s at ~17-20/min, phase 2 ~150 s; T1/T2 are caps that
+# the budget should reach first, both runs then stop at "attempt budget spent (70/70)"):
+#   OPT_EXTRA="--budget-attempts 70" T1=320 T2=240 AFTER="python3 scripts/scaling_overhead_probe.py" \
+#   AFTER_S=80 bash scripts/scaling_run_h200x2.sh
+# The fork server starts while the optimize command assembles its run and is waited for before the
+# run's clock starts (solforge.orchestrate.loop._prestart; its seconds are in optN.json's
+# gpu_use.evaluator_start), so neither run's first evaluations wait for it.
+# At the end: scripts/scaling_prefix.py (time to finish the first N evaluations, 1 vs 2 GPUs, up to
+# the largest N both reached, and the steady rate without the start-up) into logs.txt and stdout.
 set -u
 [ -n "${SKIP_PIP:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --target /tmp/site .whl/*.whl .carry/orch-whl/*.whl || exit 1  # SKIP_PIP=1: a local dry run
@@ -75,13 +85,16 @@ for db in sys.argv[1:]:
 PY
 rm -f $OUT/*.lock $OUT/*.lock.wait  # a .wal left after a failed CHECKPOINT holds data: kept
 python3 scripts/scaling_summary.py --one $OUT/opt1.duckdb --two $OUT/opt2.duckdb --report $OUT/opt2.json \
-  --report-one $OUT/opt1.json --out $OUT/scaling.json --notes "T1=$T1 T2=$T2 EXCLUDE=$EXCLUDE GPU1_EXTRA=${GPU1_EXTRA:-none}" \
+  --report-one $OUT/opt1.json --out $OUT/scaling.json \
+  --notes "T1=$T1 T2=$T2 EXCLUDE=$EXCLUDE OPT_EXTRA=${OPT_EXTRA:-none} GPU1_EXTRA=${GPU1_EXTRA:-none}" \
   >> $L/90_summary.log 2>&1
 python3 scripts/scaling_phases.py --one $OUT/opt1.duckdb --two $OUT/opt2.duckdb --out $OUT/phases.md \
   >> $L/90_summary.log 2>&1
+python3 scripts/scaling_prefix.py $OUT/opt1.duckdb $OUT/opt2.duckdb > $L/95_prefix.txt 2>&1
 echo "total wall $(($(date +%s) - T_START)) s" >> $L/90_summary.log
 for f in $L/*; do echo "=== $f"; cat "$f"; done > $OUT/logs.txt
 ls -la $OUT $OUT/gpu1 2>/dev/null
 n=$(find $OUT -type f | wc -l); [ $n -gt 8 ] && echo "WARNING: $n files under \$OUT, only 8 come back"
 for f in $L/*; do echo "=== $f"; tail -4 "$f"; done
 cat $OUT/scaling.json 2>/dev/null | head -40
+tail -3 $L/95_prefix.txt

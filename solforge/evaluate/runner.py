@@ -230,7 +230,16 @@ def _launch(mode, python, stage, env_extra, extra_pythonpath, err, t_launch, log
             os.close(w)
             log.append(f"zygote unavailable, spawned instead: {e}"[:500])
     env = {**scrubbed_env(extra_pythonpath), **(env_extra or {}), "SOLFORGE_LAUNCH_T": repr(t_launch)}
-    return _Spawned(python, stage, env, err), "spawn"
+    proc = _Spawned(python, stage, env, err)
+    from .zygote import cpuset
+
+    cpus = cpuset(env.get("SOLFORGE_EVAL_CPUSET"))
+    if cpus:  # before the interpreter starts its threads (torch's come with its import, later)
+        try:
+            os.sched_setaffinity(proc.pid, cpus)
+        except OSError as e:
+            log.append(f"SOLFORGE_EVAL_CPUSET not applied: {e}")
+    return proc, "spawn"
 
 
 def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,

@@ -289,6 +289,49 @@ def _set_threads(n: Optional[str]) -> None:
         torch.set_num_threads(int(n))
 
 
+def cpuset(spec: Optional[str]) -> set[int]:
+    """"0,1,4-7" -> {0, 1, 4, 5, 6, 7}; only CPUs this process may use; empty when unset or bad."""
+    out: set[int] = set()
+    for part in (spec or "").split(","):
+        a, _, b = part.strip().partition("-")
+        if not a.isdigit() or (b and not b.isdigit()):
+            return set()
+        out.update(range(int(a), int(b or a) + 1))
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else out
+    return out & allowed
+
+
+def _set_cpus(spec: Optional[str]) -> None:
+    """Pin this child (and the threads it starts later) to its slot's CPUs
+    (solforge.orchestrate.gpus.eval_cpusets)."""
+    cpus = cpuset(spec)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def _set_sync(mode: Optional[str]) -> str:
+    """CU_CTX_SCHED_BLOCKING_SYNC (or _SPIN) on the primary context of the child's GPU, before the
+    driver creates it (torch uses the primary context, so it inherits the flags). Best effort: any
+    failure (no GPU, no cuda-python) leaves CUDA's default and is only reported."""
+    if mode not in ("blocking", "spin"):
+        return ""
+    try:
+        from cuda.bindings import driver as cu
+
+        (err,) = cu.cuInit(0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return f"cuInit: {err}"
+        err, dev = cu.cuDeviceGet(0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return f"cuDeviceGet: {err}"
+        flag = cu.CUctx_flags.CU_CTX_SCHED_BLOCKING_SYNC if mode == "blocking" else \
+            cu.CUctx_flags.CU_CTX_SCHED_SPIN
+        (err,) = cu.cuDevicePrimaryCtxSetFlags(dev, int(flag))
+        return "" if err == cu.CUresult.CUDA_SUCCESS else f"cuDevicePrimaryCtxSetFlags: {err}"
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+
+
 def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> None:
     """In the forked child: isolate, then run the driver. Never returns."""
     t_start = time.time()
@@ -312,6 +355,10 @@ def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> 
         env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
         os.environ.update(env)
         _set_threads(env.get("SOLFORGE_EVAL_THREADS"))
+        _set_cpus(env.get("SOLFORGE_EVAL_CPUSET"))
+        why = _set_sync(env.get("SOLFORGE_EVAL_SYNC"))
+        if why:
+            print(f"zygote child: SOLFORGE_EVAL_SYNC not applied: {why}", file=sys.stderr)
         if req.get("t"):
             os.environ["SOLFORGE_LAUNCH_T"] = str(req["t"])
         stage = str(req["stage"])

@@ -98,20 +98,52 @@ def eval_threads(n_gpus: int) -> int:
     return max(1, min(8, cores // (2 * max(1, n_gpus))))
 
 
+def eval_cpusets(n_gpus: int) -> list[str]:
+    """Per GPU slot (in pool order), the CPUs its evaluator is pinned to, or "" for no pinning.
+
+    SOLFORGE_EVAL_PIN=split: the CPUs this process may use, cut into n_gpus disjoint consecutive
+    blocks, one per GPU, so two evaluators never share a core (nor, on hosts that number SMT
+    siblings apart, usually a sibling). Off by default: whether it helps on the Firecracker x2 box
+    (32 vCPUs, no NUMA or SMT topology the guest can see) is what scripts/scaling_overhead_probe.py
+    measures (spin_pair vs spin_pair_pin)."""
+    if os.environ.get("SOLFORGE_EVAL_PIN", "").strip().lower() != "split" or n_gpus < 1:
+        return [""] * max(n_gpus, 0)
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    k = len(cpus) // n_gpus
+    if k < 1:
+        return [""] * n_gpus
+    return [",".join(str(c) for c in cpus[i * k:(i + 1) * k]) for i in range(n_gpus)]
+
+
+def eval_sync() -> str:
+    """SOLFORGE_EVAL_SYNC=blocking: the evaluator's CUDA context waits for the GPU on an interrupt
+    instead of spinning a core (CU_CTX_SCHED_BLOCKING_SYNC, set by the zygote child before the
+    driver creates its context; zygote launch only). Off by default (see eval_cpusets)."""
+    v = os.environ.get("SOLFORGE_EVAL_SYNC", "").strip().lower()
+    return v if v in ("blocking", "spin") else ""
+
+
 @dataclass
 class Slot:
     gpu: str
     acquired_at: float
     threads: int = 0  # CPU threads for the evaluator (0: torch's default)
+    cpus: str = ""    # CPUs to pin the evaluator to, "0,1,2" (eval_cpusets; "": not pinned)
+    sync: str = ""    # the evaluator context's wait mode (eval_sync; "": CUDA's default)
 
     @property
     def env(self) -> dict:
         """What the spawned evaluator's environment needs: only this GPU visible, and its CPU threads
         (OMP_NUM_THREADS for a spawned interpreter; a zygote child applies SOLFORGE_EVAL_THREADS with
-        torch.set_num_threads, its OpenMP runtime having read the environment before the fork)."""
+        torch.set_num_threads, its OpenMP runtime having read the environment before the fork), and
+        when asked for, its CPUs (SOLFORGE_EVAL_CPUSET) and CUDA wait mode (SOLFORGE_EVAL_SYNC)."""
         env = {"CUDA_VISIBLE_DEVICES": self.gpu}
         if self.threads > 0:
             env.update(OMP_NUM_THREADS=str(self.threads), SOLFORGE_EVAL_THREADS=str(self.threads))
+        if self.cpus:
+            env["SOLFORGE_EVAL_CPUSET"] = self.cpus
+        if self.sync:
+            env["SOLFORGE_EVAL_SYNC"] = self.sync
         return env
 
 
@@ -131,6 +163,8 @@ class GpuPool:
         self._cross = cross_process
         self.use = {g: GpuUse() for g in self.gpus}
         self.threads = eval_threads(len(self.gpus)) if self.gpus else 0
+        self.cpusets = dict(zip(self.gpus, eval_cpusets(len(self.gpus))))
+        self.sync = eval_sync()
 
     def __len__(self) -> int:
         return len(self.gpus)
@@ -159,7 +193,8 @@ class GpuPool:
                     if fd is not None:
                         self._free.remove(g)
                         self._fds[g] = fd
-                        return Slot(g, time.monotonic(), threads=self.threads)
+                        return Slot(g, time.monotonic(), threads=self.threads,
+                                    cpus=self.cpusets.get(g, ""), sync=self.sync)
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no GPU slot free within {timeout_s} s")
                 # a slot freed here notifies; one freed by another process is seen on the next poll

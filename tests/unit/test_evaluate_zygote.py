@@ -209,3 +209,41 @@ def test_child_cpu_seconds_tell_working_from_waiting(problem, tmp_path, pypath):
         cpu[name] = c["user_s"] + c["sys_s"]
     assert cpu["busy"] >= 0.6, cpu
     assert cpu["busy"] - cpu["idle"] >= 0.3, cpu
+
+
+def test_slot_pins_the_child_and_asks_for_its_wait_mode(problem, tmp_path, pypath, monkeypatch):
+    """SOLFORGE_EVAL_PIN=split gives each GPU slot its own CPUs and the child (forked or spawned) runs
+    on those only; SOLFORGE_EVAL_SYNC=blocking reaches the child, which without a GPU reports that it
+    could not apply it and evaluates as before."""
+    from solforge.orchestrate.gpus import GpuPool, eval_cpusets
+
+    monkeypatch.delenv("SOLFORGE_EVAL_PIN", raising=False)
+    assert eval_cpusets(2) == ["", ""]
+    monkeypatch.setenv("SOLFORGE_EVAL_PIN", "split")
+    monkeypatch.setenv("SOLFORGE_EVAL_SYNC", "blocking")
+    allowed = sorted(os.sched_getaffinity(0))
+    sets = eval_cpusets(2)
+    if len(allowed) >= 2:
+        a, b = ({int(c) for c in s.split(",")} for s in sets)
+        assert a and b and not (a & b) and (a | b) <= set(allowed)
+    pool = GpuPool(["7", "8"], cross_process=False)
+    with pool.slot(prefer="8") as slot:
+        env = slot.env
+    assert env["SOLFORGE_EVAL_SYNC"] == "blocking"
+    assert env.get("SOLFORGE_EVAL_CPUSET", "") == sets[1]
+    want = allowed[-1]  # one CPU, so the check below cannot pass by accident
+    probe = _body(f"if os.sched_getaffinity(0) != {{{want}}}:\n"
+                  "    raise RuntimeError(f'PINNED {os.sched_getaffinity(0)}')\n")
+    env = {**env, "SOLFORGE_EVAL_CPUSET": str(want)}
+    rep = _run(problem, tmp_path, "pinned", probe, pypath, timeout_s=120, env=env)
+    assert rep.launch == "zygote" and rep.results[0].status.value == "passed", \
+        rep.results[0].message + rep.stderr_tail
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "SOLFORGE_EVAL_SYNC not applied" in rep.stderr_tail, rep.stderr_tail
+    st = stage_candidate(tmp_path / "pinned_spawn", problem, host_source=probe,
+                         job={"allow_torch": True, "workloads": WL})
+    rep = run_stage(st, timeout_s=180, launch="spawn", env=env)
+    assert rep.launch == "spawn" and rep.results[0].status.value == "passed", \
+        rep.results[0].message + rep.stderr_tail
