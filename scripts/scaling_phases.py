@@ -126,7 +126,7 @@ def main(argv=None) -> int:
 
 
 # eval_phases keys that are CPU-seconds, not phases (solforge.evaluate.phase_totals.CPU_KEYS)
-CPU_NAMES = ("cpu_user", "cpu_sys", "host_busy_cpu", "host_steal")
+CPU_NAMES = ("cpu_user", "cpu_sys", "host_busy_cpu", "host_steal", "n_waits", "n_preempted", "n_minflt")
 
 
 def cpu_section(pairs: list) -> list[str]:
@@ -137,7 +137,7 @@ def cpu_section(pairs: list) -> list[str]:
     out = ["", "CPU-seconds (not phases; overlap them) over %d pairs that recorded them:" % len(sel)]
     if not sel:
         return out + ["none: these runs predate the evaluator's CPU accounting (zygote wait4, /proc/stat)."]
-    out += ["", "| CPU-seconds | 1 GPU | 2 GPUs | growth % | 1 GPU per wall s | 2 GPUs per wall s |",
+    out += ["", "| CPU-seconds (n_: counts) | 1 GPU | 2 GPUs | growth % | 1 GPU per wall s | 2 GPUs per wall s |",
             "|---|---|---|---|---|---|"]
     w1 = sum(float(p[0]["phases"].get("total", p[0]["g"])) for p in sel)
     w2 = sum(float(p[1]["phases"].get("total", p[1]["g"])) for p in sel)
@@ -148,7 +148,8 @@ def cpu_section(pairs: list) -> list[str]:
         out.append(f"| {n} | {x1:.2f} | {x2:.2f} | {pct} | {x1 / w1:.3f} | {x2 / w2:.3f} |")
     out += ["", "Reading it: wall time (total) grows while the child's cpu_user + cpu_sys do not -> it "
             "waited (driver locks, scheduling, host_steal); cpu_user grows for the same work -> slower "
-            "cores (clock, shared caches); cpu_sys grows -> more kernel / driver work."]
+            "cores (clock, shared caches); cpu_sys grows -> more kernel / driver work; n_preempted "
+            "(involuntary context switches) grows -> the child wanted a CPU that something else had."]
     return out
 
 

@@ -7,7 +7,9 @@ SQL over nested, shape-dependent JSON is error-prone, so the store gets the phas
 the processes, plus "total" (runner start -> last exit) and "driver" (the driver's own wall time), and
 where the runner measured them (its "cpu" dict): "cpu_user" / "cpu_sys" (the evaluator processes' own
 CPU-seconds), "host_busy_cpu" / "host_steal" (the whole host's busy and hypervisor-stolen CPU-seconds
-while they ran). These are not phases: like "total" and "driver" they overlap the phases.
+while they ran). These are not phases: like "total" and "driver" they overlap the phases. Keys that
+start with "n_" are counts, not seconds: "n_waits" / "n_preempted" (voluntary / involuntary context
+switches of the evaluator processes) and "n_minflt" (their minor page faults).
 Stdlib only (the store side and the bare GPU box both import it).
 """
 
@@ -19,7 +21,8 @@ from typing import Any, Optional
 
 # runner's "cpu" dict key -> eval_phases name (seconds; not phases: they overlap them)
 CPU_KEYS = {"user_s": "cpu_user", "sys_s": "cpu_sys", "host_busy_cpu_s": "host_busy_cpu",
-            "host_steal_s": "host_steal"}
+            "host_steal_s": "host_steal", "nvcsw": "n_waits", "nivcsw": "n_preempted",
+            "minflt": "n_minflt"}
 
 
 def _num(v: Any) -> Optional[float]:

@@ -66,7 +66,7 @@ def test_cpu_usage_is_summed_over_processes_apart_from_the_phases():
     two = {"seconds": {"cuda_init": 0.5}, "driver_s": 1.0, "total_s": 1.0,
            "cpu": {"user_s": 1.0, "sys_s": 0.5, "host_busy_cpu_s": 1.0, "host_steal_s": 0.125}}
     flat = flat_seconds({"screen": one, "rest": two, "total_s": 3.5})
-    assert flat == {"cuda_init": 0.75, "driver": 2.0, "cpu_user": 1.5, "cpu_sys": 0.75,
+    assert flat == {"cuda_init": 0.75, "driver": 2.0, "cpu_user": 1.5, "cpu_sys": 0.75, "n_preempted": 7,
                     "host_busy_cpu": 4.0, "host_steal": 0.125, "total": 3.5}
     assert flat_seconds(flat) == flat  # already flat: kept as it is
     assert "cpu_user" not in flat_seconds({"seconds": {"load": 0.5}, "total_s": 1.0})
