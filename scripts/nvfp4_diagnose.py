@@ -67,14 +67,23 @@ def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim) -> dict:
     inputs = InputFactory(rw, dev, custom_fn=ns.get("get_inputs")).make(rnd)
     report: dict = {"uuid": rw.uuid[:8], "round": rnd, "num_tokens": rw.axes.get("num_tokens")}
 
-    def reference(reduced: bool):
+    gemms: list = []
+
+    def reference(reduced: bool, record: bool = False):
         seen = []
-        orig = ns["BlockWiseScalerNVFP4"].quantize
+        orig, orig_mm = ns["BlockWiseScalerNVFP4"].quantize, torch.matmul
 
         def quantize(self, t):                      # record what the reference quantizes (x, then h)
             seen.append(t.detach().clone())
             return orig(self, t)
+
+        def matmul(x, y, *args, **kw):              # record the gate and up bf16 GEMMs (operands, result)
+            out = orig_mm(x, y, *args, **kw)
+            if record and x.dtype == torch.bfloat16 and len(gemms) < 2:
+                gemms.append((x, y, out))
+            return out
         ns["BlockWiseScalerNVFP4"].quantize = quantize
+        torch.matmul = matmul
         keep = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
         shim = Fp4Shim().install()
@@ -83,12 +92,13 @@ def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim) -> dict:
         finally:
             shim.remove()
             ns["BlockWiseScalerNVFP4"].quantize = orig
+            torch.matmul = orig_mm
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = keep
         if dev == "cuda":
             torch.cuda.synchronize()
         return out, seen[-1][0].float()
 
-    ref_out, ref_h = reference(torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
+    ref_out, ref_h = reference(torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction, record=True)
     ref2_out, ref2_h = reference(False)
     tol = rw.workload.tolerance
 
@@ -97,6 +107,14 @@ def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim) -> dict:
         return round(float(((x - y).abs() <= tol.max_atol + tol.max_rtol * y.abs()).float().mean()), 6)
 
     i = int(ref_h.abs().flatten().argmax())
+    # is cuBLAS's bf16 GEMM the correctly rounded fp32 sum? (fp32 GEMM, TF32 off: the products are
+    # exact and their sums mostly representable, so its bf16 rounding is the order-free answer)
+    r_, c_ = divmod(i, ref_h.shape[1])
+    for name, (x, y, out) in zip(("gate", "up"), gemms):
+        want = torch.matmul(x.float(), y.float()).to(torch.bfloat16)
+        report[f"{name}_bf16_gemm_vs_fp32_rounded"] = {
+            "equal": round(float((out == want).float().mean()), 7),
+            "equal_at_argmax": bool(out[r_, c_] == want[r_, c_])}
     report.update({"ref_amax_h": float(ref_h.abs().max()), "ref_argmax": i,
                    "ref_full_precision": {"h_equal": float((ref_h == ref2_h).float().mean()),
                                           "amax_h": float(ref2_h.abs().max()),

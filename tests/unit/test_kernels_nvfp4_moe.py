@@ -140,6 +140,17 @@ def test_every_param_point_compiles_without_spills(p032, tmp_path):
         assert "LDL" not in text and "STL" not in text, params  # no local-memory spills
 
 
+def test_only_the_amax_words_are_zeroed(p032):
+    """workspace_zero covers the two atomicMax words (the head); the rest is overwritten every call:
+    XQ by one thread per 16-block of x, H by the gate/up epilogue (every row < T, every column),
+    HQ by one thread per 16-block of H."""
+    from solforge.kernels.nvfp4_moe import WS_HEAD
+    cand = get_family("nvfp4_moe").instantiate(p032, get_family("nvfp4_moe").param_space(p032)[0])
+    assert cand.workspace_zero == str(WS_HEAD) and WS_HEAD >= 8
+    src = SRC.read_text()
+    assert "#define WS_XQ 256ull" in src and WS_HEAD == 256
+
+
 def test_launch_spec_on_every_workload(p032):
     fam = get_family("nvfp4_moe")
     hid, inter = 2048, 5120
