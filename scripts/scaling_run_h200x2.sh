@@ -30,7 +30,8 @@
 # run's clock starts (solforge.orchestrate.loop._prestart; its seconds are in optN.json's
 # gpu_use.evaluator_start), so neither run's first evaluations wait for it.
 # At the end: scripts/scaling_prefix.py (time to finish the first N evaluations, 1 vs 2 GPUs, up to
-# the largest N both reached, and the steady rate without the start-up) into logs.txt and stdout.
+# the largest N both reached, and the steady rate without the start-up) into logs.txt and stdout, and
+# scripts/scaling_decompose.py (the 2-GPU run's extra GPU-seconds: launch waits, same work, other work).
 set -u
 [ -n "${SKIP_PIP:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
   --target /tmp/site .whl/*.whl .carry/orch-whl/*.whl || exit 1  # SKIP_PIP=1: a local dry run
@@ -90,6 +91,7 @@ python3 scripts/scaling_summary.py --one $OUT/opt1.duckdb --two $OUT/opt2.duckdb
   >> $L/90_summary.log 2>&1
 python3 scripts/scaling_phases.py --one $OUT/opt1.duckdb --two $OUT/opt2.duckdb --out $OUT/phases.md \
   >> $L/90_summary.log 2>&1
+python3 scripts/scaling_decompose.py $OUT/opt1.duckdb $OUT/opt2.duckdb > $L/94_decompose.txt 2>&1
 python3 scripts/scaling_prefix.py $OUT/opt1.duckdb $OUT/opt2.duckdb > $L/95_prefix.txt 2>&1
 echo "total wall $(($(date +%s) - T_START)) s" >> $L/90_summary.log
 for f in $L/*; do echo "=== $f"; cat "$f"; done > $OUT/logs.txt
