@@ -57,11 +57,13 @@ def main() -> None:
         for rnd in (int(r) for r in a.round.split(",")):
             reports.append(_one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim))
             print(json.dumps({k: v for k, v in reports[-1].items() if k != "variants"}), flush=True)
-            for row in reports[-1]["variants"]:
-                print("   ", json.dumps(row), flush=True)
-    if a.out:
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "nvfp4_diagnose.json").write_text(json.dumps(reports, indent=1))
+            # one line per set: KNAT/F16/HOIST -> H bit-equal share, matched vs reference (vs full-precision)
+            print("   ", "; ".join(f"k{r['KNAT']}f{r['F16']}h{r['HOIST']} h= {r['h_equal_ref']} amax= "
+                                   f"{int(r['amax_h_equal'])} m= {r['out_matched']} ({r['out_matched_full']})"
+                                   for r in reports[-1]["variants"]), flush=True)
+            if a.out:   # after every set: a timeout keeps what was measured
+                Path(a.out).mkdir(parents=True, exist_ok=True)
+                (Path(a.out) / "nvfp4_diagnose.json").write_text(json.dumps(reports, indent=1))
 
 
 def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim) -> dict:
