@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--uuid", default="da99ef95", help="comma-separated workload uuid prefixes")
     ap.add_argument("--round", default="1", help="comma-separated correctness rounds (the evaluator's seeds)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--dump-all", action="store_true", help="write the GEMM slices even where cuBLAS is exact")
+    ap.add_argument("--max-dumps", type=int, default=3, help="at most this many GEMM slice files")
     a = ap.parse_args()
 
     import torch
@@ -55,7 +57,9 @@ def main() -> None:
     for uuid in a.uuid.split(","):
         rw = next(w for w in problem.workloads if w.uuid.startswith(uuid))
         for rnd in (int(r) for r in a.round.split(",")):
-            reports.append(_one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim))
+            ndump = sum("dumped" in r for r in reports)   # the device returns at most 8 files
+            dump = Path(a.out) / f"gemm_{rw.uuid[:8]}_r{rnd}.pt" if a.out and ndump < a.max_dumps else None
+            reports.append(_one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim, dump, a.dump_all))
             print(json.dumps({k: v for k, v in reports[-1].items() if k != "variants"}), flush=True)
             # one line per set: KNAT/F16/HOIST -> H bit-equal share, matched vs reference (vs full-precision)
             print("   ", "; ".join(f"k{r['KNAT']}f{r['F16']}h{r['HOIST']} h= {r['h_equal_ref']} amax= "
@@ -66,7 +70,7 @@ def main() -> None:
                 (Path(a.out) / "nvfp4_diagnose.json").write_text(json.dumps(reports, indent=1))
 
 
-def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim) -> dict:
+def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim, dump=None, dump_all=False) -> dict:
     """One input set: the reference (as the pipeline runs it, and with full-precision cuBLAS
     reductions) against every staged variant: amax|h|, share of H bit-equal to the reference's h,
     matched ratio of the output."""
@@ -116,11 +120,23 @@ def _one(torch, ns, rw, rnd, dev, runtimes, InputFactory, Fp4Shim) -> dict:
     # is cuBLAS's bf16 GEMM the correctly rounded fp32 sum? (fp32 GEMM, TF32 off: the products are
     # exact and their sums mostly representable, so its bf16 rounding is the order-free answer)
     r_, c_ = divmod(i, ref_h.shape[1])
+    slices = {}
     for name, (x, y, out) in zip(("gate", "up"), gemms):
         want = torch.matmul(x.float(), y.float()).to(torch.bfloat16)
         report[f"{name}_bf16_gemm_vs_fp32_rounded"] = {
             "equal": round(float((out == want).float().mean()), 7),
             "equal_at_argmax": bool(out[r_, c_] == want[r_, c_])}
+        if dump is not None and (dump_all or not torch.equal(out, want)):
+            # enough to fit cuBLAS's reduction offline (split count, bf16 partials): 64 rows (the
+            # argmax row first) x 256 columns (the argmax column first), operands and both results
+            rows = torch.cat([torch.tensor([r_]), torch.arange(min(64, x.shape[0]))])[:64].to(x.device)
+            cols = torch.cat([torch.tensor([c_]), torch.arange(min(256, y.shape[1]))])[:256].to(x.device)
+            slices[name] = {"rows": rows.cpu(), "cols": cols.cpu(), "a": x[rows].cpu(), "b": y[:, cols].t().cpu(),
+                            "cublas": out[rows][:, cols].cpu(), "fp32_rounded": want[rows][:, cols].cpu()}
+    if slices:
+        dump.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(slices, dump)
+        report["dumped"] = dump.name
     report.update({"ref_amax_h": float(ref_h.abs().max()), "ref_argmax": i,
                    "ref_full_precision": {"h_equal": float((ref_h == ref2_h).float().mean()),
                                           "amax_h": float(ref2_h.abs().max()),

@@ -13,6 +13,8 @@ how often two of them round g or u differently:
          elements 4s..4s+3 of each of the chunk's 4 blocks
   splitk two halves of K summed as `nat`, then added in fp32 (a split-K / stream-K GEMM)
   seq    one product at a time in fp32 (a scalar loop)
+  split2bf16 / split3bf16   split-K with the partial sums rounded to bf16 before the fp32 reduction
+         (what cuBLAS may do with torch's default allow_bf16_reduced_precision_reduction = True)
   hwnat / hwperm   a tensor-core-like k-step (Fasi et al. 2021's model of NVIDIA MMA units): the
          accumulator and the 16 exact products aligned to the largest of them, each truncated to
          ALIGN bits below its leading bit, summed exactly, the result truncated to fp32 -- in the
@@ -82,6 +84,9 @@ def main() -> None:
             acc = (acc.astype(np.float64) + g[:, i]).astype(f32)
         return acc
 
+    def bf16(v: np.ndarray) -> np.ndarray:
+        return torch.from_numpy(np.ascontiguousarray(v, f32)).to(torch.bfloat16).float().numpy()
+
     def trunc(v: np.ndarray, q: np.ndarray) -> np.ndarray:   # toward zero, to multiples of q
         return np.trunc(v / q) * q
 
@@ -105,13 +110,13 @@ def main() -> None:
             seq = seq + prod[:, i].astype(f32)
         return {"exact": prod.sum(1), "nat": blocked(prod), "perm": blocked(prod[:, perm]),
                 "splitk": (blocked(prod[:, :half]) + blocked(prod[:, half:])).astype(f32), "seq": seq,
-                "hwnat": hw(prod), "hwperm": hw(prod[:, perm])}
+                "hwnat": hw(prod), "hwperm": hw(prod[:, perm]),
+                "split2bf16": sum(bf16(blocked(p)) for p in np.split(prod, 2, axis=1)).astype(f32),
+                "split3bf16": sum(bf16(blocked(p)) for p in np.array_split(prod, [688, 1376], axis=1)).astype(f32)}
 
-    def bf16(v: np.ndarray) -> np.ndarray:
-        return torch.from_numpy(np.ascontiguousarray(v, f32)).to(torch.bfloat16).float().numpy()
 
     pairs = [("exact", "nat"), ("nat", "perm"), ("nat", "splitk"), ("nat", "seq"), ("exact", "hwnat"),
-             ("hwnat", "hwperm")]
+             ("hwnat", "hwperm"), ("nat", "split2bf16"), ("nat", "split3bf16")]
     stats = {kind: {pr: [0, 0.0, 0] for pr in pairs} for kind in ("top", "rand", "argmax")}
     print(f"032 GEMM accumulation orders, T={a.tokens}, {a.seeds} seeds: share of g/u values whose bf16 "
           f"rounding differs between two orders (flips), and the expected share E[|diff| / bf16 ulp]")
@@ -150,7 +155,7 @@ def main() -> None:
         for o1, o2 in pairs:
             flips, exp_sum, n_vals = stats[kind][(o1, o2)]
             n_elems = n_vals // 2
-            print(f"  {o1:>6} vs {o2:<6}: g or u flipped at {flips} of {n_elems} elements "
+            print(f"  {o1:>6} vs {o2:<10}: g or u flipped at {flips} of {n_elems} elements "
                   f"({flips / n_elems:.2e}); expected per value {exp_sum / n_vals:.2e}")
 
 
