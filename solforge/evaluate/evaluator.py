@@ -198,10 +198,11 @@ def _evaluate(env: Env, rw, res: EvalResult) -> None:
     _time(env, rw, res, factory, inputs, outputs, notes)
 
 
-def _checked_call(env: Env, rw, inputs, outputs, ref, tol):
+def _checked_call(env: Env, rw, inputs, outputs, ref, tol, call=None):
     snap = guards.snapshot_inputs(inputs)
     before = guards.python_threads()
-    call = env.caller.prepare(rw, inputs, outputs)
+    if call is None:
+        call = env.caller.prepare(rw, inputs, outputs)
     call()
     _sync(env.device)
     if env.integrity is not None:
@@ -231,12 +232,14 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list) 
     guards.check_threads(before)
     if timing.method == "cupti":
         guards.check_side_streams(timing.side_streams, timing.kernel_names)
-    # The last timed set once more, poisoned: a kernel that skips work on inputs it has seen fails.
+    # The last timed set once more, poisoned, through the plan that was timed (its workspace as the
+    # timed calls left it: a kernel that must leave it zeroed, workspace_zero "0", and did not, or one
+    # that skips work on inputs it has seen, fails here).
     last_in, last_out = sets[-1]
     for t in last_out.values():
         poison_(t, 1)
     ref = env.run_reference(rw, clone_inputs(last_in))
-    cmp = _checked_call(env, rw, last_in, last_out, ref, rw.workload.tolerance)
+    cmp = _checked_call(env, rw, last_in, last_out, ref, rw.workload.tolerance, call=calls[-1])
     if not cmp.ok:
         res.status, res.correct = EvalStatus.INCORRECT, False
         res.message = f"after timing (inputs seen before): {cmp.reason}"

@@ -59,6 +59,9 @@ def cuda_candidate(path: Path) -> dict:
     ws = _header(text, "workspace")
     if ws:
         cand["workspace"] = ws
+    wz = _header(text, "workspace_zero")
+    if wz is not None:
+        cand["workspace_zero"] = wz
     return cand
 
 
