@@ -190,8 +190,11 @@ def variants_t2(name: str, n: int, k: int) -> list[tuple[str, dict]]:
 
 def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
     """Tier 1 on tall tiles (BM = 256: two 64-row atoms per consumer warpgroup) and tier 1 up to
-    M = 1024, against the measured best with MSKIP=1 (correct on every workload of the t2 run):
-      base          the measured best, MSKIP=1; every variant below is base with one change
+    M = 1024, against the t2 run's realizable combination (data/results/gemm_h200_t2_combined.json,
+    `report --combined-out`; best/<problem>.json when absent):
+      base          the t2 combination with its MSKIP choice; every variant below is base with one change
+      base.mskip    base with MSKIP flipped (a global switch: timed on every workload beside base)
+      T0.128.s<S>   tier 0 (M up to 128; from 17 when S1 is off) on 128 x 128 tiles, cluster split S
       tall.<BN>.s<S>  tier 1 (M 129..256) = 256 x BN tiles (BN 128 or 64), cluster split S: one
                     M-tile, so each B tile is read by one CTA per split instead of two (the 128-row
                     tiles' second M-tile with 1..128 real rows cost a full B stream: 011 M=136 0.68x);
@@ -199,14 +202,20 @@ def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
       t1k           tier 1 as measured best, up to M = 1024 (T1_MAXM): M = 257..1024 split-K instead
                     of tier 2's unsplit tiles (t2 run, 006: 0.87x at M=289/492 against 0.37x)
       t1k.tall      the middle tall config up to M = 1024
+      t1k.<BM>x<BN> (N <= 256) tier 1 up to M = 1024 as an 8-CTA cluster split of BM x BN tiles
     report's T1x plans (T1_MAXM = 1024) then take tier 1's config for M 129..1024, tier 2's for > 1024."""
     from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages, split_tile_fits
-    measured = json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"]
-    best = dict(measured, MSKIP=1)
-    out = [("base", dict(best))]
+    combined = REPO / "data" / "results" / "gemm_h200_t2_combined.json"
+    comb = json.loads(combined.read_text()).get(name) if combined.exists() else None
+    if comb:
+        best = dict(comb["params"])
+    else:
+        best = dict(json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"])
+    t0_x = (comb or {}).get("win", {}).get("T0", [None, 0.0])[1]
+    out = [("base", dict(best)), ("base.mskip", dict(best, MSKIP=1 - best.get("MSKIP", 0)))]
     talls = []
     for bn in (128, 64):
-        if n % bn:
+        if n % bn or n // bn < 2:  # one N-tile (004 with BN = 128): at most 8 CTAs
             continue
         st = max_stages(256, bn)
         for sp in _wgmma_split(n, k, 256, bn, 1):
@@ -215,10 +224,23 @@ def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
             t1 = dict(T1_BM=256, T1_BN=bn, T1_ST=st, T1_SPLIT=sp)
             talls.append(t1)
             out.append((f"tall.{bn}.s{sp}", dict(best, **t1)))
+    # tier 0 on 128 x 128 tiles, cluster split around one wave (006's first sweep: (128, 128, split 4)
+    # 0.93-1.05x at M = 93/128 against its best's 0.61, unrealizable then beside the S1wg plan)
+    for sp in _wgmma_split(n, k, 128, 128, 1) if n > 256 and t0_x < 0.97 else []:  # T0 loses (006-008)
+        t0 = dict(T0_BM=128, T0_BN=128, T0_ST=max_stages(128, 128), T0_SPLIT=sp)
+        if n % 128 == 0 and best["CSPLIT"] and (sp == 1 or split_tile_fits(128, 128, t0["T0_ST"])) \
+                and any(best[key] != v for key, v in t0.items()):
+            out.append((f"T0.128.s{sp}", dict(best, **t0)))
     if best["T1_MAXM"] < 1024:
         out.append(("t1k", dict(best, T1_MAXM=1024)))
         if talls:
             out.append(("t1k.tall", dict(best, T1_MAXM=1024, **talls[len(talls) // 2])))
+        if n <= 256:  # 004/005: M = 289..952 on 8-16 unsplit CTAs (0.2-0.4x): 8-way splits, more CTAs
+            for bm, bn in ((128, 128), (64, 128), (128, 64)):
+                t1 = dict(T1_BM=bm, T1_BN=bn, T1_ST=max_stages(bm, bn), T1_SPLIT=8)
+                if n % bn == 0 and k % (64 * 8) == 0 and split_tile_fits(bm, bn, t1["T1_ST"]) \
+                        and any(best[key] != v for key, v in t1.items()):
+                    out.append((f"t1k.{bm}x{bn}", dict(best, T1_MAXM=1024, **t1)))
     return out
 
 
@@ -548,6 +570,16 @@ RANGE_KEYS = {"S0": [f"TS0_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
               "T2": [f"T2_{k}" for k in ("BM", "BN", "ST", "SPLIT", "CTAS", "GROUP", "EPI", "ORDER")]}
 
 
+def base_ranges(base: dict) -> list[tuple[str, int, int]]:
+    """The M range each tier serves in the base candidate (its own MAXM bounds, not the nominal
+    RANGES): with the skinny S1 tier off (TS1_MAXM = TS0_MAXM) tier 0 serves 17..128, and a
+    variant's T0 config must be scored there, where the combined candidate will run it."""
+    b0 = base.get("TS0_MAXM", 0)
+    b1 = base.get("TS1_MAXM", b0)
+    return [("S0", 0, b0), ("S1", b0, b1), ("T0", b1, base["T0_MAXM"]),
+            ("T1", base["T0_MAXM"], base["T1_MAXM"]), ("T2", base["T1_MAXM"], 1 << 30)]
+
+
 def _differs_only(params: dict, base: dict, keys) -> bool:
     return all(params.get(k) == base.get(k) for k in set(base) | set(params) if k not in keys)
 
@@ -572,7 +604,7 @@ def analyse(rows: list[dict], plan: dict) -> dict:
         var = {v["id"]: v for v in entry["variants"] if v["id"] in by_v}
         base = next(v for v in entry["variants"] if v["label"] == "base")["params"]
         ms = sorted(torch_t)
-        in_rng = {rng: [m for m in ms if lo < m <= hi] for rng, lo, hi in RANGES}
+        in_rng = {rng: [m for m in ms if lo < m <= hi] for rng, lo, hi in base_ranges(base)}
 
         def score(vid, mlist):  # geomean speedup of a variant over workloads; None if any failed
             d = by_v.get(vid, {})
@@ -592,7 +624,7 @@ def analyse(rows: list[dict], plan: dict) -> dict:
                 choice[rng] = best(rng, RANGE_KEYS[rng])
         # T1x: tier 1 up to M = T1X_MAXM (a variant whose T1_MAXM says so) serves 129..T1X_MAXM and
         # tier 2 only the M above: its winner is scored there alone
-        in_rng["T1x"] = [m for m in ms if 128 < m <= T1X_MAXM]
+        in_rng["T1x"] = [m for m in ms if base["T0_MAXM"] < m <= T1X_MAXM]
         in_rng["T2x"] = [m for m in ms if m > T1X_MAXM]
         if in_rng["T2x"]:
             choice["T2x"] = best("T2x", RANGE_KEYS["T2"])
@@ -772,12 +804,42 @@ def _workload_entry(problem, m: int, t_base: float, row: dict) -> dict:
             "max_abs_err": row.get("max_abs_err"), "variant": row["label"]}
 
 
+def write_combined(rows: list[dict], plan: dict, path: Path) -> None:
+    """Per problem the realizable combination's params (analyse) and the MSKIP choice from base0
+    (MSKIP=0) against base (MSKIP=1), both timed on every workload: the geomean over all M decides
+    (t2 run: MSKIP=1 halved tier 0's MMA at M <= 64 on 128-row tiles, 007/011, but cost 2-5% on
+    004/005/006). variants_t3 starts from these params."""
+    res = analyse(rows, plan)
+    out = {}
+    for entry in plan["problems"]:
+        name = entry["problem"]
+        r = res.get(name)
+        if r is None:
+            continue
+        torch_t = {x["M"]: x["t_ms"] for x in rows if x["problem"] == name and x["variant"] == "torch"}
+        gm = {}
+        for v in entry["variants"]:
+            if v["label"] in ("base0", "base"):
+                xs = [torch_t[x["M"]] / x["t_ms"] for x in rows if x["problem"] == name
+                      and x["variant"] == v["id"] and x.get("ok") and x.get("t_ms")]
+                gm[v["label"]] = _gm(xs) if len(xs) == len(torch_t) else None
+        params = dict(r["params"])
+        if gm.get("base0") and gm.get("base"):
+            params["MSKIP"] = int(gm["base"] > gm["base0"])
+        out[name] = {"params": params, "win": r["win"], "geomean_combined": _gm(list(r["speedup"].values())),
+                     "geomean_base0_mskip0": gm.get("base0"), "geomean_base_mskip1": gm.get("base")}
+    path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path}")
+
+
 def cmd_report(args) -> None:
     rows_path, plan_path = Path(args.rows), Path(args.plan)
     text = report_text(rows_path, plan_path)
     print(text)
     if args.out:
         Path(args.out).write_text(text)
+    if args.combined_out:
+        write_combined(load_rows(rows_path), json.loads(plan_path.read_text()), Path(args.combined_out))
     if args.best:
         from solforge.kernels import get_family
         from solforge.problem.loader import load_problem_dir
@@ -848,6 +910,8 @@ def main() -> None:
     s.add_argument("--out", default="")
     s.add_argument("--env", default="", help="env.json of the run (default: beside --rows)")
     s.add_argument("--best", action="store_true", help="write kernels_cuda/gemm_wgmma/best/<problem>.json")
+    s.add_argument("--combined-out", default="", help="write the per-problem combined params (+ MSKIP "
+                   "choice) as JSON (variants_t3 reads data/results/gemm_h200_t2_combined.json)")
     s.add_argument("--shared", default=str(REPO.parent / "shared"))
     args = ap.parse_args()
     {"prepare": cmd_prepare, "add": cmd_add, "run": cmd_run, "report": cmd_report}[args.cmd](args)

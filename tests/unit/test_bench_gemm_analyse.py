@@ -26,8 +26,9 @@ BASE = {"CSPLIT": 1, "T0_MAXM": 128, "T1_MAXM": 256, "TS0_MAXM": 16, "TS1_MAXM":
 VARIANTS = {"base": BASE,
             "tall": dict(BASE, T1_BM=256, T1_BN=128, T1_ST=4, T1_SPLIT=2),
             "t1k": dict(BASE, T1_MAXM=1024),
-            "PE": dict(BASE, T2_CTAS=132, T2_EPI=1)}
-MS = (8, 100, 200, 500, 2000)
+            "PE": dict(BASE, T2_CTAS=132, T2_EPI=1),
+            "T0v": dict(BASE, T0_BN=128, T0_ST=7, T0_SPLIT=2)}
+MS = (8, 40, 100, 200, 500, 2000)
 
 
 def _run(bench, times: dict):
@@ -43,7 +44,7 @@ def _run(bench, times: dict):
 
 
 def test_t1x_plan_taken_when_tier1_wins_up_to_1024(bench):
-    base = {8: 1.0, 100: 1.0, 200: 1.2, 500: 2.5, 2000: 1.1}
+    base = {8: 1.0, 40: 1.0, 100: 1.0, 200: 1.2, 500: 2.5, 2000: 1.1}
     r = _run(bench, {"base": base, "tall": {200: 0.9}, "t1k": {200: 1.2, 500: 1.1}, "PE": {2000: 1.0, 500: 2.4}})
     # tier 1 up to 1024 (t1k: 1.2 and 1.1 against tall's 0.9 and tier 2's 2.4 at M = 500)
     assert r["params"]["T1_MAXM"] == 1024 and r["params"]["T1_BM"] == 128
@@ -53,8 +54,17 @@ def test_t1x_plan_taken_when_tier1_wins_up_to_1024(bench):
 
 
 def test_tall_tier1_taken_when_tier2_holds_257_to_1024(bench):
-    base = {8: 1.0, 100: 1.0, 200: 1.2, 500: 1.0, 2000: 1.1}
+    base = {8: 1.0, 40: 1.0, 100: 1.0, 200: 1.2, 500: 1.0, 2000: 1.1}
     r = _run(bench, {"base": base, "tall": {200: 0.9}, "t1k": {500: 1.5}, "PE": {2000: 1.0}})
     assert r["params"]["T1_MAXM"] == 256 and r["params"]["T1_BM"] == 256 and r["params"]["T1_SPLIT"] == 2
     assert r["speedup"][200] == pytest.approx(1 / 0.9) and r["speedup"][500] == pytest.approx(1.0)
     assert r["win"]["T1"][0] == "tall"
+
+
+def test_tier0_scored_where_it_runs_with_s1_off(bench):
+    """BASE has the skinny S1 tier off (TS1_MAXM = TS0_MAXM = 16): tier 0 serves M = 17..128, so a
+    T0 winner's speed at M = 40 must be its own row there (not the base's)."""
+    base = {8: 1.0, 40: 1.0, 100: 1.0, 200: 1.0, 500: 1.0, 2000: 1.0}
+    r = _run(bench, {"base": base, "T0v": {40: 0.5, 100: 1.1}})
+    assert r["params"]["T0_SPLIT"] == 2 and r["win"]["T0"][0] == "T0v"
+    assert r["speedup"][40] == pytest.approx(2.0) and r["speedup"][100] == pytest.approx(1 / 1.1)
