@@ -147,7 +147,7 @@ def main() -> None:
                     st[2] += idx.size
             for pi, pr in enumerate(pairs):
                 stats[kind][pr][0] += int(flip_any[pi].sum())
-        print(f"  seed {seed}: amax|h| {h.max():.4f}; argmax flips g or u: " + ", ".join(
+        print(f"  seed {seed}: amax|h| {h.max():.4f}; argmax flips g or u so far (cumulative): " + ", ".join(
             f"{o1}/{o2} {int(stats['argmax'][(o1, o2)][0])}" for o1, o2 in pairs), flush=True)
     for kind, label in (("argmax", "the argmax of |h| (decides the verdict)"),
                         ("top", f"the top {a.top} |h| per seed"), ("rand", "random elements")):
