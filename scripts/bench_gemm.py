@@ -453,9 +453,10 @@ def cmd_run(args) -> None:
         exec(compile(problem.definition.reference, f"<reference {name}>", "exec"), ns)
         ref = ns["run"]
         rts = {}
-        for v in entry["variants"]:
-            if args.labels and v["label"] not in args.labels.split(","):
-                continue
+        # --labels: the other variants are not run and leave no rows (an earlier pass's rows of
+        # them stay the last ones in rows.jsonl)
+        wanted = [v for v in entry["variants"] if not args.labels or v["label"] in args.labels.split(",")]
+        for v in wanted:
             if f"{name}/{v['id']}" in excluded or f"*/{v['label']}" in excluded:
                 print(f"{name} {v['id']} {v['label']}: excluded (a sticky error earlier)", flush=True)
                 continue
@@ -532,7 +533,7 @@ def cmd_run(args) -> None:
             row_t = {"problem": name, "M": m, "uuid": rw.uuid, "variant": "torch", "label": "torch",
                      "ok": True, "t_ms": med(samples["torch"]), "samples": samples["torch"], "method": method}
             rows_f.write(json.dumps(row_t) + "\n")
-            for v in entry["variants"]:
+            for v in wanted:
                 vid = v["id"]
                 ok, why, err = status.get(vid, (False, "not loaded", None))
                 rows_f.write(json.dumps({"problem": name, "M": m, "uuid": rw.uuid, "variant": vid,
@@ -541,7 +542,7 @@ def cmd_run(args) -> None:
                                          "method": method}) + "\n")
             rows_f.flush()
             best = min((med(samples[f]), f) for f, _ in fns[1:]) if len(fns) > 1 else (None, "-")
-            bad = [v["label"] for v in entry["variants"] if not status.get(v["id"], (False,))[0]]
+            bad = [v["label"] for v in wanted if not status.get(v["id"], (False,))[0]]
             print(f"{name[:20]} M={m:6d} torch {row_t['t_ms'] * 1e3:8.1f} us  best {best[1]} "
                   f"{(best[0] or 0) * 1e3:8.1f} us  x{(row_t['t_ms'] / best[0]) if best[0] else 0:5.2f}"
                   f"{'  FAIL ' + ','.join(bad[:6]) + ' ' + str(status[next(v['id'] for v in entry['variants'] if v['label'] == bad[0])][1])[:120] if bad else ''}",
