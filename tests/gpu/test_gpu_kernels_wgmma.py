@@ -71,3 +71,44 @@ def test_gemm_wgmma_matches_matmul(stages, name):
         rel = ((c.float() - ref).norm() / ref.norm()).item()
         assert rel < 2e-3, f"{name} M={m}: relative error {rel:.2e}"
     rt.close()
+
+
+# tall tier-1 tiles (BM = 256: two 64-row atoms per consumer warpgroup), unsplit and as a 2-CTA
+# cluster split, up to M = 1024 (several 256-row M-tiles, a ragged last one)
+TALL = {"unsplit": dict(T1_BM=256, T1_BN=64, T1_ST=5, T1_SPLIT=1, T1_MAXM=1024),
+        "cluster2": dict(T1_BM=256, T1_BN=128, T1_ST=4, T1_SPLIT=2, T1_MAXM=1024)}
+TALL_M = [129, 136, 192, 200, 256, 257, 600, 972, 1024]
+
+
+@pytest.mark.parametrize("which", sorted(TALL))
+def test_gemm_wgmma_tall_tiles_match_matmul(which):
+    import tempfile
+
+    from solforge.compile.api import compile_candidate, stage
+    from solforge.compile.launcher import load_stage
+    from solforge.kernels import get_family
+    from solforge.problem.loader import load_problem_dir
+
+    problem = load_problem_dir(SHARED / "007_gemm_n4096_k4096")
+    fam = get_family("gemm_wgmma")
+    cand = fam.instantiate(problem, {**fam.param_space(problem)[0], **TALL[which]})
+    res = compile_candidate(cand)
+    assert res.ok, res.log
+    with tempfile.TemporaryDirectory() as d:
+        stage(cand, res, Path(d) / "tall")
+        rt = load_stage(Path(d) / "tall")
+        n, k = 4096, 4096
+        g = torch.Generator(device="cuda").manual_seed(11)
+        for m in TALL_M:
+            a = torch.randn(m, k, device="cuda", generator=g).half()
+            b = torch.randn(n, k, device="cuda", generator=g).half()
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.half)
+            plan = rt.prepare({"A": a, "B": b, "C": c}, {"M": m, "N": n, "K": k}, {})
+            plan.run()
+            plan.run()
+            torch.cuda.synchronize()
+            ref = a.float() @ b.float().T
+            assert not c.isnan().any(), f"{which} M={m}: unwritten outputs"
+            rel = ((c.float() - ref).norm() / ref.norm()).item()
+            assert rel < 2e-3, f"{which} M={m}: relative error {rel:.2e}"
+        rt.close()
