@@ -195,6 +195,7 @@ def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
       base          the t2 combination with its MSKIP choice; every variant below is base with one change
       base.mskip    base with MSKIP flipped (a global switch: timed on every workload beside base)
       T0.128.s<S>   tier 0 (M up to 128; from 17 when S1 is off) on 128 x 128 tiles, cluster split S
+      T0.128x64.s<S>  the same on 128 x 64 tiles, the largest split that keeps one wave
       tall.<BN>.s<S>  tier 1 (M 129..256) = 256 x BN tiles (BN 128 or 64), cluster split S: one
                     M-tile, so each B tile is read by one CTA per split instead of two (the 128-row
                     tiles' second M-tile with 1..128 real rows cost a full B stream: 011 M=136 0.68x);
@@ -231,6 +232,13 @@ def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
         if n % 128 == 0 and best["CSPLIT"] and (sp == 1 or split_tile_fits(128, 128, t0["T0_ST"])) \
                 and any(best[key] != v for key, v in t0.items()):
             out.append((f"T0.128.s{sp}", dict(best, **t0)))
+    if n > 256 and t0_x < 0.97 and n % 64 == 0:
+        # 128 x 64 tiles: twice the CTAs of 128 x 128 at the same split, fewer rows per CTA; the
+        # largest 1/2/4 split that keeps one wave (<= 132 CTAs)
+        sp = max((x for x in (1, 2, 4) if (n // 64) * x <= SMS and k % (64 * x) == 0), default=0)
+        st = max_stages(128, 64)
+        if sp and (sp == 1 or split_tile_fits(128, 64, st)):
+            out.append((f"T0.128x64.s{sp}", dict(best, T0_BM=128, T0_BN=64, T0_ST=st, T0_SPLIT=sp)))
     if best["T1_MAXM"] < 1024:
         out.append(("t1k", dict(best, T1_MAXM=1024)))
         if talls:
