@@ -11,6 +11,15 @@
 
     .venv/bin/python scripts/kernel_coverage.py coverage > data/results/kernel_coverage.txt
     .venv/bin/python scripts/kernel_coverage.py compare --rows data/results/kernels_coverage_h200_rows.jsonl
+  reasons   (CPU)  why the generic families (pointwise, pointwise_rows) refuse each problem: the trace's
+                   reason string, tallied, with each problem's T_b / T_mem (T_b from the baselines
+                   CSV, T_mem = declared input + output bytes at 4.27 TB/s: the room a fused kernel has)
+                   and the families that serve it today.
+  open      (CPU)  after a GPU check of a per-problem gated family (family.json `offered_problems`):
+                   list each problem whose every variant (>= 2) was correct on every workload.
+
+    .venv/bin/python scripts/kernel_coverage.py reasons > data/results/kernel_coverage_reasons.txt
+    .venv/bin/python scripts/kernel_coverage.py open --family pointwise_rows --rows FILES_AT/k7pw/rows.jsonl
 """
 
 from __future__ import annotations
@@ -86,6 +95,75 @@ def cmd_compare(args) -> None:
     print(text)
 
 
+def _headroom(problem, tb: dict) -> tuple[float, int]:
+    """Geomean over the workloads with a T_b of T_b / T_mem, and how many there were."""
+    from solforge.roofline.estimate import declared_bytes
+
+    ratios = []
+    for wl in problem.workloads:
+        if wl.uuid in tb:
+            i, o = declared_bytes(wl)
+            ratios.append(tb[wl.uuid] / max((i + o) / 4.27e12 * 1e3, 1e-9))
+    return _geo(ratios), len(ratios)
+
+
+def cmd_reasons(args) -> None:
+    import re
+    from collections import Counter
+
+    from solforge.kernels import families_for
+    from solforge.kernels import pointwise_rows_trace as rt
+    from solforge.kernels import pointwise_trace as pt
+    from solforge.problem.loader import load_problem_dir
+
+    tb = {}
+    with open(args.baselines) as f:
+        for r in csv.DictReader(f):
+            if r.get("T_b_ms"):
+                tb[r["workload_uuid"]] = float(r["T_b_ms"])
+    tally: Counter = Counter()
+    lines = []
+    for pdir in sorted((Path(args.shared) / "sol_execbench").glob("*/*")):
+        problem = load_problem_dir(pdir)
+        d = problem.definition
+        why = "pointwise" if pt.trace_pointwise(d) else "pointwise_rows" if rt.trace_rows(d) else \
+            f"{pt.last_reason} | rows: {rt.last_reason}"
+        key = re.sub(r"\d+", "N", re.sub(r"(input|output) \w+", r"\1 X", pt.last_reason if why not in
+                                          ("pointwise", "pointwise_rows") else "traced: " + why))[:90]
+        tally[key] += 1
+        head, n = _headroom(problem, tb)
+        served = ",".join(f.name for f in families_for(problem)) or "-"
+        lines.append((head if head == head else -1, f"{pdir.parent.name}/{pdir.name}"[:62], served, why))
+    print("# scripts/kernel_coverage.py reasons: pointwise's trace reason per problem (then pointwise_rows')")
+    print("# head = geomean over workloads of T_b / T_mem (T_mem: declared bytes at 4.27 TB/s)")
+    for key, cnt in tally.most_common():
+        print(f"{cnt:4d}  {key}")
+    print()
+    for head, name, served, why in sorted(lines, reverse=True):
+        print(f"{name:62s} head={head:8.1f} served={served:24s} {why[:160]}")
+
+
+def cmd_open(args) -> None:
+    """Per problem in the rows: every variant (>= 2) correct on every workload -> offered_problems."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from import_kernel_check import _problem, evidence
+
+    rows = [json.loads(l) for l in Path(args.rows).read_text().splitlines() if l.strip()]
+    rows = [r for r in rows if r.get("family") == args.family]
+    fam_json = REPO / "kernels_cuda" / args.family / "family.json"
+    data = json.loads(fam_json.read_text())
+    listed = data.setdefault("offered_problems", [])
+    for name in sorted({r["problem"] for r in rows}):
+        why = evidence(rows, _problem(name))
+        print(f"{name}: {'NOT opened: ' + why if why else 'every variant correct on every workload -> offered_problems'}")
+        if not why and name not in listed:
+            listed.append(name)
+    if listed and not args.dry_run:
+        data["offered"] = True
+        fam_json.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"{fam_json.relative_to(REPO)}: offered true, offered_problems {listed}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -95,8 +173,15 @@ def main() -> None:
     m.add_argument("--rows", required=True)
     m.add_argument("--baselines", default=str(REPO / "data" / "results" / "baselines_h200.csv"))
     m.add_argument("--out", default="")
+    r = sub.add_parser("reasons")
+    r.add_argument("--shared", default=str(REPO.parent / "shared"))
+    r.add_argument("--baselines", default=str(REPO / "data" / "results" / "baselines_h200.csv"))
+    o = sub.add_parser("open")
+    o.add_argument("--family", required=True)
+    o.add_argument("--rows", required=True)
+    o.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
-    {"coverage": cmd_coverage, "compare": cmd_compare}[args.cmd](args)
+    {"coverage": cmd_coverage, "compare": cmd_compare, "reasons": cmd_reasons, "open": cmd_open}[args.cmd](args)
 
 
 if __name__ == "__main__":
