@@ -26,6 +26,7 @@ from ..problem.definition import Definition
 from .base import Family, FamilyError, Spec, definition_of, read_source, reference_code
 from .gate import family_offered, family_offered_for
 from .pointwise_rows_trace import INPUT_TYPES, RowGraph, trace_rows
+from .pointwise_trace import _lit as pt_lit
 
 # Cheap screen before tracing: calls that are never elementwise or row statistics.
 _NOT_ROWS = re.compile(r"\b(?:matmul|linear|einsum|bmm|mm|conv\w*|cumsum|topk|sort|argsort|gather|"
@@ -159,6 +160,8 @@ def kernel_source(g: RowGraph) -> str:
          "    const float pw_rinv = 1.0f / (float)R;  // ATen's mean: the sum times 1/R",
          "    const bool vec_ok = (R % VEC) == 0;"]
     L.append("    (void)pw_rinv; (void)pw_rlen;")
+    for si, op, num, res in g.guards:  # the Python branches the trace took on scalar inputs
+        L.append(f"    if (((s{si} {op} {pt_lit(num)}) ? 1 : 0) != {int(res)}) __trap();  // traced for {'' if res else 'not '}s{si} {op} {num!r}")
     # const values: 0-d inputs, then every const node (the scalar inputs' functions), once
     for i, k in enumerate(g.kinds):
         if k == "const" and i in inputs_by_idx:

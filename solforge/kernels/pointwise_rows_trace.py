@@ -33,6 +33,27 @@ from . import pointwise_trace as pt
 from .pointwise_trace import FLOAT_TYPES, INPUT_TYPES, InputMap, Node
 
 last_reason = ""
+_GUARDS: Optional[list] = None  # while a reference runs: Python comparisons of scalar inputs
+
+
+class _Scalar(float):
+    """A float scalar input's sentinel that records Python comparisons made on it (053:
+    `if target_sparsity == 0.0: return inputs`): the trace follows one side of such a branch, so
+    the kernel checks at its start that the call's value takes the same side, and traps if not."""
+
+    def _cmp(self, op: str, other, result: bool) -> bool:
+        if _GUARDS is not None and isinstance(other, (int, float)) and not isinstance(other, bool):
+            _GUARDS.append((self.index, op, float(other), bool(result)))
+        return result
+
+    __hash__ = float.__hash__
+
+    def __eq__(self, o): return self._cmp("==", o, float(self) == o)
+    def __ne__(self, o): return self._cmp("!=", o, float(self) != o)
+    def __lt__(self, o): return self._cmp("<", o, float(self) < o)
+    def __le__(self, o): return self._cmp("<=", o, float(self) <= o)
+    def __gt__(self, o): return self._cmp(">", o, float(self) > o)
+    def __ge__(self, o): return self._cmp(">=", o, float(self) >= o)
 
 _ALIAS = {"aten.lift_fresh_copy.default", "aten.alias.default", "aten.detach.default",
           "aten.clone.default"}
@@ -56,6 +77,7 @@ class RowGraph:
     rlen: str                        # R, the last dim (an expression)
     passes: int = 1                  # reduction passes (the output pass comes after them)
     ops: list[str] = field(default_factory=list)
+    guards: list = field(default_factory=list)  # (scalar index, op, number, result) the trace assumed
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
@@ -134,7 +156,9 @@ def _run(defn: Definition, sizes: list[int], sentinel: float):
         if spec.is_scalar:
             if spec.dtype not in FLOAT_TYPES:
                 raise ValueError(f"non-float scalar input {k}")
-            args.append(sentinel + 0.0078125 * len(args))
+            sc = _Scalar(sentinel + 0.0078125 * len(args))
+            sc.index = sum(defn.inputs[j].is_scalar for j in names[:names.index(k)])
+            args.append(sc)
         else:
             args.append(torch.empty(pt._shape(defn, spec.shape, vals), dtype=to_torch(spec.dtype),
                                     device="meta"))
@@ -150,13 +174,21 @@ def _run(defn: Definition, sizes: list[int], sentinel: float):
     def call(*a):
         mode = _BranchFree()
         modes.append(mode)
-        with mode:
-            return fn(**dict(zip(names, a)))
+        global _GUARDS
+        _GUARDS = guards = []
+        modes.append(guards)
+        try:
+            with mode:
+                return fn(**dict(zip(names, a)))
+        finally:
+            _GUARDS = None
     torch.tensor = number_tensor
     try:
         gm = make_fx(call, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
     finally:
         torch.tensor = orig_tensor
+    gm.pw_guards = sorted(set(modes[-1]))
+    modes.pop()
     m = modes[-1]
     # every branch taken must be followed by a masked assignment (its mask's any() was tested)
     if len(m.tested) > len(m.assigned):
@@ -299,11 +331,15 @@ def _trace(defn: Definition) -> RowGraph:
     if not tensors or any(defn.inputs[k].dtype not in INPUT_TYPES for k in tensors):
         raise ValueError("no tensor inputs, or one of a dtype other than float/bool")
     traced = []
+    guards = []
     for sizes, sentinel in zip(pt._SIZES, pt._SENTINEL):
         gm, vals, args = _run(defn, sizes, sentinel)
         full = pt._shape(defn, full_dims, vals)
         traced.append((*_graph(defn, gm, args, full), full))
+        guards.append(gm.pw_guards)
     (n1, o1, shp1, full), (n2, o2, _, _) = traced
+    if guards[0] != guards[1]:
+        raise ValueError("Python branches on a scalar input go different ways for the two traces")
     sig = lambda ns: [(n.op, n.args, n.dtype, sorted(n.kwargs.items())) for n in ns]
     if sig(n1) != sig(n2) or o1 != o2:
         raise ValueError("the graph depends on the sizes or the scalar values")
@@ -358,7 +394,8 @@ def _trace(defn: Definition) -> RowGraph:
         outputs.append((name, o, spec.dtype))
     g = RowGraph(maps, kinds, [k for k in defn.inputs if defn.inputs[k].is_scalar], nodes, klass,
                  level, sums, outputs, pt._prod(full_dims), str(full_dims[-1]),
-                 passes=max(level[s] for s in sums), ops=sorted({n.op for n in nodes if n.op != "input"}))
+                 passes=max(level[s] for s in sums), ops=sorted({n.op for n in nodes if n.op != "input"}),
+                 guards=guards[0])
     for n in nodes:  # every expression must be writable (unsupported forms raise here)
         if n.op not in ("input", "row.sum"):
             g.expr(n)

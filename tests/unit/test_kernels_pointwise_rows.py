@@ -203,3 +203,21 @@ def test_layernormish_kernel_on_cpu_matches_reference(tmp_path):
     got = _emulate(defn, cand, t, {"eps": 1e-5}, {"b": b, "h": h}, 2, tmp_path)
     np.testing.assert_allclose(got[0].numpy(), ref[0].float().numpy(), rtol=1.6e-2, atol=1e-2)
     np.testing.assert_allclose(got[1].numpy(), ref[1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+@needs_gxx
+def test_python_branch_on_a_scalar_is_guarded(sol_execbench_dir, tmp_path):
+    """053 returns its input unchanged when target_sparsity == 0.0 (a Python branch the trace cannot
+    follow both ways): the kernel was traced for != 0 and traps on 0.0 rather than return NaN."""
+    import subprocess
+
+    problem = load_problem_dir(sol_execbench_dir / P053)
+    g = trace_rows(problem.definition)
+    assert g.guards == [(0, "==", 0.0, False)]
+    cand = get_family("pointwise_rows").instantiate(problem, {"VEC": 8, "BLOCK": 32})
+    x = torch.randn(1, 2, 64).to(torch.bfloat16)
+    axes = {"batch_size": 1, "seq_len": 2, "intermediate_size": 64}
+    got = _emulate(problem.definition, cand, {"inputs": x}, {"target_sparsity": 0.2}, axes, 2, tmp_path)[0]
+    assert torch.isfinite(got).all()
+    with pytest.raises(subprocess.CalledProcessError):
+        _emulate(problem.definition, cand, {"inputs": x}, {"target_sparsity": 0.0}, axes, 2, tmp_path)
