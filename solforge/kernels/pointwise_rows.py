@@ -83,7 +83,7 @@ class PointwiseRowsFamily(Family):
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         g: RowGraph = spec.info["graph"]
         src = read_source("pointwise", "pointwise.cuh") + "\n" + kernel_source(g)
-        rows = f"({g.numel}) / ({g.rlen})"
+        rows = f"({g.numel}) // ({g.rlen})"  # an exact integer division
         bc = [i for i, k in enumerate(g.kinds) if k in ("elem", "row")]
         args = ([m.name for m in g.inputs] + [o[0] for o in g.outputs]
                 + [f"int64:{rows}", f"int64:{g.rlen}"]
