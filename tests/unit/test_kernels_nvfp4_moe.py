@@ -92,10 +92,28 @@ def test_029_compiles_without_spills(p029, tmp_path):
         assert "LDL" not in text and "STL" not in text, params
 
 
+def pipeline_evidence(problem) -> str:
+    """'' when the committed runs of the pipeline's own evaluation on the H200
+    (data/results/nvfp4_moe_h200_s4_pipeline_eval_*.json, scripts/pipeline_eval_check.py) passed every
+    workload of the problem in every run of it (at least one); else what is missing or wrong."""
+    from tests.unit.test_kernels_attention_prefill import RESULTS
+
+    want = {w.uuid for w in problem.workloads}
+    runs = [r for f in sorted(RESULTS.glob("nvfp4_moe_h200_s4_pipeline_eval_*.json"))
+            for r in json.loads(f.read_text()) if r["problem"] == problem.name]
+    if not runs:
+        return "no pipeline run"
+    for r in runs:
+        got = {w["uuid"] for w in r["workloads"] if w["status"] == "passed"}
+        if got != want:
+            return f"{r['stage']}: {len(want - got)} workloads not passed"
+    return ""
+
+
 def test_offered_per_problem_only_with_gpu_evidence(p032, p029):
     """Offered for a problem only when family.json lists it in offered_problems and the committed
-    bench rows found every variant correct on every one of its workloads; 029 stays out until its
-    own check."""
+    GPU evidence shows every workload correct: the bench rows (every variant) or the pipeline's own
+    evaluation (every run of it)."""
     from tests.unit.test_kernels_attention_prefill import RESULTS, gpu_evidence
 
     data = json.loads((CUDA_DIR / "nvfp4_moe" / "family.json").read_text())
@@ -106,7 +124,8 @@ def test_offered_per_problem_only_with_gpu_evidence(p032, p029):
         served = "nvfp4_moe" in [f.name for f in families_for(p)]
         assert served == (p.name in listed), p.name
         if served:
-            assert rows[p.name].exists() and gpu_evidence(rows[p.name], p) == "", p.name
+            bench = gpu_evidence(rows[p.name], p) if rows[p.name].exists() else "no bench rows"
+            assert bench == "" or pipeline_evidence(p) == "", (p.name, bench, pipeline_evidence(p))
 
 
 def test_bad_params_rejected(p032):
