@@ -61,9 +61,14 @@ def test_instantiates_for_every_gemm(sol_execbench_dir, name):
                 continue
             bm, bn, st, split = (params[f"{tier}_{key}"] for key in ("BM", "BN", "ST", "SPLIT"))
             # the kernel picks the same tier from M: grid, block and smem must match it
-            assert grid == -(-m // bm) * (n // bn) * split
+            tiles = -(-m // bm) * (n // bn) * split
+            ctas = params.get("T2_CTAS", 0) if tier == "T2" else 0
+            # persistent tier 2 (T2_CTAS > 0): at most T2_CTAS CTAs loop over the tiles
+            assert grid == (min(tiles, ctas) if ctas else tiles) and grid > 0
             assert block == 128 * (1 + min(bm, 128) // 64)  # BM = 256: 2 warpgroups of 2 atoms
-            assert smem == st * (bm + bn) * 128 + 1024 and smem <= 227 * 1024 - 2048
+            # tier 2's staged epilogue (T2_EPI = 1): a 4 KB buffer per consumer warp (BM / 16 warps)
+            epi = params.get("T2_EPI", 0) * (bm // 16) * 4096 if tier == "T2" else 0
+            assert smem == st * (bm + bn) * 128 + 1024 + epi and smem <= 227 * 1024 - 2048
             assert k % (64 * split) == 0 and n % bn == 0
             if params["CSPLIT"]:  # the split CTAs of a tile are one cluster, no workspace
                 assert cluster == split and grid % split == 0 and split <= 8 and ws == 0
@@ -148,8 +153,10 @@ def test_bad_params_rejected(sol_execbench_dir):
     problem = _problem(sol_execbench_dir, "005_gemm_n256_k7168")
     fam = get_family("gemm_wgmma")
     base = fam.param_space(problem)[0]
+    fam.instantiate(problem, base)  # the base is valid: each case below breaks one thing in it
     for bad in ({"T2_SPLIT": 2}, {"T0_BM": 96}, {"T1_BN": 512}, {"T2_ST": 9}, {"T0_SPLIT": 5},
-                {"T2_BM": 128, "T2_BN": 256, "T2_ST": 8}, {"T0_MAXM": 300}, {"EXTRA": 1},
+                {"T2_BM": 128, "T2_BN": 256, "T2_ST": 8}, {"T0_MAXM": base["T1_MAXM"] + 1}, {"T0_MAXM": 0},
+                {"EXTRA": 1},
                 {"TS0_MT": 3}, {"TS0_WK": 13}, {"TS0_MAXM": 17, "TS0_MT": 2}, {"TS1_MAXM": 8},
                 {"TS0_CL": 16}, {"CSPLIT": 1, "T0_SPLIT": 16}, {"EVF": 2}, {"TS0_RT": 2, "TS0_WR": 16},
                 {"TS0_MT": 8, "TS0_WK": 12}):  # 48 KB of partial sums: failed to launch on the H200
@@ -244,17 +251,30 @@ def test_tall_tile_limits_and_launch(sol_execbench_dir):
     fam = get_family("gemm_wgmma")
     base = fam.param_space(problem)[0]
     st = gemm_wgmma.max_stages(256, 128)
-    p = {**base, "T1_BM": 256, "T1_BN": 128, "T1_ST": st, "T1_SPLIT": 2, "CSPLIT": 1}
+    # tier 1 pinned to M = 129..256 (best/ may run it further): one 256-row M-tile there
+    p = {**base, "T0_MAXM": 128, "T1_MAXM": 256, "T1_BM": 256, "T1_BN": 128, "T1_ST": st, "T1_SPLIT": 2,
+         "CSPLIT": 1}
     cand = fam.instantiate(problem, p)
+    hits = 0
     for w in problem.workloads:
         m = w.axes["M"]
         if _tier(p, m) != "T1":
             continue
+        hits += 1
         env = launch_env(w.axes, w.scalars(), cand.params)
         assert eval_expr(cand.launches[0].block[0], env) == 384
         assert eval_expr(cand.launches[0].grid[0], env) == (6144 // 128) * 2  # one M-tile
         assert eval_expr(cand.launches[0].cluster[0], env) == 2
         assert eval_expr(cand.launches[0].smem, env) == st * 384 * 128 + 1024
+    assert hits > 0  # the workloads reach the tall tier
+    # a tall tier past M = 256: one M-tile per 256 rows
+    p2 = {**p, "T1_MAXM": 1024}
+    cand2 = fam.instantiate(problem, p2)
+    big = [w for w in problem.workloads if 256 < w.axes["M"] <= 1024]
+    assert big
+    for w in big:
+        env = launch_env(w.axes, w.scalars(), cand2.params)
+        assert eval_expr(cand2.launches[0].grid[0], env) == -(-w.axes["M"] // 256) * (6144 // 128) * 2
     for bad in ({"T1_BN": 256, "T1_ST": 3}, {"T2_BM": 256, "T2_BN": 128, "T2_ST": 4},
                 {"T1_ST": 2}):  # ST 2: the 256 x 136 fp32 split tile does not fit 2 stages
         with pytest.raises(FamilyError):
