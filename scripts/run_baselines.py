@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from baselines_outputs import CSV_COLS, write_outputs  # noqa: E402,F401 - CSV_COLS: for importers
 from baselines_outputs import atomic_write as _atomic_write  # noqa: E402
+from baselines_plan import compile_rate, gpu_lease, is_alone, plan_lines, workload_bytes  # noqa: E402
 
 
 
@@ -96,8 +97,10 @@ def discover(dataset: Path, only: str = "", explain: Optional[dict] = None) -> l
         loops = ".item()" in ref and "for " in ref
         cost = [0.03 + 20 * (lat.get(i, 0.05) * (30 if loops else 2)) / 1e3 for i in range(len(uuids))]
         ex = explain.get(d.name) or {}
+        mem = workload_bytes(d)
         out.append({"dir": str(d), "name": d.name, "subset": d.parent.name, "uuids": uuids,
                     "cost": cost, "loops": loops, "ref_len": len(ref),
+                    "mem": mem if len(mem) == len(uuids) else [0.0] * len(uuids),
                     "breaks": int(ex.get("breaks_listed") or 0) if not ex.get("error") else 0,
                     "explain": explain_note(ex),
                     # dynamo captured no graph at all: torch.compile runs this reference as eager
@@ -113,29 +116,45 @@ def read_existing(path) -> dict:
         return {(r["problem"], r["workload_uuid"]): r for r in csv.DictReader(f)}
 
 
+def skipped_reason(row: dict, variant: str, skip_reasons: tuple) -> bool:
+    """An earlier row whose '<status>: <message>' contains one of skip_reasons is not tried again
+    (e.g. 'runtime_error:' for Inductor errors, 'took over' for compiles past the time limit)."""
+    text = f"{row.get(f'{variant}_status', '')}: {row.get(f'{variant}_message', '')}"
+    return any(s and s in text for s in skip_reasons)
+
+
 def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int,
-         compile_no_graph: bool = False) -> dict:
+         compile_no_graph: bool = False, alone_bytes: float = float("inf"),
+         skip_reasons: tuple = ()) -> dict:
     """variant -> ordered task list; a task is (problem, uuids still to measure). References that
     dynamo captures no graph of get no compile task (the reason goes into the table) unless
-    compile_no_graph."""
+    compile_no_graph. A task runs alone on its GPU ("alone") when one of its workloads ran out of
+    memory before or its memory estimate exceeds alone_bytes; alone tasks go first, biggest first."""
     tasks: dict = {v: [] for v in variants}
     for v in variants:
         for p in problems:
             if v == "compile" and p.get("no_graph") and not compile_no_graph:
                 continue
-            todo = [(u, c) for u, c in zip(p["uuids"], p["cost"])
-                    if not existing.get((p["name"], u), {}).get(f"{v}_ms")]
+            mem = p.get("mem") or [0.0] * len(p["uuids"])
+            todo = [(u, c, m) for u, c, m in zip(p["uuids"], p["cost"], mem)
+                    if not existing.get((p["name"], u), {}).get(f"{v}_ms")
+                    and not skipped_reason(existing.get((p["name"], u), {}), v, skip_reasons)]
             if not todo:
                 continue
+            oom_before = any(existing.get((p["name"], u), {}).get(f"{v}_status") == "oom"
+                             for u, _, _ in todo)
             # eager: split big problems so that both GPUs share them; compile: one task per problem
             # (one compile serves its workloads)
             size = chunk if v == "eager" else len(todo)
             for k in range(0, len(todo), size):
                 part = todo[k:k + size]
+                big = max(m for _, _, m in part)
                 tasks[v].append({"id": f"{v}-{p['name']}-{k // size}", "problem": p["name"],
-                                 "subset": p["subset"], "dir": p["dir"], "uuids": [u for u, _ in part],
-                                 "cost": sum(c for _, c in part), "loops": p["loops"],
-                                 "ref_len": p["ref_len"], "breaks": p.get("breaks", 0)})
+                                 "subset": p["subset"], "dir": p["dir"],
+                                 "uuids": [u for u, _, _ in part],
+                                 "cost": sum(c for _, c, _ in part), "loops": p["loops"],
+                                 "ref_len": p["ref_len"], "breaks": p.get("breaks", 0),
+                                 "mem": big, "alone": oom_before or big > alone_bytes})
     if "eager" in tasks:
         # Shortest first: under a deadline, coverage (a T_b for as many workloads as possible) beats
         # makespan. Longest-first spent a whole 255 s H200 run on a few looping references.
@@ -146,6 +165,10 @@ def plan(problems: list[dict], existing: dict, variants: list[str], chunk: int,
         # longest (a recompile per distinct value) and help least
         tasks["compile"].sort(key=lambda t: (t["loops"] or t.get("breaks", 0) > 0, t.get("breaks", 0),
                                              t["ref_len"] / len(t["uuids"])))
+    for v in tasks:
+        # The tasks that must run alone first (stable sort, biggest first): they are the rows the
+        # earlier runs lost to memory, and at the end of a run the deadline would cut them.
+        tasks[v].sort(key=lambda t: (not t.get("alone"), -t.get("mem", 0.0) if t.get("alone") else 0))
     return tasks
 
 
@@ -200,8 +223,6 @@ def worker(args) -> int:
     import torch
 
     from solforge.evaluate import hardware
-    from solforge.evaluate.baseline import time_problem
-    from solforge.problem import load_problem_dir
 
     if args.variant == "compile":
         import torch._dynamo  # noqa: F401 - the heavy imports, done while eager runs
@@ -230,17 +251,41 @@ def worker(args) -> int:
     claims = Path(args.claims)
     stage = Path(args.stage)
     for t, tasks in _tasks(Path(args.tasks), claims):
-        emit({"event": "begin", "task": t["id"]})
-        try:
-            problem = load_problem_dir(Path(t["dir"]))
-        except Exception as e:  # noqa: BLE001
-            emit({"event": "end", "task": t["id"], "error": f"load: {type(e).__name__}: {e}"})
-            continue
-        budget, min_reps = args.workload_budget_s, args.min_reps
-        if args.eager_end is not None:
-            budget = eager_budget(args, tasks, claims, len(t["uuids"]))
-            if budget < args.workload_budget_s / 2:
-                min_reps = 1
+        alone = is_alone(t)
+        # waiting for the GPU lease (the others draining before an alone task) is not the task's
+        # time: the parent starts its clock at "begin"
+        emit({"event": "wait", "task": t["id"], "alone": alone})
+        with gpu_lease(args.lease, alone):
+            _run_task(args, t, tasks, emit, timer, stage, claims, alone)
+    emit({"event": "idle"})
+    return 0
+
+
+def _run_task(args, t, tasks, emit, timer, stage, claims, alone) -> None:
+    """One claimed task under its GPU lease: its rows (with the task's start and each row's end
+    time, epoch seconds: they show which tasks shared a GPU), then the memory given back before the
+    lease is released, so that an alone task waiting for it finds the GPU empty."""
+    import gc
+
+    import torch
+
+    from solforge.evaluate.baseline import time_problem
+    from solforge.problem import load_problem_dir
+
+    cpu = args.device == "cpu"
+    start = time.time()
+    emit({"event": "begin", "task": t["id"], "alone": alone, "t": start})
+    try:
+        problem = load_problem_dir(Path(t["dir"]))
+    except Exception as e:  # noqa: BLE001
+        emit({"event": "end", "task": t["id"], "error": f"load: {type(e).__name__}: {e}"})
+        return
+    budget, min_reps = args.workload_budget_s, args.min_reps
+    if args.eager_end is not None:
+        budget = eager_budget(args, tasks, claims, len(t["uuids"]))
+        if budget < args.workload_budget_s / 2:
+            min_reps = 1
+    try:
         for row in time_problem(problem, args.variant, stage, reps=args.reps, only=t["uuids"],
                                 device="cpu" if cpu else "cuda:0", timer=timer,
                                 workload_budget_s=budget, problem_budget_s=1e9,
@@ -249,14 +294,21 @@ def worker(args) -> int:
                                 inputs_in_lock=args.variant == "compile",
                                 compile_backend=args.compile_backend,
                                 dynamic_dims=not args.no_dynamic_dims):
-            emit({"event": "row", "gpu": args.gpu_index, **row.to_json()})
-        emit({"event": "end", "task": t["id"]})
-        if not cpu:
-            torch.cuda.empty_cache()
+            j = row.to_json()
+            if alone and j.get("status") == "oom":
+                j["message"] = "alone on the GPU; " + (j.get("message") or "")
+            emit({"event": "row", "gpu": args.gpu_index, "task": t["id"], "alone": alone,
+                  "task_start": start, "row_end": time.time(), **j})
+            if not cpu:  # the last workload's inputs and blocks back to the device, not cached
+                gc.collect()
+                torch.cuda.empty_cache()
+        emit({"event": "end", "task": t["id"], "t": time.time()})
+    finally:
         if args.variant == "compile":
             torch._dynamo.reset()
-    emit({"event": "idle"})
-    return 0
+        gc.collect()
+        if not cpu:
+            torch.cuda.empty_cache()
 
 
 def _tasks(path: Path, claims: Path):
@@ -291,6 +343,7 @@ class Proc:
         self.oom: list = []          # uuids of the current task that ran out of GPU memory
         self.finished = False        # exited after running out of tasks
         self.ready = False
+        self.waiting = False         # claimed a task, waiting for its GPU lease
         self.began = False           # began a task since its last start
         self.bad_starts = 0          # deaths before any task: the environment, not a reference
 
@@ -300,6 +353,7 @@ class Proc:
                "--tasks", str(self.run.task_file[self.variant]), "--claims", str(self.run.claims),
                "--rows", str(self.rows_path), "--stage", str(self.run.work / "stage" / self.name),
                "--lock", str(self.run.work / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
+               "--lease", str(self.run.work / f"gpu{self.gpu}.lease"),
                "--device", a.device, "--reps", str(a.reps), "--min-reps", str(a.min_reps),
                "--workload-budget-s", str(a.workload_budget_s), "--compile-backend", a.compile_backend]
         if a.no_dynamic_dims:
@@ -320,7 +374,7 @@ class Proc:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
-        self.current = None
+        self.current, self.waiting = None, False
 
     def read(self) -> None:
         if not self.rows_path.exists():
@@ -338,10 +392,13 @@ class Proc:
                     self.ready = True
                 elif ev == "hardware":
                     self.run.hardware.setdefault(self.gpu, obj)
+                elif ev == "wait":  # claimed, waiting for the GPU lease: no clock yet
+                    self.current, self.waiting, self.done_rows = obj["task"], True, set()
+                    self.oom = []
                 elif ev == "begin":
                     self.current, self.since, self.done_rows = obj["task"], time.monotonic(), set()
                     self.oom = []
-                    self.began = True
+                    self.began, self.waiting = True, False
                 elif ev == "row":
                     self.done_rows.add(obj["workload_uuid"])
                     if obj.get("status") == "oom":
@@ -351,8 +408,11 @@ class Proc:
                 elif ev == "end":
                     if obj.get("error"):
                         self.run.fail(obj["task"], self.variant, obj["error"], self.done_rows)
-                    if self.oom and not obj["task"].endswith(".oom"):
-                        # out of GPU memory while other workers held theirs: once more, later
+                    t = self.run.task_by_id.get(obj["task"], {"id": obj["task"]})
+                    if self.oom and not is_alone(t):
+                        # out of GPU memory while other workers held theirs: once more, later,
+                        # alone on its GPU (the ".oom" suffix makes the worker take the lease
+                        # exclusively); a task that already ran alone is not tried again
                         self.run.requeue(obj["task"], self.variant, self.oom, ".oom")
                     self.oom = []
                     self.current = None
@@ -366,7 +426,8 @@ class Proc:
         # a task's first torch.compile call compiles the whole reference: it gets its own, longer limit
         first_compile = self.variant == "compile" and not self.done_rows
         limit = a.compile_timeout_s if first_compile else a.task_timeout_s
-        overrun = self.current is not None and time.monotonic() - self.since > limit
+        overrun = self.current is not None and not self.waiting and \
+            time.monotonic() - self.since > limit
         if rc is None and not overrun:
             return
         if overrun:
@@ -538,6 +599,17 @@ def main(argv=None) -> int:
                     help="time torch.compile also for references dynamo captures no graph of")
     ap.add_argument("--no-dynamic-dims", action="store_true",
                     help="compile without marking the dims that vary between workloads dynamic")
+    ap.add_argument("--alone-gb", type=float, default=24.0,
+                    help="a task whose workload needs more than this (two input sets and the outputs) "
+                         "runs alone on its GPU, as does one that ran out of memory before (in "
+                         "--existing, or earlier in this run: its '.oom' retry)")
+    ap.add_argument("--skip-reasons", default="",
+                    help="comma-separated: earlier rows whose '<status>: <message>' contains one of "
+                         "these are not tried again (e.g. 'runtime_error:,took over')")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="print the plan (what is missing per problem, and why) and exit")
+    ap.add_argument("--rate-log", default=str(REPO / "data/results/baselines_h200_run_x2_topup_log.txt"),
+                    help="an earlier run's log: its compile rate gives the plan's time estimate")
     ap.add_argument("--flush-s", type=float, default=20.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
     ap.add_argument("--merge-rows", type=Path, nargs="*", default=None,
@@ -551,6 +623,7 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", default="eager")
     ap.add_argument("--tasks"), ap.add_argument("--claims"), ap.add_argument("--rows")
     ap.add_argument("--stage"), ap.add_argument("--lock"), ap.add_argument("--go", default="")
+    ap.add_argument("--lease", default="")
     ap.add_argument("--gpu-index", default="0")
     ap.add_argument("--eager-end", type=float, default=None)
     ap.add_argument("--eager-workers", type=int, default=1)
@@ -599,7 +672,14 @@ def parent(args) -> int:
               + (f" matching --only {args.only}" if args.only else ""), file=sys.stderr)
         return 2
     variants = [v for v in args.variants.split(",") if v]
-    run.tasks = plan(problems, existing, variants, args.chunk, args.compile_no_graph)
+    run.tasks = plan(problems, existing, variants, args.chunk, args.compile_no_graph,
+                     alone_bytes=args.alone_gb * 1e9,
+                     skip_reasons=tuple(x for x in args.skip_reasons.split(",") if x))
+    if existing or args.plan_only:  # a re-run: what is left, per problem, and why
+        print("\n".join(plan_lines(problems, existing, run.tasks, compile_rate(args.rate_log),
+                                   args.rate_log)), flush=True)
+    if args.plan_only:
+        return 0
     run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}
     run.task_file = {}
     for v, ts in run.tasks.items():
