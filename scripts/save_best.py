@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Commit the optimize pipeline's best kernels: kernels_cuda|kernels_cute/<family>/best/<problem>.json.
+
+    .venv/bin/python scripts/save_best.py --db data/results/db/optimize_long_h200x2_s4.duckdb.gz [--write]
+
+For every problem in an optimize DB: its best correct attempt, chosen by the same rule as the README's
+results table (scripts/results_table.py reads `v_leaderboard`, whose `best_attempt_id` comes from
+`v_best_per_problem`, migration 070: every workload correct and scored, highest mean SOL score, then
+highest geomean speedup; `--by speedup` ranks by geomean speedup vs T_b first instead). The record
+holds the candidate as stored, its tunable params (where the family's readers look: top-level
+`params`, checked to rebuild the stored candidate byte for byte), per-workload T_k, T_b and its variant,
+T_sol, SOL score, correctness and errors, the aggregates, the GPU and where the numbers came from.
+
+Replace rule: an existing best/ file is replaced only when the pipeline attempt's geomean speedup over
+the workloads both cover is higher (each side's own T_b: the file's `speedup` per workload, the DB's
+`scores.speedup`). One line per problem says new / replaced / kept and both numbers. Dry run unless
+--write. The DB is read from a temporary copy (a .gz is unpacked there), so the committed file and
+its lock sidecar stay untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import results_table  # noqa: E402  (the README table: its T_b label query and its selection view)
+
+from solforge.agents.offline import _family_of_notes  # noqa: E402
+from solforge.candidate import Candidate  # noqa: E402
+from solforge.kernels import FamilyError, get_family  # noqa: E402
+from solforge.problem.definition import Definition  # noqa: E402
+from solforge.roofline.score import geomean  # noqa: E402
+from solforge.store import Store  # noqa: E402
+
+SOURCE = "optimize pipeline"
+TIMING = ("solforge evaluator: CUPTI kernel spans, L2 flushed before each call, median of n_reps "
+          "(eval_results); scores table for T_b / T_sol / SOL score")
+# --by speedup: geomean speedup first. The default is the README table's rule (the view), so a
+# best/ file and the table name the same attempt.
+_BY_SPEEDUP = """
+SELECT problem, attempt_id AS best_attempt_id FROM v_attempt_summary
+WHERE all_correct AND n_scored > 0
+QUALIFY row_number() OVER (PARTITION BY problem
+                           ORDER BY speedup_geomean DESC NULLS LAST, sol_score DESC NULLS LAST,
+                                    created_at) = 1
+"""
+_UNKNOWN = re.compile(r"unknown params \[([^\]]*)\]")
+
+
+@dataclass
+class Decision:
+    problem: str
+    action: str              # new | replaced | kept | skipped
+    path: Optional[Path]
+    new_speedup: Optional[float]   # pipeline geomean over the common workloads (all, when new)
+    old_speedup: Optional[float]   # the file's geomean over the same workloads
+    n_common: int
+    why: str = ""
+
+    def line(self) -> str:
+        f = lambda v: "-" if v is None else f"{v:.4f}x"
+        where = self.path.relative_to(REPO) if self.path and self.path.is_relative_to(REPO) else self.path
+        return (f"{self.action:8s} {self.problem}: pipeline {f(self.new_speedup)} vs best/ "
+                f"{f(self.old_speedup)} over {self.n_common} workload(s) -> {where}"
+                + (f"  ({self.why})" if self.why else ""))
+
+
+def open_copy(db: Path, tmp: Path) -> Path:
+    """A private copy of the DB (gunzipped when .gz): Store migrates and locks what it opens."""
+    out = tmp / (db.name[:-3] if db.name.endswith(".gz") else db.name)
+    if db.name.endswith(".gz"):
+        with gzip.open(db, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    else:
+        shutil.copyfile(db, out)
+        wal = db.with_name(db.name + ".wal")   # commits not yet checkpointed into the file
+        if wal.exists():
+            shutil.copyfile(wal, out.with_name(out.name + ".wal"))
+    return out
+
+
+def best_attempt_ids(s: Store, by: str = "leaderboard") -> dict[str, str]:
+    """{problem: best correct attempt id}."""
+    if by == "speedup":
+        rows = s.query(_BY_SPEEDUP)
+    else:
+        rows = s.query("SELECT problem, best_attempt_id FROM v_leaderboard WHERE best_attempt_id IS NOT NULL")
+    return {r["problem"]: r["best_attempt_id"] for r in rows}
+
+
+def tunable_params(family, defn: Definition, stored: Candidate) -> dict:
+    """The params the family's readers pass back to `instantiate` (best/ `params`): the stored
+    candidate's params less the problem-fixed ones and the ones the family derives itself (it names
+    those 'unknown'). Raises ValueError unless they rebuild the stored candidate exactly."""
+    spec = family.analyze(defn)
+    if spec is None:
+        raise ValueError(f"family {family.name} does not serve {defn.name}")
+    params = {k: v for k, v in stored.params.items() if k not in spec.fixed}
+    for _ in range(4):
+        try:
+            rebuilt = family.instantiate(defn, params)
+            break
+        except FamilyError as e:
+            m = _UNKNOWN.search(str(e))
+            if not m:
+                raise ValueError(f"params do not rebuild: {e}") from e
+            for k in re.findall(r"'([^']+)'", m.group(1)):
+                params.pop(k, None)
+    else:
+        raise ValueError("params do not rebuild (too many derived keys)")
+    if rebuilt.source_hash() != stored.source_hash():
+        raise ValueError(f"params rebuild a different candidate ({rebuilt.source_hash()[:12]} != "
+                         f"{stored.source_hash()[:12]})")
+    return params
+
+
+def _run_meta(s: Store, run_id: str, hardware_id: Optional[str]) -> dict:
+    run = s.query_one("SELECT * FROM runs WHERE id = ?", [run_id]) or {}
+    cfg = run.get("config") or {}
+    hw = (s.query_one("SELECT * FROM hardware WHERE id = ?", [hardware_id]) if hardware_id else None) or {}
+    details = hw.get("details") or {}
+    ident = str(cfg.get("gpu_identity") or "").split("|")
+    gpu = hw.get("gpu_name") or (ident[0] if ident[0] else None)
+    driver = hw.get("driver") or (ident[1] if len(ident) > 1 else None)
+    return {"run": run, "config": cfg, "gpu": gpu, "driver": driver,
+            "torch": details.get("torch") or cfg.get("torch"), "cuda": hw.get("cuda"),
+            "commit": cfg.get("commit") or cfg.get("git_commit")}
+
+
+def _commit_before(ts) -> Optional[str]:
+    """The repository's last commit before the run started: what the run most likely ran (the DB
+    does not store a commit); None outside a git checkout."""
+    if ts is None:
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-list", "-1", f"--before={ts:%Y-%m-%d %H:%M:%S} +0000",
+                              "HEAD"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def pipeline_record(s: Store, attempt_id: str, db_label: str) -> dict:
+    """The best/ JSON for one stored attempt. Raises ValueError when it cannot be made faithfully."""
+    a = s.query_one("SELECT * FROM attempts WHERE id = ?", [attempt_id])
+    p = s.query_one("SELECT name, subset, definition FROM problems WHERE name = ?", [a["problem"]])
+    if p is None:
+        raise ValueError("problem not in the DB (no definition to rebuild params from)")
+    stored = Candidate.model_validate(a["candidate"])
+    fam_name = _family_of_notes(stored.notes or "")
+    if not fam_name:
+        raise ValueError("not a family candidate (no family= in its notes): no best/ directory")
+    family = get_family(fam_name)
+    defn = Definition.model_validate(p["definition"])
+    params = tunable_params(family, defn, stored)
+
+    wl = {r["uuid"]: r for r in s.query(
+        "SELECT uuid, workload_index, axes FROM workloads WHERE problem = ?", [a["problem"]])}
+    ev = {r["workload_uuid"]: r for r in s.query(
+        "SELECT * FROM v_latest_evals WHERE attempt_id = ?", [attempt_id])}
+    sc = {r["workload_uuid"]: r for r in s.query(
+        "SELECT * FROM v_latest_scores WHERE attempt_id = ?", [attempt_id])}
+    base = {(r["workload_uuid"], r["variant"]): r["median_ms"] for r in s.query(
+        "SELECT workload_uuid, variant, median_ms FROM baselines WHERE problem = ? AND status = 'passed' "
+        "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant ORDER BY created_at DESC) = 1",
+        [a["problem"]])}
+    rows = []
+    for uuid in sorted(ev, key=lambda u: (wl.get(u, {}).get("workload_index", 1 << 30), u)):
+        e, c, w = ev[uuid], sc.get(uuid, {}), wl.get(uuid, {})
+        rows.append({
+            "workload": w.get("workload_index"), "uuid": uuid, "axes": w.get("axes"),
+            "t_kernel_ms": c.get("t_kernel_ms", e["median_ms"]), "t_base_ms": c.get("t_baseline_ms"),
+            "t_b_kind": c.get("baseline_variant"),
+            "t_eager_ms": base.get((uuid, "eager")), "t_compile_ms": base.get((uuid, "compile")),
+            "t_sol_ms": c.get("t_sol_ms"), "sol_score": c.get("sol_score"), "speedup": c.get("speedup"),
+            "correct": e["correct"], "status": e["status"], "max_abs_err": e.get("max_abs_err"),
+            "max_rel_err": e.get("max_rel_err"), "matched_ratio": e.get("matched_ratio"),
+            "p10_ms": e.get("p10_ms"), "p90_ms": e.get("p90_ms"), "n_reps": e.get("n_reps")})
+    if not rows or not all(r["correct"] for r in rows):
+        raise ValueError("attempt is not correct on every evaluated workload")
+
+    hw_id = next((r["hardware_id"] for r in ev.values() if r.get("hardware_id")), None)
+    meta = _run_meta(s, a["run_id"], hw_id)
+    sols = [r["sol_score"] for r in rows if r["sol_score"] is not None]
+    tb = {r["attempt_id"]: r["tb"] for r in s.query(results_table._T_B)}.get(attempt_id)
+    commit = a.get("commit") or meta["commit"]
+    started = meta["run"].get("started_at")
+    db_unzipped = db_label[:-3] if db_label.endswith(".gz") else db_label
+    unpack = f"gunzip -kf {db_label} && " if db_label.endswith(".gz") else ""
+    return {
+        "problem": a["problem"], "subset": p["subset"], "family": family.name, "language": stored.language,
+        "variant": f"{family.name}:pipeline", "params": params,
+        "geomean_speedup": geomean(r["speedup"] for r in rows),
+        "speedup_min": min((r["speedup"] for r in rows if r["speedup"] is not None), default=None),
+        "sol_geomean": geomean(sols), "sol_median": statistics.median(sols) if sols else None,
+        "sol_mean": statistics.fmean(sols) if sols else None,
+        "n_workloads": len(rows), "all_correct": True, "t_b_from": tb,
+        "gpu": meta["gpu"], "driver": meta["driver"], "torch": meta["torch"], "cuda": meta["cuda"],
+        "gpu_profile": meta["run"].get("gpu_profile"), "hardware_id": hw_id,
+        "commit": commit,
+        "commit_source": "stored in the DB" if commit else "not stored in the DB (no commit in attempts or runs.config)",
+        "commit_before_run": None if commit else _commit_before(started),
+        "source": SOURCE, "db": db_label, "run_id": a["run_id"], "run_started_at": str(started) if started else None,
+        "attempt_id": attempt_id, "agent": a.get("agent"), "model": a.get("model"),
+        "selected_by": "v_leaderboard (scripts/results_table.py): all workloads correct, highest mean SOL score, "
+                       "then geomean speedup",
+        "timing": TIMING,
+        "baseline": "the pipeline's T_b per workload (scores.baseline_variant: eager or compile, the faster measured)",
+        "scored_by": "scripts/save_best.py",
+        "reproduce": f"{unpack}python -m solforge.cli --db {db_unzipped} replay {attempt_id}",
+        "candidate_source_hash": stored.source_hash(),
+        "candidate": a["candidate"],
+        "workloads": rows,
+    }
+
+
+def _speedups(rec: dict) -> dict[str, float]:
+    """{uuid: speedup} of a best/ file in any of its formats (sol_scores, bench_kernels, bench_gemm,
+    this script): `speedup`, else T_b / T_k from whichever key pair it has."""
+    out = {}
+    for w in rec.get("workloads") or []:
+        sp = w.get("speedup")
+        if sp is None:
+            tk = w.get("t_kernel_ms", w.get("t_k_ms"))
+            tb = w.get("t_base_ms", w.get("t_b_ms"))
+            sp = tb / tk if tk and tb else None
+        if w.get("uuid") and sp is not None and sp > 0:
+            out[w["uuid"]] = sp
+    return out
+
+
+def decide(problem: str, path: Path, new: dict, old: Optional[dict]) -> Decision:
+    """new | replaced | kept, comparing geomean speedups over the workloads both cover."""
+    ns = _speedups(new)
+    if old is None:
+        return Decision(problem, "new", path, geomean(ns.values()), None, len(ns))
+    os_ = _speedups(old)
+    common = sorted(set(ns) & set(os_))
+    if not common:
+        return Decision(problem, "kept", path, geomean(ns.values()), geomean(os_.values()), 0,
+                        "no workload in common")
+    g_new, g_old = geomean(ns[u] for u in common), geomean(os_[u] for u in common)
+    if g_new > g_old:
+        return Decision(problem, "replaced", path, g_new, g_old, len(common))
+    return Decision(problem, "kept", path, g_new, g_old, len(common))
+
+
+def target_path(rec: dict, root: Path) -> Path:
+    fam_dir = get_family(rec["family"]).family_dir
+    rel = fam_dir.relative_to(REPO) if fam_dir.is_relative_to(REPO) else Path(fam_dir.parent.name) / fam_dir.name
+    return root / rel / "best" / f"{rec['problem']}.json"
+
+
+def save_best(db: Path, *, write: bool = False, root: Path = REPO, by: str = "leaderboard",
+              db_label: Optional[str] = None, problems: Optional[set] = None) -> list[Decision]:
+    label = db_label or (str(db.resolve().relative_to(REPO)) if db.resolve().is_relative_to(REPO) else str(db))
+    out = []
+    with tempfile.TemporaryDirectory(prefix="save_best_") as tmp:
+        s = Store(open_copy(db, Path(tmp)))
+        for problem, aid in sorted(best_attempt_ids(s, by).items()):
+            if problems and problem not in problems:
+                continue
+            try:
+                rec = pipeline_record(s, aid, label)
+            except (ValueError, KeyError, FamilyError) as e:
+                out.append(Decision(problem, "skipped", None, None, None, 0, f"attempt {aid[:12]}: {e}"))
+                continue
+            if by == "speedup":
+                rec["selected_by"] = "--by speedup: all workloads correct, highest geomean speedup vs T_b"
+            path = target_path(rec, root)
+            old = json.loads(path.read_text()) if path.exists() else None
+            d = decide(problem, path, rec, old)
+            if d.action == "replaced":
+                rec["replaced"] = {k: old.get(k) for k in ("source", "scored_by", "timing", "commit", "variant",
+                                                          "db", "attempt_id") if old.get(k) is not None}
+                rec["replaced"].update(speedup_geomean_common=d.old_speedup, n_common=d.n_common)
+            if write and d.action in ("new", "replaced"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(rec, indent=1) + "\n")
+            out.append(d)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", required=True, type=Path, help="optimize DuckDB file (.duckdb or .duckdb.gz)")
+    ap.add_argument("--write", action="store_true", help="write the new/replaced files (default: dry run)")
+    ap.add_argument("--by", choices=("leaderboard", "speedup"), default="leaderboard",
+                    help="best attempt: the README table's rule (default) or highest geomean speedup")
+    ap.add_argument("--problem", action="append", help="only these problems (repeatable)")
+    ap.add_argument("--root", type=Path, default=REPO, help="where kernels_cuda/ and kernels_cute/ are")
+    args = ap.parse_args(argv)
+    if not args.db.exists():
+        ap.error(f"--db {args.db}: no such file")
+    decisions = save_best(args.db, write=args.write, root=args.root, by=args.by,
+                          problems=set(args.problem) if args.problem else None)
+    for d in decisions:
+        print(d.line())
+    n = {a: sum(d.action == a for d in decisions) for a in ("new", "replaced", "kept", "skipped")}
+    print(f"\n{len(decisions)} problems: " + ", ".join(f"{v} {k}" for k, v in n.items())
+          + ("" if args.write else "  (dry run: --write to save)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
