@@ -18,6 +18,13 @@ Plan, made to finish inside a hard deadline on a box with a few GPUs and many CP
    torch while eager runs, and begin when the GPU's eager work is done; compiles run in parallel on the
    CPU, every timed measurement (and input generation) holds the GPU's lock. Cheap-to-compile problems
    first; references that loop over `.item()` values last.
+3. Out of memory: a task holds a lease on its GPU while it runs (shared; scripts/baselines_plan.py),
+   and one that must run alone takes it exclusively, so the GPU's other workers finish their current
+   task, give their memory back (torch.cuda.empty_cache after every workload and task) and wait.
+   Alone: a ".oom" retry (a task that ran out of memory beside the others, queued once more), a task
+   with a workload that ran out of memory in --existing, or one whose inputs and outputs exceed
+   --alone-gb; those go first. With an earlier CSV the plan (rows left per problem and their earlier
+   statuses) is printed first; --plan-only prints only that, --skip-reasons leaves known failures.
 A worker that dies or finishes no workload for --task-timeout-s is killed and restarted; the workload
 in flight is recorded, the rest of its task queued again. At the
 deadline everything is killed. OUTDIR/baselines_h200.csv (merged with --existing), baselines_rows.jsonl
@@ -664,7 +671,6 @@ def merge_rows(args) -> int:
 
 
 def parent(args) -> int:
-    run = Run(args)
     existing = read_existing(args.existing) if args.existing else {}
     problems = discover(args.dataset, args.only, read_explain(args.explain))
     if not problems:  # a wrong --dataset path would otherwise "finish" with nothing to do
@@ -672,14 +678,16 @@ def parent(args) -> int:
               + (f" matching --only {args.only}" if args.only else ""), file=sys.stderr)
         return 2
     variants = [v for v in args.variants.split(",") if v]
-    run.tasks = plan(problems, existing, variants, args.chunk, args.compile_no_graph,
-                     alone_bytes=args.alone_gb * 1e9,
-                     skip_reasons=tuple(x for x in args.skip_reasons.split(",") if x))
+    tasks = plan(problems, existing, variants, args.chunk, args.compile_no_graph,
+                 alone_bytes=args.alone_gb * 1e9,
+                 skip_reasons=tuple(x for x in args.skip_reasons.split(",") if x))
     if existing or args.plan_only:  # a re-run: what is left, per problem, and why
-        print("\n".join(plan_lines(problems, existing, run.tasks, compile_rate(args.rate_log),
+        print("\n".join(plan_lines(problems, existing, tasks, compile_rate(args.rate_log),
                                    args.rate_log)), flush=True)
-    if args.plan_only:
+    if args.plan_only:  # nothing written
         return 0
+    run = Run(args)
+    run.tasks = tasks
     run.task_by_id = {t["id"]: t for ts in run.tasks.values() for t in ts}
     run.task_file = {}
     for v, ts in run.tasks.items():
