@@ -21,6 +21,7 @@ from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, const_val
 _FOREIGN = re.compile(r"matmul|linear|softmax|conv|@|einsum|bmm|attention|\bcat\(|backward|grad|"
                       r"gelu|silu|sigmoid|tanh|exp\(|topk|sort|scatter|gather|index|sin\(|cos\(")
 WPRE_OFF_BYTES = 8192  # row size from which the weight preload is tried off first
+NSM = 132  # H200 SMs: PERSIST=1 grids are at most NSM * BPS blocks
 
 _EPS_LITERAL = re.compile(r"\beps\w*\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", re.I)
 
@@ -154,6 +155,21 @@ class RMSNormFamily(Family):
             raise FamilyError(f"LDH={params['LDH']!r} must be 0 or 1")
         if params.get("FUSE", 1) not in (0, 1, True, False):  # absent: 1
             raise FamilyError(f"FUSE={params['FUSE']!r} must be 0 or 1")
+        for k in ("LPOL", "SPOL"):  # absent: 0 (the .cu default: LDH's load, plain store)
+            if params.get(k, 0) not in (0, 1, 2, 3):
+                raise FamilyError(f"{k}={params[k]!r} must be 0..3")
+        if params.get("PERSIST", 0) not in (0, 1, True, False):
+            raise FamilyError(f"PERSIST={params['PERSIST']!r} must be 0 or 1")
+        if params.get("PERSIST", 0):
+            pf, bps = params.get("PF", 2), params.get("BPS", 4)
+            if not (isinstance(pf, int) and 1 <= pf <= 8):
+                raise FamilyError(f"PF={pf!r}: 1..8 rows in flight")
+            if not (isinstance(bps, int) and bps >= 1 and tpr * rows * bps <= 2048):
+                raise FamilyError(f"BPS={bps!r}: {bps} blocks of {tpr * rows} threads exceed an SM")
+            if len(spec.info["pairs"]) != 1 or spec.fixed["WEIGHT_ROWS"] != 1:
+                raise FamilyError("PERSIST: one norm with one weight row only")
+        elif "PF" in params or "BPS" in params:
+            raise FamilyError("PF / BPS need PERSIST=1")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = read_source("common", "dtype.cuh") + "\n" + read_source("rmsnorm", "rmsnorm.cu")
@@ -161,6 +177,12 @@ class RMSNormFamily(Family):
         pairs = spec.info["pairs"]
         tail = [f"int32:{spec.info['rows']}", f"float32:{spec.info['eps']}"]
         grid = f"ceil_div({spec.info['rows']}, ROWS)"
+        kernel = "rmsnorm_kernel"
+        if params.get("PERSIST", 0):
+            # at most BPS blocks per SM, each walking its rows grid-stride (rmsnorm_persist)
+            grid = f"max(1, min({grid}, NSM * BPS))"
+            kernel = "rmsnorm_persist"
+            params = {"PF": 2, "BPS": 4, "NSM": NSM, **params}
         fixed = dict(spec.fixed)
         if len(pairs) == 2 and params.get("FUSE", 1):
             # two independent norms (Q, K) in one launch: grid.y picks the pair. Two launches ran
@@ -170,7 +192,7 @@ class RMSNormFamily(Family):
                                    args=[*pairs[0], *pairs[1], *tail]))
         for x, w, o in (pairs if not launches else []):
             args = [x] + ([spec.info["res"]] if spec.info["res"] else []) + [w, o] + tail
-            launches.append(Launch(kernel="rmsnorm_kernel", grid=[grid],
+            launches.append(Launch(kernel=kernel, grid=[grid],
                                    block=["TPR * ROWS"], args=args))
         return Candidate(problem=defn.name, language="cuda", sources={"rmsnorm.cu": src},
                          params={**fixed, **params}, launches=launches,

@@ -72,6 +72,26 @@ RMS_CASES = [  # (problem, params, var axes): rows past the end of the last bloc
      {"batch_size": 1, "seq_len": 3}),
     ("L1/069_rms_norm", {"VEC": 8, "TPR": 256, "ROWS": 1, "WPRE": 2, "WPRE_AUTO_BLOCKS": 1},
      {"batch_size": 1, "seq_len": 3}),
+    # LPOL / SPOL (load / store cache policies): PTX on the GPU, the plain path here
+    ("FlashInfer-Bench/022_rmsnorm_h512", {"VEC": 8, "TPR": 32, "ROWS": 8, "WPRE": 1, "LPOL": 2, "SPOL": 3},
+     {"batch_size": 11}),
+    # PERSIST (rmsnorm_persist): NSM=1 makes a grid of BPS blocks walk several block-rows, so the
+    # PF-slot ring wraps (5 block-rows over 3 slots), the last block-row is partial, and with
+    # TPR > 32 the two shared reduction buffers alternate
+    ("FlashInfer-Bench/021_rmsnorm_h128", {"VEC": 8, "TPR": 16, "ROWS": 16, "PERSIST": 1, "PF": 3, "BPS": 1,
+                                           "NSM": 1}, {"batch_size": 70}),
+    ("FlashInfer-Bench/022_rmsnorm_h512", {"VEC": 8, "TPR": 64, "ROWS": 4, "PERSIST": 1, "PF": 4, "BPS": 1,
+                                           "LPOL": 2, "SPOL": 3, "NSM": 1}, {"batch_size": 23}),
+    ("FlashInfer-Bench/022_rmsnorm_h512", {"VEC": 8, "TPR": 32, "ROWS": 4, "PERSIST": 1, "PF": 2, "BPS": 2,
+                                           "NSM": 1}, {"batch_size": 19}),   # 2 blocks, 5 block-rows
+    ("FlashInfer-Bench/001_fused_add_rmsnorm_h2048", {"VEC": 8, "TPR": 128, "ROWS": 2, "PERSIST": 1, "PF": 2,
+                                                      "BPS": 1, "NSM": 1}, {"batch_size": 5}),
+    ("FlashInfer-Bench/003_fused_add_rmsnorm_h7168", {"VEC": 8, "TPR": 256, "ROWS": 1, "PERSIST": 1, "PF": 2,
+                                                      "BPS": 1, "NSM": 1}, {"batch_size": 3}),  # uneven row
+    ("L1/033_post_norm_residual", {"VEC": 8, "TPR": 64, "ROWS": 4, "PERSIST": 1, "PF": 3, "BPS": 1, "NSM": 1},
+     {"batch_size": 1, "seq_len": 11}),
+    ("L1/069_rms_norm", {"VEC": 8, "TPR": 512, "ROWS": 1, "PERSIST": 1, "PF": 1, "BPS": 1, "NSM": 1},
+     {"batch_size": 1, "seq_len": 3}),
 ]
 
 
@@ -81,7 +101,8 @@ def test_rmsnorm_kernel_on_cpu_matches_reference(sol_execbench_dir, tmp_path, re
     defn = problem.definition
     fam = get_family("rmsnorm")
     params = dict(params)
-    extra = {k: params.pop(k) for k in list(params) if k == "WPRE_AUTO_BLOCKS"}  # a .cu knob, not a tunable
+    # .cu / launch knobs, not tunables (NSM: the SM count a PERSIST grid is sized to)
+    extra = {k: params.pop(k) for k in list(params) if k in ("WPRE_AUTO_BLOCKS", "NSM")}
     cand = fam.instantiate(problem, params)
     cand.params.update(extra)
     axes = {**{k: v.value for k, v in defn.axes.items() if getattr(v, "value", None) is not None}, **axes}
@@ -103,7 +124,7 @@ int main() {{
     FILE* f = std::fopen("in.bin", "rb");
 {decl}    std::fclose(f);
     std::vector<elem_t> o({oref.numel()});
-    emu_launch({eval_expr(launch.grid[0], env)}, {eval_expr(launch.block[0], env)}, [&] {{ rmsnorm_kernel({call}); }});
+    emu_launch({eval_expr(launch.grid[0], env)}, {eval_expr(launch.block[0], env)}, [&] {{ {launch.kernel}({call}); }});
     f = std::fopen("out.bin", "wb"); std::fwrite(o.data(), sizeof(elem_t), o.size(), f); std::fclose(f);
 }}
 """
