@@ -25,10 +25,38 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
+def drop_untimed(problems_dir: Path, csv_path: Path) -> dict:
+    """Remove from each staged workload.jsonl the workloads whose row in the baselines CSV has no T_b
+    (neither eager nor torch.compile measured). Returns {problem: [uuid, ...]} of what was removed."""
+    import csv
+
+    no_tb: dict[str, set] = {}
+    with open(csv_path, newline="") as f:
+        for r in csv.DictReader(f):
+            if not (r.get("T_b_ms") or "").strip():
+                no_tb.setdefault(r["problem"], set()).add(r["workload_uuid"])
+    out = {}
+    for wl in sorted(problems_dir.glob("*/*/workload.jsonl")):
+        bad = no_tb.get(wl.parent.name)
+        if not bad:
+            continue
+        lines = wl.read_text().splitlines(keepends=True)
+        keep = [ln for ln in lines if not ln.strip() or json.loads(ln)["uuid"] not in bad]
+        if len(keep) != len(lines):
+            wl.write_text("".join(keep))
+            out[wl.parent.name] = sorted(json.loads(ln)["uuid"] for ln in lines
+                                         if ln.strip() and json.loads(ln)["uuid"] in bad)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / ".carry" / "scaling")
     ap.add_argument("--problems", default=None, help="glob over SUBSET/NAME (default: all)")
+    ap.add_argument("--keep-untimed", action="store_true",
+                    help="keep workloads without an H200 T_b in the baselines CSV (default: leave them "
+                         "out: the run would measure T_b itself, in its own process, and 014's one such "
+                         "workload has a reference call of over 300 s)")
     a = ap.parse_args(argv)
     from types import SimpleNamespace
 
@@ -46,6 +74,9 @@ def main(argv=None) -> int:
         src = Path(p.source)
         shutil.copytree(src, dst / src.parent.name / src.name)
     print(f"{len(probs)} problems -> {dst}")
+    dropped = {} if a.keep_untimed else drop_untimed(dst, REPO / "data" / "results" / "baselines_h200.csv")
+    for name, uu in dropped.items():
+        print(f"{name}: left out {len(uu)} workload(s) without an H200 T_b: {', '.join(uu)}")
     db = a.out / "seed.duckdb"
     subprocess.run([sys.executable, "-m", "solforge.cli", "ingest", "--db", str(db), str(dst)], check=True,
                    stdout=subprocess.DEVNULL)
@@ -65,6 +96,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     manifest = {"commit": commit, "problems": sorted(f"{p.subset}/{p.name}" for p in probs),
+                "workloads_left_out": dropped,
                 "without_baseline": sorted(p.name for p in probs if p.name not in have)}
     (a.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(json.dumps(manifest, indent=1))

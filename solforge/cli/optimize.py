@@ -60,6 +60,16 @@ def register(sub) -> None:
     e.add_argument("--timing-budget-s", type=float, help="timing time box per workload, seconds")
     e.add_argument("--eval-timeout-s", type=float,
                    help="wall-clock limit per candidate evaluation (default settings.eval_timeout_s)")
+    e.add_argument("--eval-timeout-for", metavar="PATTERN=SECONDS[,...]",
+                   help="per-problem evaluation limits (glob or substring of the problem name; the "
+                        "first match wins over --eval-timeout-s)")
+    e.add_argument("--refcache", metavar="PATTERNS",
+                   help="problems (comma-separated globs/substrings) whose reference outputs are "
+                        "computed once per run by a trusted process and reused by every candidate "
+                        "evaluation (slow Python-loop references, e.g. '014_gqa,015_gqa')")
+    e.add_argument("--refcache-max-ref-s", type=float, default=120.0,
+                   help="a workload whose reference call runs longer is left out of the run")
+    e.add_argument("--refcache-dir", help="where the run's cache goes (default: a fresh temp dir)")
     e.add_argument("--baseline-reps", type=int, default=20,
                    help="reps when a missing eager baseline is measured on first touch")
     p.add_argument("--gpus", help="CUDA_VISIBLE_DEVICES-style GPUs to spread evaluations over, one at "

@@ -180,9 +180,17 @@ def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") 
         finish()
         return 0
     roots = [stage] + [Path(p) for p in job.get("blob_roots", [])]
+    refcache = None
+    if job.get("refcache") and kind == "cuda":
+        # cuda candidates only: they have no host code that could read the cache (refcache.py)
+        from .refcache import RefCacheReader
+
+        refcache = RefCacheReader(job["refcache"], problem=problem, reference_source=defn.reference,
+                                  device_name=(torch.cuda.get_device_name(device)
+                                               if device.type == "cuda" else "cpu"))
     env = Env(problem=problem, reference=reference, caller=caller, device=device, config=config,
               integrity=integrity, custom_fn=custom_fn, blob_roots=roots,
-              t_sol_ms=job.get("t_sol_ms", {}), reference_label=label)
+              t_sol_ms=job.get("t_sol_ms", {}), reference_label=label, refcache=refcache)
     for i, w in enumerate(workloads):
         emit("start", uuid=w.uuid, index=i)
         before = clock.snapshot()
@@ -193,6 +201,12 @@ def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") 
         clock.add("checks", max(0.0, total - sum(parts.values())))
         res.extra["phases"] = {**{k: round(v, 6) for k, v in parts.items()},
                                "workload": round(total, 6)}
+        if refcache is not None:
+            st = refcache.stats.get(w.uuid, {"hits": 0, "live": 0, "rejected": []})
+            res.extra["refcache"] = st
+            note = f"reference cache: {st['hits']} hit(s), {st['live']} live" + (
+                f", rejected: {'; '.join(st['rejected'])[:300]}" if st["rejected"] else "")
+            res.message = f"{res.message}; {note}" if res.message else note
         emit("result", **res.to_json())
         if res.extra.get("context_lost"):
             fail_all(EvalStatus.SKIPPED, f"not evaluated: workload {w.uuid} lost the CUDA context "

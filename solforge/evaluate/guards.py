@@ -35,7 +35,7 @@ class GuardTripped(Exception):
 def _critical_callables() -> dict[str, Any]:
     import torch.cuda
 
-    from . import caching_probe, correctness, guards, timing
+    from . import caching_probe, correctness, guards, refcache, timing
 
     items: dict[str, Any] = {
         "time.perf_counter": (time, "perf_counter"), "time.perf_counter_ns": (time, "perf_counter_ns"),
@@ -55,7 +55,7 @@ def _critical_callables() -> dict[str, Any]:
         items["torch.profiler.profile"] = (tp, "profile")
     except Exception:  # noqa: BLE001
         pass
-    for mod in (correctness, guards, timing, caching_probe):
+    for mod in (correctness, guards, timing, caching_probe, refcache):
         for name, obj in vars(mod).items():
             if callable(obj) and getattr(obj, "__module__", None) == mod.__name__:
                 items[f"{mod.__name__}.{name}"] = (mod, name)

@@ -35,6 +35,17 @@ def eval_job(lab, problem) -> dict:
     return job
 
 
+def eval_timeout_for(lab, name: str):
+    """The per-candidate limit for this problem: the first matching --eval-timeout-for pattern
+    (lab.eval_timeout_overrides: [(pattern, seconds)]), else lab.eval_timeout_s (None: settings)."""
+    from .refcache import matches
+
+    for pat, secs in getattr(lab, "eval_timeout_overrides", None) or []:
+        if matches([pat], name):
+            return float(secs)
+    return getattr(lab, "eval_timeout_s", None)
+
+
 def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: float | None = None,
                     hold=None) -> Outcome:
     """`hold(slot)`: an extra context manager held with the slot (e.g. a Prefect concurrency limit
@@ -42,8 +53,13 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
     from .. import settings
     from ..evaluate import runner
 
-    timeout_s = timeout_s or settings.get().eval_timeout_s
+    timeout_s = timeout_s or eval_timeout_for(lab, problem.name) or settings.get().eval_timeout_s
     job = eval_job(lab, problem)
+    caches = getattr(lab, "refcaches", None)
+    if caches is not None:
+        extra = caches.job_for(lab, problem, pool)  # fills once per problem and run (own GPU slot)
+        if extra:
+            job.update(extra)
     with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
         stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
                                        compile_result=compiled, job=job)

@@ -148,6 +148,17 @@ class OrchestratedLoop(OptimizeLoop):
                 f"evaluator fork server: {'ready' if ev.get('ready') else 'NOT ready (spawned instead)'}"
                 f" {ev.get('startup_s', '?')} s after its start, {ev.get('waited_s', '?')} s of it "
                 "waited for before the run's clock started")
+        caches = getattr(self.lab, "refcaches", None)
+        if caches is not None:
+            rc = caches.summary()
+            report.gpu_use["refcache"] = rc
+            for name, v in rc.items():
+                report.notes.append(
+                    f"reference cache {name}: " + (f"fill failed: {v['error']}" if v.get("error") else
+                    f"{v.get('n_entries')} entries, {(v.get('n_bytes') or 0) / 1e6:.0f} MB, filled in "
+                    f"{v.get('wall_s')} s, used by {v.get('evaluations')} evaluation(s); left out "
+                    f"(reference too slow): {sorted(v.get('unfillable') or {}) or 'none'}"))
+            caches.close()
         if report.gpu_use.get("evaluations"):
             u = report.gpu_use
             report.notes.append(
@@ -160,7 +171,8 @@ class OrchestratedLoop(OptimizeLoop):
         """Evaluations per minute and each GPU's busy share over the span in which GPU work existed
         (first slot taken to last slot released): the two-GPU scaling numbers."""
         iv = [(s, e, lbl) for u in self.pool.use.values() for s, e, lbl in u.intervals]
-        ev = [(s, e) for s, e, lbl in iv if not lbl.startswith("baseline:")]  # baselines hold slots too
+        # baselines and reference-cache fills hold slots too
+        ev = [(s, e) for s, e, lbl in iv if not lbl.startswith(("baseline:", "refcache-fill:"))]
         if not ev:
             return {"evaluations": 0}
         t0, t1 = min(s for s, _, _ in iv), max(e for _, e, _ in iv)

@@ -36,6 +36,10 @@ class OptimizeParams:
     correctness_rounds: Optional[int] = None
     timing_budget_s: Optional[float] = None
     eval_timeout_s: Optional[float] = None   # per candidate; None: settings.eval_timeout_s
+    eval_timeout_for: Optional[str] = None   # "PATTERN=SECONDS,..." per-problem limits (first match)
+    refcache: Optional[str] = None           # problems (globs/substrings) whose reference outputs are
+    refcache_max_ref_s: float = 120.0        # cached per run (evaluate/refcache.py); a workload whose
+    refcache_dir: Optional[str] = None       # reference call runs over max_ref_s is left out
     baseline_reps: int = 20                  # reps when a missing eager baseline is measured
     max_tokens: Optional[int] = None
     max_calls: Optional[int] = None
@@ -47,9 +51,29 @@ class OptimizeParams:
     def resume_parts(self) -> dict:
         """What identifies the job for resume: everything but where it runs and how it is stored."""
         d = asdict(self)
-        for k in ("gpus", "db", "api_key_env", "api_base"):
+        for k in ("gpus", "db", "api_key_env", "api_base", "refcache_dir"):
             d.pop(k)
         return d
+
+
+def parse_timeouts(spec: Optional[str]) -> list[tuple[str, float]]:
+    """"014_gqa*=240,015_gqa*=240" -> [("014_gqa*", 240.0), ("015_gqa*", 240.0)]."""
+    from ..errors import InputError
+
+    out = []
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        pat, sep, secs = part.rpartition("=")
+        try:
+            out.append((pat.strip(), float(secs)))
+        except ValueError:
+            raise InputError(f"--eval-timeout-for: {part!r} is not PATTERN=SECONDS",
+                             field="eval_timeout_for") from None
+        if not sep or not pat.strip():
+            raise InputError(f"--eval-timeout-for: {part!r} is not PATTERN=SECONDS",
+                             field="eval_timeout_for")
+    return out
 
 
 def gpu_pool(gpus: Optional[str]) -> GpuPool:
@@ -84,6 +108,14 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides, has_gpu=len(pool) > 0)
     lab.baseline_reps = p.baseline_reps
     lab.eval_timeout_s = p.eval_timeout_s
+    lab.eval_timeout_overrides = parse_timeouts(p.eval_timeout_for)
+    if p.refcache:
+        from pathlib import Path
+
+        from .refcache import RefCaches, parse_patterns
+
+        lab.refcaches = RefCaches(parse_patterns(p.refcache), max_ref_s=p.refcache_max_ref_s,
+                                  root=Path(p.refcache_dir) if p.refcache_dir else None)
     workers: dict = {"offline": OfflineWorker(lab)}
     langs = ("cuda", "cute") if p.language == "both" else (p.language,)
     loop_cfg = LoopConfig(
