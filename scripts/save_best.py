@@ -136,9 +136,14 @@ def _run_meta(s: Store, run_id: str, hardware_id: Optional[str]) -> dict:
     ident = str(cfg.get("gpu_identity") or "").split("|")
     gpu = hw.get("gpu_name") or (ident[0] if ident[0] else None)
     driver = hw.get("driver") or (ident[1] if len(ident) > 1 else None)
+    pv = cfg.get("provenance") or {}  # runs.config.provenance and the columns of migration 080
     return {"run": run, "config": cfg, "gpu": gpu, "driver": driver,
-            "torch": details.get("torch") or cfg.get("torch"), "cuda": hw.get("cuda"),
-            "commit": cfg.get("commit") or cfg.get("git_commit")}
+            "torch": (run.get("torch_version") or pv.get("torch") or details.get("torch_version")
+                      or details.get("torch") or cfg.get("torch")),
+            "cuda": run.get("cuda_version") or pv.get("cuda") or hw.get("cuda")
+                    or details.get("cuda_runtime") or None,
+            "commit": run.get("git_commit") or pv.get("commit") or cfg.get("commit") or cfg.get("git_commit"),
+            "commit_source": pv.get("commit_source"), "commit_dirty": pv.get("dirty")}
 
 
 def _commit_before(ts) -> Optional[str]:
@@ -212,7 +217,9 @@ def pipeline_record(s: Store, attempt_id: str, db_label: str) -> dict:
         "gpu": meta["gpu"], "driver": meta["driver"], "torch": meta["torch"], "cuda": meta["cuda"],
         "gpu_profile": meta["run"].get("gpu_profile"), "hardware_id": hw_id,
         "commit": commit,
-        "commit_source": "stored in the DB" if commit else "not stored in the DB (no commit in attempts or runs.config)",
+        "commit_source": (f"stored in the DB ({meta['commit_source'] or 'runs'})" if commit else
+                          "not stored in the DB (no commit in attempts or runs)"),
+        "commit_dirty": meta["commit_dirty"] if commit else None,
         "commit_before_run": None if commit else _commit_before(started),
         "source": SOURCE, "db": db_label, "run_id": a["run_id"], "run_started_at": str(started) if started else None,
         "attempt_id": attempt_id, "agent": a.get("agent"), "model": a.get("model"),

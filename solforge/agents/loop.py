@@ -88,8 +88,12 @@ class OptimizeLoop:
     def run(self) -> LoopReport:
         from ..store.status import RunStatus
 
+        from ..provenance import run_provenance
+
+        config = self._config_json()
+        config["provenance"] = run_provenance()
         self.run_id = self.store.create_run(kind="optimize", gpu_profile=self.lab.gpu_profile,
-                                            config=self._config_json())
+                                            config=config, provenance=config["provenance"])
         report = LoopReport(self.run_id, gpu=self.lab.has_gpu)
         # workers may be added after construction (the CLI wires the LLM to loop.on_llm_call)
         self.cfg.planner.llm_available = "llm" in self.workers

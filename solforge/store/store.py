@@ -210,12 +210,18 @@ class Store:
     # ---- runs --------------------------------------------------------------------------------
     def create_run(self, *, kind: str | None = None, config: Any = None,
                    gpu_profile: str | None = None, hardware_id: str | None = None,
-                   note: str | None = None, id: str | None = None) -> str:
+                   note: str | None = None, id: str | None = None,
+                   provenance: dict | None = None) -> str:
+        """`provenance` (solforge.provenance.run_provenance()): its commit, torch and cuda fill the
+        git_commit / torch_version / cuda_version columns (migration 080)."""
         rid = id or new_id()
+        pv = provenance or {}
         self.insert_rows("runs", [{
             "id": rid, "kind": kind, "config": config, "gpu_profile": gpu_profile,
             "hardware_id": hardware_id, "note": note, "host": socket.gethostname(),
-            "pid": os.getpid(), "status": RunStatus.RUNNING, "started_at": utcnow()}])
+            "pid": os.getpid(), "status": RunStatus.RUNNING, "started_at": utcnow(),
+            "git_commit": pv.get("commit"), "torch_version": pv.get("torch"),
+            "cuda_version": pv.get("cuda")}])
         return rid
 
     def finish_run(self, run_id: str, status: RunStatus | str = RunStatus.FINISHED,

@@ -44,8 +44,13 @@ def test_offline_loop_without_gpu(store, cpu_lab, problems):
     assert att and all(d["action"] == "skip" and "no kernel family" in d["reason"] for d in att)
     assert any(d["action"] == "run" and d["worker"] == "offline" for d in dec)
     assert dec[-1]["action"] == "stop"
-    run = store.query("SELECT status, config FROM runs WHERE id = ?", [report.run_id])[0]
+    run = store.query("SELECT status, config, git_commit, torch_version FROM runs WHERE id = ?",
+                      [report.run_id])[0]
     assert run["status"] == "finished" and run["config"]["gpu"] is False
+    # provenance (issue #6, migration 080): the commit and torch version of what ran
+    pv = run["config"]["provenance"]
+    assert run["git_commit"] == pv["commit"] and run["torch_version"] == pv["torch"]
+    assert set(pv) >= {"commit", "commit_source", "torch", "cuda"}
     assert report.problems["069_rms_norm"].compiled >= 1
 
 

@@ -180,3 +180,28 @@ def test_tunable_params_drops_derived_keys(sol_execbench_dir):
     other.params = cand.params
     with pytest.raises(ValueError, match="different candidate"):
         sb.tunable_params(fam, p.definition, other)
+
+
+def test_the_record_names_commit_torch_and_cuda_from_the_run_row(tmp_path, problem):
+    """Issue #6: a best/ file carries the GPU, driver, git commit and torch version of its run; the
+    optimize loop stores them in runs (migration 080) and runs.config.provenance."""
+    path = tmp_path / "prov.duckdb"
+    s = Store(path)
+    upsert_problems(s, [problem])
+    pv = {"commit": "0123456789abcdef0123456789abcdef01234567", "commit_source": "env SOLFORGE_COMMIT",
+          "dirty": None, "torch": "2.11.0+cu130", "cuda": "13.0"}
+    run = s.create_run(kind="optimize", config={"gpu_identity": "NVIDIA H200|580.159.04", "provenance": pv},
+                       gpu_profile="h200", provenance=pv)
+    assert s.query_one("SELECT git_commit, torch_version, cuda_version FROM runs WHERE id = ?", [run]) == {
+        "git_commit": pv["commit"], "torch_version": "2.11.0+cu130", "cuda_version": "13.0"}
+    fam = get_family("rmsnorm")
+    _attempt(s, run, problem, fam, fam.param_space(problem)[0], 2.0, 0.6)
+    s.finish_run(run)
+    s.close()
+    root = tmp_path / "repo"
+    (d,) = sb.save_best(path, write=True, root=root, db_label="prov.duckdb")
+    rec = json.loads(_target(root).read_text())
+    assert rec["gpu"] == "NVIDIA H200" and rec["driver"] == "580.159.04"
+    assert rec["commit"] == pv["commit"] and rec["commit_before_run"] is None
+    assert rec["commit_source"] == "stored in the DB (env SOLFORGE_COMMIT)"
+    assert rec["torch"] == "2.11.0+cu130" and rec["cuda"] == "13.0"
