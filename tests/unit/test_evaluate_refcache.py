@@ -255,7 +255,8 @@ def test_a_candidate_process_sees_no_cache_path_in_its_environment(tmp_path, mon
     job = {"settings": {"correctness_rounds": 1, "timing": False},
            "refcache": rc.job_spec(cache, summary)}
     stage = stage_candidate(tmp_path / "cand", problem, host_source=HOST_DUMP, job=job)
-    run_stage(stage, timeout_s=120, launch="spawn", workloads=["w256"])
+    report = run_stage(stage, timeout_s=120, launch="spawn", workloads=["w256"])
+    assert "reference cache" not in report.results[0].message  # host candidates: live reference only
     seen = json.loads(dump.read_text())
     assert seen["env"].get("RC_DUMP")  # the dump saw the parent's variables, scrubbed
     assert not [k for k, v in seen["env"].items() if "secret-cache-5f3a" in v or "REFCACHE" in k.upper()]
@@ -280,3 +281,43 @@ def test_per_problem_eval_timeouts():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_the_driver_uses_the_cache_for_cuda_candidates_and_says_so(tmp_path, monkeypatch):
+    """driver.main end to end on the CPU, the cuda caller replaced by a Python one: every check a
+    hit, the reference never run, the message naming the cache; a host candidate ignores it."""
+    import io
+
+    from solforge.evaluate import callers, driver
+
+    problem = _load(_problem_dir(tmp_path))
+    cache, summary = _fill(tmp_path, problem)
+    job = {"settings": {"correctness_rounds": 2, "timing": False}, "refcache": rc.job_spec(cache, summary),
+           "candidate_kind": "cuda"}
+    stage = stage_candidate(tmp_path / "drv", problem, job=job)
+
+    class FakeCuda(_Caller):
+        def __init__(self, stage, device):
+            super().__init__()
+
+    monkeypatch.setattr(callers, "CudaCaller", FakeCuda)
+    ref_calls: list = []
+    from solforge.evaluate import reference as refmod
+
+    orig = refmod.load_reference
+
+    def counting_load(defn, folder, name="_solforge_reference"):
+        mod = orig(defn, folder, name)
+        run = mod.run
+        mod.run = lambda *a: (ref_calls.append(1), run(*a))[1]
+        return mod
+
+    monkeypatch.setattr(refmod, "load_reference", counting_load)
+    out = io.StringIO()
+    monkeypatch.setattr(driver, "_OUT", out)
+    assert driver.main([str(stage)]) == 0
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    results = [x for x in lines if x["type"] == "result"]
+    assert [r["status"] for r in results] == ["passed", "passed"]
+    assert all("reference cache: 2 hit(s), 0 live" in r["message"] for r in results)
+    assert ref_calls == []
