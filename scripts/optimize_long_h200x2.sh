@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One long two-GPU optimize run (issue #6's results table) on an nvidia-h200-x2 box: the problems staged
-# by scripts/prepare_scaling_run.py (minus EXCLUDE), T_b seeded from data/results/baselines_h200.csv,
+# by scripts/prepare_scaling_run.py (minus EXCLUDE; only those matching ONLY when set), T_b seeded from data/results/baselines_h200.csv,
 # the offline worker, --wall-seconds $T. carry: .whl .carry/orch-whl .carry/scaling
 # Writes $OUT/opt_long.duckdb (checkpointed), opt_long.json, opt_long.log. SOLFORGE_COMMIT (the
 # commit the carried tree is at; the box has no .git) is recorded in the run's row.
@@ -16,12 +16,13 @@ S=.carry/scaling; P=/tmp/problems; T=${T:-400}; EXCLUDE=${EXCLUDE-}
 # trusted process (solforge/evaluate/refcache.py), a longer per-evaluation limit for them, and a
 # workload whose reference call runs over REFCACHE_MAX_REF_S left out of the run (listed in the log).
 REFCACHE=${REFCACHE-014_gqa,015_gqa}; REFCACHE_MAX_REF_S=${REFCACHE_MAX_REF_S:-30}
-EVAL_TIMEOUT_FOR=${EVAL_TIMEOUT_FOR-014_gqa*=180,015_gqa*=180}
+EVAL_TIMEOUT_FOR=${EVAL_TIMEOUT_FOR-014_gqa=180,015_gqa=180}
 RC_ARGS=""; [ -n "$REFCACHE" ] && RC_ARGS="--refcache $REFCACHE --refcache-max-ref-s $REFCACHE_MAX_REF_S --refcache-dir /tmp/refcache"
 [ -n "$EVAL_TIMEOUT_FOR" ] && RC_ARGS="$RC_ARGS --eval-timeout-for $EVAL_TIMEOUT_FOR"
 for d in $S/problems/*/*/; do
   n=$(basename $d); skip=0
   for x in $EXCLUDE; do case $n in *$x*) skip=1;; esac; done
+  if [ -n "${ONLY:-}" ]; then skip=1; for x in $ONLY; do case $n in *$x*) skip=0;; esac; done; fi
   [ $skip = 1 ] || { mkdir -p $P/$(basename $(dirname $d)) && cp -r $d $P/$(basename $(dirname $d))/; }
 done
 cp $S/seed.duckdb $OUT/opt_long.duckdb
