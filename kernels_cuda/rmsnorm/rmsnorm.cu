@@ -126,7 +126,8 @@ __device__ __forceinline__ vec_t<N> load_x(const elem_t* p, unsigned long long p
         asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
             : "=r"(u.raw.x), "=r"(u.raw.y), "=r"(u.raw.z), "=r"(u.raw.w) : "l"(p), "l"(pol));
 #else
-        u.raw = __ldcs(reinterpret_cast<const uint4*>(p));
+        asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(u.raw.x), "=r"(u.raw.y), "=r"(u.raw.z), "=r"(u.raw.w) : "l"(p));
 #endif
         return u.v;
     }
@@ -143,11 +144,11 @@ __device__ __forceinline__ void store_out(elem_t* p, const vec_t<N>& v, unsigned
         vec_u<N> u;
         u.v = v;
 #if SPOL == 1
-        __stcs(reinterpret_cast<uint4*>(p), u.raw);
+        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(p), "r"(u.raw.x), "r"(u.raw.y), "r"(u.raw.z), "r"(u.raw.w));
 #else
         asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
-                     :: "l"(p), "r"(u.raw.x), "r"(u.raw.y), "r"(u.raw.z), "r"(u.raw.w), "l"(pol)
-                     : "memory");
+                     :: "l"(p), "r"(u.raw.x), "r"(u.raw.y), "r"(u.raw.z), "r"(u.raw.w), "l"(pol));
 #endif
         return;
     }
