@@ -84,16 +84,26 @@ class Launch(BaseModel):
 class Arg(BaseModel):
     """A parsed argument string."""
 
-    kind: Literal["tensor", "scalar", "workspace"]
-    name: str = ""        # tensor name
+    kind: Literal["tensor", "scalar", "workspace", "tmap"]
+    name: str = ""        # tensor name (tensor, tmap)
     ctype: str = ""       # scalar type
-    expr: str = ""        # scalar expression
+    expr: str = ""        # scalar expression; tmap: "BOX_ROWS,BOX_COLS"
+    swizzle: str = ""     # tmap: sw128 | sw64 | sw32 | none
 
 
 def parse_arg(s: str) -> Arg:
     s = s.strip()
     if s == "workspace":
         return Arg(kind="workspace")
+    if s.startswith("tmap:"):  # a CUtensorMap of a 2-D tensor, by value (docs/candidate_format.md)
+        t = re.match(r"^tmap:([A-Za-z_][A-Za-z0-9_]*):([^:,]+),([^:,]+):(sw128|sw64|sw32|none)$", s)
+        if not t:
+            raise ValueError(f"argument {s!r}: a tensor map is 'tmap:TENSOR:BOX_ROWS,BOX_COLS:"
+                             "sw128|sw64|sw32|none'")
+        axis_expr.parse(t.group(2))
+        axis_expr.parse(t.group(3))
+        return Arg(kind="tmap", name=t.group(1), expr=f"{t.group(2).strip()},{t.group(3).strip()}",
+                   swizzle=t.group(4))
     m = _SCALAR_ARG.match(s)
     if m:
         axis_expr.parse(m.group(2))
@@ -156,7 +166,7 @@ class Candidate(BaseModel):
         known = inputs | outputs
         for i, launch in enumerate(self.launches):
             for a in map(parse_arg, launch.args):
-                if a.kind == "tensor" and a.name not in known:
+                if a.kind in ("tensor", "tmap") and a.name not in known:
                     raise ValueError(f"launches[{i}].args: {a.name!r} is not an input or output "
                                      f"(known: {sorted(known)})")
 

@@ -30,6 +30,11 @@ _CTYPES = {"int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint32": ctypes.c_
            # short names used by CuTe DSL parameter slots
            "i32": ctypes.c_int32, "i64": ctypes.c_int64, "u32": ctypes.c_uint32,
            "u64": ctypes.c_uint64, "f32": ctypes.c_float, "f64": ctypes.c_double}
+# "tmap:TENSOR:BOX_ROWS,BOX_COLS:SWIZZLE": a 128-byte CUtensorMap of a 2-D row-major tensor, encoded
+# on the host (cuTensorMapEncodeTiled) and passed by value (a __grid_constant__ kernel parameter,
+# 64-byte aligned); the box sizes are expressions like the scalars'
+_TMAP_ARG = re.compile(r"^tmap:(\w+):([^:,]+),([^:,]+):(sw128|sw64|sw32|none)$")
+TMAP_BYTES, TMAP_ALIGN = 128, 64
 _STATIC_SMEM_LIMIT = 48 * 1024  # above this, a kernel must opt in to more dynamic shared memory
 
 
@@ -88,14 +93,65 @@ class _Params:
 
 
 def _pack_args(values: list) -> tuple[list[tuple[int, object]], int]:
-    """Lay out ctypes values with natural alignment, as the kernel's parameter list does."""
+    """Lay out ctypes values with natural alignment, as the kernel's parameter list does; an entry
+    (cval, align) gives its alignment (a tensor map: 128 bytes aligned to 64)."""
     layout, off = [], 0
     for cval in values:
+        align = None
+        if isinstance(cval, tuple):
+            cval, align = cval
         size = ctypes.sizeof(cval)
-        off = (off + size - 1) // size * size
+        align = align or size
+        off = (off + align - 1) // align * align
         layout.append((off, cval))
         off += size
     return layout, off
+
+
+def _layout_from_cubin(values: list, cubin: bytes, symbol: str, i: int):
+    """The parameter layout ptxas chose (.nv.info of the cubin): a 64-byte aligned struct parameter
+    such as a CUtensorMap is placed by its address in the constant bank (on sm_90 the parameters
+    start at 0x210: after an int at 32 a tensor map lands at 48), not by its offset from 0."""
+    from .elf import kernel_params
+
+    kparams, total = kernel_params(cubin, symbol)
+    vals = [v[0] if isinstance(v, tuple) else v for v in values]
+    sizes = [ctypes.sizeof(v) for v in vals]
+    if sizes != [p.size for p in kparams]:
+        raise LaunchError(f"launches[{i}]: args give sizes {sizes}, the kernel takes {[p.size for p in kparams]}")
+    return [(p.offset, v) for p, v in zip(kparams, vals)], total
+
+
+def tensor_map_bytes(t, box_rows: int, box_cols: int, swizzle: str) -> bytes:
+    """The 128-byte CUtensorMap of a 2-D row-major tensor `t` (torch, on the GPU): global dims
+    (cols, rows), row pitch t.stride(0), box (box_cols, box_rows) elements, the given smem swizzle,
+    out-of-bounds elements zero-filled (they still count toward the transaction bytes)."""
+    import torch
+
+    drv = _drv()
+    dts = {torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16", torch.float32: "FLOAT32",
+           torch.uint8: "UINT8", torch.int32: "INT32"}
+    if t.dim() != 2 or t.stride(1) != 1 or t.dtype not in dts:
+        raise LaunchError(f"tmap: needs a 2-D row-major tensor of {sorted(map(str, dts))}, got "
+                          f"{tuple(t.shape)} stride {t.stride()} {t.dtype}")
+    es = t.element_size()
+    if (t.stride(0) * es) % 16 or t.data_ptr() % 16:
+        raise LaunchError(f"tmap: row pitch {t.stride(0) * es} and address must be multiples of 16")
+    if swizzle != "none" and box_cols * es > int(swizzle[2:]):
+        raise LaunchError(f"tmap: a {swizzle} box row is at most {swizzle[2:]} bytes, got {box_cols * es}")
+    sw = {"none": "NONE", "sw32": "32B", "sw64": "64B", "sw128": "128B"}[swizzle]
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # the binding takes these, not Python ints
+    if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
+        raise LaunchError(f"tmap: box {box_rows}x{box_cols} (each 1..256)")
+    tm = check(drv.cuTensorMapEncodeTiled(
+        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{dts[t.dtype]}"), 2, t.data_ptr(),
+        [u64(t.shape[1]), u64(t.shape[0])], [u64(t.stride(0) * es)], [u32(box_cols), u32(box_rows)],
+        [u32(1), u32(1)],
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{sw}"),
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+    return ctypes.string_at(int(tm.getPtr()), TMAP_BYTES)
 
 
 class LaunchPlan:
@@ -236,6 +292,7 @@ class CandidateRuntime:
             candidate = candidate.model_dump()
         self.candidate = candidate
         self.manifest = manifest
+        self._cubins = cubins  # a launch with tensor maps packs at the cubin's parameter offsets
         self.entries = manifest.get("entries", {})
         resolved = resolve_entries(candidate, manifest, cubins)  # before touching the GPU
         drv = _drv()
@@ -305,9 +362,18 @@ class CandidateRuntime:
                     raise LaunchError(f"launches[{i}]: param slot {slot} does not match its kind")
                 layout.append((slot["offset"], cval))
             return layout, entry.get("param_bytes") or sum(s["size"] for s in entry["params"])
-        values = []
+        values, has_tmap = [], False
         for a in launch.get("args", []):
             a = a.strip()
+            t = _TMAP_ARG.match(a)
+            if t:
+                if t.group(1) not in tensors:
+                    raise LaunchError(f"launches[{i}]: {a!r}: no tensor named {t.group(1)!r}")
+                rows, cols = (int(ax.evaluate(x, env)) for x in (t.group(2), t.group(3)))
+                raw = tensor_map_bytes(tensors[t.group(1)], rows, cols, t.group(4))
+                values.append((ctypes.create_string_buffer(raw, TMAP_BYTES), TMAP_ALIGN))
+                has_tmap = True
+                continue
             m = _SCALAR_ARG.match(a)
             if m:
                 v = ax.evaluate(m.group(2), env)
@@ -318,6 +384,8 @@ class CandidateRuntime:
                 values.append(_CTYPES[m.group(1)](v if isinstance(v, int) else float(v)))
             else:
                 values.append(ctypes.c_uint64(pointer(a)))
+        if has_tmap:
+            return _layout_from_cubin(values, self._cubins[entry["unit"]], entry["symbol"], i)
         return _pack_args(values)
 
     def prepare(self, tensors: dict, axes: dict, scalars: dict | None = None,
@@ -377,4 +445,4 @@ def load_stage(folder, candidate: dict | None = None, device=None) -> CandidateR
 
 
 __all__ = ["CandidateRuntime", "LaunchPlan", "LaunchError", "load_stage", "read_stage", "launch_env",
-           "check", "resolve_entries", "workspace_zero_bytes"]
+           "check", "resolve_entries", "workspace_zero_bytes", "tensor_map_bytes"]

@@ -102,7 +102,8 @@ def _base_ident(kernel: str) -> str:
     return re.split(r"[<(\s]", kernel.split("::")[-1], maxsplit=1)[0]
 
 
-_ARG_SIZES = {"int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8}
+_ARG_SIZES = {"int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8,
+              "tmap": 128}  # a CUtensorMap by value (launcher: "tmap:TENSOR:ROWS,COLS:SWIZZLE")
 
 
 def check_launch_args(launches: list[dict], entries: dict, cubins: dict[str, bytes]) -> list[str]:

@@ -171,6 +171,8 @@ def entry_source(att: ExportAttempt, launcher_ids: dict[str, int]) -> str:
                 if a.name not in defn.inputs and a.name not in defn.outputs:
                     raise ExportError(f"launches[{i}].args: {a.name!r} is not a tensor of the problem")
                 body.append(f"    void* a{j} = t_{a.name}.data_ptr();")
+            elif a.kind == "tmap":
+                raise ExportError(f"launches[{i}].args: tensor maps ({a.name}) are not exported yet")
             elif a.kind == "workspace":
                 body.append(f'    TORCH_CHECK(workspace.defined(), "launches[{i}] passes the workspace '
                             f'but it is 0 bytes");')
