@@ -1,6 +1,9 @@
 // C[M,N] = A[M,K] @ B[N,K]^T (torch.matmul(A, B.T)), fp16 or bf16 in and out, fp32 accumulation,
 // for sm_90a: wgmma.mma_async from shared memory, fed by a cp.async producer warpgroup through an
-// mbarrier ring (warp specialization). Plain pointer arguments only: no host-built TMA descriptor.
+// mbarrier ring (warp specialization). TMA=1: one producer thread loads the stages with
+// cp.async.bulk.tensor instead, from two host-encoded CUtensorMaps passed as __grid_constant__
+// parameters after the plain ones (launch args "tmap:A:64,64:sw128", "tmap:B:64,64:sw128", see
+// docs/candidate_format.md); the shared-memory layout the consumers read is the same.
 //
 // Block: warpgroup 0 = producer (128 threads: cp.async 16-byte copies into 128B-swizzled shared
 // memory, completion signalled with cp.async.mbarrier.arrive.noinc); warpgroups 1..NWG = consumers
@@ -94,6 +97,12 @@
 #endif             //  of a ragged last M-tile, see MSKIP, come last in the raster and are spread out)
 #ifndef T2_EPI     // tier 2 epilogue: 0 direct 4-byte stores, 1 through shared memory, 16-byte stores
 #define T2_EPI 0
+#endif
+#ifndef TMA        // 1: the wgmma tiers' producer is one thread issuing TMA tile loads (two host-encoded
+#define TMA 0      // CUtensorMaps of A and B, 64 x 64 boxes, 128B swizzle: extra kernel parameters)
+#endif
+#ifndef T2_SWZ     // tier 2 raster (non-persistent, T2_GROUP > 0): 0 as T2_GROUP says; 1 the same groups,
+#define T2_SWZ 0   // the N-tile order within a group alternating per group (serpentine over N)
 #endif
 #ifndef TS0_MAXM   // skinny tiers off unless the candidate sets them
 #define TS0_MAXM 0
@@ -196,6 +205,27 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
 __device__ __forceinline__ void cp_async16_hint(unsigned dst, const void* src, unsigned long long pol) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, %2;"
                  ::"r"(dst), "l"(src), "l"(pol) : "memory");
+}
+
+// ---- TMA (cp.async.bulk.tensor): one thread loads a 64-row x 64-k box (8 KB) per instruction ------
+// The tensor map (host: cuTensorMapEncodeTiled, launcher arg "tmap:A:64,64:sw128") describes a
+// row-major [rows, K] tensor with 64 x 64 boxes and the 128-byte swizzle: box row r lands at byte
+// r*128 of the (1024-aligned) destination, its 16-byte chunk c at chunk c ^ (r & 7), exactly the
+// layout the cp.async producer writes and the wgmma descriptor reads. Rows past the tensor's end are
+// zero-filled; the full 8 KB still count toward the mbarrier's transaction bytes.
+struct __align__(64) TmaDesc {
+    unsigned long long v[16];
+};
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* map, int k, int row, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(k), "r"(row), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
 
 // ---- thread-block clusters (split-K partial sums reduced through distributed shared memory) ----
@@ -310,6 +340,8 @@ __device__ __forceinline__ TileCoord tile_coord(int M, int bid) {
         const int in = bid - g * GROUP * N_TILES;
         t.m_tile = first + in % gsize;
         t.n_tile = in / gsize;
+        if (T2_SWZ && (g & 1)) t.n_tile = N_TILES - 1 - t.n_tile;  // serpentine: the next group starts
+                                                                   // on the B tiles the last one ended on
     } else {          // M-tiles fastest: the CTAs that share a B tile run together
         t.m_tile = bid % t.m_tiles;
         t.n_tile = bid / t.m_tiles;
@@ -335,12 +367,35 @@ __device__ __forceinline__ void ring_next(Ring& r) {
 template <int BM, int BN, int ST, int SPLIT, int GROUP>
 __device__ __forceinline__ void producer_tile(const half_t* __restrict__ A, const half_t* __restrict__ B,
                                               int M, int bid, unsigned base, unsigned full0,
-                                              unsigned empty0, Ring& ring) {
+                                              unsigned empty0, Ring& ring, const TmaDesc* tmA,
+                                              const TmaDesc* tmB) {
     constexpr int KT = KK / SPLIT / BK;
     constexpr int STAGE_BYTES = (BM + BN) * ROW_BYTES;
     const TileCoord tc = tile_coord<BM, BN, SPLIT, GROUP>(M, bid);
     const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
     const int kbeg = tc.split * (KK / SPLIT);
+#if TMA
+    // one thread: per stage expect the full (BM + BN) x 128 bytes, then BM/64 + BN/64 box loads;
+    // the full barriers count 1 arrival (this expect_tx) plus the transaction bytes
+    if (threadIdx.x != 0) return;
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = ring.s;
+        mbar_wait(empty0 + 8 * s, ring.ph ^ 1u);
+        const unsigned bar = full0 + 8 * s;
+        mbar_expect_tx(bar, STAGE_BYTES);
+        const unsigned sa = base + s * STAGE_BYTES;
+        const unsigned sb = sa + BM * ROW_BYTES;
+        const int k = kbeg + kt * BK;
+#pragma unroll
+        for (int j = 0; j < BM / 64; ++j)  // a box wholly past M reads no global memory, but its bytes
+            tma_load_2d(sa + j * 64 * ROW_BYTES, tmA, k, m0 + 64 * j, bar);  // must arrive: load it
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j) tma_load_2d(sb + j * 64 * ROW_BYTES, tmB, k, n0 + 64 * j, bar);
+        ring_next<ST>(ring);
+    }
+    return;
+#endif
     const int p = threadIdx.x;        // 0..127
     const int c = p & 7;              // this thread's 16-byte chunk of each 128-byte row
     const int r0 = p >> 3;            // its rows: r0, r0 + 16, r0 + 32, ...
@@ -378,10 +433,11 @@ __device__ __forceinline__ void producer_tile(const half_t* __restrict__ A, cons
 
 template <int BM, int BN, int ST, int SPLIT, int GROUP>
 __device__ __forceinline__ void producer(const half_t* __restrict__ A, const half_t* __restrict__ B,
-                                         int M, unsigned base, unsigned full0, unsigned empty0) {
+                                         int M, unsigned base, unsigned full0, unsigned empty0,
+                                         const TmaDesc* tmA, const TmaDesc* tmB) {
     Ring ring{0, 0u};
-    producer_tile<BM, BN, ST, SPLIT, GROUP>(A, B, M, blockIdx.x, base, full0, empty0, ring);
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    producer_tile<BM, BN, ST, SPLIT, GROUP>(A, B, M, blockIdx.x, base, full0, empty0, ring, tmA, tmB);
+    if (!TMA) asm volatile("cp.async.wait_all;" ::: "memory");
     if (CSPLIT && SPLIT > 1) {  // the consumers' two cluster barriers need every thread
         cluster_sync();
         cluster_sync();
@@ -444,7 +500,7 @@ __device__ __forceinline__ void consumer(half_t* __restrict__ C, float* __restri
         for (int kt = 0; kt < KT; ++kt) {
             const int s = ring.s;
             mbar_wait(full0 + 8 * s, ring.ph);
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            if (!TMA) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async: generic proxy
             const unsigned sa = base + s * STAGE_BYTES + wg * AT * 64 * ROW_BYTES;
             const unsigned sb = base + s * STAGE_BYTES + BM * ROW_BYTES;
             wgmma_fence();
@@ -786,7 +842,18 @@ static_assert(fits<T0_BM, T0_BN, T0_ST>() && fits<T1_BM, T1_BN, T1_ST>() && fits
 // BM = 64 launch 256 threads.
 extern "C" __global__ void __launch_bounds__(MAX_THREADS, 1)
 gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, half_t* __restrict__ C,
-                  float* __restrict__ ws, int M) {
+                  float* __restrict__ ws, int M
+#if TMA
+                  , const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
+#endif
+                  ) {
+#if TMA
+    const TmaDesc* pA = &tmA;
+    const TmaDesc* pB = &tmB;
+#else
+    const TmaDesc* pA = nullptr;
+    const TmaDesc* pB = nullptr;
+#endif
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ __align__(8) unsigned long long bars[2 * MAX_ST];
     __shared__ int s_last;
@@ -804,18 +871,24 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
     const int tier = M <= T0_MAXM ? 0 : (M <= T1_MAXM ? 1 : 2);
     const int nwg = consumer_wgs(tier == 0 ? T0_BM : tier == 1 ? T1_BM : T2_BM);
     if (threadIdx.x == 0) {
+        if (TMA) {
+            tma_prefetch_desc(pA);
+            tma_prefetch_desc(pB);
+        }
         for (int s = 0; s < MAX_ST; ++s) {
-            mbar_init(full0 + 8 * s, 128);
+            mbar_init(full0 + 8 * s, TMA ? 1 : 128);
             mbar_init(empty0 + 8 * s, 128 * nwg);
         }
+        if (TMA)  // the barrier inits visible to the async proxy (the TMA unit's complete_tx) too
+            asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tier == 0) {
-            producer<T0_BM, T0_BN, T0_ST, T0_SPLIT, 0>(A, B, M, base, full0, empty0);
+            producer<T0_BM, T0_BN, T0_ST, T0_SPLIT, 0>(A, B, M, base, full0, empty0, pA, pB);
         } else if (tier == 1) {
-            producer<T1_BM, T1_BN, T1_ST, T1_SPLIT, 0>(A, B, M, base, full0, empty0);
+            producer<T1_BM, T1_BN, T1_ST, T1_SPLIT, 0>(A, B, M, base, full0, empty0, pA, pB);
         } else {
             // tier 2: a CTA takes tiles blockIdx.x, + gridDim.x, ... (T2_ORDER; persistent when the
             // grid is smaller than the tile count, T2_CTAS); it runs ahead into the next tile's k-tiles
@@ -824,8 +897,8 @@ gemm_wgmma_kernel(const half_t* __restrict__ A, const half_t* __restrict__ B, ha
             const int tiles = (M + T2_BM - 1) / T2_BM * (NN / T2_BN);
 #pragma unroll 1
             for (int j = 0, bid = t2_tile(0); bid < tiles; bid = t2_tile(++j))
-                producer_tile<T2_BM, T2_BN, T2_ST, 1, T2_GROUP>(A, B, M, bid, base, full0, empty0, ring);
-            asm volatile("cp.async.wait_all;" ::: "memory");
+                producer_tile<T2_BM, T2_BN, T2_ST, 1, T2_GROUP>(A, B, M, bid, base, full0, empty0, ring, pA, pB);
+            if (!TMA) asm volatile("cp.async.wait_all;" ::: "memory");
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");

@@ -42,7 +42,13 @@ T2_OPTIONAL = {"T2_CTAS": 0, "T2_GROUP": 16, "T2_EPI": 0,
                # MSKIP: consumer warpgroups whose 64 rows all lie past M skip their wgmmas (1) or
                # multiply zero rows as the measured best did (0, the kernel's default until an H200
                # run has checked the skip)
-               "MSKIP": 0}
+               "MSKIP": 0,
+               # TMA: the wgmma tiers' producer is one thread issuing TMA box loads from two
+               # host-encoded tensor maps (launch args "tmap:A:64,64:sw128", "tmap:B:64,64:sw128")
+               # instead of a cp.async warpgroup (0)
+               "TMA": 0,
+               # T2_SWZ: tier 2's raster groups alternate their N-tile direction (1) or not (0)
+               "T2_SWZ": 0}
 REGS_PER_SM, MAX_THREADS = 65536, 384
 # skinny partial sums stay under 48 KB with the kernel's 1.2 KB of static shared memory: the launcher
 # opts a kernel in to more only when the dynamic part alone exceeds 48 KB (static + 48 KB failed
@@ -268,7 +274,7 @@ class GemmWgmmaFamily(Family):
                 raise FamilyError(f"tier {i}: {smem_bytes(bm, bn, st)} bytes of shared memory")
         t2 = {key: params.get(key, d) for key, d in T2_OPTIONAL.items()}
         if t2["T2_CTAS"] < 0 or t2["T2_GROUP"] < 0 or t2["T2_EPI"] not in (0, 1) or t2["MSKIP"] not in (0, 1) \
-                or t2["T2_ORDER"] not in (0, 1):
+                or t2["T2_ORDER"] not in (0, 1) or t2["TMA"] not in (0, 1) or t2["T2_SWZ"] not in (0, 1):
             raise FamilyError(f"tier 2: T2_CTAS >= 0, T2_GROUP >= 0, T2_EPI 0|1 ({t2})")
         t2_smem = smem_bytes(params["T2_BM"], params["T2_BN"], params["T2_ST"]) + \
             epi_smem(params["T2_BM"], t2["T2_EPI"])
@@ -352,9 +358,11 @@ class GemmWgmmaFamily(Family):
                   f" + {sel[3]} * (T1_SPLIT > 1) * T1_SPLIT)")
             ws_arg = "workspace"
         src = read_source("gemm_wgmma", "gemm_wgmma.cu")
+        args = [spec.info["a"], spec.info["b"], spec.info["c"], ws_arg, f"int32:{m}"]
+        if p.get("TMA", 0):  # the kernel's two extra __grid_constant__ CUtensorMap parameters
+            args += [f"tmap:{spec.info['a']}:64,64:sw128", f"tmap:{spec.info['b']}:64,64:sw128"]
         launch = Launch(kernel="gemm_wgmma_kernel", grid=[join(grid)], block=[join(block)],
-                        smem=join(smem), cluster=[join(cluster)],
-                        args=[spec.info["a"], spec.info["b"], spec.info["c"], ws_arg, f"int32:{m}"])
+                        smem=join(smem), cluster=[join(cluster)], args=args)
         return Candidate(problem=defn.name, language="cuda", sources={"gemm_wgmma.cu": src},
                          params={**spec.fixed, "TICKETS": tickets, **p}, launches=[launch],
                          workspace=ws, notes="family=gemm_wgmma")

@@ -296,3 +296,36 @@ def test_tall_tile_compiles_unserialized(sol_execbench_dir, tmp_path):
                           capture_output=True, text=True, env=env, check=True).stdout
     assert "HGMMA.64x128x16.F32" in text
     assert "LDL" not in text and "STL" not in text
+
+
+@pytest.mark.parametrize("over", [
+    {},                                                            # best/ as it is, TMA producer
+    {"T1_BM": 256, "T1_BN": 128, "T1_ST": gemm_wgmma.max_stages(256, 128), "T1_SPLIT": 2},   # tall, cluster split
+    {"T2_CTAS": 132, "T2_EPI": 1, "T2_ORDER": 1, "T2_BN": 256, "T2_ST": 4},   # persistent tier 2
+    {"T2_CTAS": 0, "T2_EPI": 1, "T2_GROUP": 8, "T2_SWZ": 1, "T2_BN": 256, "T2_ST": 4},  # serpentine raster
+])
+def test_tma_producer_compiles_and_passes_tensor_maps(sol_execbench_dir, tmp_path, over):
+    """TMA=1: the wgmma tiers load through cp.async.bulk.tensor (UTMALDG) from two __grid_constant__
+    tensor maps that follow the five plain args ("tmap:A:64,64:sw128", "tmap:B:64,64:sw128": the
+    compile-time arg check counts them as 128-byte parameters); no cp.async (LDGSTS) is left, 168
+    registers, no local memory, wgmma not serialized."""
+    problem = _problem(sol_execbench_dir, "007_gemm_n4096_k4096")
+    fam = get_family("gemm_wgmma")
+    p = {**fam.param_space(problem)[0], "TMA": 1, **over}
+    cand = fam.instantiate(problem, p)
+    args = cand.launches[0].args
+    assert args[-2:] == ["tmap:A:64,64:sw128", "tmap:B:64,64:sw128"] and args[4] == "int32:M"
+    cubin, log = compile_cuda_candidate(cand)   # runs the args-vs-cubin parameter check
+    assert "serialized" not in log, log
+    from solforge.compile.elf import kernel_params
+    kp, _ = kernel_params(cubin, "gemm_wgmma_kernel")
+    assert [x.size for x in kp] == [8, 8, 8, 8, 4, 128, 128]
+    ops = sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
+    assert {"HGMMA", "UTMALDG", "SYNCS"} <= ops and "LDGSTS" not in ops, sorted(ops)
+    res = subprocess.run([str(_wheel_bin("cuobjdump")), "-res-usage", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "REG:168" in res and "STACK:0" in res and "LOCAL:0" in res, res
+    with pytest.raises(FamilyError):
+        fam.instantiate(problem, {**p, "TMA": 2})
+    # TMA=0 keeps the plain five args
+    assert len(fam.instantiate(problem, {**p, "TMA": 0}).launches[0].args) == 5
