@@ -40,7 +40,7 @@ def matches(patterns: list[str], name: str) -> bool:
 
 
 class RefCaches:
-    def __init__(self, patterns: list[str], *, root: Optional[Path] = None, probe: int = 2,
+    def __init__(self, patterns: list[str], *, root: Optional[Path] = None, probe: int = 1,
                  max_ref_s: float = 120.0, budget_s: Optional[float] = None, keep: bool = False,
                  python: str = sys.executable):
         self.patterns = list(patterns)
