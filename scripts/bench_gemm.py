@@ -252,6 +252,97 @@ def variants_t3(name: str, n: int, k: int) -> list[tuple[str, dict]]:
     return out
 
 
+def variants_t4(name: str, n: int, k: int) -> list[tuple[str, dict]]:
+    """TMA producer (TMA=1: one thread issues 64 x 64 box loads from host-encoded tensor maps instead
+    of a 128-thread cp.async warpgroup; the t3 run suggested the cp.async producer bounds tiers 0/1:
+    tall 256-row tiles cost as much at M = 136 as at 256, zero-filled rows included), against the
+    measured best (best/<problem>.json):
+      base          best/ as it is (cp.async)
+      tma           best/ with TMA=1; every variant below is tma with one tier changed
+      tma.T0.<BM>x<BN>.s<S>  tier 0 (M 17..128) alternatives
+      tma.T1.<BM>x<BN>.s<S>  tier 1 (M 129..T1_MAXM) alternatives, tall 256-row tiles included
+      tma.T2.<name> tier 2 (large M): persistent / staged epilogue / raster alternatives
+    The run times a variant only on the workloads where its code path differs from one already
+    timed (run: same tier config = same kernel path; the row is copied, marked dup_of)."""
+    from solforge.kernels.gemm_wgmma import CUDA_DIR, max_stages, split_tile_fits
+    best = dict(json.loads((CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json").read_text())["params"])
+    tma = dict(best, TMA=1)
+    out = [("base", dict(best)), ("tma", tma)]
+
+    def tier_cfg(i, bm, bn, sp):
+        st = max_stages(bm, bn)
+        if n % bn or k % (64 * sp) or k // 64 // sp < 2 or bm % sp or sp > 8:
+            return None
+        if bm == 256 and bn > 128:
+            return None
+        if sp > 1 and not (best["CSPLIT"] and split_tile_fits(bm, bn, st)):
+            return None
+        c = {f"T{i}_BM": bm, f"T{i}_BN": bn, f"T{i}_ST": st, f"T{i}_SPLIT": sp}
+        return None if all(best[key] == v for key, v in c.items()) else c
+
+    def add(prefix, i, shapes, cap):
+        got = 0
+        for bm, bn, sp in shapes:
+            c = tier_cfg(i, bm, bn, sp)
+            lab = f"tma.{prefix}.{bm}x{bn}.s{sp}"
+            if c and got < cap and lab not in dict(out):
+                out.append((lab, dict(tma, **c)))
+                got += 1
+
+    ntile = lambda bn: n // bn
+
+    def around_wave(shapes, m_tiles_of):
+        """Per tile shape the smallest cluster split with >= 0.45 waves of CTAs, and the next one
+        while it stays within 1.1 waves (one wave of 1-CTA-per-SM blocks is the aim)."""
+        out_ = []
+        for bm, bn in shapes:
+            if n % bn:
+                continue
+            mt = m_tiles_of(bm)
+            for sp in (1, 2, 4, 8):
+                if ntile(bn) * mt * sp >= 0.45 * SMS or sp == 8:
+                    out_.append((bm, bn, sp))
+                    if ntile(bn) * mt * sp * 2 <= 1.1 * SMS and sp < 8:
+                        out_.append((bm, bn, sp * 2))
+                    break
+        return out_
+
+    # tier 0: M 17..128 as one 128-row M-tile (or 64-row tiles: two M-tiles above 64)
+    add("T0", 0, around_wave(((128, 128), (128, 64), (128, 256), (64, 128)), lambda bm: 128 // bm),
+        6 if n > 256 else 3)
+    # tier 1: M 129..T1_MAXM; tall tiles read each B tile once per split
+    add("T1", 1, around_wave(((256, 128), (128, 256), (128, 128), (256, 64), (128, 64)), lambda bm: 256 // bm), 8)
+    # tier 1 up to M = 1024 where best/ stops it at 256 (007/008/011 M = 972 ran tier 2)
+    if best["T1_MAXM"] < 1024:
+        for bm, bn, sp in around_wave(((256, 128), (128, 256), (128, 128)), lambda bm: 1024 // bm)[:4]:
+            c = tier_cfg(1, bm, bn, sp) or {}
+            lab = f"tma.T1x.{bm}x{bn}.s{sp}"
+            if tier_cfg(1, bm, bn, sp) is not None or (bm, bn, sp) == (best["T1_BM"], best["T1_BN"], best["T1_SPLIT"]):
+                out.append((lab, dict(tma, T1_MAXM=1024, **c)))
+    # tier 2 (M > T1_MAXM): only where it serves real work (every problem has M > 1024 workloads)
+    bn = 256 if n % 256 == 0 else 128
+    st = max_stages(128, bn, 1)
+    t2 = [("P", dict(T2_BM=128, T2_BN=bn, T2_ST=st, T2_CTAS=SMS, T2_EPI=1, T2_ORDER=0)),
+          ("PS", dict(T2_BM=128, T2_BN=bn, T2_ST=st, T2_CTAS=SMS, T2_EPI=1, T2_ORDER=1)),
+          ("E", dict(T2_BM=128, T2_BN=bn, T2_ST=st, T2_CTAS=0, T2_EPI=1, T2_GROUP=16)),
+          ("Esw8", dict(T2_BM=128, T2_BN=bn, T2_ST=st, T2_CTAS=0, T2_EPI=1, T2_GROUP=8, T2_SWZ=1)),
+          ("D", dict(T2_BM=128, T2_BN=bn, T2_ST=max_stages(128, bn), T2_CTAS=0, T2_EPI=0, T2_GROUP=16)),
+          ("P128", dict(T2_BM=128, T2_BN=128, T2_ST=max_stages(128, 128, 1), T2_CTAS=SMS, T2_EPI=1)),
+          ("PS128", dict(T2_BM=128, T2_BN=128, T2_ST=max_stages(128, 128, 1), T2_CTAS=SMS, T2_EPI=1, T2_ORDER=1))]
+    if n <= 256:  # 004/005: few N tiles; 128 x 128 and 64-row tiles for more CTAs
+        t2 = [("D128", dict(T2_BM=128, T2_BN=128, T2_ST=max_stages(128, 128), T2_CTAS=0, T2_EPI=0)),
+              ("E128", dict(T2_BM=128, T2_BN=128, T2_ST=max_stages(128, 128, 1), T2_CTAS=0, T2_EPI=1)),
+              ("P128", dict(T2_BM=128, T2_BN=128, T2_ST=max_stages(128, 128, 1), T2_CTAS=SMS, T2_EPI=1))]
+    for lab, c in t2:
+        v = dict(tma, **c)
+        for key, d in (("T2_CTAS", 0), ("T2_EPI", 0), ("T2_ORDER", 0), ("T2_GROUP", 16), ("T2_SWZ", 0)):
+            if v.get(key, d) == d:
+                v.pop(key, None)   # the kernel's default: leave it out as best/ does
+        if any(v.get(key) != tma.get(key) for key in set(v) | set(tma)):
+            out.append((f"tma.T2.{lab}", v))
+    return out
+
+
 # ──────────────────────────────────────────── prepare (CPU) ──────────────────────────────────────
 def _res_usage(cubin: Path) -> dict:
     from tests.unit.test_compile_arch import _wheel_bin  # the cuobjdump of the nvidia wheels
@@ -291,7 +382,8 @@ def cmd_prepare(args) -> None:
             shutil.copy(pdir / f, pd / f)
         entry = {"problem": name, "n": n, "k": k, "variants": []}
         vs = (variants_final(name, n, k) if args.final else variants_t2(name, n, k) if args.t2
-              else variants_t3(name, n, k) if args.t3 else variants_for(n, k))
+              else variants_t3(name, n, k) if args.t3 else variants_t4(name, n, k) if args.t4
+              else variants_for(n, k))
         for i, (label, params) in enumerate(vs):
             cand = fam.instantiate(problem, params)
             entry["variants"].append({"id": f"v{i}", "label": label, "params": params, "dir": f"{name}/v{i}"})
@@ -386,6 +478,36 @@ def cmd_add(args) -> None:
 
 
 # ──────────────────────────────────────────── run (GPU) ──────────────────────────────────────────
+OPTIONAL_DEFAULTS = {"T2_CTAS": 0, "T2_GROUP": 16, "T2_EPI": 0, "T2_ORDER": 0, "MSKIP": 0, "TMA": 0,
+                     "T2_SWZ": 0}   # the kernel's defaults of the optional params (gemm_wgmma.T2_OPTIONAL)
+
+
+def path_key(p: dict, m: int) -> tuple:
+    """What decides the code a candidate runs at this M: the tier the kernel picks (its order of
+    tests) and that tier's config, plus the switches that tier reads. Two variants with the same
+    key at M run the same kernel path there (only timing noise between them)."""
+    g = lambda key: p.get(key, OPTIONAL_DEFAULTS.get(key))
+    ts0 = g("TS0_MAXM") or 0
+    ts1 = g("TS1_MAXM") if g("TS1_MAXM") is not None else ts0
+    if m <= ts0 or m <= ts1:
+        rng = "S0" if m <= ts0 else "S1"
+        return (rng, tuple(g(key) for key in RANGE_KEYS[rng]), g("EVF"))
+    rng = "T0" if m <= p["T0_MAXM"] else "T1" if m <= p["T1_MAXM"] else "T2"
+    return (rng, tuple(g(key) for key in RANGE_KEYS[rng]), g("CSPLIT"), g("EVF"), g("MSKIP"), g("TMA"))
+
+
+def dup_map(variants: list[dict], m: int) -> dict:
+    """{variant id: id of an earlier variant with the same code path at this M}."""
+    seen, out = {}, {}
+    for v in variants:
+        key = path_key(v["params"], m)
+        if key in seen:
+            out[v["id"]] = seen[key]
+        else:
+            seen[key] = v["id"]
+    return out
+
+
 def cmd_run(args) -> None:
     import torch
 
@@ -404,6 +526,8 @@ def cmd_run(args) -> None:
     # a variant label that left a sticky error (a trap: the watchdog of a lost mbarrier phase) is
     # excluded from the problems after it too: the same code path, and each restart costs seconds
     label_of = {(e["problem"], v["id"]): v["label"] for e in plan["problems"] for v in e["variants"]}
+    # a sticky error in a TMA variant excludes every TMA variant after it ("TMA=1"): the same producer
+    tma_of = {(e["problem"], v["id"]): v["params"].get("TMA", 0) for e in plan["problems"] for v in e["variants"]}
     timer = Timer(method="cupti")
     env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "commit": plan["commit"],
            "reps": args.reps}
@@ -445,7 +569,9 @@ def cmd_run(args) -> None:
         argv = [sys.executable, str(Path(__file__).resolve()), "run", "--dir", str(base), "--out", str(outdir),
                 "--reps", str(args.reps), "--m-min", str(args.m_min), "--m-max", str(args.m_max), "--m-list", args.m_list, "--labels", args.labels, "--time-limit", str(max(args.time_limit - (time.time() - t_start), 5)),
                 "--problems", ",".join(left), "--append",
-                "--exclude", ",".join(excluded | {f"{name}/{vid}", f"*/{label_of[(name, vid)]}"})]
+                "--exclude", ",".join(excluded | {f"{name}/{vid}", f"*/{label_of[(name, vid)]}"}
+                                      | ({"TMA=1"} if tma_of[(name, vid)] else set()))] \
+            + (["--no-dedupe"] if args.no_dedupe else [])
         print(f"STICKY CUDA ERROR in {name} {vid}: restarting without it", flush=True)
         os.execv(sys.executable, argv)
 
@@ -465,7 +591,8 @@ def cmd_run(args) -> None:
         # them stay the last ones in rows.jsonl)
         wanted = [v for v in entry["variants"] if not args.labels or v["label"] in args.labels.split(",")]
         for v in wanted:
-            if f"{name}/{v['id']}" in excluded or f"*/{v['label']}" in excluded:
+            if f"{name}/{v['id']}" in excluded or f"*/{v['label']}" in excluded \
+                    or ("TMA=1" in excluded and v["params"].get("TMA", 0)):
                 print(f"{name} {v['id']} {v['label']}: excluded (a sticky error earlier)", flush=True)
                 continue
             try:
@@ -481,7 +608,12 @@ def cmd_run(args) -> None:
             refs = [ref(**x) for x in sets]
             cs = [torch.empty_like(r) for r in refs]
             plans, status = {}, {}
+            # a variant whose code path at this M is one already in the list is not run: its row
+            # copies that variant's (dup_of); --no-dedupe runs everything
+            dups = {} if args.no_dedupe else {d: r for d, r in dup_map(wanted, m).items() if r in rts}
             for vid, rt in rts.items():
+                if vid in dups:
+                    continue
                 try:
                     plans[vid] = [rt.prepare({"A": x["A"], "B": x["B"], "C": c}, dict(rw.axes), {})
                                   for x, c in zip(sets, cs)]
@@ -502,7 +634,7 @@ def cmd_run(args) -> None:
                     status[vid] = (False, f"{type(ex).__name__}: {ex}"[:300], None)
             fns = [("torch", lambda i: ref(**sets[i % 2]))]
             fns += [(vid, (lambda p: (lambda i: p[i % 2].run()))(plans[vid])) for vid in rts
-                    if status[vid][0]]
+                    if vid in status and status[vid][0]]
             reps = args.reps
             samples = {f: [] for f, _ in fns}
             kpc = {f: 0.0 for f, _ in fns}
@@ -543,17 +675,21 @@ def cmd_run(args) -> None:
             rows_f.write(json.dumps(row_t) + "\n")
             for v in wanted:
                 vid = v["id"]
-                ok, why, err = status.get(vid, (False, "not loaded", None))
-                rows_f.write(json.dumps({"problem": name, "M": m, "uuid": rw.uuid, "variant": vid,
-                                         "label": v["label"], "ok": ok, "reason": why, "max_abs_err": err,
-                                         "t_ms": med(samples.get(vid, [])), "samples": samples.get(vid, []),
-                                         "method": method}) + "\n")
+                src = dups.get(vid, vid)
+                ok, why, err = status.get(src, (False, "not loaded", None))
+                row = {"problem": name, "M": m, "uuid": rw.uuid, "variant": vid,
+                       "label": v["label"], "ok": ok, "reason": why, "max_abs_err": err,
+                       "t_ms": med(samples.get(src, [])), "samples": samples.get(src, []),
+                       "method": method}
+                if src != vid:
+                    row["dup_of"] = src
+                rows_f.write(json.dumps(row) + "\n")
             rows_f.flush()
             best = min((med(samples[f]), f) for f, _ in fns[1:]) if len(fns) > 1 else (None, "-")
-            bad = [v["label"] for v in wanted if not status.get(v["id"], (False,))[0]]
+            bad = [v["label"] for v in wanted if not status.get(dups.get(v["id"], v["id"]), (False,))[0]]
             print(f"{name[:20]} M={m:6d} torch {row_t['t_ms'] * 1e3:8.1f} us  best {best[1]} "
                   f"{(best[0] or 0) * 1e3:8.1f} us  x{(row_t['t_ms'] / best[0]) if best[0] else 0:5.2f}"
-                  f"{'  FAIL ' + ','.join(bad[:6]) + ' ' + str(status[next(v['id'] for v in entry['variants'] if v['label'] == bad[0])][1])[:120] if bad else ''}",
+                  f"{'  FAIL ' + ','.join(bad[:6]) + ' ' + str(status.get(next(dups.get(v['id'], v['id']) for v in entry['variants'] if v['label'] == bad[0]), (0, 'not loaded'))[1])[:120] if bad else ''}",
                   flush=True)
             del sets, refs, cs, plans
         for rt in rts.values():
@@ -576,7 +712,7 @@ RANGE_KEYS = {"S0": [f"TS0_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
               "S1": [f"TS1_{k}" for k in ("MT", "RT", "WR", "WK", "KJ", "CL")],
               "T0": [f"T0_{k}" for k in ("BM", "BN", "ST", "SPLIT")],
               "T1": [f"T1_{k}" for k in ("BM", "BN", "ST", "SPLIT")],
-              "T2": [f"T2_{k}" for k in ("BM", "BN", "ST", "SPLIT", "CTAS", "GROUP", "EPI", "ORDER")]}
+              "T2": [f"T2_{k}" for k in ("BM", "BN", "ST", "SPLIT", "CTAS", "GROUP", "EPI", "ORDER", "SWZ")]}
 
 
 def base_ranges(base: dict) -> list[tuple[str, int, int]]:
@@ -714,6 +850,54 @@ def analyse(rows: list[dict], plan: dict) -> dict:
     return out
 
 
+def analyse_grouped(rows: list[dict], plan: dict) -> dict:
+    """analyse() per producer when the plan has a "tma" variant (variants_t4): TMA is a switch of
+    every wgmma tier, so the cp.async variants (base) and the TMA ones (tma as their base) are two
+    realizable families; per problem the one with the higher geomean over all M wins."""
+    if not any(v["label"] == "tma" for e in plan["problems"] for v in e["variants"]):
+        return analyse(rows, plan)
+    groups = []
+    for flag in (0, 1):
+        probs = []
+        for e in plan["problems"]:
+            vs = []
+            for v in e["variants"]:
+                if v["params"].get("TMA", 0) != flag:
+                    continue
+                lab = "base" if v["label"] == ("tma" if flag else "base") else v["label"]
+                vs.append(dict(v, label=lab))
+            if any(v["label"] == "base" for v in vs):
+                probs.append(dict(e, variants=vs))
+        ids = {(e["problem"], v["id"]) for e in probs for v in e["variants"]}
+        groups.append(analyse([r for r in rows if r["variant"] == "torch" or (r["problem"], r["variant"]) in ids],
+                              dict(plan, problems=probs)))
+    out = {}
+    for e in plan["problems"]:
+        name = e["problem"]
+        cands = [g.get(name) for g in groups if g.get(name)]
+        if not cands:
+            if any(name in g for g in groups):  # rows, but no realizable candidate
+                out[name] = None
+            continue
+        out[name] = max(cands, key=lambda r: (len(r["speedup"]), _gm(list(r["speedup"].values()))))
+    return out
+
+
+def oracle(rows: list[dict]) -> dict:
+    """{problem: {M: best x over every correct variant}}: the best variant per workload (an upper
+    bound, not one candidate)."""
+    torch_t = {(r["problem"], r["M"]): r["t_ms"] for r in rows if r["variant"] == "torch"}
+    out: dict = {}
+    for r in rows:
+        if r["variant"] == "torch" or not r.get("ok") or not r.get("t_ms"):
+            continue
+        t = torch_t.get((r["problem"], r["M"]))
+        if t:
+            d = out.setdefault(r["problem"], {})
+            d[r["M"]] = max(d.get(r["M"], 0.0), t / r["t_ms"])
+    return out
+
+
 def load_rows(rows_path: Path) -> list[dict]:
     """Rows, the last one per (problem, M, variant) (a restarted problem writes its rows again)."""
     rows = {}
@@ -768,7 +952,7 @@ def report_text(rows_path: Path, plan_path: Path) -> str:
     plan = json.loads(plan_path.read_text())
     side = variant_table(rows)
     try:
-        res = analyse(rows, plan)
+        res = analyse_grouped(rows, plan)
     except Exception as ex:  # noqa: BLE001  (a partial run: the side-by-side table still helps)
         return side + f"\n(per-range analysis failed: {type(ex).__name__}: {ex})\n"
     lines = [f"{'problem':24s} {'n':>3s} {'all_M':>6s} {'M<=64':>6s} {'best1':>6s}  per-range winner (geomean x)"]
@@ -787,6 +971,16 @@ def report_text(rows_path: Path, plan_path: Path) -> str:
                      + (f"  EVF0/base time {r['evf0_over_base_time']:.3f}" if r["evf0_over_base_time"] else "")
                      + (f"  FAILS {r['fails']}" if r["fails"] else ""))
     lines.append(f"{'geomean over problems':24s} {'':3s} {_gm(alls):6.3f} {_gm(smalls):6.3f}")
+    orc = oracle(rows)
+    if orc:
+        lines.append("best variant per workload (an upper bound: not one candidate):")
+        oa, osm = [], []
+        for name, d in orc.items():
+            ga, gs = _gm(list(d.values())), _gm([x for m, x in d.items() if m <= SMALL_M])
+            oa.append(ga)
+            osm.append(gs)
+            lines.append(f"{name[:24]:24s} {len(d):3d} {ga:6.3f} {gs:6.3f}")
+        lines.append(f"{'geomean over problems':24s} {'':3s} {_gm(oa):6.3f} {_gm(osm):6.3f}")
     lines.append("")
     lines.append(f"{'problem':24s} {'M':>6s} {'torch_us':>9s} {'ours_us':>9s} {'x':>6s}")
     for name, r in res.items():
@@ -818,7 +1012,7 @@ def write_combined(rows: list[dict], plan: dict, path: Path) -> None:
     (MSKIP=0) against base (MSKIP=1), both timed on every workload: the geomean over all M decides
     (t2 run: MSKIP=1 halved tier 0's MMA at M <= 64 on 128-row tiles, 007/011, but cost 2-5% on
     004/005/006). variants_t3 starts from these params."""
-    res = analyse(rows, plan)
+    res = analyse_grouped(rows, plan)
     out = {}
     for entry in plan["problems"]:
         name = entry["problem"]
@@ -859,7 +1053,7 @@ def cmd_report(args) -> None:
         fam = get_family("gemm_wgmma")
         bdir = fam.family_dir / "best"
         bdir.mkdir(parents=True, exist_ok=True)
-        for name, r in analyse(rows, plan).items():
+        for name, r in analyse_grouped(rows, plan).items():
             if r is None:
                 continue
             problem = load_problem_dir(Path(args.shared) / "sol_execbench" / "FlashInfer-Bench" / name)
@@ -893,6 +1087,8 @@ def main() -> None:
     p.add_argument("--t2", action="store_true", help="the large-M tier reworked (variants_t2)")
     p.add_argument("--t3", action="store_true", help="tier 1 on tall 256-row tiles, tier 1 up to M = 1024 "
                    "(variants_t3)")
+    p.add_argument("--t4", action="store_true", help="the TMA producer and per-tier alternatives on it "
+                   "(variants_t4)")
     p.add_argument("--final", action="store_true", help="the measured best per problem (best/) and "
                    "split-K up to M = 1024 for N <= 256, instead of the sweep")
     a = sub.add_parser("add")
@@ -913,6 +1109,8 @@ def main() -> None:
     r.add_argument("--time-limit", type=float, default=300.0)
     r.add_argument("--exclude", default="", help="problem/vid,... not run (set by a restart)")
     r.add_argument("--append", action="store_true")
+    r.add_argument("--no-dedupe", action="store_true", help="time every variant on every workload, also "
+                   "where its code path is the same as an earlier variant's")
     s = sub.add_parser("report")
     s.add_argument("--rows", required=True)
     s.add_argument("--plan", required=True)

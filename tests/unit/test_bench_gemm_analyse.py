@@ -68,3 +68,48 @@ def test_tier0_scored_where_it_runs_with_s1_off(bench):
     r = _run(bench, {"base": base, "T0v": {40: 0.5, 100: 1.1}})
     assert r["params"]["T0_SPLIT"] == 2 and r["win"]["T0"][0] == "T0v"
     assert r["speedup"][40] == pytest.approx(2.0) and r["speedup"][100] == pytest.approx(1 / 1.1)
+
+
+def test_path_key_dedupes_only_same_code_path(bench):
+    """run skips a variant where its code path equals an earlier one's (the row is copied): a tier-0
+    variant differs only at M in tier 0's range; TMA changes the wgmma tiers, not the skinny one."""
+    tma = dict(BASE, TMA=1)
+    vs = [{"id": "v0", "params": BASE}, {"id": "v1", "params": tma},
+          {"id": "v2", "params": dict(tma, T0_BN=128, T0_ST=7, T0_SPLIT=2)},
+          {"id": "v3", "params": dict(tma, T2_CTAS=132, T2_EPI=1)},
+          {"id": "v4", "params": dict(tma, T2_SWZ=1)}]
+    assert bench.dup_map(vs, 8) == {"v1": "v0", "v2": "v0", "v3": "v0", "v4": "v0"}   # skinny S0
+    assert bench.dup_map(vs, 40) == {"v3": "v1", "v4": "v1"}                            # tier 0
+    assert bench.dup_map(vs, 200) == {"v2": "v1", "v3": "v1", "v4": "v1"}               # tier 1
+    assert bench.dup_map(vs, 2000) == {"v2": "v1"}                                      # tier 2
+    # an optional key at its default is the same path as the key left out
+    assert bench.dup_map([{"id": "a", "params": BASE}, {"id": "b", "params": dict(BASE, T2_GROUP=16, TMA=0)}],
+                         2000) == {"b": "a"}
+
+
+def test_analyse_grouped_picks_the_tma_family_per_problem(bench):
+    """TMA is a switch of every wgmma tier: the cp.async variants (base) and the TMA ones (tma as
+    their base) are analysed apart; the realizable combination of the better family wins and its
+    params carry TMA=1 with the tma family's tier winners."""
+    tma = dict(BASE, TMA=1)
+    variants = {"base": BASE, "tma": tma, "tma.T1": dict(tma, T1_BM=256, T1_BN=128, T1_ST=4, T1_SPLIT=2),
+                "tma.T2.P": dict(tma, T2_CTAS=132, T2_EPI=1)}
+    plan = {"problems": [{"problem": "X", "variants": [
+        {"id": f"v{i}", "label": lab, "params": p} for i, (lab, p) in enumerate(variants.items())]}]}
+    times = {"base": {8: 1.0, 40: 1.0, 100: 1.0, 200: 1.2, 500: 1.0, 2000: 1.1},
+             "tma": {8: 1.0, 40: 0.9, 100: 0.9, 200: 1.1, 500: 0.95, 2000: 1.0},
+             "tma.T1": {200: 0.8}, "tma.T2.P": {500: 0.9, 2000: 0.95}}
+    rows = [{"problem": "X", "M": m, "variant": "torch", "t_ms": 1.0, "ok": True} for m in MS]
+    for i, lab in enumerate(variants):
+        for m in MS:
+            t = times[lab].get(m, times["tma"][m] if lab.startswith("tma") else times["base"][m])
+            rows.append({"problem": "X", "M": m, "variant": f"v{i}", "label": lab, "ok": True, "t_ms": t})
+    r = bench.analyse_grouped(rows, plan)["X"]
+    assert r["params"]["TMA"] == 1 and r["params"]["T1_BM"] == 256 and r["params"]["T2_CTAS"] == 132
+    assert r["speedup"][200] == pytest.approx(1 / 0.8) and r["speedup"][2000] == pytest.approx(1 / 0.95)
+    # the cp.async family wins when TMA is slower everywhere
+    slow = [dict(x, t_ms=x["t_ms"] * 2) if x["variant"] in ("v1", "v2", "v3") else x for x in rows]
+    r2 = bench.analyse_grouped(slow, plan)["X"]
+    assert r2["params"].get("TMA", 0) == 0 and r2["speedup"][40] == pytest.approx(1.0)
+    orc = bench.oracle(rows)["X"]
+    assert orc[200] == pytest.approx(1 / 0.8) and orc[8] == pytest.approx(1.0)
