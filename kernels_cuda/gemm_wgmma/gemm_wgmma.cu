@@ -375,21 +375,25 @@ __device__ __forceinline__ void producer_tile(const half_t* __restrict__ A, cons
     const int m0 = tc.m_tile * BM, n0 = tc.n_tile * BN;
     const int kbeg = tc.split * (KK / SPLIT);
 #if TMA
-    // one thread: per stage expect the full (BM + BN) x 128 bytes, then BM/64 + BN/64 box loads;
-    // the full barriers count 1 arrival (this expect_tx) plus the transaction bytes
+    // one thread: per stage expect the bytes of its box loads, then the A boxes (up to BM/64) and
+    // BN/64 B boxes; the full barriers count 1 arrival (this expect_tx) plus the transaction bytes
     if (threadIdx.x != 0) return;
+    // A boxes wholly past M are not loaded (nor expected): their rows keep stale shared memory, which
+    // only reaches accumulator rows >= M, never stored (each C row depends on its own A row only).
+    // A box partly past M is zero-filled past M and counts its full 8 KB.
+    const int a_boxes = min(BM / 64, (M - m0 + 63) / 64);
 #pragma unroll 1
     for (int kt = 0; kt < KT; ++kt) {
         const int s = ring.s;
         mbar_wait(empty0 + 8 * s, ring.ph ^ 1u);
         const unsigned bar = full0 + 8 * s;
-        mbar_expect_tx(bar, STAGE_BYTES);
+        mbar_expect_tx(bar, (a_boxes * 64 + BN) * ROW_BYTES);
         const unsigned sa = base + s * STAGE_BYTES;
         const unsigned sb = sa + BM * ROW_BYTES;
         const int k = kbeg + kt * BK;
 #pragma unroll
-        for (int j = 0; j < BM / 64; ++j)  // a box wholly past M reads no global memory, but its bytes
-            tma_load_2d(sa + j * 64 * ROW_BYTES, tmA, k, m0 + 64 * j, bar);  // must arrive: load it
+        for (int j = 0; j < BM / 64; ++j)
+            if (j < a_boxes) tma_load_2d(sa + j * 64 * ROW_BYTES, tmA, k, m0 + 64 * j, bar);
 #pragma unroll
         for (int j = 0; j < BN / 64; ++j) tma_load_2d(sb + j * 64 * ROW_BYTES, tmB, k, n0 + 64 * j, bar);
         ring_next<ST>(ring);
