@@ -4,6 +4,7 @@
 #   then two lanes side by side:
 #   GPU 0: GEMM t4 (TMA producer tiers vs cuBLAS; kernels_cuda/gemm_wgmma/NOTES.md "t4"), the adversarial suite
 #   GPU 1: RMSNorm k8 (persistent ring, cache-policy variants, copy probe; kernels_cuda/rmsnorm/checks)
+# With one GPU (nvidia-h200) the lanes run one after the other.
 # carry: .whl .carry/baselines .carry/gemm_t4.tgz .carry/k8 .carry/adv_cubins
 # Each part is packed into $OUT/<part>.tgz (the box returns at most 8 files).
 set -u
@@ -26,15 +27,15 @@ lane0() {
   echo "lane0 done ${SECONDS}s"
 }
 lane1() {
-  export CUDA_VISIBLE_DEVICES=1
+  export CUDA_VISIBLE_DEVICES=${LANE1_GPU:-1}
   timeout -k 5 60 python3 scripts/bench_kernels.py run --dir .carry/k8 --out $OUT/k8 --time-limit 45 --cupti > $OUT/k8/log.txt 2>&1
   timeout -k 3 20 python3 scripts/k8_probe.py --plan-dir .carry/k8 --out $OUT/k8/probe.json >> $OUT/k8/log.txt 2>&1
   timeout -k 3 12 python3 scripts/k8_report.py $OUT/k8 --plan-dir .carry/k8 --out $OUT/k8/report.txt --tables 021,022,023 >> $OUT/k8/log.txt 2>&1
   echo "lane1 done ${SECONDS}s"
 }
-lane0 > $OUT/lane0.txt 2>&1 &
-lane1 > $OUT/lane1.txt 2>&1 &
-wait
+NG=$(nvidia-smi -L | wc -l)
+if [ "$NG" -ge 2 ]; then lane0 > $OUT/lane0.txt 2>&1 & lane1 > $OUT/lane1.txt 2>&1 & wait
+else LANE1_GPU=0; lane0 > $OUT/lane0.txt 2>&1; lane1 > $OUT/lane1.txt 2>&1; fi  # one GPU: one lane after the other
 cd $OUT; cat lane0.txt lane1.txt
 grep -E "FAIL|STICKY|done|limit|Error" gemm_t4/log.txt | head -20; grep -A30 "per-range winner" gemm_t4/table.txt
 tail -5 adv/log.txt; grep -E "MET|missed" k8/report.txt | head -20
