@@ -168,7 +168,9 @@ class GemmWgmmaFamily(Family):
         (kernels_cuda/gemm_wgmma/best/<problem>.json, scripts/bench_gemm.py) when there is one,
         then one tier varied at a time around it. What the H200 sweep taught the default: the
         skinny tier wins for M <= 16; for M = 17..64 wgmma with cluster split-K beats the skinny
-        MT=8 tier (S1 off: TS1_MAXM = TS0_MAXM, T0 serves 17..128)."""
+        MT=8 tier (S1 off: TS1_MAXM = TS0_MAXM, T0 serves 17..128). After the measured best: the
+        other producer (TMA flipped; the t4 run: TMA won on 004/006/011, cp.async on the others) and
+        tier 2's switches; the one-tier variations keep the measured best's switches (T2_OPTIONAL)."""
         n, k = spec.info["n"], spec.info["k"]
         t0, t1, t2 = self._tier_options(n, k)
         s0 = skinny_options(n, k, 2)
@@ -207,11 +209,42 @@ class GemmWgmmaFamily(Family):
                 st = max_stages(bm, bn)
                 if n % bn == 0 and split_tile_fits(bm, bn, st) and k % (BK * 8) == 0:
                     out.append(dict(measured, T1_MAXM=1024, T1_BM=bm, T1_BN=bn, T1_ST=st, T1_SPLIT=8))
-        po = lambda *tiers: self._params_of(*tiers, t1_max=(measured or {}).get("T1_MAXM", t1_max))
+        # the measured best's switches (TMA producer, MSKIP, tier-2 persistent/epilogue/raster
+        # options: T2_OPTIONAL) stay on around it, so a varied tier is timed with the same producer
+        opts = {key: measured[key] for key in T2_OPTIONAL if key in measured} if measured else {}
+        if measured is not None:
+            # the other producer (t4 H200 run: TMA won on 004/006/011, cp.async on 005/007/008/010)
+            # and tier 2's options, one change each, right after the measured best
+            flips = [{"TMA": 1 - measured.get("TMA", 0)},
+                     {"T2_CTAS": SMS, "T2_EPI": 1, "T2_ORDER": 1}, {"T2_EPI": 1 - measured.get("T2_EPI", 0)},
+                     {"T2_SWZ": 1 - measured.get("T2_SWZ", 0)}]
+            for f in flips:
+                p = self._fit_epi(dict(measured, **f))
+                if p not in out and self._valid(defn, spec, p):
+                    out.append(p)
+        po = lambda *tiers: self._fit_epi({**self._params_of(*tiers, t1_max=(measured or {}).get(
+            "T1_MAXM", t1_max)), **opts})
         for p in vary_one_tier(base, ((4, t2), (0, s0), (1, s1), (2, t0), (3, t1)), po):
-            if p not in out:
+            if p not in out and self._valid(defn, spec, p):
                 out.append(p)
         return out
+
+    @staticmethod
+    def _fit_epi(p: dict) -> dict:
+        """Tier 2's staged epilogue (T2_EPI=1) takes shared memory from its stages: at most the
+        stages that still fit beside it."""
+        if p.get("T2_EPI", 0):
+            st = max_stages(p["T2_BM"], p["T2_BN"], 1)
+            if p["T2_ST"] > st:
+                p = dict(p, T2_ST=st)
+        return p
+
+    def _valid(self, defn: Definition, spec: Spec, p: dict) -> bool:
+        try:
+            self._check_params(defn, spec, p)
+            return True
+        except FamilyError:
+            return False
 
     def _measured(self, defn: Definition, spec: Spec) -> Optional[dict]:
         path = CUDA_DIR / "gemm_wgmma" / "best" / f"{defn.name}.json"

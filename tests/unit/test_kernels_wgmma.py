@@ -329,3 +329,49 @@ def test_tma_producer_compiles_and_passes_tensor_maps(sol_execbench_dir, tmp_pat
         fam.instantiate(problem, {**p, "TMA": 2})
     # TMA=0 keeps the plain five args
     assert len(fam.instantiate(problem, {**p, "TMA": 0}).launches[0].args) == 5
+
+
+@pytest.mark.parametrize("name", GEMMS)
+def test_best_candidate_compiles_for_sm90a(sol_execbench_dir, tmp_path, name):
+    """best/<problem>.json's stored candidate (the H200-measured per-range combination, e.g. the t4
+    run's TMA producer on 004/006/011) is what the family builds from its params (so `solforge
+    optimize` reproduces it from param_space()[0]) and compiles for sm_90a: wgmma not serialized,
+    168 registers, no stack/local; TMA=1 loads with UTMALDG and no cp.async."""
+    path = gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json"
+    if not path.exists():
+        pytest.skip("no H200 measurement for this problem")
+    best = json.loads(path.read_text())
+    problem = _problem(sol_execbench_dir, name)
+    fam = get_family("gemm_wgmma")
+    stored = Candidate.model_validate(best["candidate"])
+    assert fam.instantiate(problem, best["params"]).model_dump() == stored.model_dump()
+    cubin, log = compile_cuda_candidate(stored)   # also checks the launch args against the cubin
+    assert cubin[:4] == b"\x7fELF"
+    assert "serialized" not in log, log
+    ops = sass_opcodes(cubin, tmp_path)  # skips when the cuobjdump/nvdisasm wheels are missing
+    assert "HGMMA" in ops, sorted(ops)
+    if best["params"].get("TMA", 0):
+        assert "UTMALDG" in ops and "LDGSTS" not in ops, sorted(ops)
+    else:
+        assert "LDGSTS" in ops, sorted(ops)
+    res = subprocess.run([str(_wheel_bin("cuobjdump")), "-res-usage", str(tmp_path / "k.cubin")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "REG:168" in res and "STACK:0" in res and "LOCAL:0" in res, res
+
+
+@pytest.mark.parametrize("name", GEMMS)
+def test_space_keeps_the_measured_producer(sol_execbench_dir, name):
+    """After best/'s params: the other producer (TMA flipped), then variations that keep best/'s
+    switches (TMA, MSKIP, tier-2 options), every entry valid."""
+    path = gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json"
+    if not path.exists():
+        pytest.skip("no H200 measurement for this problem")
+    best = json.loads(path.read_text())["params"]
+    problem = _problem(sol_execbench_dir, name)
+    fam = get_family("gemm_wgmma")
+    space = fam.param_space(problem)
+    assert space[1] == {**best, "TMA": 1 - best.get("TMA", 0)}
+    tma = best.get("TMA", 0)
+    assert sum(p.get("TMA", 0) == tma for p in space) >= len(space) - 1
+    for p in space:
+        fam.instantiate(problem, p)   # every entry passes the family's checks
