@@ -11,6 +11,7 @@ problem in kernels_cuda/<family>/best/<problem>.json.
 
 from __future__ import annotations
 
+from .attention_decode import AttentionDecodeFamily
 from .attention_prefill import AttentionPrefillFamily
 from .base import Family, FamilyError, Spec, definition_of
 from .cute_rmsnorm import CuteRMSNormFamily
@@ -29,7 +30,7 @@ from .softmax_backward import SoftmaxBackwardFamily
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
                           RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
-                          Nvfp4MoeFamily()]
+                          Nvfp4MoeFamily(), AttentionDecodeFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
