@@ -45,6 +45,12 @@
 #define ZFUSE 0
 #endif
 #define ZTOK 64                         // tokens per zero CTA (ZFUSE); solforge/kernels/attention_prefill.py
+// RAGGED=1 (solforge/kernels/attention_ragged.py, FlashInfer-Bench 016/017): k/v are [total_kv, H_kv, D]
+// with request b's kv in rows [kv_indptr[b], kv_indptr[b+1]); kv_indices is not read (the family
+// passes kv_indptr in its place). RAGGED=0 compiles to the same cubin as before the macro.
+#ifndef RAGGED
+#define RAGGED 0
+#endif
 
 static_assert(HEAD_DIM == 128, "the swizzle and fragment loops assume head_dim 128");
 static_assert(BLOCK_M % 16 == 0 && BLOCK_M % GROUP == 0, "BLOCK_M: 16 rows per warp, whole tokens");
@@ -200,8 +206,8 @@ gqa_paged_prefill_causal(const __nv_bfloat16* __restrict__ q, const __nv_bfloat1
             int r = i / CHUNKS, c = i % CHUNKS;
             int n = blk * BLOCK_N + r;
             bool ok = n < kv_end;
-            long long page = ok ? (long long)kv_indices[kv_start + n] : 0;
-            long long off = (page * NUM_KV_HEADS + kvh) * HEAD_DIM + c * 8;  // page_size 1
+            long long page = ok ? (RAGGED ? (long long)(kv_start + n) : (long long)kv_indices[kv_start + n]) : 0;
+            long long off = (page * NUM_KV_HEADS + kvh) * HEAD_DIM + c * 8;  // page_size 1 (RAGGED: row)
             cp_async16(smem_u32(dk + swz(r, c)), k_cache + off, ok);
             cp_async16(smem_u32(dv + swz(r, c)), v_cache + off, ok);
         }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .attention_decode import AttentionDecodeFamily
 from .attention_prefill import AttentionPrefillFamily
+from .attention_ragged import AttentionRaggedFamily
 from .base import Family, FamilyError, Spec, definition_of
 from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
@@ -30,7 +31,8 @@ from .softmax_backward import SoftmaxBackwardFamily
 FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), CuteRMSNormFamily(),
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
                           RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
-                          Nvfp4MoeFamily(), AttentionDecodeFamily()]
+                          Nvfp4MoeFamily(), AttentionDecodeFamily(),
+                          AttentionRaggedFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
