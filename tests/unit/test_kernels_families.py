@@ -97,7 +97,8 @@ def test_rmsnorm_weight_preload_is_a_tunable(sol_execbench_dir):
     big = load_problem_dir(sol_execbench_dir / "L1/069_rms_norm")          # hidden 8192 bf16
     small = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench/021_rmsnorm_h128")
     assert fam.param_space(big)[0]["WPRE"] == 0 and fam.param_space(small)[0]["WPRE"] == 1
-    assert {p["WPRE"] for p in fam.param_space(big)} == {0, 1, 2}  # 2: per call (one wave: preload)
+    # 2: per call (one wave: preload); PERSIST=1 points (rmsnorm_persist) have no WPRE
+    assert {p["WPRE"] for p in fam.param_space(big) if not p.get("PERSIST")} == {0, 1, 2}
     base = {k: v for k, v in fam.param_space(big)[0].items() if k != "WPRE"}
     cubins = {w: compile_cuda_candidate(fam.instantiate(big, {**base, "WPRE": w}))[0] for w in (0, 1, 2)}
     assert len(set(cubins.values())) == 3
@@ -201,5 +202,65 @@ def test_rmsnorm_persist_params_checked(sol_execbench_dir):
         fam.instantiate(p022, {**base, "SPOL": 4})
     with pytest.raises(FamilyError):   # two norms (Q, K) in one launch: not in rmsnorm_persist
         fam.instantiate(qk, {"VEC": 4, "TPR": 32, "ROWS": 8, "PERSIST": 1})
-    # the search space does not offer the new knobs yet (k8 GPU check first)
-    assert all(not ({"PERSIST", "LPOL", "SPOL"} & set(p)) for p in fam.param_space(p022))
+    with pytest.raises(FamilyError, match=r"unknown params \['NSM'\]"):  # derived by _build
+        fam.instantiate(p022, {**base, "PERSIST": 1, "NSM": 132})
+
+
+def test_rmsnorm_space_starts_from_measured_best_and_offers_k8_knobs(sol_execbench_dir, tmp_path, monkeypatch):
+    """The offline search starts from best/<problem>.json's params (k8 folded in: PERSIST=1 won 025/026),
+    then the k8 knobs one at a time around it; without a best/ file, around the heuristic's guess.
+    Every point instantiates; the qk problem (two norms in one launch) gets no PERSIST."""
+    import json
+
+    from solforge.kernels import rmsnorm as rms
+    fam = get_family("rmsnorm")
+    fb = sol_execbench_dir / "FlashInfer-Bench"
+    p025 = load_problem_dir(fb / "025_rmsnorm_h4096")
+    best025 = json.loads((rms.CUDA_DIR / "rmsnorm" / "best" / "025_rmsnorm_h4096.json").read_text())["params"]
+    space = fam.param_space(p025)
+    assert space[0] == best025 and best025.get("PERSIST") == 1
+    near = space[1:16]
+    assert {**best025, "LPOL": 3} in near and {**best025, "SPOL": 3} in near
+    assert {"VEC": 8, "TPR": 256, "ROWS": 1, "WPRE": 1} in near       # the other kernel, same shape
+    assert {**best025, "BPS": 2} in near
+    assert {**best025, "PF": 2} not in space     # its ring spills in 64 registers (_persist_fits)
+    keys = [json.dumps(p, sort_keys=True) for p in space]
+    assert len(keys) == len(set(keys))
+    for p in space[:12] + space[-4:]:
+        fam.instantiate(p025, p)
+    # no best/ file: the heuristic's first guess, then its k8 neighbours; PERSIST for its first shapes
+    monkeypatch.setattr(rms, "CUDA_DIR", tmp_path)
+    space = fam.param_space(p025)
+    guess = space[0]
+    assert "PERSIST" not in guess and {**guess, "SPOL": 1} in space[1:10]
+    assert any(p.get("PERSIST") and p["PF"] == 1 for p in space[1:10])
+    assert sum(bool(p.get("PERSIST")) for p in space) >= 4
+    qk = load_problem_dir(sol_execbench_dir / "L1/038_flux_multi_head_rmsnorm_qk")
+    qspace = fam.param_space(qk)
+    assert qspace and not any(p.get("PERSIST") for p in qspace)
+    assert any(p.get("LPOL") for p in qspace)
+
+
+RMS_PROBLEMS = ["FlashInfer-Bench/001_fused_add_rmsnorm_h2048", "FlashInfer-Bench/003_fused_add_rmsnorm_h7168",
+                "FlashInfer-Bench/021_rmsnorm_h128", "FlashInfer-Bench/022_rmsnorm_h512",
+                "FlashInfer-Bench/023_rmsnorm_h1536", "FlashInfer-Bench/025_rmsnorm_h4096",
+                "FlashInfer-Bench/026_rmsnorm_h7168", "L1/033_post_norm_residual", "L1/069_rms_norm"]
+
+
+def test_rmsnorm_offered_persist_points_do_not_spill(sol_execbench_dir):
+    """Every PERSIST=1 point the search space offers on the RMSNorm problems keeps its register ring
+    without stack under __launch_bounds__(threads, BPS) (the k8 winners of 025/026 among them)."""
+    fam = get_family("rmsnorm")
+    seen = 0
+    for rel in RMS_PROBLEMS:
+        problem = load_problem_dir(sol_execbench_dir / rel)
+        for p in fam.param_space(problem):
+            if not p.get("PERSIST"):
+                continue
+            cubin, _ = compile_cuda_candidate(fam.instantiate(problem, p))
+            use = _resource_usage(cubin)
+            if not use:
+                pytest.skip("no cuobjdump")
+            assert use.get("STACK", 0) == 0 and use.get("LOCAL", 0) == 0, (rel, p, use)
+            seen += 1
+    assert seen >= 20
