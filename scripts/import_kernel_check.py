@@ -12,6 +12,10 @@ what the rows prove correct.
   014 AND 015, the rows are appended to data/results/attention_prefill_h200_rows.jsonl; the points
   to move from UNCHECKED into `_space` (solforge/kernels/attention_prefill.py, a code edit) are
   printed, fastest first.
+--attn-new DIR (attention_decode on 012/013, attention_ragged on 016/017: the families' first GPU
+  check, staged as .carry/attn_new): per problem, when every variant measured (>= 2) is correct on
+  every workload, the rows go to data/results/<family>_h200_<NNN>_{rows.jsonl,env.json}, the problem
+  into the family's family.json `offered_problems` and `"offered"` becomes true.
 Nothing is filed for a problem with a missing or wrong workload; the reason is printed. Then
 regenerate the results_h200.md files (their first lines hold the command).
 """
@@ -112,16 +116,60 @@ def import_attention(d: Path, dry: bool) -> None:
         shutil.copy(d / "env.json", RESULTS / "attention_prefill_h200_check2_env.json")
 
 
+NEW_ATTN = ("attention_decode", "attention_ragged")
+
+
+def import_attn_new(d: Path, dry: bool) -> None:
+    rows = [r for r in _rows(d) if r.get("family") in NEW_ATTN]
+    for fam in NEW_ATTN:
+        fam_rows = [r for r in rows if r["family"] == fam]
+        if not fam_rows:
+            continue
+        fam_json = REPO / "kernels_cuda" / fam / "family.json"
+        data = json.loads(fam_json.read_text())
+        for name in sorted({r["problem"] for r in fam_rows}):
+            why = evidence(fam_rows, _problem(name))
+            if why:
+                print(f"{fam} {name}: NOT filed: {why}")
+                continue
+            num = name.split("_", 1)[0]
+            speed: dict = {}
+            for r in fam_rows:
+                if r["problem"] == name:
+                    speed.setdefault(_key(r), []).append(math.log(max(r["t_kernel_ms"], 1e-9)))
+            print(f"{fam} {name}: every variant correct on every workload -> {fam}_h200_{num}_*, "
+                  f"listed in offered_problems, offered true")
+            for k in sorted(speed, key=lambda k: sum(speed[k]) / len(speed[k])):
+                print(f"  geomean {math.exp(sum(speed[k]) / len(speed[k])) * 1e3:8.2f} us  {k}")
+            if dry:
+                continue
+            (RESULTS / f"{fam}_h200_{num}_rows.jsonl").write_text(
+                "".join(json.dumps(r) + "\n" for r in fam_rows if r["problem"] == name))
+            shutil.copy(d / "env.json", RESULTS / f"{fam}_h200_{num}_env.json")
+            listed = data.setdefault("offered_problems", [])
+            if name not in listed:
+                listed.append(name)
+            data["offered"] = True
+            data["offered_why"] = ("H200 check: every variant correct on every workload of the problems in "
+                                   f"offered_problems (data/results/{fam}_h200_<NNN>_rows.jsonl)")
+        if not dry:
+            fam_json.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nvfp4", type=Path, help="bench out dir with rows.jsonl + env.json (nvfp4_moe)")
     ap.add_argument("--attn", type=Path, help="bench out dir with rows.jsonl + env.json (attention_prefill)")
+    ap.add_argument("--attn-new", type=Path,
+                    help="bench out dir with rows.jsonl + env.json (attention_decode / attention_ragged)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args()
     if a.nvfp4:
         import_nvfp4(a.nvfp4, a.dry_run)
     if a.attn:
         import_attention(a.attn, a.dry_run)
+    if a.attn_new:
+        import_attn_new(a.attn_new, a.dry_run)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from typing import Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
-from .gate import family_offered
+from .base import definition_of
+from .gate import family_offered, family_offered_for
 
 _INPUTS = ("q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "sm_scale")
 _OUTPUTS = ("output", "lse")
@@ -57,6 +58,11 @@ class AttentionDecodeFamily(Family):
     @property
     def offered(self) -> bool:
         return family_offered(self.source_dir)
+
+    def offered_for(self, problem) -> bool:
+        # problem by problem: family.json "offered" and the problem in "offered_problems" (filed by
+        # scripts/import_kernel_check.py --attn-new when every variant was correct on every workload)
+        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != set(_OUTPUTS):

@@ -22,7 +22,8 @@ from ..candidate import Candidate
 from ..problem.definition import Definition
 from .attention_prefill import AttentionPrefillFamily
 from .base import FamilyError, Spec, const_value, reference_code, shape_dims
-from .gate import family_offered
+from .base import definition_of
+from .gate import family_offered, family_offered_for
 
 _INPUTS = ("q", "k", "v", "qo_indptr", "kv_indptr", "sm_scale")
 _OUTPUTS = ("output", "lse")
@@ -48,6 +49,11 @@ class AttentionRaggedFamily(AttentionPrefillFamily):
     @property
     def offered(self) -> bool:
         return family_offered(self.source_dir)
+
+    def offered_for(self, problem) -> bool:
+        # problem by problem: family.json "offered" and the problem in "offered_problems" (filed by
+        # scripts/import_kernel_check.py --attn-new when every variant was correct on every workload)
+        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != set(_OUTPUTS):
