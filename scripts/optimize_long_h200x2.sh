@@ -11,6 +11,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 LITELLM_LOCAL_MODEL_COST_MAP
 export SOLFORGE_CUTE_PREBUILT=$PWD/.carry/scaling/cute_prebuilt
 [ -n "${SOLFORGE_COMMIT:-}" ] || { SOLFORGE_COMMIT=$(python3 -c "import json; print(json.load(open('.carry/scaling/manifest.json'))['commit'])" 2>/dev/null) && export SOLFORGE_COMMIT_SOURCE="prepare_scaling_run manifest"; }
 export SOLFORGE_COMMIT
+GPUS=${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)}  # every GPU of the box (one or two)
 S=.carry/scaling; P=/tmp/problems; T=${T:-400}; EXCLUDE=${EXCLUDE-}
 # 014/015 (Python-loop references, 8 ms to 23 s a call): reference outputs cached once per run by a
 # trusted process (solforge/evaluate/refcache.py), a longer per-evaluation limit for them, and a
@@ -25,9 +26,11 @@ for d in $S/problems/*/*/; do
   if [ -n "${ONLY:-}" ]; then skip=1; for x in $ONLY; do case $n in *$x*) skip=0;; esac; done; fi
   [ $skip = 1 ] || { mkdir -p $P/$(basename $(dirname $d)) && cp -r $d $P/$(basename $(dirname $d))/; }
 done
-cp $S/seed.duckdb $OUT/opt_long.duckdb
+# SEED: another seed DB, e.g. scripts/prepare_cumulative_seed.py's (an earlier run's attempts + today's baselines)
+SEED=${SEED:-$S/seed.duckdb}
+case $SEED in *.gz) gunzip -c $SEED > $OUT/opt_long.duckdb;; *) cp $SEED $OUT/opt_long.duckdb;; esac
 SOLFORGE_CACHE_DIR=/tmp/sfcache timeout -k 5 $((T + 90)) python3 -m solforge.cli --json optimize \
-  --problems $P --with-family --language both --gpus 0,1 --db $OUT/opt_long.duckdb --attempts-per-round 2 \
+  --problems $P --with-family --language both --gpus $GPUS --db $OUT/opt_long.duckdb --attempts-per-round 2 \
   --runs-per-round 6 --wall-seconds $T --reps 20 --correctness-rounds 2 --timing-budget-s 1 \
   --baseline-reps 10 --eval-timeout-s 60 $RC_ARGS ${OPT_EXTRA:-} > $OUT/opt_long.json 2> $OUT/opt_long.log
 echo "optimize rc=$? after ${SECONDS}s" >> $OUT/opt_long.log
