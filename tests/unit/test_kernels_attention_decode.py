@@ -357,3 +357,70 @@ def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, m
     monkeypatch.setattr(gate, "CUDA_DIR", repo / "kernels_cuda")
     fam = get_family("attention_decode")
     assert fam in families_for(problems[CLAIMED[0]]) and fam not in families_for(problems[CLAIMED[1]])
+
+
+def test_warp_fragments_on_a_column_slice():
+    """Lane-level ldmatrix/mma emulation (the prefill test's helpers) with the decode kernel's
+    addresses: every warp reads the same 16-row Q tile and its own WN columns of the K/V step at
+    bk/bv = tile + warp * WN * HEAD_DIM; S and O come out as Q K_w^T and bf16(S) V_w, bank-conflict free."""
+    from tests.unit.test_kernels_attention_prefill import D, _frags_to_matrix, _ldsm_x4, _mma, _swz, _to_smem
+
+    block_n, nwarps = 64, 2
+    wn = block_n // nwarps
+    g = torch.Generator().manual_seed(5)
+    Q = _bf16(torch.randn(16, D, generator=g))
+    Q[8:] = 0.0                                        # GROUP 8: padding rows are zero-filled
+    K, V = (_bf16(torch.randn(block_n, D, generator=g)) for _ in range(2))
+    sQ, sK, sV = _to_smem(Q), _to_smem(K), _to_smem(V)
+    lanes = range(32)
+    qf = [_ldsm_x4(sQ, [_swz((l & 7) + ((l >> 3) & 1) * 8, kk * 2 + (l >> 4)) for l in lanes])
+          for kk in range(D // 16)]
+    for warp in range(nwarps):
+        base = warp * wn * D
+        s = [[[0.0] * 4 for _ in range(wn // 8)] for _ in lanes]
+        for kk in range(D // 16):
+            for n in range(wn // 16):
+                b = _ldsm_x4(sK, [base + _swz(n * 16 + (l & 7) + (l >> 4) * 8, kk * 2 + ((l >> 3) & 1))
+                                  for l in lanes])
+                for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
+                    acc = [s[t][2 * n + pair] for t in lanes]
+                    _mma(acc, [qf[kk][t] for t in lanes], [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
+                    for t in lanes:
+                        s[t][2 * n + pair] = acc[t]
+        S = _frags_to_matrix(s, wn)
+        Kw, Vw = K[warp * wn:(warp + 1) * wn], V[warp * wn:(warp + 1) * wn]
+        assert torch.allclose(S, Q @ Kw.T, atol=1e-3, rtol=1e-4)
+        p = [[[_bf16(torch.tensor(float(x))) for x in f] for f in s[t]] for t in lanes]
+        o = [[[0.0] * 4 for _ in range(D // 8)] for _ in lanes]
+        for kk in range(wn // 16):
+            pa = [[(p[t][2 * kk][0], p[t][2 * kk][1]), (p[t][2 * kk][2], p[t][2 * kk][3]),
+                   (p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]), (p[t][2 * kk + 1][2], p[t][2 * kk + 1][3])]
+                  for t in lanes]
+            for d in range(D // 16):
+                b = _ldsm_x4(sV, [base + _swz(kk * 16 + (l & 7) + ((l >> 3) & 1) * 8, d * 2 + (l >> 4))
+                                  for l in lanes], trans=True)
+                for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
+                    acc = [o[t][2 * d + pair] for t in lanes]
+                    _mma(acc, pa, [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
+                    for t in lanes:
+                        o[t][2 * d + pair] = acc[t]
+        O = _frags_to_matrix(o, D)
+        assert torch.allclose(O, _bf16(S) @ Vw, atol=1e-2, rtol=1e-3)
+
+
+def test_fragment_check_uses_the_decode_kernels_formulas():
+    src = CU.read_text()
+    for expr in ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
+                 "int r = (lane & 7) + ((lane >> 3) & 1) * 8;",
+                 "ldsm_x4(smem_u32(sQ + swz(r, kk * 2 + (lane >> 4)))",
+                 "const __nv_bfloat16* bk = sK + slot * BLOCK_N * HEAD_DIM + warp * WN * HEAD_DIM;",
+                 "const __nv_bfloat16* bv = sV + slot * BLOCK_N * HEAD_DIM + warp * WN * HEAD_DIM;",
+                 "int r = n * 16 + (lane & 7) + (lane >> 4) * 8;",
+                 "ldsm_x4(smem_u32(bk + swz(r, kk * 2 + ((lane >> 3) & 1)))",
+                 "int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
+                 "ldsm_x4_t(smem_u32(bv + swz(r, d * 2 + (lane >> 4)))",
+                 "pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);",
+                 "pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);",
+                 "const int col0 = blk * BLOCK_N + warp * WN;",
+                 "int c = col0 + n * 8 + (lane & 3) * 2;"):
+        assert expr in src, expr
