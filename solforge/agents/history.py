@@ -13,14 +13,16 @@ _LIFECYCLE = {"compiled": "compiled", "evaluated": "incorrect", "failed": "runti
               "queued": "pending", "interrupted": "runtime_error"}
 
 
-def histories(store, problems: Sequence[str]) -> dict[str, list[AttemptSummary]]:
-    """Every finished attempt of these problems (all runs), oldest first, with the LLM cost of each."""
+def histories(store, problems: Sequence[str], run_id: Optional[str] = None
+              ) -> dict[str, list[AttemptSummary]]:
+    """Every finished attempt of these problems (all runs), oldest first, with the LLM cost of each;
+    with run_id, attempts of other runs are marked this_run=False (the planner's streaks stop there)."""
     out: dict[str, list[AttemptSummary]] = {p: [] for p in problems}
     if not problems:
         return out
     marks = ",".join("?" * len(problems))
     rows = store.query(
-        f"SELECT a.problem, a.agent, a.language, a.status, a.outcome, a.sol_score, a.gpu_seconds, "
+        f"SELECT a.problem, a.run_id, a.agent, a.language, a.status, a.outcome, a.sol_score, a.gpu_seconds, "
         f"coalesce(c.dollars, 0) AS dollars FROM attempts a LEFT JOIN ("
         f"  SELECT attempt_id, sum(cost_usd) AS dollars FROM llm_calls GROUP BY attempt_id) c "
         f"ON c.attempt_id = a.id WHERE a.problem IN ({marks}) AND a.status <> 'queued' "
@@ -29,7 +31,8 @@ def histories(store, problems: Sequence[str]) -> dict[str, list[AttemptSummary]]
         status = r["outcome"] or _LIFECYCLE.get(r["status"], r["status"])
         out[r["problem"]].append(AttemptSummary(
             worker=r["agent"] or "", language=r["language"] or "cuda", status=status,
-            sol_score=r["sol_score"], gpu_seconds=r["gpu_seconds"] or 0.0, dollars=r["dollars"]))
+            sol_score=r["sol_score"], gpu_seconds=r["gpu_seconds"] or 0.0, dollars=r["dollars"],
+            this_run=run_id is None or r["run_id"] == run_id))
     return out
 
 

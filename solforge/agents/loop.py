@@ -285,7 +285,7 @@ class OptimizeLoop:
 
     # ---- what the planner and workers see --------------------------------------------------------
     def _states(self) -> list[ProblemState]:
-        hist = history.histories(self.store, list(self.problems))
+        hist = history.histories(self.store, list(self.problems), run_id=self.run_id)
         states = []
         offline = self.workers.get("offline")
         for name, p in self.problems.items():

@@ -51,6 +51,8 @@ class AttemptSummary:
     sol_score: Optional[float] = None  # mean over workloads; None when not timed
     gpu_seconds: float = 0.0
     dollars: float = 0.0
+    this_run: bool = True  # False: an earlier run's attempt in the same database
+
 
 
 @dataclass
@@ -148,6 +150,10 @@ def attempts_since_improvement(attempts: Sequence[AttemptSummary], cfg: PlannerC
     gains = improvements(attempts, cfg.min_gain)
     n = 0
     for a, g in zip(reversed(attempts), reversed(gains)):
+        # Counted within this run only: a new run (new family space, new code, new baselines) gets a
+        # fresh look at a problem an earlier run gave up on; gains still count against every run's best.
+        if not a.this_run:
+            break
         if worker is not None and a.worker != worker:
             continue
         if g > 0:
@@ -159,6 +165,8 @@ def attempts_since_improvement(attempts: Sequence[AttemptSummary], cfg: PlannerC
 def failure_streak(attempts: Sequence[AttemptSummary], worker: str, language: str) -> int:
     n = 0
     for a in reversed([a for a in attempts if a.worker == worker and a.language == language]):
+        if not a.this_run:
+            break  # as above: an earlier run's failures do not bar this run
         if a.status in FAILURE_STATUSES:
             n += 1
         else:

@@ -249,13 +249,16 @@ def _composition(total: int, parts: int, g: torch.Generator, min_each: int = 0,
     sizes = [s + a for s, a in zip(sizes, add)]
     rest = total - sum(sizes)
     order = torch.randperm(parts, generator=g).tolist()
-    i = 0
+    # One unit at a time, round robin in a random order, to parts with room under their cap; caps are
+    # broken only when a whole pass finds no room anywhere (sum(caps) < total). An escape counted in
+    # iterations broke tight caps (total_q == total_kv on 016/017 made q_len > kv_len: NaN references).
     while rest > 0:
-        j = order[i % parts]
-        if caps is None or sizes[j] < caps[j] or i >= 2 * parts * (rest + 1):
+        room = [j for j in order if caps is None or sizes[j] < caps[j]] or order
+        for j in room:
+            if rest == 0:
+                break
             sizes[j] += 1
             rest -= 1
-        i += 1
     return sizes
 
 

@@ -80,6 +80,20 @@ def test_stuck_problem_gets_nothing():
     assert ds[-1].action is Action.STOP  # nothing else to do
 
 
+def test_an_earlier_runs_stall_does_not_bar_a_new_run():
+    from dataclasses import replace
+
+    earlier = [replace(a, this_run=False) for a in [ok(0.5)] + [ok(0.5)] * 12]
+    fresh = [ProblemState("p", earlier, has_offline_family=True)]
+    ds = plan_round(fresh, Budget(), Spent(), PlannerConfig(stuck_after=8))
+    assert ds[0].action is Action.RUN  # a new run (new family space, new code) looks again
+    stalled = [ProblemState("p", earlier + [ok(0.5)] * 8, has_offline_family=True)]
+    ds = plan_round(stalled, Budget(), Spent(), PlannerConfig(stuck_after=8))
+    assert ds[0].action is Action.SKIP and ds[0].reason.startswith("stuck")  # 8 of its own: stuck
+    # and the earlier best still sets the bar: repeating it is no gain
+    assert attempts_since_improvement(earlier + [ok(0.5)] * 3, PlannerConfig()) == 3
+
+
 def test_stalled_offline_search_hands_over_to_the_llm():
     hist = [ok(0.5)] + [ok(0.5)] * 4
     st = ProblemState("p", hist, has_offline_family=True)

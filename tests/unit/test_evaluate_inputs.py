@@ -72,6 +72,37 @@ def test_reference_runs_on_synthesized_inputs(sol_execbench_dir):
     assert all(torch.isfinite(t.float()).all() for t in out.values())
 
 
+@pytest.mark.parametrize("name", ["016_gqa_ragged_prefill_causal_h32_kv4_d128",
+                                  "017_gqa_ragged_prefill_causal_h32_kv8_d128",
+                                  "015_gqa_paged_prefill_causal_h32_kv8_d128_ps1"])
+def test_causal_prefill_queries_never_outnumber_keys(sol_execbench_dir, name):
+    """total_q == total_kv leaves no slack: every sequence must get q_len == kv_len. An escape counted
+    in iterations once broke those caps (016 1f97930e, 017 2068cdff: rows with no visible key, NaN
+    in the reference, every candidate 'incorrect' on the H200)."""
+    p = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / name)
+    kv_key = "kv_indptr"
+    for rw in p.workloads:
+        kv_total = rw.axes.get("total_kv", rw.axes.get("num_kv_indices"))
+        if rw.axes["total_q"] > kv_total:
+            continue  # the axes themselves leave queries without keys (015 fc772d69: 34 queries, 1 key)
+        f = I.InputFactory(rw, "cpu")
+        for rnd in (0, 1, 100):
+            x = f.make(rnd, only={"qo_indptr", kv_key})
+            q_len, kv_len = x["qo_indptr"].diff(), x[kv_key].diff()
+            assert bool((q_len <= kv_len).all()), (rw.uuid, rnd, q_len.tolist(), kv_len.tolist())
+
+
+def test_composition_respects_tight_caps():
+    g = torch.Generator().manual_seed(0)
+    for parts, total in [(3, 81), (4, 172), (40, 4000), (1, 7)]:
+        kv = I._composition(total, parts, g, min_each=1)
+        q = I._composition(total, parts, g, min_each=1, caps=kv)
+        assert q == kv and sum(q) == total
+    # caps that cannot hold: still a composition of the total
+    q = I._composition(10, 3, g, min_each=1, caps=[1, 1, 1])
+    assert sum(q) == 10 and min(q) >= 1
+
+
 def test_rounds_are_fresh_and_reproducible(sol_execbench_dir):
     p = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench/021_rmsnorm_h128")
     rw = p.workloads[0]
