@@ -67,7 +67,13 @@ def static_check(problem, cand: Candidate) -> Optional[str]:
                 if int(smem) > MAX_SMEM or int(smem) < 0:
                     return f"launches[{i}].smem = {smem} bytes is outside 0..{MAX_SMEM}"
                 for a in launch.args:
-                    if ":" in a:
+                    if a.startswith("tmap:"):  # tmap:TENSOR:BOX_ROWS,BOX_COLS:SWIZZLE (box sizes are expressions)
+                        parts = a.split(":")
+                        if len(parts) != 4 or len(parts[2].split(",")) != 2:
+                            raise ValueError(f"launches[{i}]: {a!r} is not tmap:TENSOR:ROWS,COLS:SWIZZLE")
+                        for e in parts[2].split(","):
+                            eval_expr(e, env)
+                    elif ":" in a:
                         eval_expr(a.split(":", 1)[1], env)
         except (ValueError, ArithmeticError, KeyError, TypeError) as e:
             return f"launch expression fails on workload {w.uuid[:8]} {w.axes}: {e}"

@@ -1,7 +1,10 @@
 """The content cache: an identical candidate is never compiled or evaluated twice for the same thing.
 
-Key: the candidate's source_hash (sources + params + launches), the problem (its workload set) and
-where the answer was produced: the GPU identity (model + driver) for timings, the arch for compiles.
+Key: the candidate's source_hash (sources + params + launches), the problem (its workload set),
+where the answer was produced: the GPU identity (model + driver) for timings, the arch for compiles,
+and what produced it: the evaluator version (a hash of the code that validates, generates inputs,
+launches, checks and times), so a fixed input generator or launcher never answers with a stale
+verdict (016/017 once stayed "incorrect" from NaN references the generator had made).
 The store is the ground truth: a finished attempt with that key answers for the new one, and no new
 attempt row is written. Deterministic failures (invalid, compile errors, wrong answers) are answers
 too: asking again gives the same failure.
@@ -9,22 +12,43 @@ too: asking again gives the same failure.
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
+from pathlib import Path
 from typing import Optional
 
 from ..agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
 
 _EVAL_FINAL = ("ok", "incorrect", "runtime_error", "timeout")
+_PKG = Path(__file__).resolve().parent.parent
+# the code an evaluation's answer depends on (besides the candidate, the problem and the GPU)
+_EVALUATOR_CODE = ("evaluate/*.py", "compile/*.py", "agents/lab.py", "problem/*.py", "candidate.py",
+                   "roofline/*.py")
+
+
+@lru_cache(maxsize=1)
+def evaluator_version() -> str:
+    """sha256 (16 hex) of the evaluator's source files, in a stable order."""
+    h = hashlib.sha256()
+    for pattern in _EVALUATOR_CODE:
+        for f in sorted(_PKG.glob(pattern)):
+            h.update(f.relative_to(_PKG).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
 _COMPILE_FINAL = ("invalid", "compile_error")
 
 
 def lookup(store, problem, source_hash: str, *, gpu_identity: str, arch: str,
-           has_gpu: bool) -> Optional[tuple[str, Outcome]]:
-    """(attempt id, its Outcome) of a finished attempt that answers for this candidate, or None."""
+           has_gpu: bool, evaluator: Optional[str] = None) -> Optional[tuple[str, Outcome]]:
+    """(attempt id, its Outcome) of a finished attempt that answers for this candidate, or None.
+    With `evaluator` (evaluator_version()), only answers of runs made by that evaluator count."""
     if not source_hash:
         return None
     base = ("SELECT a.id, a.outcome, a.status, a.error FROM attempts a JOIN runs r ON r.id = a.run_id "
             "WHERE a.problem = ? AND a.source_hash = ? ")
     args = [problem.name, source_hash]
+    if evaluator is not None:
+        base += "AND json_extract_string(r.config, '$.evaluator_version') = ? "
+        args.append(evaluator)
     # compile-time answers hold for any GPU of the same arch
     row = store.query_one(base + "AND json_extract_string(r.config, '$.arch') = ? "
                           "AND a.status = 'failed' AND a.outcome IN (?, ?) ORDER BY a.created_at LIMIT 1",

@@ -206,7 +206,7 @@ class OrchestratedLoop(OptimizeLoop):
 
     def _config_json(self) -> dict:
         return {**super()._config_json(), "resume_key": self.key, "gpu_identity": self.gpu_identity,
-                "gpus": list(self.pool.gpus)}
+                "gpus": list(self.pool.gpus), "evaluator_version": cache.evaluator_version()}
 
     # ---- concurrency ---------------------------------------------------------------------------
     def _parallel(self, calls: list[Callable]) -> list:
@@ -313,7 +313,8 @@ class OrchestratedLoop(OptimizeLoop):
                       call_ids: Sequence[str] = ()) -> tuple[str, Outcome]:
         st, s = self.stages, self.store
         hit = cache.lookup(s, problem, cand.source_hash(), gpu_identity=self.gpu_identity,
-                           arch=self.lab.arch, has_gpu=self.lab.has_gpu) if self.use_cache else None
+                           arch=self.lab.arch, has_gpu=self.lab.has_gpu,
+                           evaluator=cache.evaluator_version()) if self.use_cache else None
         if hit is not None:
             aid, out = hit
             with self._lock:

@@ -129,6 +129,13 @@ def test_identical_candidate_is_answered_by_the_store_and_a_rerun_resumes(tmp_pa
     loop3.run()
     assert loop3.key != loop.key and loop3.resume_state.prior_runs == []
     assert store.scalar("SELECT count(*) FROM attempts") == len(rows)
+    # answers made by another evaluator (changed input generator, launcher, checks) do not count
+    from solforge.orchestrate import cache
+
+    problem = loop.problems["069_rms_norm"]
+    kw = dict(gpu_identity=loop.gpu_identity, arch=loop.lab.arch, has_gpu=False)
+    assert cache.lookup(store, problem, cand.source_hash(), evaluator=cache.evaluator_version(), **kw)
+    assert cache.lookup(store, problem, cand.source_hash(), evaluator="0" * 16, **kw) is None
 
 
 def test_leaderboard_picks_each_problems_best_attempt(tmp_path):

@@ -345,6 +345,11 @@ def test_best_candidate_compiles_for_sm90a(sol_execbench_dir, tmp_path, name):
     fam = get_family("gemm_wgmma")
     stored = Candidate.model_validate(best["candidate"])
     assert fam.instantiate(problem, best["params"]).model_dump() == stored.model_dump()
+    # the pipeline's static check (every workload's launch expressions, tmap boxes included) passes:
+    # the session-5 run once refused every TMA candidate here ("cannot parse 'A:64,64:sw128'")
+    from solforge.agents.lab import static_check
+
+    assert static_check(problem, stored) is None
     cubin, log = compile_cuda_candidate(stored)   # also checks the launch args against the cubin
     assert cubin[:4] == b"\x7fELF"
     assert "serialized" not in log, log
