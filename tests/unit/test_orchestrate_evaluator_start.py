@@ -26,7 +26,8 @@ def _params(tmp_path, gpus):
                           budget_attempts=2)
 
 
-def test_build_starts_the_fork_server_and_the_run_waits_for_it(tmp_path, monkeypatch, fresh_zygotes):
+def test_build_starts_the_fork_server_and_the_run_waits_for_it(tmp_path, monkeypatch, fresh_zygotes,
+        sol_execbench_dir):  # the run reads L1/069 from the shared tree
     from solforge.orchestrate.loop import _prestart
     from solforge.orchestrate.setup import build
 
@@ -45,7 +46,8 @@ def test_build_starts_the_fork_server_and_the_run_waits_for_it(tmp_path, monkeyp
     assert list(runner._ZYGOTES.values()) == [z]  # the same server, not a second one
 
 
-def test_no_fork_server_without_a_gpu_or_when_spawning(tmp_path, monkeypatch, fresh_zygotes):
+def test_no_fork_server_without_a_gpu_or_when_spawning(tmp_path, monkeypatch, fresh_zygotes,
+        sol_execbench_dir):  # the run reads L1/069 from the shared tree
     from solforge.orchestrate.loop import _prestart
     from solforge.orchestrate.setup import build
 
