@@ -15,17 +15,16 @@ step), NWARPS (warps splitting each step's columns), STAGES (cp.async ring depth
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
-from .base import definition_of
-from .gate import family_offered, family_offered_for
+from .attention_common import match_gqa
+from .base import Family, FamilyError, Spec, read_source, shape_dims
+from .gate import OfferedByProblem
 
-_INPUTS = ("q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "sm_scale")
-_OUTPUTS = ("output", "lse")
+_QKV = ("q", "k_cache", "v_cache")
+_INDICES = ("kv_indptr", "kv_indices")
 # the reference's defining lines: base-2 lse, GQA head map, page gather, plain (uncausal) softmax
 _REF_PATTERNS = (
     r"token_indices\s*=\s*kv_indices\[\s*page_start\s*:\s*page_end\s*\]",
@@ -47,54 +46,23 @@ SMEM_EXPR = ("16 * HEAD_DIM * 2 + max(2 * STAGES * BLOCK_N * HEAD_DIM * 2, "
              "NWARPS * (NUM_QO_HEADS // NUM_KV_HEADS) * HEAD_DIM * 4)")
 
 
-class AttentionDecodeFamily(Family):
+class AttentionDecodeFamily(OfferedByProblem, Family):
     name = "attention_decode"
     description = ("paged (page size 1) GQA decode attention, split-KV: a CTA per (kv chunk, kv head) "
                    "with the GROUP q heads as mma.sync rows, cp.async gathered K/V ring, online "
                    "softmax base 2, per-chunk (O, lse) merged by a second kernel")
     ops = ("gqa_paged_decode",)
-    source_dir = "attention_decode"
-
-    @property
-    def offered(self) -> bool:
-        return family_offered(self.source_dir)
-
-    def offered_for(self, problem) -> bool:
-        # problem by problem: family.json "offered" and the problem in "offered_problems" (filed by
-        # scripts/import_kernel_check.py --attn-new when every variant was correct on every workload)
-        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)
+    source_dir = "attention_decode"   # gated problem by problem (OfferedByProblem): import_kernel_check.py --attn-new
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != set(_OUTPUTS):
-            return None
-        code = reference_code(defn)
-        if not all(re.search(p, code) for p in _REF_PATTERNS):
-            return None
-        if not defn.inputs["sm_scale"].is_scalar:
-            return None
-        for n in ("q", "k_cache", "v_cache"):
-            if defn.inputs[n].dtype != "bfloat16":
-                return None
-        if defn.outputs["output"].dtype != "bfloat16" or defn.outputs["lse"].dtype != "float32":
-            return None
-        for n in ("kv_indptr", "kv_indices"):
-            if defn.inputs[n].dtype != "int32":
-                return None
-        qs, ks, vs = (shape_dims(defn, n) for n in ("q", "k_cache", "v_cache"))
-        os_, ls = shape_dims(defn, "output"), shape_dims(defn, "lse")
-        if len(qs) != 3 or len(ks) != 4 or ks != vs or os_ != qs or ls != qs[:2]:
-            return None
-        h_qo, d = const_value(defn, qs[1]), const_value(defn, qs[2])
-        page, h_kv, dk = (const_value(defn, x) for x in ks[1:])
-        if None in (h_qo, d, page, h_kv, dk) or page != 1 or d != 128 or dk != d:
-            return None
-        if h_kv <= 0 or h_qo % h_kv or h_qo // h_kv > 16:
+        m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=4)
+        if m is None or m.h_qo // m.h_kv > 16:
             return None
         ip, ix = shape_dims(defn, "kv_indptr"), shape_dims(defn, "kv_indices")
         if len(ip) != 1 or len(ix) != 1:
             return None
-        return Spec(fixed={"NUM_QO_HEADS": h_qo, "NUM_KV_HEADS": h_kv, "HEAD_DIM": d},
-                    info={"batch": str(qs[0]), "len_indptr": str(ip[0]), "num_kv_indices": str(ix[0])})
+        return Spec(fixed={"NUM_QO_HEADS": m.h_qo, "NUM_KV_HEADS": m.h_kv, "HEAD_DIM": m.head_dim},
+                    info={"batch": str(m.q[0]), "len_indptr": str(ip[0]), "num_kv_indices": str(ix[0])})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # not GPU-checked yet (family.json "offered": false): the first guess first

@@ -15,16 +15,16 @@ found on the device from the indptrs without a workspace (see the .cu header), g
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
+from .attention_common import match_gqa
+from .base import Family, FamilyError, Spec, read_source, shape_dims
 from .gate import family_offered
 
-_INPUTS = ("q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "sm_scale")
-_OUTPUTS = ("output", "lse")
+_QKV = ("q", "k_cache", "v_cache")
+_INDICES = ("qo_indptr", "kv_indptr", "kv_indices")
 # the reference's defining lines: end-aligned causal limit, base-2 lse, GQA head map, page gather
 _REF_PATTERNS = (
     r"delta\s*=\s*num_kv_tokens\s*-\s*num_q_tokens",
@@ -60,35 +60,11 @@ class AttentionPrefillFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != set(_OUTPUTS):
+        m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=4)
+        if m is None or shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
             return None
-        code = reference_code(defn)
-        if not all(re.search(p, code) for p in _REF_PATTERNS):
-            return None
-        if not defn.inputs["sm_scale"].is_scalar:
-            return None
-        for n in ("q", "k_cache", "v_cache", "output"):
-            if defn.inputs.get(n, defn.outputs.get(n)).dtype != "bfloat16":
-                return None
-        if defn.outputs["lse"].dtype != "float32":
-            return None
-        for n in ("qo_indptr", "kv_indptr", "kv_indices"):
-            if defn.inputs[n].dtype != "int32":
-                return None
-        qs, ks, vs = (shape_dims(defn, n) for n in ("q", "k_cache", "v_cache"))
-        os_, ls = shape_dims(defn, "output"), shape_dims(defn, "lse")
-        if len(qs) != 3 or len(ks) != 4 or ks != vs or os_ != qs or ls != qs[:2]:
-            return None
-        h_qo, d = const_value(defn, qs[1]), const_value(defn, qs[2])
-        page, h_kv, dk = (const_value(defn, x) for x in ks[1:])
-        if None in (h_qo, d, page, h_kv, dk) or page != 1 or d != 128 or dk != d:
-            return None
-        if h_kv <= 0 or h_qo % h_kv:
-            return None
-        if shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
-            return None
-        return Spec(fixed={"NUM_QO_HEADS": h_qo, "NUM_KV_HEADS": h_kv, "HEAD_DIM": d},
-                    info={"total_q": str(qs[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
+        return Spec(fixed={"NUM_QO_HEADS": m.h_qo, "NUM_KV_HEADS": m.h_kv, "HEAD_DIM": m.head_dim},
+                    info={"total_q": str(m.q[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
                           "num_kv_indices": str(shape_dims(defn, "kv_indices")[0])})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:

@@ -15,18 +15,17 @@ both). The evaluator's synthesized indptrs keep q_len <= kv_len (solforge/evalua
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate
 from ..problem.definition import Definition
+from .attention_common import match_gqa
 from .attention_prefill import AttentionPrefillFamily
-from .base import FamilyError, Spec, const_value, reference_code, shape_dims
-from .base import definition_of
-from .gate import family_offered, family_offered_for
+from .base import FamilyError, Spec, shape_dims
+from .gate import OfferedByProblem
 
-_INPUTS = ("q", "k", "v", "qo_indptr", "kv_indptr", "sm_scale")
-_OUTPUTS = ("output", "lse")
+_QKV = ("q", "k", "v")
+_INDICES = ("qo_indptr", "kv_indptr")
 _REF_PATTERNS = (
     r"delta\s*=\s*num_kv_tokens\s*-\s*num_q_tokens",
     r"causal_mask\s*=\s*kv_positions\[\s*None\s*,\s*:\s*\]\s*<\s*\(\s*q_positions\[\s*:\s*,\s*None\s*\]\s*\+\s*1\s*\+\s*delta\s*\)",
@@ -38,52 +37,22 @@ _REF_PATTERNS = (
 )
 
 
-class AttentionRaggedFamily(AttentionPrefillFamily):
+class AttentionRaggedFamily(OfferedByProblem, AttentionPrefillFamily):
     name = "attention_ragged"
     description = ("ragged GQA causal prefill attention: attention_prefill's FlashAttention-2 kernel "
                    "(mma.sync bf16, cp.async K/V tiles, online softmax, base-2 lse) with RAGGED=1 "
                    "(contiguous kv rows per request instead of a page gather)")
     ops = ("gqa_ragged_prefill_causal",)
-    source_dir = "attention_ragged"   # family.json (the gate); the source is attention_prefill's
-
-    @property
-    def offered(self) -> bool:
-        return family_offered(self.source_dir)
-
-    def offered_for(self, problem) -> bool:
-        # problem by problem: family.json "offered" and the problem in "offered_problems" (filed by
-        # scripts/import_kernel_check.py --attn-new when every variant was correct on every workload)
-        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)
+    # family.json (the gate, problem by problem: OfferedByProblem); the source is attention_prefill's
+    source_dir = "attention_ragged"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        if set(defn.inputs) != set(_INPUTS) or set(defn.outputs) != set(_OUTPUTS):
+        m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=3)
+        if m is None or shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
             return None
-        code = reference_code(defn)
-        if not all(re.search(p, code) for p in _REF_PATTERNS):
-            return None
-        if not defn.inputs["sm_scale"].is_scalar:
-            return None
-        for n in ("q", "k", "v"):
-            if defn.inputs[n].dtype != "bfloat16":
-                return None
-        if defn.outputs["output"].dtype != "bfloat16" or defn.outputs["lse"].dtype != "float32":
-            return None
-        for n in ("qo_indptr", "kv_indptr"):
-            if defn.inputs[n].dtype != "int32":
-                return None
-        qs, ks, vs = (shape_dims(defn, n) for n in ("q", "k", "v"))
-        os_, ls = shape_dims(defn, "output"), shape_dims(defn, "lse")
-        if len(qs) != 3 or len(ks) != 3 or ks != vs or os_ != qs or ls != qs[:2]:
-            return None
-        h_qo, d = const_value(defn, qs[1]), const_value(defn, qs[2])
-        h_kv, dk = const_value(defn, ks[1]), const_value(defn, ks[2])
-        if None in (h_qo, d, h_kv, dk) or d != 128 or dk != d or h_kv <= 0 or h_qo % h_kv:
-            return None
-        if shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
-            return None
-        return Spec(fixed={"NUM_QO_HEADS": h_qo, "NUM_KV_HEADS": h_kv, "HEAD_DIM": d, "RAGGED": 1},
-                    info={"total_q": str(qs[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
-                          "num_kv_indices": str(ks[0])})
+        return Spec(fixed={"NUM_QO_HEADS": m.h_qo, "NUM_KV_HEADS": m.h_kv, "HEAD_DIM": m.head_dim, "RAGGED": 1},
+                    info={"total_q": str(m.q[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
+                          "num_kv_indices": str(m.k[0])})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # attention_prefill's GPU-checked points (not checked on 016/017 yet: "offered": false)

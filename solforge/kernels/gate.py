@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from .base import CUDA_DIR
+from .base import CUDA_DIR, definition_of
 
 
 def family_offered(source_dir: str) -> bool:
@@ -30,3 +30,18 @@ def family_offered_for(source_dir: str, problem_name: str) -> bool:
         return False
     listed = data.get("offered_problems")
     return bool(data.get("offered")) and (listed is None or problem_name in listed)
+
+
+class OfferedByProblem:
+    """Family mixin for the families opened problem by problem: `offered` is family.json's
+    `"offered"`, `offered_for(problem)` also wants the problem in `"offered_problems"` (filed by
+    scripts/import_kernel_check.py when every variant was correct on every workload)."""
+
+    source_dir: str
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
+
+    def offered_for(self, problem) -> bool:
+        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)

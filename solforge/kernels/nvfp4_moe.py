@@ -19,8 +19,8 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, const_value, definition_of, read_source, reference_code, shape_dims
-from .gate import family_offered, family_offered_for
+from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
+from .gate import OfferedByProblem
 
 SMEM_LIMIT = 227 * 1024
 WS_HEAD = 256  # two amax words, padded
@@ -66,21 +66,14 @@ def workspace_expr(t: str, hid: int, inter: int) -> str:
     return f"{WS_HEAD} + 2 * {hid} * ({t}) + 6 * {inter} * ({t})"
 
 
-class Nvfp4MoeFamily(Family):
+class Nvfp4MoeFamily(OfferedByProblem, Family):
     name = "nvfp4_moe"
     description = ("NVFP4 expert MLP with SwiGLU (Quant/032): reference-exact activation quantizers, "
                    "mma.sync bf16 GEMMs with FP4 weights dequantized in registers")
     ops = ("nvfp4_swiglu_mlp", "fp4_dequant_gemm")
+    # gated problem by problem (OfferedByProblem): family.json `offered_problems` lists those
+    # GPU-checked (032 first; 029 joins after its own check)
     source_dir = "nvfp4_moe"
-
-    @property
-    def offered(self) -> bool:
-        return family_offered(self.source_dir)
-
-    def offered_for(self, problem) -> bool:
-        """Problem by problem: family.json `offered_problems` lists those GPU-checked (032 first;
-        029 joins after its own check)."""
-        return self.offered and family_offered_for(self.source_dir, definition_of(problem).name)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         """Quant/032 (hidden_states [T, H]) and Quant/029 (x [B, S, H]): the same pipeline; 029's

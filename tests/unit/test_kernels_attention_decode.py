@@ -332,6 +332,8 @@ def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, m
     for fam in ("attention_decode", "attention_ragged"):
         (repo / "kernels_cuda" / fam).mkdir(parents=True)
         shutil.copy(ikc.REPO / "kernels_cuda" / fam / "family.json", repo / "kernels_cuda" / fam / "family.json")
+    ragged_json = repo / "kernels_cuda" / "attention_ragged" / "family.json"
+    ragged_before = ragged_json.read_text()
     (repo / "data" / "results").mkdir(parents=True)
     monkeypatch.setattr(ikc, "REPO", repo)
     monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
@@ -351,8 +353,7 @@ def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, m
     assert data["offered"] is True and data["offered_problems"] == [CLAIMED[0]]
     assert (repo / "data" / "results" / "attention_decode_h200_012_rows.jsonl").exists()
     assert not (repo / "data" / "results" / "attention_decode_h200_013_rows.jsonl").exists()
-    ragged = json.loads((repo / "kernels_cuda" / "attention_ragged" / "family.json").read_text())
-    assert ragged["offered"] is False
+    assert ragged_json.read_text() == ragged_before   # decode rows leave attention_ragged's gate alone
     from solforge.kernels import gate
     monkeypatch.setattr(gate, "CUDA_DIR", repo / "kernels_cuda")
     fam = get_family("attention_decode")
