@@ -1,5 +1,6 @@
 """What the GQA attention families (attention_decode, attention_prefill, attention_ragged) share:
-the matcher's checks of the definition's tensors."""
+the matcher's checks of the definition's tensors, and their kernel source with the warp-level
+helpers (kernels_cuda/common/attention_mma.cuh) in front."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from typing import NamedTuple, Optional, Union
 
 from ..problem.definition import Definition
-from .base import const_value, reference_code, shape_dims
+from .base import const_value, read_source, reference_code, shape_dims
 
 
 class GqaShapes(NamedTuple):
@@ -47,3 +48,8 @@ def match_gqa(defn: Definition, qkv: tuple[str, str, str], indices: tuple[str, .
         return None
     return GqaShapes(qs, ks, h_qo, h_kv, d)
 
+
+def kernel_source(family_dir: str, filename: str) -> str:
+    """kernels_cuda/<family_dir>/<filename> with common/attention_mma.cuh (swz, cp.async, ldmatrix,
+    mma.sync, ex2, pack_bf16) prepended: the one source unit of the candidate."""
+    return read_source("common", "attention_mma.cuh") + "\n" + read_source(family_dir, filename)

@@ -19,8 +19,8 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .attention_common import match_gqa
-from .base import Family, FamilyError, Spec, read_source, shape_dims
+from .attention_common import kernel_source, match_gqa
+from .base import Family, FamilyError, Spec, shape_dims
 from .gate import OfferedByProblem
 
 _QKV = ("q", "k_cache", "v_cache")
@@ -89,7 +89,7 @@ class AttentionDecodeFamily(OfferedByProblem, Family):
             raise FamilyError(f"{params}: too much shared memory")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
-        src = read_source("attention_decode", "attention_decode.cu")
+        src = kernel_source("attention_decode", "attention_decode.cu")
         li, nkv = spec.info["len_indptr"], spec.info["num_kv_indices"]
         n_slots = f"{nkv} // CHUNK + {li} - 1"
         split = Launch(kernel="gqa_decode_split", grid=[f"{n_slots}", "NUM_KV_HEADS"], block=["NWARPS * 32"],

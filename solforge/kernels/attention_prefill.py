@@ -19,8 +19,8 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .attention_common import match_gqa
-from .base import Family, FamilyError, Spec, read_source, shape_dims
+from .attention_common import kernel_source, match_gqa
+from .base import Family, FamilyError, Spec, shape_dims
 from .gate import family_offered
 
 _QKV = ("q", "k_cache", "v_cache")
@@ -95,7 +95,7 @@ class AttentionPrefillFamily(Family):
             raise FamilyError(f"{params}: {smem_bytes(bm, bn, st)} B of shared memory > {SMEM_LIMIT}")
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
-        src = read_source("attention_prefill", "attention_prefill.cu")
+        src = kernel_source("attention_prefill", "attention_prefill.cu")
         tq, li, nkv = spec.info["total_q"], spec.info["len_indptr"], spec.info["num_kv_indices"]
         zero = Launch(kernel="gqa_prefill_zero_rows", grid=[f"max(1, ceil_div({tq}, 8))"], block=["256"],
                       args=["qo_indptr", "kv_indptr", "output", "lse", f"int32:{li} - 1", f"int32:{tq}"])

@@ -410,7 +410,9 @@ def test_warp_fragments_on_a_column_slice():
 
 
 def test_fragment_check_uses_the_decode_kernels_formulas():
-    src = CU.read_text()
+    from solforge.kernels.attention_common import kernel_source
+
+    src = kernel_source("attention_decode", "attention_decode.cu")   # swz etc.: common/attention_mma.cuh
     for expr in ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
                  "int r = (lane & 7) + ((lane >> 3) & 1) * 8;",
                  "ldsm_x4(smem_u32(sQ + swz(r, kk * 2 + (lane >> 4)))",

@@ -514,9 +514,9 @@ def test_warp_fragments_compute_qkt_and_pv():
 
 def test_fragment_check_uses_the_kernels_formulas():
     """The lane-level test above is only worth something while its formulas are the kernel's."""
-    from solforge.kernels.base import read_source
+    from solforge.kernels.attention_common import kernel_source
 
-    src = read_source("attention_prefill", "attention_prefill.cu")
+    src = kernel_source("attention_prefill", "attention_prefill.cu")   # swz etc.: common/attention_mma.cuh
     for expr in ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
                  "int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
                  "swz(r, kk * 2 + (lane >> 4))",
