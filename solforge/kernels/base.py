@@ -11,6 +11,7 @@ Sources live in kernels_cuda/<family>/ (or kernels_cute/<family>/); this module 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -161,6 +162,24 @@ class Family:
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         raise NotImplementedError
+
+    def _valid(self, defn: Definition, spec: Spec, params: dict) -> bool:
+        """The params pass _check_params."""
+        try:
+            self._check_params(defn, spec, params)
+            return True
+        except FamilyError:
+            return False
+
+    def _best_params(self, defn: Definition, spec: Spec, best_dir: Path) -> Optional[dict]:
+        """The params of <best_dir>/<problem>.json (the ones measured best on a GPU) if they pass
+        _check_params; None when there is no such file or it or they do not check."""
+        try:
+            params = json.loads((best_dir / f"{defn.name}.json").read_text())["params"]
+            self._check_params(defn, spec, params)
+            return params
+        except (OSError, ValueError, KeyError, TypeError, FamilyError):
+            return None
 
     def __repr__(self) -> str:
         return f"<Family {self.name}>"

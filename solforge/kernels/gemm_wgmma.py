@@ -20,7 +20,6 @@ which is set after an H200 run found every benchmarked variant correct
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 from ..candidate import Candidate, Launch
@@ -239,21 +238,8 @@ class GemmWgmmaFamily(Family):
                 p = dict(p, T2_ST=st)
         return p
 
-    def _valid(self, defn: Definition, spec: Spec, p: dict) -> bool:
-        try:
-            self._check_params(defn, spec, p)
-            return True
-        except FamilyError:
-            return False
-
     def _measured(self, defn: Definition, spec: Spec) -> Optional[dict]:
-        path = CUDA_DIR / "gemm_wgmma" / "best" / f"{defn.name}.json"
-        try:
-            params = json.loads(path.read_text())["params"]
-            self._check_params(defn, spec, params)
-            return params
-        except (OSError, ValueError, KeyError, FamilyError):
-            return None
+        return self._best_params(defn, spec, CUDA_DIR / "gemm_wgmma" / "best")
 
     @staticmethod
     def _params_of(s0, s1, t0, t1, t2, t0_max: int = 128, t1_max: int = 256, csplit: int = 1,

@@ -9,7 +9,6 @@ becomes fixed params; kernels_cuda/rmsnorm/rmsnorm.cu explains them.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Optional
 
@@ -204,22 +203,10 @@ class RMSNormFamily(Family):
                 out.append({**shape, "PERSIST": 1, "PF": 1, "BPS": b, **pol})
         return [p for p in out if self._valid(defn, spec, p)]
 
-    def _valid(self, defn: Definition, spec: Spec, p: dict) -> bool:
-        try:
-            self._check_params(defn, spec, p)
-            return True
-        except FamilyError:
-            return False
-
     def _measured(self, defn: Definition, spec: Spec) -> Optional[dict]:
         """best/<problem>.json's params (with the kernel's WPRE default written out), if they check."""
-        path = CUDA_DIR / self.source_dir / "best" / f"{defn.name}.json"
-        try:
-            params = json.loads(path.read_text())["params"]
-            self._check_params(defn, spec, params)
-            return _norm(params)
-        except (OSError, ValueError, KeyError, TypeError, FamilyError):
-            return None
+        params = self._best_params(defn, spec, CUDA_DIR / self.source_dir / "best")
+        return None if params is None else _norm(params)
 
     def _check_params(self, defn: Definition, spec: Spec, params: dict) -> None:
         if "NSM" in params:  # set by _build for PERSIST=1 (save_best drops it by this message)
