@@ -69,6 +69,18 @@ def _problem(name: str):
     return load_problem_dir(d, d.parent.name)
 
 
+def _file_problem(fam: str, name: str, rows: list, d: Path, data: dict) -> None:
+    """data/results/<fam>_h200_<NNN>_{rows.jsonl,env.json} for one problem (its rows among `rows`,
+    d/env.json), and the problem listed in family.json's `offered_problems` (`data`)."""
+    num = name.split("_", 1)[0]
+    (RESULTS / f"{fam}_h200_{num}_rows.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows if r["problem"] == name))
+    shutil.copy(d / "env.json", RESULTS / f"{fam}_h200_{num}_env.json")
+    listed = data.setdefault("offered_problems", [])
+    if name not in listed:
+        listed.append(name)
+
+
 def import_nvfp4(d: Path, dry: bool) -> None:
     rows, fam_json = _rows(d), REPO / "kernels_cuda" / "nvfp4_moe" / "family.json"
     data = json.loads(fam_json.read_text())
@@ -80,14 +92,8 @@ def import_nvfp4(d: Path, dry: bool) -> None:
         num = name.split("_", 1)[0]
         print(f"{name}: every variant correct on every workload -> nvfp4_moe_h200_{num}_*, listed in "
               f"offered_problems (served while family.json 'offered' is true: now {data.get('offered')})")
-        if dry:
-            continue
-        (RESULTS / f"nvfp4_moe_h200_{num}_rows.jsonl").write_text(
-            "".join(json.dumps(r) + "\n" for r in rows if r["problem"] == name))
-        shutil.copy(d / "env.json", RESULTS / f"nvfp4_moe_h200_{num}_env.json")
-        listed = data.setdefault("offered_problems", [])
-        if name not in listed:
-            listed.append(name)
+        if not dry:
+            _file_problem("nvfp4_moe", name, rows, d, data)
     if not dry:
         fam_json.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -143,12 +149,7 @@ def import_attn_new(d: Path, dry: bool) -> None:
                 print(f"  geomean {math.exp(sum(speed[k]) / len(speed[k])) * 1e3:8.2f} us  {k}")
             if dry:
                 continue
-            (RESULTS / f"{fam}_h200_{num}_rows.jsonl").write_text(
-                "".join(json.dumps(r) + "\n" for r in fam_rows if r["problem"] == name))
-            shutil.copy(d / "env.json", RESULTS / f"{fam}_h200_{num}_env.json")
-            listed = data.setdefault("offered_problems", [])
-            if name not in listed:
-                listed.append(name)
+            _file_problem(fam, name, fam_rows, d, data)
             data["offered"] = True
             data["offered_why"] = ("H200 check: every variant correct on every workload of the problems in "
                                    f"offered_problems (data/results/{fam}_h200_<NNN>_rows.jsonl)")
