@@ -10,9 +10,7 @@ kernel's, checked by test_kernels_attention_prefill.py::test_warp_fragments_comp
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_decode import COMBINE_WARPS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
-from tests.unit.test_compile_arch import _wheel_bin
+from tests.unit.attention_checks import claimed, usage_and_sass
 
 SUBSET = "FlashInfer-Bench"
 CLAIMED = ["012_gqa_paged_decode_h32_kv4_d128_ps1", "013_gqa_paged_decode_h32_kv8_d128_ps1"]
@@ -36,10 +34,7 @@ def problems(sol_execbench_dir):
 
 
 def test_claims_exactly_012_and_013(sol_execbench_dir):
-    fam = get_family("attention_decode")
-    claimed = [d.name for d in sorted(sol_execbench_dir.glob("*/*"))
-               if (d / "definition.json").exists() and fam.matches(load_problem_dir(d))]
-    assert claimed == CLAIMED
+    assert claimed(get_family("attention_decode"), sol_execbench_dir) == CLAIMED
 
 
 def test_not_offered_before_a_gpu_check(problems):
@@ -79,7 +74,6 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
     fam, p = get_family("attention_decode"), problems[name]
     space = fam.param_space(p)
     assert len(space) >= 4
-    cuobjdump = _wheel_bin("cuobjdump")
     h_qo, h_kv = 32, fam.analyze(p.definition).fixed["NUM_KV_HEADS"]
     for params in space:
         cand = fam.instantiate(p, params)
@@ -105,16 +99,11 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert eval_expr(cand.workspace, env) == slots * h_qo * 129 * 4
         res = compile_candidate(cand, arch="sm_90a")
         assert res.ok, res.log
-        if cuobjdump is None:
+        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
+        if dumps is None:
             continue
-        f = tmp_path / "k.cubin"
-        f.write_bytes(next(iter(res.cubins.values())))
-        env = {**os.environ, "PATH": f"{cuobjdump.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        usage = subprocess.run([str(cuobjdump), "-res-usage", str(f)], capture_output=True, text=True,
-                               env=env, check=True).stdout
+        usage, sass = dumps
         assert usage.count("LOCAL:0") == 2 and usage.count("STACK:0") == 2, (params, usage)
-        sass = subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True,
-                              env=env, check=True).stdout
         assert "HMMA.16816.F32.BF16" in sass and "LDSM" in sass and "LDGSTS" in sass, params
         assert "LDL" not in sass and "STL" not in sass, params
 
@@ -364,7 +353,7 @@ def test_warp_fragments_on_a_column_slice():
     """Lane-level ldmatrix/mma emulation (the prefill test's helpers) with the decode kernel's
     addresses: every warp reads the same 16-row Q tile and its own WN columns of the K/V step at
     bk/bv = tile + warp * WN * HEAD_DIM; S and O come out as Q K_w^T and bf16(S) V_w, bank-conflict free."""
-    from tests.unit.test_kernels_attention_prefill import D, _frags_to_matrix, _ldsm_x4, _mma, _swz, _to_smem
+    from tests.unit.test_kernels_attention_prefill import D, _frags_to_matrix, _to_smem, warp_pv, warp_qkt
 
     block_n, nwarps = 64, 2
     wn = block_n // nwarps
@@ -373,39 +362,13 @@ def test_warp_fragments_on_a_column_slice():
     Q[8:] = 0.0                                        # GROUP 8: padding rows are zero-filled
     K, V = (_bf16(torch.randn(block_n, D, generator=g)) for _ in range(2))
     sQ, sK, sV = _to_smem(Q), _to_smem(K), _to_smem(V)
-    lanes = range(32)
-    qf = [_ldsm_x4(sQ, [_swz((l & 7) + ((l >> 3) & 1) * 8, kk * 2 + (l >> 4)) for l in lanes])
-          for kk in range(D // 16)]
     for warp in range(nwarps):
-        base = warp * wn * D
-        s = [[[0.0] * 4 for _ in range(wn // 8)] for _ in lanes]
-        for kk in range(D // 16):
-            for n in range(wn // 16):
-                b = _ldsm_x4(sK, [base + _swz(n * 16 + (l & 7) + (l >> 4) * 8, kk * 2 + ((l >> 3) & 1))
-                                  for l in lanes])
-                for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
-                    acc = [s[t][2 * n + pair] for t in lanes]
-                    _mma(acc, [qf[kk][t] for t in lanes], [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
-                    for t in lanes:
-                        s[t][2 * n + pair] = acc[t]
+        base = warp * wn * D                           # bk / bv: the warp's WN columns of the step
+        s = warp_qkt(sQ, sK, 0, base, wn)
         S = _frags_to_matrix(s, wn)
         Kw, Vw = K[warp * wn:(warp + 1) * wn], V[warp * wn:(warp + 1) * wn]
         assert torch.allclose(S, Q @ Kw.T, atol=1e-3, rtol=1e-4)
-        p = [[[_bf16(torch.tensor(float(x))) for x in f] for f in s[t]] for t in lanes]
-        o = [[[0.0] * 4 for _ in range(D // 8)] for _ in lanes]
-        for kk in range(wn // 16):
-            pa = [[(p[t][2 * kk][0], p[t][2 * kk][1]), (p[t][2 * kk][2], p[t][2 * kk][3]),
-                   (p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]), (p[t][2 * kk + 1][2], p[t][2 * kk + 1][3])]
-                  for t in lanes]
-            for d in range(D // 16):
-                b = _ldsm_x4(sV, [base + _swz(kk * 16 + (l & 7) + ((l >> 3) & 1) * 8, d * 2 + (l >> 4))
-                                  for l in lanes], trans=True)
-                for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
-                    acc = [o[t][2 * d + pair] for t in lanes]
-                    _mma(acc, pa, [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
-                    for t in lanes:
-                        o[t][2 * d + pair] = acc[t]
-        O = _frags_to_matrix(o, D)
+        O = _frags_to_matrix(warp_pv(s, sV, base), D)
         assert torch.allclose(O, _bf16(S) @ Vw, atol=1e-2, rtol=1e-3)
 
 

@@ -7,8 +7,6 @@ matches the reference, which catches indexing bugs before any GPU run."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED, ZTOK
 from solforge.problem.loader import load_problem_dir
-from tests.unit.test_compile_arch import _wheel_bin
+from tests.unit.attention_checks import claimed, usage_and_sass
 
 SUBSET = "FlashInfer-Bench"
 CLAIMED = ["014_gqa_paged_prefill_causal_h32_kv4_d128_ps1",
@@ -33,12 +31,7 @@ def problems(sol_execbench_dir):
 
 # ── matching ─────────────────────────────────────────────────────────────────────────────────────
 def test_claims_exactly_014_and_015(sol_execbench_dir):
-    fam = get_family("attention_prefill")
-    claimed = []
-    for d in sorted(sol_execbench_dir.glob("*/*")):
-        if (d / "definition.json").exists() and fam.matches(load_problem_dir(d)):
-            claimed.append(d.name)
-    assert claimed == CLAIMED
+    assert claimed(get_family("attention_prefill"), sol_execbench_dir) == CLAIMED
 
 
 RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
@@ -129,7 +122,6 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
     space = fam.param_space(p)
     assert len(space) >= 4
     space = space + [u for u in UNCHECKED if u not in space]  # staged for the next GPU check
-    cuobjdump = _wheel_bin("cuobjdump")
     for params in space:
         cand = fam.instantiate(p, params)
         Candidate.model_validate_json(cand.model_dump_json())
@@ -163,16 +155,11 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert eval_expr(launch.args[-4 if fused else -2].split(":", 1)[1], env) == batch
         res = compile_candidate(cand, arch="sm_90a")
         assert res.ok, res.log  # also checks the args against the kernel's parameter list
-        if cuobjdump is None:
+        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
+        if dumps is None:
             continue
-        f = tmp_path / "k.cubin"
-        f.write_bytes(next(iter(res.cubins.values())))
-        env = {**os.environ, "PATH": f"{cuobjdump.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        usage = subprocess.run([str(cuobjdump), "-res-usage", str(f)], capture_output=True, text=True,
-                               env=env, check=True).stdout
+        usage, sass = dumps
         assert "LOCAL:0" in usage and "STACK:0" in usage, (params, usage)
-        sass = subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True,
-                              env=env, check=True).stdout
         assert "HMMA.16816.F32.BF16" in sass and "LDSM" in sass and "LDGSTS" in sass, params
         assert "LDL" not in sass and "STL" not in sass, params
 
@@ -472,43 +459,56 @@ def _frags_to_matrix(frags, cols):
     return out
 
 
-def test_warp_fragments_compute_qkt_and_pv():
-    block_n, warp = 32, 1
-    g = torch.Generator().manual_seed(3)
-    Q, K, V = (_bf16(torch.randn(n, D, generator=g)) for n in (32, block_n, block_n))
-    sQ, sK, sV = _to_smem(Q), _to_smem(K), _to_smem(V)
+def warp_qkt(sQ, sK, q_row0: int, k_base: int, n_cols: int):
+    """One warp's S fragments (per lane) as the kernel computes them: Q rows [q_row0, q_row0 + 16)
+    and K rows [0, n_cols) of the tile at element offset k_base, both through ldmatrix, mma.sync."""
     lanes = range(32)
-    qf = [_ldsm_x4(sQ, [_swz(warp * 16 + (l & 7) + ((l >> 3) & 1) * 8, kk * 2 + (l >> 4)) for l in lanes])
+    qf = [_ldsm_x4(sQ, [_swz(q_row0 + (l & 7) + ((l >> 3) & 1) * 8, kk * 2 + (l >> 4)) for l in lanes])
           for kk in range(D // 16)]
-    s = [[[0.0] * 4 for _ in range(block_n // 8)] for _ in lanes]
+    s = [[[0.0] * 4 for _ in range(n_cols // 8)] for _ in lanes]
     for kk in range(D // 16):
-        for n in range(block_n // 16):
-            b = _ldsm_x4(sK, [_swz(n * 16 + (l & 7) + (l >> 4) * 8, kk * 2 + ((l >> 3) & 1)) for l in lanes])
+        for n in range(n_cols // 16):
+            b = _ldsm_x4(sK, [k_base + _swz(n * 16 + (l & 7) + (l >> 4) * 8, kk * 2 + ((l >> 3) & 1))
+                              for l in lanes])
             for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
                 acc = [s[t][2 * n + pair] for t in lanes]
                 _mma(acc, [qf[kk][t] for t in lanes], [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
                 for t in lanes:
                     s[t][2 * n + pair] = acc[t]
-    S = _frags_to_matrix(s, block_n)
-    Qw = Q[warp * 16:(warp + 1) * 16]
-    assert torch.allclose(S, Qw @ K.T, atol=1e-3, rtol=1e-4)
+    return s
 
-    # P (bf16 from the S registers) @ V with V through ldmatrix.trans
+
+def warp_pv(s, sV, v_base: int):
+    """One warp's O fragments: P (bf16 from the S registers `s`, packed as the kernel's pa) @ the
+    V rows of the tile at element offset v_base, V through ldmatrix.trans."""
+    lanes = range(32)
     p = [[[_bf16(torch.tensor(float(x))) for x in f] for f in s[t]] for t in lanes]
     o = [[[0.0] * 4 for _ in range(D // 8)] for _ in lanes]
-    for kk in range(block_n // 16):
+    for kk in range(len(s[0]) // 2):
         pa = [[(p[t][2 * kk][0], p[t][2 * kk][1]), (p[t][2 * kk][2], p[t][2 * kk][3]),
                (p[t][2 * kk + 1][0], p[t][2 * kk + 1][1]), (p[t][2 * kk + 1][2], p[t][2 * kk + 1][3])]
               for t in lanes]
         for d in range(D // 16):
-            b = _ldsm_x4(sV, [_swz(kk * 16 + (l & 7) + ((l >> 3) & 1) * 8, d * 2 + (l >> 4)) for l in lanes],
-                         trans=True)
+            b = _ldsm_x4(sV, [v_base + _swz(kk * 16 + (l & 7) + ((l >> 3) & 1) * 8, d * 2 + (l >> 4))
+                              for l in lanes], trans=True)
             for pair, (i0, i1) in enumerate(((0, 1), (2, 3))):
                 acc = [o[t][2 * d + pair] for t in lanes]
                 _mma(acc, pa, [b[t][i0] for t in lanes], [b[t][i1] for t in lanes])
                 for t in lanes:
                     o[t][2 * d + pair] = acc[t]
-    O = _frags_to_matrix(o, D)
+    return o
+
+
+def test_warp_fragments_compute_qkt_and_pv():
+    block_n, warp = 32, 1
+    g = torch.Generator().manual_seed(3)
+    Q, K, V = (_bf16(torch.randn(n, D, generator=g)) for n in (32, block_n, block_n))
+    sQ, sK, sV = _to_smem(Q), _to_smem(K), _to_smem(V)
+    s = warp_qkt(sQ, sK, warp * 16, 0, block_n)
+    S = _frags_to_matrix(s, block_n)
+    Qw = Q[warp * 16:(warp + 1) * 16]
+    assert torch.allclose(S, Qw @ K.T, atol=1e-3, rtol=1e-4)
+    O = _frags_to_matrix(warp_pv(s, sV, 0), D)
     assert torch.allclose(O, _bf16(S) @ V, atol=1e-2, rtol=1e-3)
 
 

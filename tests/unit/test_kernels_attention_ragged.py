@@ -7,9 +7,7 @@ prefill emulation with identity indices (what RAGGED=1 reads) matches the ragged
 from __future__ import annotations
 
 import math
-import os
 import re
-import subprocess
 
 import pytest
 import torch
@@ -18,7 +16,7 @@ from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.problem.loader import load_problem_dir
-from tests.unit.test_compile_arch import _wheel_bin
+from tests.unit.attention_checks import claimed, usage_and_sass
 from tests.unit.test_kernels_attention_prefill import _check, emulate
 
 SUBSET = "FlashInfer-Bench"
@@ -31,10 +29,7 @@ def problems(sol_execbench_dir):
 
 
 def test_claims_exactly_016_and_017(sol_execbench_dir):
-    fam = get_family("attention_ragged")
-    claimed = [d.name for d in sorted(sol_execbench_dir.glob("*/*"))
-               if (d / "definition.json").exists() and fam.matches(load_problem_dir(d))]
-    assert claimed == CLAIMED
+    assert claimed(get_family("attention_ragged"), sol_execbench_dir) == CLAIMED
 
 
 def test_not_offered_before_a_gpu_check(problems):
@@ -66,7 +61,6 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
     fam, p = get_family("attention_ragged"), problems[name]
     space = fam.param_space(p)
     assert len(space) >= 4
-    cuobjdump = _wheel_bin("cuobjdump")
     for params in space:
         cand = fam.instantiate(p, params)
         Candidate.model_validate_json(cand.model_dump_json())
@@ -86,16 +80,11 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert eval_expr(launch.args[-2].split(":", 1)[1], env) == batch
         res = compile_candidate(cand, arch="sm_90a")
         assert res.ok, res.log
-        if cuobjdump is None:
+        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
+        if dumps is None:
             continue
-        f = tmp_path / "k.cubin"
-        f.write_bytes(next(iter(res.cubins.values())))
-        env = {**os.environ, "PATH": f"{cuobjdump.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        usage = subprocess.run([str(cuobjdump), "-res-usage", str(f)], capture_output=True, text=True,
-                               env=env, check=True).stdout
+        usage, sass = dumps
         assert "LOCAL:0" in usage and "STACK:0" in usage, (params, usage)
-        sass = subprocess.run([str(cuobjdump), "-sass", str(f)], capture_output=True, text=True,
-                              env=env, check=True).stdout
         assert "HMMA.16816.F32.BF16" in sass and "LDGSTS" in sass and "LDL" not in sass, params
 
 
