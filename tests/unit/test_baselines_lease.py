@@ -11,24 +11,16 @@ import sys
 import time
 from pathlib import Path
 
+from tests.unit.adv_problem import write_problem
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import baselines_plan as bp  # noqa: E402
 import run_baselines as rb  # noqa: E402
 
-ADV = REPO / "tests/adversarial/problem"
-
 
 def _problem(root: Path, name: str, reference: str, sizes=(4096, 8192, 16384)) -> Path:
-    d = root / "S" / name
-    d.mkdir(parents=True)
-    defn = json.loads((ADV / "definition.json").read_text())
-    defn["name"], defn["reference"] = name, reference
-    (d / "definition.json").write_text(json.dumps(defn))
-    line = json.loads((ADV / "workload.jsonl").read_text().splitlines()[0])
-    (d / "workload.jsonl").write_text("".join(json.dumps(dict(line, uuid=f"{name}-{n}", axes={"n": n}))
-                                              + "\n" for n in sizes))
-    return d
+    return write_problem(root, "S", name, reference, [(f"{name}-{n}", n) for n in sizes])
 
 
 def _overlap(a, b) -> bool:

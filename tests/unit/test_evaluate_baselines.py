@@ -11,28 +11,19 @@ import sys
 import time
 from pathlib import Path
 
+from tests.unit.adv_problem import write_problem
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import run_baselines as rb  # noqa: E402
 
-ADV = REPO / "tests/adversarial/problem"
-
 
 def _problem(root: Path, subset: str, name: str, reference: str | None = None,
              workloads: list | None = None) -> Path:
-    d = root / subset / name
-    d.mkdir(parents=True)
-    defn = json.loads((ADV / "definition.json").read_text())
-    defn["name"] = name
-    defn["reference"] = reference or "import torch\n\n\ndef run(x, y):\n    return torch.sin(x) + y\n"
-    (d / "definition.json").write_text(json.dumps(defn))
-    lines = [json.loads(x) for x in (ADV / "workload.jsonl").read_text().splitlines() if x.strip()]
-    out = []
-    for w in workloads or [{"uuid": "w4k", "n": 4096}, {"uuid": "w64k", "n": 65536}]:
-        x = dict(lines[0], uuid=w["uuid"], axes={"n": w["n"]})
-        out.append(json.dumps(x))
-    (d / "workload.jsonl").write_text("\n".join(out) + "\n")
-    return d
+    return write_problem(root, subset, name,
+                         reference or "import torch\n\n\ndef run(x, y):\n    return torch.sin(x) + y\n",
+                         [(w["uuid"], w["n"]) for w in workloads or [{"uuid": "w4k", "n": 4096},
+                                                                     {"uuid": "w64k", "n": 65536}]])
 
 
 def test_plan_skips_measured_rows_chunks_eager_and_orders_compile(tmp_path):
@@ -144,7 +135,6 @@ def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
     assert run.has_unclaimed("eager")
     run.fail("eager-p-0.r", "eager", "stopped at the deadline", {"c"})  # no requeue at the deadline
     assert run.failures[-1]["unmeasured"] == 1 and len(run.tasks["eager"]) == 2
-
 
 
 def test_compile_marks_the_dims_that_vary_between_workloads_so_one_compile_serves_all(tmp_path):

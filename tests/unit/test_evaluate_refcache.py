@@ -17,23 +17,14 @@ from solforge.evaluate import refcache as rc
 from solforge.evaluate.evaluator import EvalConfig, Env, evaluate_workload
 from solforge.evaluate.results import EvalStatus
 from solforge.evaluate.runner import run_stage, stage_candidate
+from tests.unit.adv_problem import write_problem
 
-REPO = Path(__file__).resolve().parents[2]
-ADV = REPO / "tests/adversarial/problem"
 REF = ("import torch\n\n\n@torch.no_grad()\ndef run(x, y):\n    z = x\n    for _ in range(8):\n"
        "        z = torch.sin(z) + y\n    return z\n")
 
 
 def _problem_dir(root: Path, reference: str = REF, name: str = "rc_sin") -> Path:
-    d = root / "S" / name
-    d.mkdir(parents=True)
-    defn = json.loads((ADV / "definition.json").read_text())
-    defn["name"], defn["reference"] = name, reference
-    (d / "definition.json").write_text(json.dumps(defn))
-    line = json.loads((ADV / "workload.jsonl").read_text().splitlines()[0])
-    (d / "workload.jsonl").write_text("".join(
-        json.dumps(dict(line, uuid=f"w{n}", axes={"n": n})) + "\n" for n in (256, 1000)))
-    return d
+    return write_problem(root, "S", name, reference, [(f"w{n}", n) for n in (256, 1000)])
 
 
 def _load(d: Path):
