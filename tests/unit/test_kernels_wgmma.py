@@ -24,6 +24,14 @@ def _problem(sol_execbench_dir, name):
     return load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / name)
 
 
+def _measured_best(sol_execbench_dir, name):
+    """(best/<problem>.json, the problem, the family); skips the test where the H200 measured none."""
+    path = gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json"
+    if not path.exists():
+        pytest.skip("no H200 measurement for this problem")
+    return json.loads(path.read_text()), _problem(sol_execbench_dir, name), get_family("gemm_wgmma")
+
+
 def _tier(params, m):
     """The kernel's order of tests: S0, S1 (skinny), T0, T1, T2."""
     for i, key in enumerate(("TS0_MAXM", "TS1_MAXM", "T0_MAXM", "T1_MAXM")):
@@ -182,12 +190,7 @@ def test_family_json_gate_is_read():
 def test_measured_best_is_the_first_guess(sol_execbench_dir, name):
     """kernels_cuda/gemm_wgmma/best/<problem>.json (scripts/bench_gemm.py on the H200) seeds the
     search: its params come first, build, and describe the tiers the measurement timed."""
-    path = gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json"
-    if not path.exists():
-        pytest.skip("no H200 measurement for this problem")
-    best = json.loads(path.read_text())
-    problem = _problem(sol_execbench_dir, name)
-    fam = get_family("gemm_wgmma")
+    best, problem, fam = _measured_best(sol_execbench_dir, name)
     space = fam.param_space(problem)
     assert space[0] == best["params"]
     assert len({json.dumps(p, sort_keys=True) for p in space}) == len(space)  # no repeats
@@ -337,12 +340,7 @@ def test_best_candidate_compiles_for_sm90a(sol_execbench_dir, tmp_path, name):
     run's TMA producer on 004/006/011) is what the family builds from its params (so `solforge
     optimize` reproduces it from param_space()[0]) and compiles for sm_90a: wgmma not serialized,
     168 registers, no stack/local; TMA=1 loads with UTMALDG and no cp.async."""
-    path = gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json"
-    if not path.exists():
-        pytest.skip("no H200 measurement for this problem")
-    best = json.loads(path.read_text())
-    problem = _problem(sol_execbench_dir, name)
-    fam = get_family("gemm_wgmma")
+    best, problem, fam = _measured_best(sol_execbench_dir, name)
     stored = Candidate.model_validate(best["candidate"])
     # the same kernel (sources, params, launches); notes differ when the pipeline's attempt was saved
     assert fam.instantiate(problem, best["params"]).source_hash() == stored.source_hash()
@@ -369,12 +367,8 @@ def test_best_candidate_compiles_for_sm90a(sol_execbench_dir, tmp_path, name):
 def test_space_keeps_the_measured_producer(sol_execbench_dir, name):
     """After best/'s params: the other producer (TMA flipped), then variations that keep best/'s
     switches (TMA, MSKIP, tier-2 options), every entry valid."""
-    path = gemm_wgmma.CUDA_DIR / "gemm_wgmma" / "best" / f"{name}.json"
-    if not path.exists():
-        pytest.skip("no H200 measurement for this problem")
-    best = json.loads(path.read_text())["params"]
-    problem = _problem(sol_execbench_dir, name)
-    fam = get_family("gemm_wgmma")
+    best, problem, fam = _measured_best(sol_execbench_dir, name)
+    best = best["params"]
     space = fam.param_space(problem)
     assert space[1] == {**best, "TMA": 1 - best.get("TMA", 0)}
     tma = best.get("TMA", 0)
