@@ -374,19 +374,14 @@ def test_warp_fragments_on_a_column_slice():
 
 def test_fragment_check_uses_the_decode_kernels_formulas():
     from solforge.kernels.attention_common import kernel_source
+    from tests.unit.test_kernels_attention_prefill import WARP_FORMULAS
 
     src = kernel_source("attention_decode", "attention_decode.cu")   # swz etc.: common/attention_mma.cuh
-    for expr in ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
-                 "int r = (lane & 7) + ((lane >> 3) & 1) * 8;",
-                 "ldsm_x4(smem_u32(sQ + swz(r, kk * 2 + (lane >> 4)))",
-                 "const __nv_bfloat16* bk = sK + slot * BLOCK_N * HEAD_DIM + warp * WN * HEAD_DIM;",
-                 "const __nv_bfloat16* bv = sV + slot * BLOCK_N * HEAD_DIM + warp * WN * HEAD_DIM;",
-                 "int r = n * 16 + (lane & 7) + (lane >> 4) * 8;",
-                 "ldsm_x4(smem_u32(bk + swz(r, kk * 2 + ((lane >> 3) & 1)))",
-                 "int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
-                 "ldsm_x4_t(smem_u32(bv + swz(r, d * 2 + (lane >> 4)))",
-                 "pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);",
-                 "pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);",
-                 "const int col0 = blk * BLOCK_N + warp * WN;",
-                 "int c = col0 + n * 8 + (lane & 3) * 2;"):
+    for expr in WARP_FORMULAS + ("int r = (lane & 7) + ((lane >> 3) & 1) * 8;",
+                                 "ldsm_x4(smem_u32(sQ + swz(r, kk * 2 + (lane >> 4)))",
+                                 "const __nv_bfloat16* bk = sK + slot * BLOCK_N * HEAD_DIM + warp * WN * HEAD_DIM;",
+                                 "const __nv_bfloat16* bv = sV + slot * BLOCK_N * HEAD_DIM + warp * WN * HEAD_DIM;",
+                                 "ldsm_x4(smem_u32(bk + swz(r, kk * 2 + ((lane >> 3) & 1)))",
+                                 "const int col0 = blk * BLOCK_N + warp * WN;",
+                                 "int c = col0 + n * 8 + (lane & 3) * 2;"):
         assert expr in src, expr

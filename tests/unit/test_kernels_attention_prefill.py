@@ -459,6 +459,16 @@ def _frags_to_matrix(frags, cols):
     return out
 
 
+# the kernel lines warp_qkt / warp_pv spell the same way for both attention kernels (each kernel's
+# test adds its own Q row and K/V tile bases)
+WARP_FORMULAS = ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
+                 "int r = n * 16 + (lane & 7) + (lane >> 4) * 8;",
+                 "int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
+                 "ldsm_x4_t(smem_u32(bv + swz(r, d * 2 + (lane >> 4)))",
+                 "pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);",
+                 "pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);")
+
+
 def warp_qkt(sQ, sK, q_row0: int, k_base: int, n_cols: int):
     """One warp's S fragments (per lane) as the kernel computes them: Q rows [q_row0, q_row0 + 16)
     and K rows [0, n_cols) of the tile at element offset k_base, both through ldmatrix, mma.sync."""
@@ -517,13 +527,7 @@ def test_fragment_check_uses_the_kernels_formulas():
     from solforge.kernels.attention_common import kernel_source
 
     src = kernel_source("attention_prefill", "attention_prefill.cu")   # swz etc.: common/attention_mma.cuh
-    for expr in ("row * HEAD_DIM + ((chunk ^ (row & 7)) << 3)",
-                 "int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
-                 "swz(r, kk * 2 + (lane >> 4))",
-                 "int r = n * 16 + (lane & 7) + (lane >> 4) * 8;",
-                 "swz(r, kk * 2 + ((lane >> 3) & 1))",
-                 "int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
-                 "ldsm_x4_t(smem_u32(bv + swz(r, d * 2 + (lane >> 4)))",
-                 "pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);",
-                 "pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);"):
+    for expr in WARP_FORMULAS + ("int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;",
+                                 "swz(r, kk * 2 + (lane >> 4))",
+                                 "swz(r, kk * 2 + ((lane >> 3) & 1))"):
         assert expr in src, expr
