@@ -22,6 +22,7 @@ from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_decode import COMBINE_WARPS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
 from tests.unit.attention_checks import claimed, usage_and_sass
+from tests.unit.test_kernels_attention_prefill import _check
 
 SUBSET = "FlashInfer-Bench"
 CLAIMED = ["012_gqa_paged_decode_h32_kv4_d128_ps1", "013_gqa_paged_decode_h32_kv8_d128_ps1"]
@@ -243,16 +244,6 @@ def _case(kv_lens, h_qo, h_kv, seed, start=0):
 
 # one token, lengths straddling steps and chunks, an empty request between others, a long one
 CASES = [[1], [7, 0, 64, 65], [300, 1, 129], [0, 0, 5], [513, 40, 256, 2]]
-
-
-def _check(out, lse, ref_out, ref_lse):
-    assert not torch.isnan(out.float()).any() and not torch.isnan(lse).any()  # every row written
-    inf_ref = torch.isinf(ref_lse)
-    assert torch.equal(torch.isinf(lse), inf_ref)
-    assert torch.allclose(lse[~inf_ref], ref_lse[~inf_ref], atol=2e-3, rtol=1e-3), \
-        (lse - ref_lse)[~inf_ref].abs().max()
-    assert torch.allclose(out.float(), ref_out.float(), atol=1e-2, rtol=1e-2), \
-        (out.float() - ref_out.float()).abs().max()
 
 
 def _points(fam, p):
