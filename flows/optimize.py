@@ -40,7 +40,9 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
              eval_timeout_s: Optional[float] = None, baseline_reps: int = 20,
              max_tokens: Optional[int] = None, max_calls: Optional[int] = None,
              no_tools: bool = False, offline: bool = False, job: Optional[str] = None,
-             gpu_limit: Optional[str] = None, db: Optional[str] = None) -> dict:
+             gpu_limit: Optional[str] = None, db: Optional[str] = None,
+             eval_timeout_for: Optional[str] = None, refcache: Optional[str] = None,
+             refcache_max_ref_s: float = 120.0, refcache_dir: Optional[str] = None) -> dict:
     """Optimize kernels for the selected problems.
 
     problems: glob over SUBSET/NAME of the shared SOL-ExecBench tree, or a path to ingest.
@@ -56,6 +58,9 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
         of the nightly schedule is a new job and a run killed today resumes when started again today.
     gpu_limit: optional Prefect global-concurrency-limit name template per GPU, e.g. "gpu-{host}-{gpu}".
     db: DuckDB file (default $SOLFORGE_DB_PATH or ./solforge.duckdb).
+    eval_timeout_for: per-problem evaluation limits, "PATTERN=SECONDS,..." (first match wins).
+    refcache / refcache_max_ref_s / refcache_dir: problems whose slow references run once per run in a
+        trusted process (docs/refcache.md), the longest reference call kept, where the cache lives.
     """
     given = dict(locals())
     logger = get_run_logger()

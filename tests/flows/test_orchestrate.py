@@ -171,3 +171,21 @@ def test_gpu_use_counts_evaluations_not_baselines_and_busy_share():
     assert u["evaluations"] == 3 and u["baselines"] == 1
     assert u["span_s"] == 20.0 and abs(u["evaluations_per_minute"] - 9.0) < 1e-9
     assert u["busy_while_work"] == {"0": 1.0, "1": 0.75}
+
+
+def test_the_optimize_flow_takes_every_optimize_parameter():
+    """flows/optimize.py's signature (and so its deployment parameters and its command line, which is
+    built from OptimizeParams) names every OptimizeParams field: a field added to the loop and not to
+    the flow broke the kill-and-resume test ("unexpected keyword argument 'eval_timeout_for'")."""
+    import ast
+    from dataclasses import fields
+    from pathlib import Path
+
+    from solforge.orchestrate.setup import OptimizeParams
+
+    src = Path(__file__).resolve().parents[2] / "flows" / "optimize.py"
+    (fn,) = [n for n in ast.parse(src.read_text()).body
+             if isinstance(n, ast.FunctionDef) and n.name == "optimize"]
+    flow_params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+    missing = {f.name for f in fields(OptimizeParams)} - flow_params
+    assert not missing, f"flows/optimize.py:optimize lacks {sorted(missing)}"
