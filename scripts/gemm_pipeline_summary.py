@@ -8,18 +8,17 @@ geomean speedup against T_b over all workloads and over the small-M ones (M <= 6
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from solforge.roofline.score import geomean  # noqa: E402
 from solforge.store import Store  # noqa: E402
 
 
-def geomean(xs):
-    xs = list(xs)
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+def _x(g) -> str:
+    return "-" if g is None else f"{g:.3f}x"
 
 
 def main(db: str, small_m: int = 64) -> int:
@@ -39,8 +38,8 @@ def main(db: str, small_m: int = 64) -> int:
         a, sm = geomean(x for _, x, _ in v), geomean(x for m, x, _ in v if m <= small_m)
         alls.append(a)
         smalls.append(sm)
-        print(f"| {p} | {v[0][2][:8]} | {len(v)} | {a:.3f}x | {sm:.3f}x |")
-    print(f"| geomean over problems | | | **{geomean(alls):.3f}x** | **{geomean(smalls):.3f}x** |")
+        print(f"| {p} | {v[0][2][:8]} | {len(v)} | {_x(a)} | {_x(sm)} |")
+    print(f"| geomean over problems | | | **{_x(geomean(alls))}** | **{_x(geomean(smalls))}** |")
     return 0
 
 

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Callable, Optional
 
-from ..candidate import Candidate, eval_expr, launch_env
+from ..candidate import Candidate, eval_expr, launch_env, parse_arg
 from ..roofline.score import sol_score
 from .outcome import AttemptStatus, Outcome, WorkloadOutcome
 from .prompts import GpuInfo, WorkloadSol
@@ -66,15 +66,10 @@ def static_check(problem, cand: Candidate) -> Optional[str]:
                             f"for workload {w.axes}")
                 if int(smem) > MAX_SMEM or int(smem) < 0:
                     return f"launches[{i}].smem = {smem} bytes is outside 0..{MAX_SMEM}"
-                for a in launch.args:
-                    if a.startswith("tmap:"):  # tmap:TENSOR:BOX_ROWS,BOX_COLS:SWIZZLE (box sizes are expressions)
-                        parts = a.split(":")
-                        if len(parts) != 4 or len(parts[2].split(",")) != 2:
-                            raise ValueError(f"launches[{i}]: {a!r} is not tmap:TENSOR:ROWS,COLS:SWIZZLE")
-                        for e in parts[2].split(","):
-                            eval_expr(e, env)
-                    elif ":" in a:
-                        eval_expr(a.split(":", 1)[1], env)
+                for arg in map(parse_arg, launch.args):
+                    # a scalar's expression; a tensor map's box sizes ("ROWS,COLS")
+                    for e in arg.expr.split(",") if arg.kind == "tmap" else [arg.expr] if arg.expr else []:
+                        eval_expr(e, env)
         except (ValueError, ArithmeticError, KeyError, TypeError) as e:
             return f"launch expression fails on workload {w.uuid[:8]} {w.axes}: {e}"
     return None

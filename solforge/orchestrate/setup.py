@@ -66,13 +66,13 @@ def parse_timeouts(spec: Optional[str]) -> list[tuple[str, float]]:
             continue
         pat, sep, secs = part.rpartition("=")
         try:
-            out.append((pat.strip(), float(secs)))
+            seconds = float(secs) if sep and pat.strip() else None
         except ValueError:
-            raise InputError(f"--eval-timeout-for: {part!r} is not PATTERN=SECONDS",
-                             field="eval_timeout_for") from None
-        if not sep or not pat.strip():
+            seconds = None
+        if seconds is None:
             raise InputError(f"--eval-timeout-for: {part!r} is not PATTERN=SECONDS",
                              field="eval_timeout_for")
+        out.append((pat.strip(), seconds))
     return out
 
 
