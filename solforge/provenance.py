@@ -45,11 +45,12 @@ def git_commit() -> tuple[Optional[str], Optional[str], Optional[bool]]:
     return head, "git", (bool(status.strip()) if status is not None else None)
 
 
-def _version(dist: str) -> Optional[str]:
+def dist_version(dist: str, missing: Optional[str] = None) -> Optional[str]:
+    """An installed distribution's version from its metadata (nothing is imported), else `missing`."""
     try:
         return md.version(dist)
     except md.PackageNotFoundError:
-        return None
+        return missing
 
 
 def torch_cuda_version() -> Optional[str]:
@@ -70,9 +71,9 @@ def torch_cuda_version() -> Optional[str]:
 
 def run_provenance() -> dict:
     commit, source, dirty = git_commit()
-    torch_v = _version("torch")
+    torch_v = dist_version("torch")
     if torch_v is None and "torch" in sys.modules:  # an editable or vendored torch without metadata
         torch_v = getattr(sys.modules["torch"], "__version__", None)
     return {"commit": commit, "commit_source": source, "dirty": dirty, "torch": torch_v,
             "cuda": torch_cuda_version(), "python": sys.version.split()[0],
-            "cuda_bindings": _version("cuda-bindings")}
+            "cuda_bindings": dist_version("cuda-bindings")}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import time
 from functools import lru_cache
 from pathlib import Path
 
 from .. import settings as settings_mod
 from ..candidate import Candidate
+from ..provenance import dist_version
 from .cache import CompileCache, cache_key
 from .result import CompileResult, CompileStatus, KernelEntry
 
@@ -19,10 +19,7 @@ DEFAULT_TIMEOUT_S = 120.0
 def compiler_identity(language: str) -> tuple[str, str]:
     """(compiler name, version string) from the installed wheels; no library is loaded for this."""
     def v(dist: str) -> str:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            return "missing"
+        return dist_version(dist, "missing")
 
     if language == "cute":
         return "cutlass-dsl", f"nvidia-cutlass-dsl {v('nvidia-cutlass-dsl')}"

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import importlib.metadata as md
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 
+from ..provenance import dist_version
 from . import toolchain
 
 PARAMS_HEADER = "__solforge_params.h"
@@ -125,10 +125,7 @@ def rewrite(src: str, block_lines: int) -> str:
 def toolchain_tag() -> str:
     """Changes whenever NVRTC, the header wheels or their folders change: a PCH is never reused across."""
     def v(dist):
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            return "-"
+        return dist_version(dist, "-")
 
     ident = [toolchain.nvrtc_version(), *toolchain.include_dirs(), v("cuda-bindings"),
              v("nvidia-cuda-runtime"), v("nvidia-cuda-cccl"), str(_FORMAT)]

@@ -3,19 +3,12 @@ present, else nvidia-smi), L2 size. Never changes any setting."""
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import subprocess
 
 import torch
 
+from ..provenance import dist_version
 from .results import HardwareInfo
-
-
-def _version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return ""
 
 
 def clocks(index: int = 0) -> dict:
@@ -65,7 +58,7 @@ def capture(device=None, timing_method: str = "") -> HardwareInfo:
     c = clocks(idx)
     return HardwareInfo(
         gpu_name=p.name, driver=str(c.pop("driver", "")), cuda_runtime=str(torch.version.cuda or ""),
-        torch_version=torch.__version__, cuda_bindings=_version("cuda-bindings"),
+        torch_version=torch.__version__, cuda_bindings=dist_version("cuda-bindings", ""),
         sm_count=p.multi_processor_count, l2_bytes=int(getattr(p, "L2_cache_size", 0) or 0),
         memory_bytes=int(p.total_memory), compute_capability=f"{p.major}.{p.minor}", clocks=c,
         timing_method=timing_method)
