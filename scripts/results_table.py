@@ -10,6 +10,8 @@ SOL score on the H200 profile, and correctness (share of evaluated attempts corr
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -24,7 +26,7 @@ FROM scores WHERE baseline_variant IS NOT NULL GROUP BY attempt_id
 """
 
 
-def main(db: str) -> None:
+def main(db: str, exclude: str | None = None) -> None:
     s = Store(db)
     tb = {r["attempt_id"]: r["tb"] for r in s.query(_T_B)}
     rows = s.query("SELECT * FROM v_leaderboard ORDER BY best_sol_score DESC NULLS LAST, problem")
@@ -35,13 +37,27 @@ def main(db: str) -> None:
         print(f"| {r['problem']} | {r['attempts']} | {r['correctness'] or 0:.0%} | "
               f"{'%.2fx' % sp if sp else '-'} | {'%.3f' % sol if sol is not None else '-'} | "
               f"{tb.get(r['best_attempt_id'], '-')} |")
+    print("\n" + summary(rows))
+    if exclude:
+        kept = [r for r in rows if not re.search(exclude, r["problem"])]
+        print(f"without the problems matching {exclude!r}: " + summary(kept))
+
+
+def summary(rows: list[dict]) -> str:
     scored = [r for r in rows if r["best_speedup_geomean"]]
+    if not scored:
+        return "no scored problems"
     g = geomean(r["best_speedup_geomean"] for r in scored)
     sols = sorted(r["best_sol_score"] for r in scored if r["best_sol_score"] is not None)
-    print(f"\n{len(rows)} problems, {len(scored)} with a scored correct kernel; geomean speedup over "
-          f"those {g:.2f}x; {sum(r['best_speedup_geomean'] > 1 for r in scored)} faster than T_b; "
-          f"median SOL score {sols[len(sols) // 2]:.3f}" if scored else "\nno scored problems")
+    return (f"{len(rows)} problems, {len(scored)} with a scored correct kernel; geomean speedup over "
+            f"those {g:.2f}x; {sum(r['best_speedup_geomean'] > 1 for r in scored)} faster than T_b; "
+            f"median SOL score {sols[len(sols) // 2]:.3f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "solforge.duckdb")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("db", nargs="?", default="solforge.duckdb")
+    ap.add_argument("--exclude", help="regex over problem names: also print the summary without them "
+                                      "(e.g. '01[4-7]_gqa': references that are Python loops)")
+    a = ap.parse_args()
+    main(a.db, a.exclude)
