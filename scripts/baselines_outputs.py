@@ -23,6 +23,22 @@ NO_GRAPH = ("torch.compile captures no graph of this reference, so it runs as ea
             "frame): T_b = eager, not timed twice")
 
 
+def deadline_reason(rows, task_id: str, variant: str) -> str:
+    """Why a task stopped at the deadline, with what it had done: how many of its workloads this run
+    measured and the seconds each took (wall, most of it compiling when the timed calls are ms), so
+    a compile-time-bound problem reads as such and not as a run that ran out of luck."""
+    secs = [float(r["seconds"]) for r in rows
+            if r.get("task", "").split(".")[0] == task_id.split(".")[0]
+            and r.get("variant") == variant and r.get("seconds") is not None]
+    if not secs:
+        return "stopped at the deadline before its first workload finished"
+    ms = [float(r["median_ms"]) for r in rows if r.get("task", "").split(".")[0] ==
+          task_id.split(".")[0] and r.get("variant") == variant and r.get("median_ms")]
+    timed = f"; a timed call takes {max(ms):.1f} ms at most" if ms else ""
+    return (f"stopped at the deadline: {len(secs)} workload(s) of this task measured in this run, "
+            f"{sum(secs) / len(secs):.0f} s each (first {secs[0]:.0f} s){timed}")
+
+
 def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
@@ -83,8 +99,10 @@ def fill_reasons(table: dict, problems: list[dict], run, final: bool) -> None:
                     e[f"{v}_status"], e[f"{v}_message"] = "skipped", NO_GRAPH
                 elif key in noted:
                     e[f"{v}_status"], e[f"{v}_message"] = NOT_MEASURED, noted[key][:300]
-                elif key in this_run and status not in ("", "skipped", NOT_MEASURED):
-                    pass  # its own failure (runtime_error, oom, timeout): status and message stay
+                elif status not in ("", "skipped", NOT_MEASURED):
+                    # its own failure (runtime_error, oom, timeout), from this run or an earlier one
+                    # that --skip-reasons kept from a retry: status and message stay
+                    pass
                 else:
                     why = ended
                     if v == "compile" and p.get("explain"):
@@ -171,8 +189,9 @@ def summary_md(table: dict, problems: list[dict], run, stats: dict) -> str:
         label = next((e.get("label") for e in es if e.get("label")), "")
         why = {}
         for v in VARIANTS:
-            c = Counter(f"{e.get(f'{v}_status') or '?'}: {e.get(f'{v}_message') or ''}"[:220]
-                        for e in es if not e.get(f"{v}_ms"))
+            # one line per table row: a message may hold a traceback's newlines
+            c = Counter(" ".join(f"{e.get(f'{v}_status') or '?'}: {e.get(f'{v}_message') or ''}"
+                                 .split())[:220] for e in es if not e.get(f"{v}_ms"))
             why[v] = (f"{c.most_common(1)[0][0]}" + (f" (+{len(c) - 1} other)" if len(c) > 1 else "")
                       ) if c else ""
         lines.append(f"| {p['subset']} | {p['name']} | {len(p['uuids'])} | {n['eager']} | "

@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from baselines_outputs import CSV_COLS, write_outputs  # noqa: E402,F401 - CSV_COLS: for importers
 from baselines_outputs import atomic_write as _atomic_write  # noqa: E402
+from baselines_outputs import deadline_reason  # noqa: E402
 from baselines_plan import compile_rate, gpu_lease, is_alone, plan_lines, workload_bytes  # noqa: E402
 
 
@@ -719,7 +720,8 @@ def parent(args) -> int:
         for p in procs:
             p.read()
             if p.current is not None:
-                run.fail(p.current, p.variant, "stopped at the deadline", p.done_rows)
+                run.fail(p.current, p.variant,
+                         deadline_reason(list(run.rows), p.current, p.variant), p.done_rows)
                 p.current = None
         stop.set()
         write_outputs(run, existing, problems)

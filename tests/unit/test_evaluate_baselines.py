@@ -137,6 +137,35 @@ def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
     assert run.failures[-1]["unmeasured"] == 1 and len(run.tasks["eager"]) == 2
 
 
+def test_an_earlier_failure_that_was_not_retried_keeps_its_status_and_message():
+    import threading
+    from types import SimpleNamespace
+
+    from baselines_outputs import fill_reasons
+
+    table = {("p", "u"): {"problem": "p", "workload_uuid": "u", "eager_ms": "1.0",
+                          "compile_status": "runtime_error", "compile_message": "InductorError: x"}}
+    run = SimpleNamespace(rows=[], failures=[], lock=threading.Lock(), args=None)
+    fill_reasons(table, [{"name": "p", "subset": "S", "uuids": ["u", "v"]}], run, final=True)
+    assert table[("p", "u")]["compile_status"] == "runtime_error"
+    assert table[("p", "u")]["compile_message"] == "InductorError: x"
+    assert table[("p", "v")]["compile_status"] == "not_measured"  # never tried: the run's end says why
+
+
+def test_a_task_stopped_at_the_deadline_says_what_it_had_done_and_at_what_cost():
+    from baselines_outputs import deadline_reason
+
+    rows = [{"task": "compile-p-0", "variant": "compile", "seconds": 360.0, "median_ms": 4.8},
+            {"task": "compile-p-0.r", "variant": "compile", "seconds": 150.0, "median_ms": 6.1},
+            {"task": "compile-q-0", "variant": "compile", "seconds": 1.0, "median_ms": 0.1},
+            {"task": "compile-p-0", "variant": "eager", "seconds": 2.0, "median_ms": 0.2}]
+    why = deadline_reason(rows, "compile-p-0.r", "compile")
+    assert why.startswith("stopped at the deadline: 2 workload(s)") and "255 s each" in why
+    assert "first 360 s" in why and "6.1 ms" in why
+    assert deadline_reason(rows, "compile-z-0", "compile") == \
+        "stopped at the deadline before its first workload finished"
+
+
 def test_compile_marks_the_dims_that_vary_between_workloads_so_one_compile_serves_all(tmp_path):
     import torch._dynamo as dynamo
     from torch._dynamo.utils import counters
