@@ -13,7 +13,8 @@ T_sol, SOL score, correctness and errors, the aggregates, the GPU and where the 
 
 Replace rule: an existing best/ file is replaced only when the pipeline attempt's geomean speedup over
 the workloads both cover is higher (each side's own T_b: the file's `speedup` per workload, the DB's
-`scores.speedup`). One line per problem says new / replaced / kept and both numbers. Dry run unless
+`scores.speedup`), or "refreshed" when it is the same kernel (source hash) and only the new run records
+its git commit. One line per problem says new / replaced / refreshed / kept and both numbers. Dry run unless
 --write. The DB is read from a temporary copy (a .gz is unpacked there), so the committed file and
 its lock sidecar stay untouched.
 """
@@ -64,7 +65,7 @@ _UNKNOWN = re.compile(r"unknown params \[([^\]]*)\]")
 @dataclass
 class Decision:
     problem: str
-    action: str              # new | replaced | kept | skipped
+    action: str              # new | replaced | refreshed | kept | skipped
     path: Optional[Path]
     new_speedup: Optional[float]   # pipeline geomean over the common workloads (all, when new)
     old_speedup: Optional[float]   # the file's geomean over the same workloads
@@ -261,6 +262,13 @@ def decide(problem: str, path: Path, new: dict, old: Optional[dict]) -> Decision
         return Decision(problem, "kept", path, geomean(ns.values()), geomean(os_.values()), 0,
                         "no workload in common")
     g_new, g_old = geomean(ns[u] for u in common), geomean(os_[u] for u in common)
+    same_kernel = old.get("candidate_source_hash") and \
+        old.get("candidate_source_hash") == new.get("candidate_source_hash")
+    if same_kernel and not old.get("commit") and new.get("commit"):
+        # the same kernel measured again by a run that records its commit: the file gets the
+        # provenance it lacked, whichever of the two measurements the noise favoured
+        return Decision(problem, "refreshed", path, g_new, g_old, len(common),
+                        "the same kernel, re-measured by a run that records its commit")
     if g_new > g_old:
         return Decision(problem, "replaced", path, g_new, g_old, len(common))
     return Decision(problem, "kept", path, g_new, g_old, len(common))
@@ -291,11 +299,11 @@ def save_best(db: Path, *, write: bool = False, root: Path = REPO, by: str = "le
             path = target_path(rec, root)
             old = json.loads(path.read_text()) if path.exists() else None
             d = decide(problem, path, rec, old)
-            if d.action == "replaced":
+            if d.action in ("replaced", "refreshed"):
                 rec["replaced"] = {k: old.get(k) for k in ("source", "scored_by", "timing", "commit", "variant",
                                                           "db", "attempt_id") if old.get(k) is not None}
                 rec["replaced"].update(speedup_geomean_common=d.old_speedup, n_common=d.n_common)
-            if write and d.action in ("new", "replaced"):
+            if write and d.action in ("new", "replaced", "refreshed"):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(rec, indent=1) + "\n")
             out.append(d)
@@ -317,7 +325,7 @@ def main(argv=None) -> int:
                           problems=set(args.problem) if args.problem else None)
     for d in decisions:
         print(d.line())
-    n = {a: sum(d.action == a for d in decisions) for a in ("new", "replaced", "kept", "skipped")}
+    n = {a: sum(d.action == a for d in decisions) for a in ("new", "replaced", "refreshed", "kept", "skipped")}
     print(f"\n{len(decisions)} problems: " + ", ".join(f"{v} {k}" for k, v in n.items())
           + ("" if args.write else "  (dry run: --write to save)"))
     return 0

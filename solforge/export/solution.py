@@ -39,6 +39,63 @@ SCALAR_CTYPES = {"int32": "int32_t", "int64": "int64_t", "uint32": "uint32_t", "
                  "float32": "float", "float64": "double"}
 
 
+TMAP_SWIZZLE = {"none": "CU_TENSOR_MAP_SWIZZLE_NONE", "sw32": "CU_TENSOR_MAP_SWIZZLE_32B",
+                "sw64": "CU_TENSOR_MAP_SWIZZLE_64B", "sw128": "CU_TENSOR_MAP_SWIZZLE_128B"}
+# A `tmap:` argument: the CUtensorMap the evaluator's launcher encodes (launcher.tensor_map_bytes:
+# 2-D row-major, dims (cols, rows), pitch stride(0), box (cols, rows), L2 256B promotion, OOB zero
+# fill), encoded here with the driver's cuTensorMapEncodeTiled, found through the runtime so the
+# extension needs no libcuda link, and passed by value (a __grid_constant__ kernel parameter).
+TMAP_HELPER = r"""
+#include <cuda.h>
+static CUtensorMap sf_tmap(const torch::Tensor& t, double box_rows, double box_cols,
+                           CUtensorMapSwizzle swizzle, const char* what) {
+  typedef CUresult (*encode_fn)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static encode_fn encode = nullptr;
+  if (encode == nullptr) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                      cudaEnableDefault, &found);
+#else
+    cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+    TORCH_CHECK(e == cudaSuccess && found == cudaDriverEntryPointSuccess && fn != nullptr,
+                "solforge: cuTensorMapEncodeTiled not found in the driver");
+    encode = reinterpret_cast<encode_fn>(fn);
+  }
+  CUtensorMapDataType dt;
+  switch (t.scalar_type()) {
+    case at::kHalf: dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case at::kBFloat16: dt = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case at::kFloat: dt = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    case at::kByte: dt = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+    case at::kInt: dt = CU_TENSOR_MAP_DATA_TYPE_INT32; break;
+    default: TORCH_CHECK(false, "solforge: tmap of ", what, ": unsupported dtype ", t.scalar_type());
+  }
+  TORCH_CHECK(t.dim() == 2 && t.stride(1) == 1, "solforge: tmap of ", what,
+              " needs a 2-D row-major tensor");
+  const int64_t es = t.element_size();
+  TORCH_CHECK((t.stride(0) * es) % 16 == 0 && reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0,
+              "solforge: tmap of ", what, ": row pitch and address must be multiples of 16 bytes");
+  TORCH_CHECK(box_rows >= 1 && box_rows <= 256 && box_cols >= 1 && box_cols <= 256,
+              "solforge: tmap of ", what, ": box ", box_rows, "x", box_cols, " (each 1..256)");
+  cuuint64_t dims[2] = {(cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};
+  cuuint64_t pitch[1] = {(cuuint64_t)(t.stride(0) * es)};
+  cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
+  cuuint32_t step[2] = {1, 1};
+  CUtensorMap m;
+  CUresult r = encode(&m, dt, 2, t.data_ptr(), dims, pitch, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "solforge: cuTensorMapEncodeTiled(", what, ") failed: ", (int)r);
+  return m;
+}
+"""
+
+
 def _define_lines(params: dict) -> str:
     lines = ["// solforge export: the candidate's params (NVRTC was given them as -D options)"]
     for k, v in sorted(params.items()):
@@ -163,6 +220,7 @@ def entry_source(att: ExportAttempt, launcher_ids: dict[str, int]) -> str:
             "  torch::Tensor workspace;",
             f"  if (ws_bytes > 0) workspace = torch::zeros({{(int64_t)ws_bytes}}, "
             f"t_{first}.options().dtype(torch::kUInt8));"]
+    uses_tmap = False
     for i, launch in enumerate(cand.launches):
         body.append(f"  {{  // launches[{i}]: {launch.kernel}")
         refs = []
@@ -172,7 +230,13 @@ def entry_source(att: ExportAttempt, launcher_ids: dict[str, int]) -> str:
                     raise ExportError(f"launches[{i}].args: {a.name!r} is not a tensor of the problem")
                 body.append(f"    void* a{j} = t_{a.name}.data_ptr();")
             elif a.kind == "tmap":
-                raise ExportError(f"launches[{i}].args: tensor maps ({a.name}) are not exported yet")
+                if a.name not in defn.inputs and a.name not in defn.outputs:
+                    raise ExportError(f"launches[{i}].args: {a.name!r} is not a tensor of the problem")
+                rows, cols = a.expr.split(",")
+                uses_tmap = True
+                # the launcher's encoding (solforge.compile.launcher.tensor_map_bytes), in C++
+                body.append(f"    CUtensorMap a{j} = sf_tmap(t_{a.name}, {to_cpp(rows, e)}, "
+                            f"{to_cpp(cols, e)}, {TMAP_SWIZZLE[a.swizzle]}, \"{a.name}\");")
             elif a.kind == "workspace":
                 body.append(f'    TORCH_CHECK(workspace.defined(), "launches[{i}] passes the workspace '
                             f'but it is 0 bytes");')
@@ -205,7 +269,7 @@ def entry_source(att: ExportAttempt, launcher_ids: dict[str, int]) -> str:
 #include <cstdint>
 
 {decls}
-{CPP_HELPERS}
+{CPP_HELPERS}{TMAP_HELPER if uses_tmap else ""}
 static inline unsigned int sf_dim(double v, const char* what) {{
   TORCH_CHECK(v >= 1.0 && v == std::floor(v) && v <= 4294967295.0, "solforge: ", what, " = ", v,
               " is not a positive integer");

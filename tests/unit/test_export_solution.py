@@ -142,3 +142,48 @@ def test_cpp_expressions_match_python(tmp_path):
                                             check=True).stdout.split()]
     want = [float(axis_expr.evaluate(e, env)) for env in envs for e in EXPRS]
     assert got == pytest.approx(want)
+
+
+def _cuda_include() -> Path | None:
+    import os
+
+    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", "/usr/local/cuda-13.0"):
+        if root and (Path(root) / "include/cuda.h").exists():
+            return Path(root) / "include"
+    return None
+
+
+@pytest.mark.skipif(shutil.which("g++") is None or _cuda_include() is None,
+                    reason="needs g++ and the CUDA toolkit headers (cuda.h)")
+def test_a_tma_candidate_exports_and_its_entry_compiles(tmp_path, sol_execbench_dir):
+    """A `tmap:` launch argument becomes a CUtensorMap encoded on the host by the entry (the driver's
+    cuTensorMapEncodeTiled, found through the runtime): the entry, with torch's and CUDA's headers,
+    passes g++ (syntax and types; the CPU torch wheel lacks one generated CUDA header, stubbed)."""
+    import sysconfig
+
+    import torch
+
+    from solforge.kernels import get_family
+    from solforge.problem import load_problem_dir
+    from solforge.store.problems import upsert_problems
+
+    p = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench/004_gemm_n128_k2048", "FlashInfer-Bench")
+    fam = get_family("gemm_wgmma")
+    cand = fam.instantiate(p, dict(fam.default_params(p), TMA=1))
+    assert any(a.startswith("tmap:") for l in cand.launches for a in l.args)
+    s = Store(tmp_path / "t.duckdb")
+    upsert_problems(s, [p])
+    aid = s.create_attempt(p.name, agent="offline", candidate=cand)
+    out = write_solution(load_attempt(s, aid[:10]), tmp_path / "sol")
+    entry = (out.parent / ENTRY).read_text()
+    assert 'sf_tmap(t_A, 64.0, 64.0, CU_TENSOR_MAP_SWIZZLE_128B, "A")' in entry
+    assert 'sf_tmap(t_B, 64.0, 64.0, CU_TENSOR_MAP_SWIZZLE_128B, "B")' in entry
+    stub = tmp_path / "stub/c10/cuda/impl"
+    stub.mkdir(parents=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
+    ti = Path(torch.__file__).parent / "include"
+    r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-x", "c++", f"-I{tmp_path / 'stub'}",
+                        f"-I{ti}", f"-I{ti / 'torch/csrc/api/include'}", f"-I{_cuda_include()}",
+                        f"-I{sysconfig.get_paths()['include']}", "-DTORCH_EXTENSION_NAME=x",
+                        str(out.parent / ENTRY)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
