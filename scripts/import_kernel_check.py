@@ -16,6 +16,8 @@ what the rows prove correct.
   check, staged as .carry/attn_new): per problem, when every variant measured (>= 2) is correct on
   every workload, the rows go to data/results/<family>_h200_<NNN>_{rows.jsonl,env.json}, the problem
   into the family's family.json `offered_problems` and `"offered"` becomes true.
+--fp8 DIR (fp8_gemm on Quant 001/006/015/021/022: its first GPU check, staged as .carry/fp8): the
+  same as --attn-new for family fp8_gemm.
 Nothing is filed for a problem with a missing or wrong workload; the reason is printed. Then
 regenerate the results_h200.md files (their first lines hold the command).
 """
@@ -123,11 +125,18 @@ def import_attention(d: Path, dry: bool) -> None:
 
 
 NEW_ATTN = ("attention_decode", "attention_ragged")
+NEW_FP8 = ("fp8_gemm",)
 
 
 def import_attn_new(d: Path, dry: bool) -> None:
-    rows = [r for r in _rows(d) if r.get("family") in NEW_ATTN]
-    for fam in NEW_ATTN:
+    import_new(d, dry, NEW_ATTN)
+
+
+def import_new(d: Path, dry: bool, families: tuple[str, ...]) -> None:
+    """A new family's first GPU check (--attn-new, --fp8): per problem, every variant correct on
+    every workload files the rows and opens the problem (family.json offered_problems, offered)."""
+    rows = [r for r in _rows(d) if r.get("family") in families]
+    for fam in families:
         fam_rows = [r for r in rows if r["family"] == fam]
         if not fam_rows:
             continue
@@ -163,6 +172,7 @@ def main() -> None:
     ap.add_argument("--attn", type=Path, help="bench out dir with rows.jsonl + env.json (attention_prefill)")
     ap.add_argument("--attn-new", type=Path,
                     help="bench out dir with rows.jsonl + env.json (attention_decode / attention_ragged)")
+    ap.add_argument("--fp8", type=Path, help="bench out dir with rows.jsonl + env.json (fp8_gemm)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args()
     if a.nvfp4:
@@ -171,6 +181,8 @@ def main() -> None:
         import_attention(a.attn, a.dry_run)
     if a.attn_new:
         import_attn_new(a.attn_new, a.dry_run)
+    if a.fp8:
+        import_new(a.fp8, a.dry_run, NEW_FP8)
 
 
 if __name__ == "__main__":

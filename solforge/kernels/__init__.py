@@ -17,6 +17,7 @@ from .attention_ragged import AttentionRaggedFamily
 from .base import Family, FamilyError, Spec, definition_of
 from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
+from .fp8_gemm import Fp8GemmFamily
 from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
 from .nvfp4_moe import Nvfp4MoeFamily
@@ -32,7 +33,7 @@ FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), Cut
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
                           RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
                           Nvfp4MoeFamily(), AttentionDecodeFamily(),
-                          AttentionRaggedFamily()]
+                          AttentionRaggedFamily(), Fp8GemmFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
