@@ -346,7 +346,15 @@ class CandidateRuntime:
                 return workspace.data_ptr()
             if name not in tensors:
                 raise LaunchError(f"launches[{i}]: no tensor named {name!r} (have {sorted(tensors)})")
-            return tensors[name].data_ptr()
+            t = tensors[name]
+            # a kernel gets a bare pointer and reads dense row-major memory: a strided view (e.g. a
+            # custom input made by `w.T.to(dtype)`, which keeps the transposed strides) would be
+            # read as the wrong elements, so it is refused here rather than judged "incorrect"
+            if not t.is_contiguous():
+                raise LaunchError(f"launches[{i}]: tensor {name!r} is not contiguous (shape "
+                                  f"{tuple(t.shape)}, strides {tuple(t.stride())}); candidates read "
+                                  f"their tensors as dense row-major memory")
+            return t.data_ptr()
 
         if entry.get("params"):  # CuTe DSL: the kernel's real parameter layout, from the compiler
             layout = []

@@ -84,3 +84,22 @@ def test_candidate_workspace_zero_parsed_and_default_hash_unchanged():
     assert zero.source_hash() != plain.source_hash()
     with pytest.raises(ValueError):
         Candidate(**base, workspace_zero="n +")
+
+
+def test_a_strided_tensor_is_refused_not_read_as_row_major():
+    """Quant 022's custom inputs give `w` as `w_scaled.T.to(fp8)`: shape [N, K], strides (1, N). A
+    kernel reading it through its pointer as row-major [N, K] computes with the wrong elements; the
+    launcher refuses the strided tensor with a message naming it (a CPU tensor: no GPU needed to
+    resolve the arguments)."""
+    import pytest
+    import torch
+
+    from solforge.compile.launcher import CandidateRuntime, LaunchError
+
+    rt = object.__new__(CandidateRuntime)
+    launch = {"kernel": "k", "args": ["x", "w", "int32:M"]}
+    x = torch.zeros(8, 4)
+    ok = rt._arg_values(launch, {}, {"x": x, "w": torch.zeros(8, 4)}, None, {"M": 8}, 0)
+    assert ok[1] == 8 + 8 + 4  # two pointers and an int32
+    with pytest.raises(LaunchError, match=r"tensor 'w' is not contiguous \(shape \(8, 4\), strides \(1, 8\)\)"):
+        rt._arg_values(launch, {}, {"x": x, "w": torch.zeros(4, 8).T}, None, {"M": 8}, 0)

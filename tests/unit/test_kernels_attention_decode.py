@@ -312,6 +312,9 @@ def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, m
     for fam in ("attention_decode", "attention_ragged"):
         (repo / "kernels_cuda" / fam).mkdir(parents=True)
         shutil.copy(ikc.REPO / "kernels_cuda" / fam / "family.json", repo / "kernels_cuda" / fam / "family.json")
+    # attention_decode's family.json as it was before its GPU check: nothing offered
+    dj = repo / "kernels_cuda" / "attention_decode" / "family.json"
+    dj.write_text(json.dumps(dict(json.loads(dj.read_text()), offered=False, offered_problems=[])))
     ragged_json = repo / "kernels_cuda" / "attention_ragged" / "family.json"
     ragged_before = ragged_json.read_text()
     (repo / "data" / "results").mkdir(parents=True)

@@ -588,7 +588,10 @@ def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, m
     spec.loader.exec_module(ikc)
     repo = tmp_path / "repo"
     (repo / "kernels_cuda" / "fp8_gemm").mkdir(parents=True)
-    shutil.copy(ikc.REPO / "kernels_cuda" / "fp8_gemm" / "family.json", repo / "kernels_cuda" / "fp8_gemm" / "family.json")
+    # the family.json as it was before any GPU check: nothing offered
+    fj = json.loads((ikc.REPO / "kernels_cuda" / "fp8_gemm" / "family.json").read_text())
+    fj.update(offered=False, offered_problems=[])
+    (repo / "kernels_cuda" / "fp8_gemm" / "family.json").write_text(json.dumps(fj))
     (repo / "data" / "results").mkdir(parents=True)
     monkeypatch.setattr(ikc, "REPO", repo)
     monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
