@@ -25,15 +25,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def drop_untimed(problems_dir: Path, csv_path: Path) -> dict:
+def drop_untimed(problems_dir: Path, csv_path: Path, max_tb_ms: float = float("inf")) -> dict:
     """Remove from each staged workload.jsonl the workloads whose row in the baselines CSV has no T_b
-    (neither eager nor torch.compile measured). Returns {problem: [uuid, ...]} of what was removed."""
+    (neither eager nor torch.compile measured) or whose T_b exceeds max_tb_ms. Returns {problem: [uuid, ...]} of what was removed."""
     import csv
 
     no_tb: dict[str, set] = {}
     with open(csv_path, newline="") as f:
         for r in csv.DictReader(f):
-            if not (r.get("T_b_ms") or "").strip():
+            tb = (r.get("T_b_ms") or "").strip()
+            # no T_b, or a reference call longer than the run lets a reference run (the optimize
+            # script's REFCACHE_MAX_REF_S): the run would leave the workload out, and the problem
+            # could then never have a kernel correct "on every workload"
+            if not tb or float(tb) > max_tb_ms:
                 no_tb.setdefault(r["problem"], set()).add(r["workload_uuid"])
     out = {}
     for wl in sorted(problems_dir.glob("*/*/workload.jsonl")):
@@ -57,6 +61,10 @@ def main(argv=None) -> int:
                     help="keep workloads without an H200 T_b in the baselines CSV (default: leave them "
                          "out: the run would measure T_b itself, in its own process, and 014's one such "
                          "workload has a reference call of over 300 s)")
+    ap.add_argument("--max-tb-s", type=float, default=30.0,
+                    help="also leave out workloads whose T_b is over this (default 30: the optimize "
+                         "script's REFCACHE_MAX_REF_S, the longest reference call a run caches; 014's "
+                         "9fb16120 takes 76 s compiled)")
     a = ap.parse_args(argv)
     from types import SimpleNamespace
 
@@ -74,9 +82,11 @@ def main(argv=None) -> int:
         src = Path(p.source)
         shutil.copytree(src, dst / src.parent.name / src.name)
     print(f"{len(probs)} problems -> {dst}")
-    dropped = {} if a.keep_untimed else drop_untimed(dst, REPO / "data" / "results" / "baselines_h200.csv")
+    dropped = {} if a.keep_untimed else drop_untimed(dst, REPO / "data" / "results" / "baselines_h200.csv",
+                                                     a.max_tb_s * 1e3)
     for name, uu in dropped.items():
-        print(f"{name}: left out {len(uu)} workload(s) without an H200 T_b: {', '.join(uu)}")
+        print(f"{name}: left out {len(uu)} workload(s) without an H200 T_b or with T_b over "
+              f"{a.max_tb_s:g} s: {', '.join(uu)}")
     db = a.out / "seed.duckdb"
     subprocess.run([sys.executable, "-m", "solforge.cli", "ingest", "--db", str(db), str(dst)], check=True,
                    stdout=subprocess.DEVNULL)
