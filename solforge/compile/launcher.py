@@ -53,6 +53,21 @@ def _axis_expr():
     return sys.modules[name]
 
 
+def _sibling(name: str):
+    """solforge.compile.<name> (elf, graph_launch): imported normally inside the package, else loaded
+    from this file's folder. The exported torch op (solforge/export/torch_op.py) vendors this file
+    with its siblings as standalone modules, where a relative import has no package to resolve."""
+    if __package__:
+        return importlib.import_module(f"{__package__}.{name}")
+    key = f"_solforge_export_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, Path(__file__).resolve().parent / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[key] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[key]
+
+
 class LaunchError(RuntimeError):
     pass
 
@@ -112,7 +127,7 @@ def _layout_from_cubin(values: list, cubin: bytes, symbol: str, i: int):
     """The parameter layout ptxas chose (.nv.info of the cubin): a 64-byte aligned struct parameter
     such as a CUtensorMap is placed by its address in the constant bank (on sm_90 the parameters
     start at 0x210: after an int at 32 a tensor map lands at 48), not by its offset from 0."""
-    from .elf import kernel_params
+    kernel_params = _sibling("elf").kernel_params
 
     kparams, total = kernel_params(cubin, symbol)
     vals = [v[0] if isinstance(v, tuple) else v for v in values]
@@ -175,7 +190,7 @@ class LaunchPlan:
         drv = _drv()
         hstream = drv.CUstream(_stream_handle(stream))
         if self._graph_state == "pending":
-            from .graph_launch import GraphLaunch
+            GraphLaunch = _sibling("graph_launch").GraphLaunch
 
             self._graph, self.graph_note = GraphLaunch.build(self.steps, self.workspace, check,
                                                              zero_bytes=self.zero_bytes)
@@ -210,6 +225,8 @@ class LaunchPlan:
 
 
 def _graph_launch_enabled() -> bool:
+    if not __package__:  # vendored in an exported op: no solforge settings, the default (on)
+        return True
     from .. import settings
 
     return settings.get().graph_launch

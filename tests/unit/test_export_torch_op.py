@@ -42,6 +42,19 @@ def test_files(package):
     assert (pdir.parent / "pyproject.toml").exists()
 
 
+def test_the_vendored_launcher_finds_its_siblings_without_a_package(package):
+    """In the op the launcher is a standalone module: the tensor-map layout reader (elf) and the
+    CUDA-graph replay (graph_launch) load from beside it (the session-6 H200 export check of the TMA
+    GEMMs failed with 'attempted relative import with no known parent package' before)."""
+    mod, pdir, p, name = package
+    launcher = mod.launcher
+    assert not launcher.__package__
+    elf = launcher._sibling("elf")
+    assert elf.__file__ == str(pdir / "_vendor" / "compile" / "elf.py") and callable(elf.kernel_params)
+    assert hasattr(launcher._sibling("graph_launch"), "GraphLaunch")
+    assert launcher._graph_launch_enabled() is True
+
+
 def test_op_registers_with_fake_impl_shapes(package):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
