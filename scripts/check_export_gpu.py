@@ -14,7 +14,8 @@ Two steps, because the GPU box has no DuckDB:
 `check`, per problem and workload (random inputs, seeded per workload): runs the candidate through the
 evaluator's own runtime (solforge.compile.launcher, what solforge.evaluate launches), through the
 exported torch op, and the problem's reference; reports whether op == evaluator bit for bit and both
-within the workload's tolerance of the reference. It then runs solforge's evaluator
+within the workload's tolerance of the reference; with --build-solution also the solution.json's own C++
+entry (built by torch.utils.cpp_extension with nvcc, as SOL-ExecBench builds it) against the evaluator. It then runs solforge's evaluator
 (solforge.evaluate.api.evaluate_candidate) for its verdict. With --sol-execbench it also runs
 `sol_execbench.cli.main` (their CLI, from that checkout's src/) on the exported solution.json.
 """
@@ -119,6 +120,21 @@ def _tolerant(a, b, tol) -> tuple[bool, float]:
     return ratio >= tol.required_matched_ratio, ratio
 
 
+def build_solution(d: Path, entry: dict, args):
+    """The exported solution.json built the way SOL-ExecBench builds a torch-bound CUDA C++ solution
+    (torch.utils.cpp_extension.load over its sources with its compile options; needs nvcc)."""
+    from torch.utils.cpp_extension import load
+
+    sol = json.loads((d / "solution" / "solution.json").read_text())
+    opts = sol["spec"]["compile_options"]
+    srcs = [str(d / "solution" / f["path"]) for f in sol["sources"] if f["path"].endswith(".cu")]
+    build = Path(args.build_dir) / entry["package"]
+    build.mkdir(parents=True, exist_ok=True)
+    return load(name=f"sol_{entry['package']}", sources=srcs, extra_cflags=opts.get("cflags") or [],
+                extra_cuda_cflags=opts.get("cuda_cflags") or [], extra_ldflags=opts.get("ld_flags") or [],
+                build_directory=str(build), verbose=False)
+
+
 def check_one(entry: dict, d: Path, args) -> dict:
     import torch
 
@@ -137,6 +153,7 @@ def check_one(entry: dict, d: Path, args) -> dict:
     exec(problem.definition.reference, ns)  # noqa: S102 - the problem's own reference
     ref = ns["run"]
     defn = problem.definition
+    sol = build_solution(d, entry, args) if getattr(args, "build_solution", False) and entry.get("solution") else None
     rows = []
     for i, w in enumerate(problem.workloads[: args.max_workloads]):
         g = torch.Generator(device="cuda").manual_seed(1000 + i)
@@ -154,6 +171,12 @@ def check_one(entry: dict, d: Path, args) -> dict:
         want = ref(*inputs.values())
         want = want if isinstance(want, tuple) else (want,)
         torch.cuda.synchronize()
+        outs_sol = None
+        if sol is not None:  # the solution.json's C++ entry, destination passing style
+            outs_sol = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else torch.zeros_like(v)
+                        for k, v in outs_eval.items()}
+            sol.run(*inputs.values(), *outs_sol.values())
+            torch.cuda.synchronize()
         row = {"workload": w.workload.uuid, "axes": dict(w.axes), "outputs": []}
         for (name, ev), o, r in zip(outs_eval.items(), got, want):
             same = bool(torch.equal(ev, o))
@@ -162,9 +185,13 @@ def check_one(entry: dict, d: Path, args) -> dict:
             row["outputs"].append({"name": name, "op_equals_evaluator_runtime": same,
                                    "op_within_tolerance": ok_op, "op_matched_ratio": ratio_op,
                                    "evaluator_within_tolerance": ok_ev})
+            if outs_sol is not None:
+                row["outputs"][-1]["solution_equals_evaluator_runtime"] = bool(torch.equal(ev, outs_sol[name]))
         rows.append(row)
     out = {"problem": entry["problem"], "attempt": entry["attempt"], "workloads": rows,
-           "all_equal": all(o["op_equals_evaluator_runtime"] for r in rows for o in r["outputs"]),
+           "all_equal": all(o["op_equals_evaluator_runtime"] and o.get("solution_equals_evaluator_runtime", True)
+                            for r in rows for o in r["outputs"]),
+           "solution_built": sol is not None,
            "all_within_tolerance": all(o["op_within_tolerance"] for r in rows for o in r["outputs"])}
     try:
         from solforge.evaluate.api import evaluate_candidate
@@ -219,6 +246,10 @@ def main() -> int:
     c.add_argument("--out", required=True)
     c.add_argument("--max-workloads", type=int, default=8)
     c.add_argument("--sol-execbench", help="path to a checkout of NVIDIA/SOL-ExecBench")
+    c.add_argument("--build-solution", action="store_true",
+                   help="also build each solution.json with torch.utils.cpp_extension (nvcc) and check its "
+                        "C++ entry's outputs against the evaluator's, bit for bit")
+    c.add_argument("--build-dir", default="/tmp/solforge_solution_build")
     c.add_argument("--timeout-s", type=int, default=300)
     args = ap.parse_args()
     return cmd_prepare(args) if args.cmd == "prepare" else cmd_check(args)
