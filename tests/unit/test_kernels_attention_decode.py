@@ -17,11 +17,10 @@ import pytest
 import torch
 
 from solforge.candidate import Candidate, eval_expr, launch_env
-from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_decode import COMBINE_WARPS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import claimed, usage_and_sass
+from tests.unit.attention_checks import check_compiled, claimed
 from tests.unit.test_kernels_attention_prefill import _check
 
 SUBSET = "FlashInfer-Bench"
@@ -98,15 +97,7 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert eval_expr(comb.grid[0], env) == batch and eval_expr(comb.block[0], env) == COMBINE_WARPS * 32
             assert eval_expr(comb.args[-1].split(":", 1)[1], env) == slots
             assert eval_expr(cand.workspace, env) == slots * h_qo * 129 * 4
-        res = compile_candidate(cand, arch="sm_90a")
-        assert res.ok, res.log
-        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
-        if dumps is None:
-            continue
-        usage, sass = dumps
-        assert usage.count("LOCAL:0") == 2 and usage.count("STACK:0") == 2, (params, usage)
-        assert "HMMA.16816.F32.BF16" in sass and "LDSM" in sass and "LDGSTS" in sass, params
-        assert "LDL" not in sass and "STL" not in sass, params
+        check_compiled(cand, tmp_path, ("HMMA.16816.F32.BF16", "LDSM", "LDGSTS"), kernels=2, what=params)
 
 
 def test_warp_column_slices_keep_the_swizzle():

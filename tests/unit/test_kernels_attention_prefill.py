@@ -13,11 +13,10 @@ import pytest
 import torch
 
 from solforge.candidate import Candidate, eval_expr, launch_env
-from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED, ZTOK
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import claimed, usage_and_sass
+from tests.unit.attention_checks import check_compiled, claimed
 
 SUBSET = "FlashInfer-Bench"
 CLAIMED = ["014_gqa_paged_prefill_causal_h32_kv4_d128_ps1",
@@ -153,15 +152,7 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert block == params["BLOCK_M"] // 16 * 32 <= 1024
             assert 0 < smem <= SMEM_LIMIT
             assert eval_expr(launch.args[-4 if fused else -2].split(":", 1)[1], env) == batch
-        res = compile_candidate(cand, arch="sm_90a")
-        assert res.ok, res.log  # also checks the args against the kernel's parameter list
-        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
-        if dumps is None:
-            continue
-        usage, sass = dumps
-        assert "LOCAL:0" in usage and "STACK:0" in usage, (params, usage)
-        assert "HMMA.16816.F32.BF16" in sass and "LDSM" in sass and "LDGSTS" in sass, params
-        assert "LDL" not in sass and "STL" not in sass, params
+        check_compiled(cand, tmp_path, ("HMMA.16816.F32.BF16", "LDSM", "LDGSTS"), what=params)
 
 
 # ── CPU emulation of the kernel ──────────────────────────────────────────────────────────────────

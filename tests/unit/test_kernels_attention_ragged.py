@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from solforge.candidate import Candidate, eval_expr, launch_env
-from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import claimed, usage_and_sass
+from tests.unit.attention_checks import check_compiled, claimed
 from tests.unit.test_kernels_attention_prefill import _check, emulate
 
 SUBSET = "FlashInfer-Bench"
@@ -78,14 +77,7 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
             assert 1 <= gx < 2**31 - 1 and gy == cand.params["NUM_KV_HEADS"]
             assert eval_expr(zero.grid[0], env) * 8 >= w.axes["total_q"]
             assert eval_expr(launch.args[-2].split(":", 1)[1], env) == batch
-        res = compile_candidate(cand, arch="sm_90a")
-        assert res.ok, res.log
-        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
-        if dumps is None:
-            continue
-        usage, sass = dumps
-        assert "LOCAL:0" in usage and "STACK:0" in usage, (params, usage)
-        assert "HMMA.16816.F32.BF16" in sass and "LDGSTS" in sass and "LDL" not in sass, params
+        check_compiled(cand, tmp_path, ("HMMA.16816.F32.BF16", "LDGSTS"), what=params)
 
 
 def test_ragged_off_compiles_to_the_gpu_checked_prefill_code(sol_execbench_dir):

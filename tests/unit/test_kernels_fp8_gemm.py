@@ -22,11 +22,10 @@ import pytest
 import torch
 
 from solforge.candidate import Candidate, eval_expr, launch_env
-from solforge.compile import compile_candidate
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.fp8_gemm import QUANT_THREADS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import claimed, usage_and_sass
+from tests.unit.attention_checks import check_compiled, claimed
 
 SUBSET = "Quant"
 CLAIMED = ["001_fp8_attention_output_projection", "006_fp8_vision_attention_output_projection",
@@ -169,15 +168,7 @@ def test_every_point_compiles_without_spills_and_launches_fit(problems, name, tm
                 assert n_act == (math.ceil(M * K // 128 / (QUANT_THREADS // 32)) if f["A_MODE"] else 0)
                 assert eval_expr(q.grid[0], env) == n_act + (N // 128 * K // 128 if f["W_MODE"] else 0)
                 assert eval_expr(q.args[-2].split(":", 1)[1], env) == M
-        res = compile_candidate(cand, arch="sm_90a")
-        assert res.ok, res.log
-        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
-        if dumps is None:
-            continue
-        usage, sass = dumps
-        assert usage.count("LOCAL:0") == 2 and usage.count("STACK:0") == 2, (params, usage)
-        assert "LDSM" in sass and "LDGSTS" in sass and "HMMA" in sass, params
-        assert "LDL" not in sass and "STL" not in sass, params
+        check_compiled(cand, tmp_path, ("LDSM", "LDGSTS", "HMMA"), kernels=2, what=params)
 
 
 # ── CPU emulation ────────────────────────────────────────────────────────────────────────────────
