@@ -20,6 +20,7 @@ from .elementwise import ActivationFamily
 from .fp8_gemm import Fp8GemmFamily
 from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
+from .moe_group_mask import MoeGroupMaskFamily
 from .nvfp4_moe import Nvfp4MoeFamily
 from .pointwise import PointwiseFamily
 from .pointwise_rows import PointwiseRowsFamily
@@ -33,7 +34,7 @@ FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), Cut
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
                           RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
                           Nvfp4MoeFamily(), AttentionDecodeFamily(),
-                          AttentionRaggedFamily(), Fp8GemmFamily()]
+                          AttentionRaggedFamily(), Fp8GemmFamily(), MoeGroupMaskFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
