@@ -69,7 +69,10 @@ def evidence(rows: list[dict], problem) -> str:
 def _problem(name: str):
     from solforge.problem.loader import load_problem_dir
 
-    d = next(SHARED.glob(f"*/{name}"))
+    d = next(SHARED.glob(f"*/{name}"), None)
+    if d is None:  # e.g. run on a GPU box, which has no copy of the dataset: import here instead
+        raise SystemExit(f"import_kernel_check: problem {name!r} not found under {SHARED} "
+                         "(the shared SOL-ExecBench copy); run the import where ../shared exists")
     return load_problem_dir(d, d.parent.name)
 
 
