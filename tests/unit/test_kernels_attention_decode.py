@@ -20,7 +20,7 @@ from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_decode import COMBINE_WARPS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import check_compiled, claimed
+from tests.unit.family_checks import check_compiled, claimed, import_sandbox
 from tests.unit.test_kernels_attention_prefill import _check
 
 SUBSET = "FlashInfer-Bench"
@@ -292,25 +292,12 @@ def test_kernel_source_matches_the_emulated_formulas():
 def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, monkeypatch):
     """scripts/import_kernel_check.py --attn-new: 012 with both variants correct everywhere is
     filed and opened (families_for then offers the family for 012 only); 013 with one wrong row is not."""
-    import importlib.util
     import json
-    import shutil
 
-    spec = importlib.util.spec_from_file_location("ikc", Path(__file__).resolve().parents[2] / "scripts" / "import_kernel_check.py")
-    ikc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ikc)
-    repo = tmp_path / "repo"
-    for fam in ("attention_decode", "attention_ragged"):
-        (repo / "kernels_cuda" / fam).mkdir(parents=True)
-        shutil.copy(ikc.REPO / "kernels_cuda" / fam / "family.json", repo / "kernels_cuda" / fam / "family.json")
-    # attention_decode's family.json as it was before its GPU check: nothing offered
-    dj = repo / "kernels_cuda" / "attention_decode" / "family.json"
-    dj.write_text(json.dumps(dict(json.loads(dj.read_text()), offered=False, offered_problems=[])))
+    ikc, repo = import_sandbox(tmp_path, monkeypatch, ("attention_decode", "attention_ragged"),
+                               fresh=("attention_decode",))
     ragged_json = repo / "kernels_cuda" / "attention_ragged" / "family.json"
     ragged_before = ragged_json.read_text()
-    (repo / "data" / "results").mkdir(parents=True)
-    monkeypatch.setattr(ikc, "REPO", repo)
-    monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
     d = tmp_path / "out"
     d.mkdir()
     rows = []

@@ -16,7 +16,7 @@ from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_prefill import SMEM_LIMIT, UNCHECKED, ZTOK
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import check_compiled, claimed
+from tests.unit.family_checks import check_compiled, claimed
 
 SUBSET = "FlashInfer-Bench"
 CLAIMED = ["014_gqa_paged_prefill_causal_h32_kv4_d128_ps1",

@@ -15,7 +15,7 @@ import torch
 from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import check_compiled, claimed
+from tests.unit.family_checks import check_compiled, claimed
 from tests.unit.test_kernels_attention_prefill import _check, emulate
 
 SUBSET = "FlashInfer-Bench"

@@ -25,7 +25,7 @@ from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.fp8_gemm import QUANT_THREADS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import check_compiled, claimed
+from tests.unit.family_checks import check_compiled, claimed, import_sandbox
 
 SUBSET = "Quant"
 CLAIMED = ["001_fp8_attention_output_projection", "006_fp8_vision_attention_output_projection",
@@ -570,22 +570,9 @@ def test_kernel_source_spells_the_emulated_formulas():
 def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, monkeypatch):
     """scripts/import_kernel_check.py --fp8: 022 with every variant correct everywhere is filed and
     opened (families_for then offers fp8_gemm for 022 only); 021 with one wrong row is not."""
-    import importlib.util
     import json
-    import shutil
 
-    spec = importlib.util.spec_from_file_location("ikc", Path(__file__).resolve().parents[2] / "scripts" / "import_kernel_check.py")
-    ikc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ikc)
-    repo = tmp_path / "repo"
-    (repo / "kernels_cuda" / "fp8_gemm").mkdir(parents=True)
-    # the family.json as it was before any GPU check: nothing offered
-    fj = json.loads((ikc.REPO / "kernels_cuda" / "fp8_gemm" / "family.json").read_text())
-    fj.update(offered=False, offered_problems=[])
-    (repo / "kernels_cuda" / "fp8_gemm" / "family.json").write_text(json.dumps(fj))
-    (repo / "data" / "results").mkdir(parents=True)
-    monkeypatch.setattr(ikc, "REPO", repo)
-    monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
+    ikc, repo = import_sandbox(tmp_path, monkeypatch, ("fp8_gemm",), fresh=("fp8_gemm",))
     d = tmp_path / "out"
     d.mkdir()
     rows = []

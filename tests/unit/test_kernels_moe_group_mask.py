@@ -17,12 +17,11 @@ import pytest
 import torch
 
 from solforge.candidate import Candidate, eval_expr, launch_env
-from solforge.compile import compile_candidate
 from solforge.evaluate.inputs import InputFactory
 from solforge.evaluate.reference import load_reference
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.problem.loader import load_problem_dir
-from tests.unit.attention_checks import claimed, usage_and_sass
+from tests.unit.family_checks import check_compiled, claimed, import_sandbox
 
 NAME = "059_moe_group_score_aggregation_and_masking"
 
@@ -112,14 +111,9 @@ def test_every_point_compiles_without_spills_and_launch_evaluates(problem, tmp_p
             assert gx == max(1, -(-t // rows)) and (gx - 1) * rows < t <= gx * rows
             assert eval_expr(launch.block[0], env) == params["WARPS_PER_CTA"] * 32
             assert eval_expr(launch.args[3].split(":", 1)[1], env) == t
-        res = compile_candidate(cand, arch="sm_90a")
-        assert res.ok, res.log
-        dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
-        if dumps is None:
+        sass = check_compiled(cand, tmp_path, what=params)
+        if sass is None:
             continue
-        usage, sass = dumps
-        assert "LOCAL:0" in usage and "STACK:0" in usage, (params, usage)
-        assert "LDL" not in sass and "STL" not in sass, params
         assert re.search(r"LDG\.E\.[A-Z.]*128", sass) and re.search(r"STG\.E\.[A-Z.]*128", sass), params
         if params["STREAM"]:
             assert "LDG.E.NA.128" in sass and "STG.E.EF.128" in sass, params
@@ -242,21 +236,9 @@ def test_import_moe_opens_059_only_when_every_variant_is_correct(problem, tmp_pa
     """scripts/import_kernel_check.py --moe: rows with one wrong workload file nothing; rows with
     every variant correct on every workload file data/results/moe_group_mask_h200_059_* and open 059
     (families_for then offers the family for it)."""
-    import importlib.util
     import json
 
-    spec = importlib.util.spec_from_file_location(
-        "ikc_moe", Path(__file__).resolve().parents[2] / "scripts" / "import_kernel_check.py")
-    ikc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ikc)
-    repo = tmp_path / "repo"
-    (repo / "kernels_cuda" / "moe_group_mask").mkdir(parents=True)
-    fj = json.loads((ikc.REPO / "kernels_cuda" / "moe_group_mask" / "family.json").read_text())
-    fj.update(offered=False, offered_problems=[])
-    (repo / "kernels_cuda" / "moe_group_mask" / "family.json").write_text(json.dumps(fj))
-    (repo / "data" / "results").mkdir(parents=True)
-    monkeypatch.setattr(ikc, "REPO", repo)
-    monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
+    ikc, repo = import_sandbox(tmp_path, monkeypatch, ("moe_group_mask",), fresh=("moe_group_mask",))
     fam = get_family("moe_group_mask")
 
     def rows(bad):

@@ -1,6 +1,6 @@
-"""What the mma kernel family tests (test_kernels_attention_{decode,prefill,ragged}.py,
-test_kernels_fp8_gemm.py) share: the problems a family claims, and the resource usage / SASS of a
-compiled cubin."""
+"""What the kernel family tests (test_kernels_attention_{decode,prefill,ragged}.py,
+test_kernels_fp8_gemm.py, test_kernels_moe_group_mask.py) share: the problems a family claims, the
+resource usage / SASS of a compiled cubin, and a sandbox for scripts/import_kernel_check.py."""
 
 from __future__ import annotations
 
@@ -33,15 +33,16 @@ def usage_and_sass(cubin: bytes, tmp_path: Path) -> Optional[tuple[str, str]]:
 
 
 def check_compiled(cand, tmp_path: Path, want: tuple[str, ...] = (), kernels: Optional[int] = None,
-                   what=None) -> None:
+                   what=None) -> Optional[str]:
     """Compile for sm_90a (which also checks the launch args against each kernel's parameters); with
     the wheels' cuobjdump: no local memory and no stack (in each of `kernels` kernels when given), no
-    LDL/STL, and every SASS mnemonic of `want` present. `what` labels a failure (the params)."""
+    LDL/STL, and every SASS mnemonic of `want` present. `what` labels a failure (the params).
+    Returns the SASS for further checks (None without cuobjdump)."""
     res = compile_candidate(cand, arch="sm_90a")
     assert res.ok, res.log
     dumps = usage_and_sass(next(iter(res.cubins.values())), tmp_path)
     if dumps is None:
-        return
+        return None
     usage, sass = dumps
     if kernels is None:
         assert "LOCAL:0" in usage and "STACK:0" in usage, (what, usage)
@@ -49,3 +50,28 @@ def check_compiled(cand, tmp_path: Path, want: tuple[str, ...] = (), kernels: Op
         assert usage.count("LOCAL:0") == kernels and usage.count("STACK:0") == kernels, (what, usage)
     assert all(w in sass for w in want), (what, [w for w in want if w not in sass])
     assert "LDL" not in sass and "STL" not in sass, what
+    return sass
+
+
+def import_sandbox(tmp_path: Path, monkeypatch, families: tuple[str, ...], fresh: tuple[str, ...] = ()):
+    """scripts/import_kernel_check.py loaded as a module and pointed at a scratch repo holding copies
+    of the families' family.json; those in `fresh` as before any GPU check (nothing offered).
+    Returns (the module, the scratch repo)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "ikc_" + "_".join(families), Path(__file__).resolve().parents[2] / "scripts" / "import_kernel_check.py")
+    ikc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ikc)
+    repo = tmp_path / "repo"
+    for fam in families:
+        (repo / "kernels_cuda" / fam).mkdir(parents=True)
+        fj = json.loads((ikc.REPO / "kernels_cuda" / fam / "family.json").read_text())
+        if fam in fresh:
+            fj.update(offered=False, offered_problems=[])
+        (repo / "kernels_cuda" / fam / "family.json").write_text(json.dumps(fj, indent=1) + "\n")
+    (repo / "data" / "results").mkdir(parents=True)
+    monkeypatch.setattr(ikc, "REPO", repo)
+    monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
+    return ikc, repo
