@@ -195,7 +195,7 @@ def write_torch_op(att: ExportAttempt, folder: Path, *, name: Optional[str] = No
     if pdir.exists():
         shutil.rmtree(pdir)
     pdir.mkdir(parents=True)
-    manifest = res.write_stage(pdir)
+    res.write_stage(pdir)  # cubins + manifest.json, read back by the op at import
     (pdir / "candidate.json").write_text(json.dumps(att.candidate.model_dump(), indent=1))
     spec = {"op": pkg, "problem": att.problem_name, "attempt": att.attempt_id, "arch": res.arch,
             "sol_score": att.sol_score, "speedup": att.speedup,

@@ -396,7 +396,6 @@ def reference_quantized(name, ns, inputs):
 
 def exact_output(p, inputs, fixed, ns):
     qx, qw, sx, sw = reference_quantized(p.definition.name, ns, inputs)
-    K = fixed["K_DIM"]
     a = qx.double() * sx.double().repeat_interleave(128, 1)
     b = qw.double() * sw.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
     y = a @ b.T
