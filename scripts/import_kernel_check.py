@@ -18,6 +18,8 @@ what the rows prove correct.
   into the family's family.json `offered_problems` and `"offered"` becomes true.
 --fp8 DIR (fp8_gemm on Quant 001/006/015/021/022: its first GPU check, staged as .carry/fp8): the
   same as --attn-new for family fp8_gemm.
+--fp8w DIR (fp8_gemm_wgmma on Quant 001/006/015/021: its first GPU check, staged as .carry/fp8w):
+  the same as --attn-new for family fp8_gemm_wgmma.
 --moe DIR (moe_group_mask on L1/059: its first GPU check, staged as .carry/moe): the same as
   --attn-new for family moe_group_mask.
 Nothing is filed for a problem with a missing or wrong workload; the reason is printed. Then
@@ -131,6 +133,7 @@ def import_attention(d: Path, dry: bool) -> None:
 
 NEW_ATTN = ("attention_decode", "attention_ragged")
 NEW_FP8 = ("fp8_gemm",)
+NEW_FP8W = ("fp8_gemm_wgmma",)
 NEW_MOE = ("moe_group_mask",)
 
 
@@ -179,6 +182,7 @@ def main() -> None:
     ap.add_argument("--attn-new", type=Path,
                     help="bench out dir with rows.jsonl + env.json (attention_decode / attention_ragged)")
     ap.add_argument("--fp8", type=Path, help="bench out dir with rows.jsonl + env.json (fp8_gemm)")
+    ap.add_argument("--fp8w", type=Path, help="bench out dir with rows.jsonl + env.json (fp8_gemm_wgmma)")
     ap.add_argument("--moe", type=Path, help="bench out dir with rows.jsonl + env.json (moe_group_mask)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args()
@@ -190,6 +194,8 @@ def main() -> None:
         import_attn_new(a.attn_new, a.dry_run)
     if a.fp8:
         import_new(a.fp8, a.dry_run, NEW_FP8)
+    if a.fp8w:
+        import_new(a.fp8w, a.dry_run, NEW_FP8W)
     if a.moe:
         import_new(a.moe, a.dry_run, NEW_MOE)
 

@@ -18,6 +18,7 @@ from .base import Family, FamilyError, Spec, definition_of
 from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
 from .fp8_gemm import Fp8GemmFamily
+from .fp8_gemm_wgmma import Fp8GemmWgmmaFamily
 from .gemm import GemmFamily
 from .gemm_wgmma import GemmWgmmaFamily
 from .moe_group_mask import MoeGroupMaskFamily
@@ -34,7 +35,7 @@ FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), Cut
                           GemmWgmmaFamily(), SoftmaxFamily(), RopeFamily(),
                           RopeFreqsFamily(), SoftmaxBackwardFamily(), AttentionPrefillFamily(),
                           Nvfp4MoeFamily(), AttentionDecodeFamily(),
-                          AttentionRaggedFamily(), Fp8GemmFamily(), MoeGroupMaskFamily()]
+                          AttentionRaggedFamily(), Fp8GemmFamily(), Fp8GemmWgmmaFamily(), MoeGroupMaskFamily()]
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
