@@ -24,6 +24,23 @@ def smem_bytes(bm: int, bn: int, stages: int) -> int:
     return stages * ((bm + bn) * 128 + bm * 4) + 1024
 
 
+QUANT_MARK = "// FP8_QUANT_SECTION"
+
+
+def quant_section() -> str:
+    """fp8_gemm.cu's workspace layout and fp8_quant kernel, as GPU-checked there."""
+    src = read_source("fp8_gemm", "fp8_gemm.cu")
+    return src[src.index("// ---- workspace layout"):src.index("// ---- GEMM")]
+
+
+def kernel_source() -> str:
+    """fp8_gemm_wgmma.cu with fp8_gemm.cu's quantization section in place of its marker lines."""
+    src = read_source("fp8_gemm_wgmma", "fp8_gemm_wgmma.cu")
+    start = src.index(QUANT_MARK)
+    end = src.index("\n\n", start) + 1  # the marker's comment block ends at the first blank line
+    return src[:start] + quant_section() + src[end:]
+
+
 class Fp8GemmWgmmaFamily(Fp8GemmFamily):
     name = "fp8_gemm_wgmma"
     description = ("blockwise-scaled FP8 GEMM (1x128 activation, 128x128 weight scales) on wgmma "
@@ -63,7 +80,7 @@ class Fp8GemmWgmmaFamily(Fp8GemmFamily):
         gemm = base.launches[-1].model_copy(update={
             "kernel": "fp8_gemm_wgmma", "block": ["(BM // 64) * 128"], "smem": SMEM_EXPR})
         data = base.model_dump()
-        data.update(sources={"fp8_gemm_wgmma.cu": read_source("fp8_gemm_wgmma", "fp8_gemm_wgmma.cu")},
+        data.update(sources={"fp8_gemm_wgmma.cu": kernel_source()},
                     launches=[l.model_dump() for l in base.launches[:-1]] + [gemm.model_dump()],
                     notes=f"family=fp8_gemm_wgmma recipe={spec.info['recipe']} {params}")
         return Candidate.model_validate(data)

@@ -100,13 +100,17 @@ def _between(src: str, begin: str, end: str) -> str:
     return src[src.index(begin):src.index(end)]
 
 
-def test_quant_kernel_is_fp8_gemms_text_verbatim():
-    """fp8_quant and the workspace offsets: fp8_gemm.cu's text (its GPU check and the g++ bit-exact
-    test of test_kernels_fp8_gemm.py cover them), with the same E4M3_MAX / QUANT_THREADS."""
-    ours, theirs = CU.read_text(), F.CU.read_text()
-    copied = _between(ours, "// BEGIN fp8_gemm.cu quantization", "// END fp8_gemm.cu quantization")
-    copied = copied.split("\n", 1)[1]
-    assert copied == _between(theirs, "// ---- workspace layout", "// ---- GEMM")
+def test_quant_kernel_is_fp8_gemms_text_spliced_in():
+    """fp8_quant and the workspace offsets exist once, in fp8_gemm.cu (its GPU check and the g++
+    bit-exact test of test_kernels_fp8_gemm.py cover them): the family splices that text into the
+    candidate's source in place of the .cu's marker; the defines it relies on are the same."""
+    from solforge.kernels.fp8_gemm_wgmma import QUANT_MARK, kernel_source, quant_section
+
+    ours, theirs, built = CU.read_text(), F.CU.read_text(), kernel_source()
+    assert QUANT_MARK in ours and "fp8_quant(" not in ours      # no copy on disk
+    section = _between(theirs, "// ---- workspace layout", "// ---- GEMM")
+    assert section == quant_section() and built.count(section) == 1 and QUANT_MARK not in built
+    assert built.index("#define QUANT_THREADS") < built.index(section) < built.index("fp8_gemm_wgmma(")
     for d in ("#define E4M3_MAX 448.0f", "#define QUANT_THREADS 256", "#define KB (K_DIM / 128)",
               "#define NB (N_DIM / 128)", "#define GROUP_M 8"):
         assert d in ours and d in theirs, d
