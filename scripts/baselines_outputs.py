@@ -27,13 +27,12 @@ def deadline_reason(rows, task_id: str, variant: str) -> str:
     """Why a task stopped at the deadline, with what it had done: how many of its workloads this run
     measured and the seconds each took (wall, most of it compiling when the timed calls are ms), so
     a compile-time-bound problem reads as such and not as a run that ran out of luck."""
-    secs = [float(r["seconds"]) for r in rows
-            if r.get("task", "").split(".")[0] == task_id.split(".")[0]
-            and r.get("variant") == variant and r.get("seconds") is not None]
+    mine = [r for r in rows if r.get("task", "").split(".")[0] == task_id.split(".")[0]
+            and r.get("variant") == variant]   # the task and its requeued parts (".r", ".oom")
+    secs = [float(r["seconds"]) for r in mine if r.get("seconds") is not None]
     if not secs:
         return "stopped at the deadline before its first workload finished"
-    ms = [float(r["median_ms"]) for r in rows if r.get("task", "").split(".")[0] ==
-          task_id.split(".")[0] and r.get("variant") == variant and r.get("median_ms")]
+    ms = [float(r["median_ms"]) for r in mine if r.get("median_ms")]
     timed = f"; a timed call takes {max(ms):.1f} ms at most" if ms else ""
     return (f"stopped at the deadline: {len(secs)} workload(s) of this task measured in this run, "
             f"{sum(secs) / len(secs):.0f} s each (first {secs[0]:.0f} s){timed}")

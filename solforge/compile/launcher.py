@@ -38,19 +38,22 @@ TMAP_BYTES, TMAP_ALIGN = 128, 64
 _STATIC_SMEM_LIMIT = 48 * 1024  # above this, a kernel must opt in to more dynamic shared memory
 
 
+def _load_file(key: str, path: Path):
+    """The module at `path`, loaded once under the name `key` (no package needed)."""
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[key] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[key]
+
+
 def _axis_expr():
     """solforge.problem.axis_expr without importing solforge.problem (whose __init__ needs pydantic)."""
     mod = sys.modules.get("solforge.problem.axis_expr")
     if mod is not None:
         return mod
-    name = "_solforge_axis_expr"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "problem" / "axis_expr.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
+    return _load_file("_solforge_axis_expr", Path(__file__).resolve().parent.parent / "problem" / "axis_expr.py")
 
 
 def _sibling(name: str):
@@ -59,13 +62,7 @@ def _sibling(name: str):
     with its siblings as standalone modules, where a relative import has no package to resolve."""
     if __package__:
         return importlib.import_module(f"{__package__}.{name}")
-    key = f"_solforge_export_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, Path(__file__).resolve().parent / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[key] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules[key]
+    return _load_file(f"_solforge_export_{name}", Path(__file__).resolve().parent / f"{name}.py")
 
 
 class LaunchError(RuntimeError):

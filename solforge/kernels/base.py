@@ -85,14 +85,25 @@ def const_value(defn: Definition, dim: Union[str, int]) -> Optional[int]:
         return dim
     if dim in defn.const_axes:
         return defn.const_axes[dim]
-    expr = getattr(defn.axes.get(dim), "expression", None)
-    if expr is None:
+    if getattr(defn.axes.get(dim), "expression", None) is None:
         return None
-    try:  # an expr axis over constants only (input_dim = inner_dim * 2) is a constant too
-        v = axis_expr.evaluate(expr, defn.const_axes)
-    except axis_expr.ExprError:
-        return None
-    return int(v) if v == int(v) else None
+    # an expr axis over constants only (input_dim = inner_dim * 2) is a constant too, also through
+    # other such expr axes (num_input_blocks = input_dim // 128, input_dim = heads * head_dim)
+    env = dict(defn.const_axes)
+    for _ in range(len(defn.axes)):
+        grew = False
+        for name, ax in defn.axes.items():
+            expr = getattr(ax, "expression", None)
+            if name in env or expr is None:
+                continue
+            try:
+                env[name], grew = axis_expr.evaluate(expr, env), True
+            except axis_expr.ExprError:
+                continue
+        if dim in env or not grew:
+            break
+    v = env.get(dim)
+    return int(v) if v is not None and v == int(v) else None
 
 
 @lru_cache(maxsize=None)

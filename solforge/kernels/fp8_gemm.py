@@ -25,8 +25,7 @@ from typing import NamedTuple, Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from ..problem import axis_expr
-from .base import Family, FamilyError, Spec, product_expr, read_source, shape_dims
+from .base import Family, FamilyError, Spec, const_value, product_expr, read_source, shape_dims
 from .gate import OfferedByProblem
 
 SMEM_LIMIT = 227 * 1024
@@ -123,29 +122,6 @@ RECIPES = (
         _GEMM.format(a="{x}", b="{w}", sa="{sx}", sb="{sw}", bias="None", x="{x}"),
         r"return output")),
 )
-
-
-def const_value(defn: Definition, dim) -> Optional[int]:
-    """base.const_value, also through expr axes over other constant expr axes
-    (num_input_blocks = input_dim // 128, input_dim = heads * head_dim)."""
-    if isinstance(dim, int):
-        return dim
-    env = dict(defn.const_axes)
-    for _ in range(len(defn.axes)):
-        grew = False
-        for name, ax in defn.axes.items():
-            expr = getattr(ax, "expression", None)
-            if name in env or expr is None:
-                continue
-            try:
-                v = axis_expr.evaluate(expr, env)
-            except axis_expr.ExprError:
-                continue
-            env[name], grew = v, True
-        if not grew:
-            break
-    v = env.get(dim)
-    return int(v) if v is not None and v == int(v) else None
 
 
 class Match(NamedTuple):

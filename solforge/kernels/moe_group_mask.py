@@ -81,7 +81,8 @@ class MoeGroupMaskFamily(OfferedByProblem, Family):
                     info={"num_tokens": str(s[0])})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
-        # not GPU-checked yet (family.json "offered": false): the first guess first
+        # the first guess first (chosen before the GPU check); in the H200 check one row per warp
+        # won, 6.32-6.40 us geomean against 6.9 us for this one (moe_group_mask_h200_059_rows.jsonl)
         return [{"ROWS_PER_WARP": 2, "WARPS_PER_CTA": 8, "STREAM": 1},
                 {"ROWS_PER_WARP": 1, "WARPS_PER_CTA": 8, "STREAM": 1},
                 {"ROWS_PER_WARP": 4, "WARPS_PER_CTA": 4, "STREAM": 1},
