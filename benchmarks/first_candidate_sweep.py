@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Every problem's first candidate through the evaluator, on every workload: the coverage sweep.
+
+Which problems does solforge serve with a kernel that is correct on every workload? This stages, on
+the CPU, one candidate per (problem, worker) for every problem of a dataset: the planner's first
+candidate (the first family `families_for` offers) and the trace-driven compiler's plan, compiles
+each for the target arch, and writes a stage the evaluator's driver runs as it is (the same stage the
+optimize loop writes: correctness rounds with fresh inputs, poisoned outputs, timing, guards). On the
+GPU box `run` evaluates the stages, several driver processes at a time (verdicts do not depend on
+it; timings taken this way are not reported: the optimize pass times one candidate at a time).
+
+    prepare (CPU)  .venv/bin/python benchmarks/first_candidate_sweep.py prepare \
+                       --dataset ../shared/sol_execbench --out .carry/sweep
+    run     (GPU)  python3 benchmarks/first_candidate_sweep.py run --dir .carry/sweep --out $OUT \
+                       --parallel 4 --deadline-s 540
+    table   (CPU)  .venv/bin/python benchmarks/first_candidate_sweep.py table --dir .carry/sweep \
+                       --results RESULTS.jsonl [--markdown]
+
+`run` appends one JSON line per stage to OUT/sweep_results.jsonl as it finishes (a call cut short
+keeps what it measured; a second `run` with `--skip-done FILE` continues). `table` prints one line per
+problem: served or not (and why), the worker, workloads passed of total, and the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# The sweep asks for verdicts: fewer timing reps than an optimize run, the same correctness rounds.
+SWEEP_SETTINGS = {"rep_count": 10, "warmup_ms": 5.0}
+
+
+def _problem_dirs(dataset: Path, only: list[str]) -> list[Path]:
+    import fnmatch
+
+    dirs = sorted(p.parent for p in dataset.glob("*/*/definition.json"))
+    if only:
+        dirs = [d for d in dirs if any(fnmatch.fnmatch(f"{d.parent.name}/{d.name}", pat) or
+                                       fnmatch.fnmatch(d.name, pat) for pat in only)]
+    return dirs
+
+
+def _candidates(problem, workers: list[str]) -> list[tuple[str, object]]:
+    """(worker label, Candidate) for each asked worker that serves the problem."""
+    from solforge.kernels import families_for, get_family
+
+    out, seen = [], set()
+    for w in workers:
+        if w == "first":
+            fams = families_for(problem)
+            fam = fams[0] if fams else None
+        else:
+            fam = get_family(w)
+            fam = fam if fam.matches(problem) else None
+        if fam is None or fam.name in seen:
+            continue
+        seen.add(fam.name)
+        params = fam.param_space(problem)[0]
+        out.append((fam.name, fam.instantiate(problem, params)))
+    return out
+
+
+def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:
+    from solforge.compile import compile_candidate
+    from solforge.evaluate.runner import stage_candidate
+    from solforge.problem import load_problem_dir
+
+    problem = load_problem_dir(pdir, subset=pdir.parent.name)
+    key = f"{pdir.parent.name}/{pdir.name}"
+    rows = []
+    try:
+        cands = _candidates(problem, workers)
+    except Exception as e:  # noqa: BLE001 - a matcher's failure is this problem's line, not the run's
+        return [{"problem": key, "worker": None, "staged": False, "reason": f"matching failed: {e}"}]
+    if not cands:
+        return [{"problem": key, "worker": None, "staged": False, "reason": "no worker serves it"}]
+    for worker, cand in cands:
+        res = compile_candidate(cand, arch)
+        row = {"problem": key, "worker": worker, "staged": False}
+        if not res.ok:
+            row["reason"] = f"compile {res.status.value}: " + (res.log or "").strip().splitlines()[-1][:200] \
+                if (res.log or "").strip() else f"compile {res.status.value}"
+            rows.append(row)
+            continue
+        stage = f"{pdir.parent.name}__{pdir.name}__{worker}"
+        job = {"problem": problem.name, "settings": dict(SWEEP_SETTINGS), "t_sol_ms": _t_sol(problem),
+               "candidate_kind": "cuda"}
+        stage_candidate(out / stage, problem, candidate=cand, compile_result=res, job=job)
+        rows.append({**row, "staged": True, "stage": stage,
+                     "workloads": len(problem.workloads), "launches": len(cand.launches)})
+    return rows
+
+
+def _t_sol(problem) -> dict:
+    """uuid -> T_sol ms on the H200 (the evaluator's SOL-floor guard reads it); {} if it cannot be priced."""
+    try:
+        from solforge.agents.roofline_adapter import workload_sols
+
+        return {s.uuid: s.t_sol_ms for s in workload_sols(problem, "h200", None) if s.t_sol_ms}
+    except Exception:  # noqa: BLE001 - the guard is skipped for an unpriced problem, the verdict is not
+        return {}
+
+
+def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:
+    t0 = time.time()
+    try:
+        got = _stage_one(pdir, workers, out, arch)
+    except Exception as e:  # noqa: BLE001 - one problem's failure is one line
+        got = [{"problem": f"{pdir.parent.name}/{pdir.name}", "worker": None, "staged": False,
+                "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}]
+    for r in got:
+        r["prepare_s"] = round(time.time() - t0, 1)
+    return got
+
+
+def cmd_prepare(a) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = a.workers.split(",")
+    rows = []
+    dirs = _problem_dirs(Path(a.dataset), a.only)
+    # Problems are independent: a process each (tracing and compiling are CPU-bound).
+    with ProcessPoolExecutor(max(1, a.jobs)) as ex:
+        futs = {ex.submit(_prepare_one, d, workers, out, a.arch): d for d in dirs}
+        for f in as_completed(futs):
+            try:
+                got = f.result()
+            except Exception as e:  # noqa: BLE001 - a worker that died is that problem's line
+                d = futs[f]
+                got = [{"problem": f"{d.parent.name}/{d.name}", "worker": None, "staged": False,
+                        "reason": f"prepare process failed: {e}"}]
+            for r in got:
+                print(f"{r['problem']:<70} {r.get('worker') or '-':<18} "
+                      f"{'staged' if r['staged'] else r.get('reason', '')}", flush=True)
+            rows += got
+            (out / "staged.json").write_text(json.dumps(sorted(rows, key=lambda r: r["problem"]), indent=1))
+    n = sum(r["staged"] for r in rows)
+    print(f"staged {n} candidate(s) for {len({r['problem'] for r in rows if r['staged']})} problem(s) "
+          f"of {len({r['problem'] for r in rows})} under {out}")
+
+
+def cmd_run(a) -> None:
+    from solforge.evaluate import runner
+
+    d = Path(a.dir)
+    dest = Path(a.out or os.environ.get("OUT") or ".")
+    dest.mkdir(parents=True, exist_ok=True)
+    res_path = dest / "sweep_results.jsonl"
+    done = set()
+    for f in a.skip_done or []:
+        for line in Path(f).read_text().splitlines():
+            if line.strip():
+                done.add(json.loads(line)["stage"])
+    staged = [r for r in json.loads((d / "staged.json").read_text()) if r["staged"] and r["stage"] not in done]
+    staged.sort(key=lambda r: r["workloads"])  # small first: a cut run keeps the most verdicts
+    t_end = time.time() + a.deadline_s
+
+    def one(r: dict) -> dict:
+        left = t_end - time.time()
+        if left < 20:
+            return {**r, "skipped": "deadline"}
+        t0 = time.time()
+        rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, left - 5))
+        wl = [{"uuid": x.workload_uuid, "status": x.status.value, "median_ms": x.median_ms,
+               "message": (x.message or "")[:240]} for x in rep.results]
+        return {**r, "wall_s": round(time.time() - t0, 1), "exit_code": rep.exit_code, "results": wl}
+
+    with ThreadPoolExecutor(a.parallel) as ex, open(res_path, "a") as fh:
+        futs = [ex.submit(one, r) for r in staged]
+        for f in as_completed(futs):
+            rec = f.result()
+            if rec.get("skipped"):
+                continue
+            fh.write(json.dumps(rec, default=str) + "\n")
+            fh.flush()
+            ok = sum(w["status"] == "passed" for w in rec["results"])
+            first_bad = next((w for w in rec["results"] if w["status"] != "passed"), None)
+            print(f"{rec['problem']:<64} {rec['worker']:<16} {ok}/{rec['workloads']} passed "
+                  f"{rec['wall_s']:6.1f} s" + (f"  {first_bad['status']}: {first_bad['message'][:100]}"
+                                               if first_bad else ""), flush=True)
+
+
+def verdicts(staged: list[dict], results: list[dict]) -> list[dict]:
+    """One row per problem: the best worker's verdict (correct on every workload beats partial)."""
+    by_stage = {r["stage"]: r for r in results}
+    problems: dict[str, dict] = {}
+    for s in staged:
+        row = problems.setdefault(s["problem"], {"problem": s["problem"], "workers": {}, "reasons": []})
+        if not s["staged"]:
+            if s.get("worker"):
+                row["workers"][s["worker"]] = {"verdict": "compile error", "detail": s.get("reason", "")}
+            else:
+                row["reasons"].append(s.get("reason", ""))
+            continue
+        r = by_stage.get(s["stage"])
+        if r is None:
+            row["workers"][s["worker"]] = {"verdict": "not run", "detail": ""}
+            continue
+        ok = sum(w["status"] == "passed" for w in r["results"])
+        n = s["workloads"]
+        bad = next((w for w in r["results"] if w["status"] != "passed"), None)
+        verdict = "correct" if ok == n and n > 0 else ("partial" if ok else "failed")
+        row["workers"][s["worker"]] = {"verdict": verdict, "passed": ok, "total": n,
+                                       "detail": f"{bad['status']}: {bad['message'][:120]}" if bad else ""}
+    rank = {"correct": 0, "partial": 1, "failed": 2, "compile error": 3, "not run": 4}
+    out = []
+    for p in sorted(problems.values(), key=lambda x: x["problem"]):
+        ws = sorted(p["workers"].items(), key=lambda kv: rank[kv[1]["verdict"]])
+        best = ws[0] if ws else None
+        out.append({"problem": p["problem"], "served": bool(ws),
+                    "worker": best[0] if best else None,
+                    "verdict": best[1]["verdict"] if best else "unserved",
+                    "passed": best[1].get("passed") if best else None,
+                    "total": best[1].get("total") if best else None,
+                    "detail": (best[1]["detail"] if best else "; ".join(p["reasons"]))[:160],
+                    "all": {k: v["verdict"] for k, v in ws}})
+    return out
+
+
+def cmd_table(a) -> None:
+    staged = json.loads((Path(a.dir) / "staged.json").read_text())
+    results = []
+    for f in a.results:
+        results += [json.loads(l) for l in Path(f).read_text().splitlines() if l.strip()]
+    rows = verdicts(staged, results)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return
+    n = len(rows)
+    correct = sum(r["verdict"] == "correct" for r in rows)
+    served = sum(r["served"] for r in rows)
+    print(f"{n} problems: {served} served, {correct} correct on every workload, "
+          f"{sum(r['verdict'] == 'partial' for r in rows)} partial, "
+          f"{sum(r['verdict'] in ('failed', 'compile error') for r in rows)} failed, "
+          f"{sum(r['verdict'] == 'not run' for r in rows)} not run\n")
+    print("| problem | worker | verdict | workloads passed | first failure or reason |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        pw = f"{r['passed']}/{r['total']}" if r["total"] else ""
+        det = r["detail"].replace("|", "/").replace("\n", " ")
+        print(f"| {r['problem']} | {r['worker'] or '-'} | {r['verdict']} | {pw} | {det} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--workers", default="first,compiler",
+                   help="comma list: 'first' (the planner's first family) and/or family names")
+    p.add_argument("--only", nargs="*", default=[], help="SUBSET/NAME or NAME globs")
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--jobs", type=int, default=1, help="problems prepared at once (processes)")
+    r = sub.add_parser("run")
+    r.add_argument("--dir", required=True)
+    r.add_argument("--out", default="")
+    r.add_argument("--parallel", type=int, default=4)
+    r.add_argument("--timeout", type=float, default=240.0, help="seconds per stage")
+    r.add_argument("--deadline-s", type=float, default=540.0)
+    r.add_argument("--skip-done", nargs="*", default=[], help="results files whose stages are done")
+    t = sub.add_parser("table")
+    t.add_argument("--dir", required=True)
+    t.add_argument("--results", nargs="+", required=True)
+    t.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    {"prepare": cmd_prepare, "run": cmd_run, "table": cmd_table}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
