@@ -47,7 +47,8 @@ _COUNTS: dict[str, dict] = {}  # problem content hash -> {uuid: WorkloadCount}; 
 
 def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
     try:
-        from ..roofline.estimate import count_problem, roofline
+        from ..roofline.count import count_problem
+        from ..roofline.estimate import roofline
         from ..roofline.hardware import load_profile
 
         profile = load_profile(gpu_profile)

@@ -93,7 +93,7 @@ def select_problems(args, shared_dir: Path) -> list:
 
     pattern = args.problems
     if pattern and Path(pattern).exists():
-        from ..problem.ingest import ingest_path
+        from ..problem.sources import ingest_path
 
         rep = ingest_path(pattern)
         for e in rep.errors:

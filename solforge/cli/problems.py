@@ -47,7 +47,7 @@ def _store(args):
 def cmd_ingest(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..problem.ingest import ingest_path
+    from ..problem.sources import ingest_path
     from ..store.problems import upsert_problems
 
     con = console()

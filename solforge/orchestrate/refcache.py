@@ -90,7 +90,7 @@ class RefCaches:
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="solforge-refcache-fill-") as tmp:
             stage = runner.stage_candidate(Path(tmp) / "stage", problem, job=eval_job(lab, problem))
-            cmd = [self.python, "-m", "solforge.evaluate.refcache", "fill", str(stage), str(cache_dir),
+            cmd = [self.python, "-m", "solforge.evaluate.refcache_fill", "fill", str(stage), str(cache_dir),
                    "--probe", str(self.probe), "--max-ref-s", str(self.max_ref_s)]
             if self.budget_s:
                 cmd += ["--budget-s", str(self.budget_s)]
