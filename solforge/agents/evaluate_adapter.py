@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .outcome import AttemptStatus, Outcome, WorkloadOutcome
+from .outcome import AttemptOutcome, Outcome, WorkloadOutcome
 
 
 def evaluate_on_gpu(lab, problem, cand, compiled, env=None) -> Outcome:
@@ -40,7 +40,7 @@ def evaluate_on_gpu(lab, problem, cand, compiled, env=None) -> Outcome:
                                       workload_timeout_s=max(10.0, min(60.0, timeout / 2)))
         except Exception as e:  # noqa: BLE001 - the evaluator failing is this attempt's failure
             wall = time.perf_counter() - t0
-            return Outcome(AttemptStatus.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",
+            return Outcome(AttemptOutcome.RUNTIME_ERROR, f"evaluator failed: {type(e).__name__}: {e}",
                            eval_seconds=wall, gpu_seconds=wall)
     out = outcome_of_report(report)
     out.eval_seconds = time.perf_counter() - t0
@@ -61,18 +61,18 @@ def outcome_of_report(report) -> Outcome:
             median_ms=r.median_ms if st == "passed" else None, error=r.message or ""))
     statuses = {w.status for w in wls}
     if wls and statuses == {"passed"}:
-        status, msg = AttemptStatus.OK, "correct on every workload"
+        status, msg = AttemptOutcome.OK, "correct on every workload"
     elif "timeout" in statuses or getattr(report, "killed", False):
-        status, msg = AttemptStatus.TIMEOUT, "timed out"
+        status, msg = AttemptOutcome.TIMEOUT, "timed out"
     elif statuses & {"runtime_error", "oom", "rejected"} or not wls:
-        status = AttemptStatus.RUNTIME_ERROR
+        status = AttemptOutcome.RUNTIME_ERROR
         first = next((w for w in wls if w.status in ("runtime_error", "oom", "rejected")), None)
         msg = (f"{first.status} on {first.uuid[:8]}: {first.error[:300]}" if first else
                f"no results (exit code {getattr(report, 'exit_code', None)}): "
                f"{getattr(report, 'stderr_tail', '')[-300:]}")
     else:
         bad = [w for w in wls if w.status == "incorrect"]
-        status = AttemptStatus.INCORRECT
+        status = AttemptOutcome.INCORRECT
         msg = f"incorrect on {len(bad)}/{len(wls)} workloads" + (
             f"; first: {bad[0].uuid[:8]} max_abs_err={bad[0].max_abs_err} {bad[0].error[:200]}"
             if bad else "")

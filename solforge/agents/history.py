@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ..candidate import Candidate
-from .outcome import AttemptStatus
+from .outcome import AttemptOutcome
 from .planner import AttemptSummary
 
 # attempts.status (the store's lifecycle) -> the agents' outcome, for rows written without `outcome`
@@ -43,7 +43,7 @@ def best_attempt(store, problem: str) -> Optional[tuple[str, Candidate, Optional
         "SELECT id, candidate, sol_score FROM attempts WHERE problem = ? AND candidate IS NOT NULL "
         "AND (sol_score IS NOT NULL OR outcome IN (?, ?)) "
         "ORDER BY sol_score DESC NULLS LAST, created_at DESC LIMIT 1",
-        [problem, AttemptStatus.OK.value, AttemptStatus.COMPILED.value])
+        [problem, AttemptOutcome.OK.value, AttemptOutcome.COMPILED.value])
     if not rows:
         return None
     r = rows[0]
@@ -60,4 +60,4 @@ def population(store, problem: str, k: int = 4) -> list[dict]:
         "AND candidate IS NOT NULL AND outcome IN (?, ?) "
         "QUALIFY row_number() OVER (PARTITION BY source_hash ORDER BY sol_score DESC NULLS LAST) = 1 "
         "ORDER BY sol_score DESC NULLS LAST, created_at DESC LIMIT ?",
-        [problem, AttemptStatus.OK.value, AttemptStatus.COMPILED.value, k])
+        [problem, AttemptOutcome.OK.value, AttemptOutcome.COMPILED.value, k])

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from ..candidate import Candidate, eval_expr, launch_env, parse_arg
 from ..roofline.score import sol_score
-from .outcome import AttemptStatus, Outcome, WorkloadOutcome
+from .outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from .prompts import GpuInfo, WorkloadSol
 
 log = logging.getLogger(__name__)
@@ -104,13 +104,13 @@ class Lab:
         try:
             res = compile_candidate(cand, self.arch, use_cache=self.use_cache)
         except Exception as e:  # noqa: BLE001 - a compiler crash is this attempt's failure
-            return Outcome(AttemptStatus.COMPILE_ERROR, f"compiler failed: {e}", compile_log=str(e),
+            return Outcome(AttemptOutcome.COMPILE_ERROR, f"compiler failed: {e}", compile_log=str(e),
                            compile_seconds=time.perf_counter() - t0), None
         status = getattr(res.status, "value", str(res.status))
         if status == "ok":
-            return Outcome(AttemptStatus.COMPILED, "compiled", compile_log=res.log,
+            return Outcome(AttemptOutcome.COMPILED, "compiled", compile_log=res.log,
                            compile_seconds=res.seconds, cubin_hash=res.cubin_hash), res
-        st = AttemptStatus.TIMEOUT if status == "timeout" else AttemptStatus.COMPILE_ERROR
+        st = AttemptOutcome.TIMEOUT if status == "timeout" else AttemptOutcome.COMPILE_ERROR
         first = next((ln for ln in res.log.splitlines() if "error" in ln), res.log[:200])
         return Outcome(st, f"compile {status}: {first.strip()}", compile_log=res.log,
                        compile_seconds=res.seconds), res
@@ -119,7 +119,7 @@ class Lab:
     def check(self, problem, cand: Candidate) -> Optional[Outcome]:
         why = static_check(problem, cand)
         if why:
-            return Outcome(AttemptStatus.INVALID, why, compile_log=why)
+            return Outcome(AttemptOutcome.INVALID, why, compile_log=why)
         return None
 
     def evaluate(self, problem, cand: Candidate, compiled) -> Outcome:

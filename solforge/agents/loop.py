@@ -17,7 +17,7 @@ from ..candidate import Candidate
 from . import history
 from .lab import NO_GPU, Lab
 from .llm import Context
-from .outcome import AttemptStatus, Outcome
+from .outcome import AttemptOutcome, Outcome
 from .planner import (Action, AttemptSummary, Budget, Decision, PlannerConfig, ProblemState, Spent, Worker,
                       plan_round)
 
@@ -235,11 +235,11 @@ class OptimizeLoop:
         out, res = self.lab.compile(cand)
         compile_row = _fit(s, "compile_results", res.to_row(aid)) if res else {
             "attempt_id": aid, "status": "error", "log": out.compile_log}
-        if out.status is not AttemptStatus.COMPILED:
+        if out.status is not AttemptOutcome.COMPILED:
             self._finish(aid, out, compile_row=compile_row)
             return self._note(problem, aid, out)
         s.mark_attempt(aid, "compiled", rows={"compile_results": [compile_row]},
-                       outcome=AttemptStatus.COMPILED.value)
+                       outcome=AttemptOutcome.COMPILED.value)
         if not self.lab.has_gpu:
             out.message = NO_GPU
             return self._note(problem, aid, out)
@@ -272,7 +272,7 @@ class OptimizeLoop:
         self.store.mark_attempt(aid, final, rows=rows, outcome=out.status.value,
                                 sol_score=out.sol_score, gpu_seconds=out.gpu_seconds,
                                 **_eval_fields(out),
-                                error=None if out.status is AttemptStatus.OK else
+                                error=None if out.status is AttemptOutcome.OK else
                                 f"{out.status.value}: {out.message}"[:4000])
 
     def _note(self, problem, aid: str, out: Outcome) -> tuple[str, Outcome]:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from ..agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from ..agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 
 _EVAL_FINAL = ("ok", "incorrect", "runtime_error", "timeout")
 _PKG = Path(__file__).resolve().parent.parent
@@ -75,7 +75,7 @@ def lookup(store, problem, source_hash: str, *, gpu_identity: str, arch: str,
 
 
 def _outcome(store, row: dict, problem) -> Outcome:
-    status = AttemptStatus(row["outcome"])
+    status = AttemptOutcome(row["outcome"])
     msg = f"same source as attempt {row['id'][:8]}: {row['error'] or status.value}"
     evals = store.query(
         "SELECT e.workload_uuid, e.status, e.correct, e.max_abs_err, e.max_rel_err, e.matched_ratio, "

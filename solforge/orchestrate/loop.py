@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 from ..agents.lab import NO_GPU
 from ..agents.loop import LoopReport, OptimizeLoop, _fit
-from ..agents.outcome import AttemptStatus, Outcome
+from ..agents.outcome import AttemptOutcome, Outcome
 from ..agents.planner import Action, Decision, plan_round
 from ..candidate import Candidate
 from . import cache, resume
@@ -332,11 +332,11 @@ class OrchestratedLoop(OptimizeLoop):
         out, res = st.compile(self.lab, cand)
         compile_row = _fit(s, "compile_results", res.to_row(aid)) if res else {
             "attempt_id": aid, "status": "error", "log": out.compile_log}
-        if out.status is not AttemptStatus.COMPILED:
+        if out.status is not AttemptOutcome.COMPILED:
             st.record(self, aid, out, compile_row)
             return self._note(problem, aid, out)
         s.mark_attempt(aid, "compiled", rows={"compile_results": [compile_row]},
-                       outcome=AttemptStatus.COMPILED.value)
+                       outcome=AttemptOutcome.COMPILED.value)
         if not self.lab.has_gpu:
             out.message = NO_GPU
             return self._note(problem, aid, out)

@@ -14,7 +14,7 @@ import pytest
 from solforge.agents.lab import Lab
 from solforge.agents.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
-from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from solforge.agents.planner import Budget, PlannerConfig
 from solforge.orchestrate.gpus import GpuPool
 from solforge.orchestrate.loop import OrchestratedLoop, Stages
@@ -72,7 +72,7 @@ def build_loop(db, problems, compile_cache, *, barrier: bool, hold_s: float, bud
         wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=0.0, matched_ratio=1.0,
                                median_ms=sols[w.uuid].t_sol_ms * (1.5 + 0.1 * len(evals)))
                for w in problem.workloads]
-        return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=0.01)
+        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=0.01)
 
     stages = stages or Stages()
     stages.evaluate = as_task(standin_evaluate) if as_task else standin_evaluate

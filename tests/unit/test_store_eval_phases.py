@@ -136,11 +136,11 @@ def test_a_failed_write_leaves_no_half_record(store):
     """The phases ride on the same UPDATE as the status, inside the transaction of the result rows:
     when a result row cannot be written, the attempt keeps neither status nor phases."""
     from solforge.agents.loop import OptimizeLoop
-    from solforge.agents.outcome import AttemptStatus, Outcome
+    from solforge.agents.outcome import AttemptOutcome, Outcome
 
     aid = store.create_attempt("p")
     store.mark_attempt(aid, "compiled")
-    out = Outcome(AttemptStatus.OK, "ok", eval_launch="spawn", eval_mode="full",
+    out = Outcome(AttemptOutcome.OK, "ok", eval_launch="spawn", eval_mode="full",
                   eval_phases={"total": 1.0},
                   eval_rows=[{"workload_uuid": "w", "status": "passed", "phases": "{not json"}])
     holder = type("L", (), {"store": store})()  # _finish needs only the loop's store
