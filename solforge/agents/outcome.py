@@ -60,6 +60,7 @@ class Outcome:
     gpu_seconds: float = 0.0
     eval_seconds: float = 0.0
     eval_rows: list = field(default_factory=list)  # the evaluator's own eval_results rows, if any
+    hardware: Optional[dict] = None   # the hardware row the evaluation ran on (RunReport.hardware)
     # how the evaluation spent its time (RunReport.launch / .mode / .phases flattened): attempts.eval_*
     eval_launch: str = ""             # zygote | spawn
     eval_mode: str = ""               # full | screen | screen+full
@@ -79,6 +80,7 @@ class Outcome:
     def summary(self) -> dict:
         d = asdict(self)
         d.pop("eval_rows", None)
+        d.pop("hardware", None)
         d["status"] = self.status.value
         d["sol_score"] = self.sol_score
         return d

@@ -4,9 +4,11 @@ plumbing (stage, spawn, JSON lines, RunReport -> Outcome, eval_results rows) is 
 
 from __future__ import annotations
 
-from solforge.agents.evaluate_adapter import evaluate_on_gpu, outcome_of_report
+from solforge.agents.evaluate_adapter import outcome_of_report
 from solforge.agents.outcome import AttemptOutcome
 from solforge.candidate import Candidate
+from solforge.orchestrate.evaluation import evaluate_pinned
+from solforge.orchestrate.gpus import GpuPool
 from solforge.evaluate.results import EvalResult, RunReport
 
 from .conftest import RMSNORM_H128, candidate_json
@@ -16,7 +18,7 @@ def test_runner_path_on_a_cpu_machine(cpu_lab, rmsnorm_problem):
     cand = Candidate.model_validate(candidate_json(RMSNORM_H128))
     compiled_out, compiled = cpu_lab.compile(cand)
     assert compiled_out.status is AttemptOutcome.COMPILED
-    out = evaluate_on_gpu(cpu_lab, rmsnorm_problem, cand, compiled)
+    out = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, GpuPool(["0"], cross_process=False))
     assert out.status is AttemptOutcome.RUNTIME_ERROR and "CUDA" in out.message
     assert [w.uuid for w in out.workloads] == [w.uuid for w in rmsnorm_problem.workloads]
     assert len(out.eval_rows) == len(rmsnorm_problem.workloads)

@@ -9,7 +9,7 @@ import pytest
 
 from solforge.agents.llm import LlmWorker
 from solforge.agents.llm_client import LlmConfig
-from solforge.agents.loop import LoopConfig, OptimizeLoop
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 from solforge.agents.planner import Budget, PlannerConfig
 
 from .conftest import RMSNORM_H128, RMSNORM_H128_BROKEN, candidate_json, reply_with

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from solforge.agents.lab import NO_GPU
-from solforge.agents.loop import LoopConfig, OptimizeLoop
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
 from solforge.agents.planner import Budget, PlannerConfig
 

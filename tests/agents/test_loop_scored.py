@@ -10,7 +10,7 @@ import math
 import pytest
 
 from solforge.agents.lab import Lab
-from solforge.agents.loop import LoopConfig, OptimizeLoop
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
 from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from solforge.agents.planner import Budget, PlannerConfig

@@ -205,24 +205,22 @@ class _Pool:
 
 
 def test_orchestrator_fills_once_per_problem_in_its_own_process(tmp_path, monkeypatch):
-    from solforge.orchestrate import evaluation
     from solforge.orchestrate.refcache import RefCaches, matches
 
     assert matches(["014_gqa", "015_gqa*"], "014_gqa_paged_prefill_causal_h32_kv4_d128_ps1")
     assert matches(["014_gqa", "015_gqa*"], "015_gqa_paged_prefill")
     assert not matches(["014_gqa"], "021_rmsnorm_h128")
     problem = _load(_problem_dir(tmp_path))
-    monkeypatch.setattr(evaluation, "eval_job", lambda lab, p: {
-        "problem": p.name, "settings": {"correctness_rounds": 2}})
+    lab = SimpleNamespace(eval_job=lambda p: {"problem": p.name, "settings": {"correctness_rounds": 2}})
     caches = RefCaches(["rc_sin"], root=tmp_path / "root")
     pool = _Pool()
-    a = caches.job_for(None, problem, pool)
-    b = caches.job_for(None, problem, pool)
+    a = caches.job_for(lab, problem, pool)
+    b = caches.job_for(lab, problem, pool)
     assert pool.slots == ["refcache-fill:rc_sin"]  # one fill, on a slot of its own
     assert a["workloads"] == ["w256", "w1000"] and a["refcache"]["entries"] == b["refcache"]["entries"]
     assert Path(a["refcache"]["dir"]).is_dir()
     assert caches.summary()["rc_sin"]["evaluations"] == 2
-    assert caches.job_for(None, SimpleNamespace(name="other"), pool) is None
+    assert caches.job_for(lab, SimpleNamespace(name="other"), pool) is None
     caches.close()
     assert not caches.root.exists()
 
