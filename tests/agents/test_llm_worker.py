@@ -9,8 +9,8 @@ import pytest
 
 from solforge.agents.llm import LlmWorker
 from solforge.agents.llm_client import LlmConfig
-from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
 from .conftest import RMSNORM_H128, RMSNORM_H128_BROKEN, candidate_json, reply_with
 from .llm_server import ScriptedLLM

@@ -10,10 +10,10 @@ import math
 import pytest
 
 from solforge.agents.lab import Lab
-from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
 from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
 BASELINE_FACTOR = 4.0  # T_b = 4 x T_sol for every workload
 
