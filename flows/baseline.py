@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # repo root, for `tasks`
@@ -16,8 +15,8 @@ from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from prefect.utilities.annotations import quote  # noqa: E402
 
 from solforge import settings  # noqa: E402
-from solforge.cli.optimize import select_problems  # noqa: E402
-from solforge.orchestrate.setup import gpu_pool  # noqa: E402
+from solforge.orchestrate.setup import gpu_pool, select_problems  # noqa: E402
+from solforge.store.report_queries import passed_baseline_counts  # noqa: E402
 from tasks.baseline import measure_baseline, store_baselines  # noqa: E402
 from tasks.common import open_store  # noqa: E402
 
@@ -29,17 +28,15 @@ def baseline(problems: Optional[str] = None, subset: Optional[str] = None, limit
     log = get_run_logger()
     store = open_store(db)
     pool = gpu_pool(gpus)
-    probs = select_problems(SimpleNamespace(problems=problems, subset=subset, limit=limit,
-                                            with_family=False), settings.get().shared_dir)
+    probs = select_problems(store, problems, subset=subset, limit=limit,
+                            shared_dir=settings.get().shared_dir, report=log.warning)
     if not len(pool):
         msg = "no GPU on this machine: baselines are GPU timings; nothing measured"
         log.warning(msg)
         create_markdown_artifact(f"# Baselines\n\n{msg} ({len(probs)} problem(s) selected)\n",
                                  key="baseline-summary")
         return {"measured": 0, "skipped": len(probs), "gpu": False}
-    done = {(r["problem"], r["variant"]): r["n"] for r in store.query(
-        "SELECT problem, variant, count(DISTINCT workload_uuid) AS n FROM baselines "
-        "WHERE status = 'passed' GROUP BY problem, variant")}
+    done = passed_baseline_counts(store)
     measured, lines = 0, ["# Baselines", "", "| problem | variant | workloads passed |", "|---|---|---|"]
     for p in probs:
         for v in variants:

@@ -45,7 +45,8 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
              refcache_max_ref_s: float = 120.0, refcache_dir: Optional[str] = None) -> dict:
     """Optimize kernels for the selected problems.
 
-    problems: glob over SUBSET/NAME of the shared SOL-ExecBench tree, or a path to ingest.
+    problems: names, SUBSET/name or globs over the store's problems (solforge.problem.select; terms
+        the store lacks are ingested from the shared SOL-ExecBench tree), or a path to ingest.
     budget_attempts / gpu_seconds / wall_seconds / max_dollars: the budget of the whole job; a rerun
         with the same parameters resumes it and counts what the killed run spent.
     model: LiteLLM model string (None: the offline kernel-family search alone).

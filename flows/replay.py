@@ -16,10 +16,9 @@ from prefect.utilities.annotations import quote  # noqa: E402
 
 from solforge import settings  # noqa: E402
 from solforge.agents.lab import NO_GPU, Lab  # noqa: E402
-from solforge.agents.loop import LoopConfig  # noqa: E402
 from solforge.candidate import Candidate  # noqa: E402
 from solforge.orchestrate import leaderboard as lb  # noqa: E402
-from solforge.orchestrate.loop import OrchestratedLoop  # noqa: E402
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop  # noqa: E402
 from solforge.orchestrate.setup import gpu_pool  # noqa: E402
 from solforge.store import RunStatus  # noqa: E402
 from tasks.common import open_store  # noqa: E402
@@ -30,8 +29,8 @@ from tasks.replay import load_stored_problems, select_attempts  # noqa: E402
 @flow(name="replay", log_prints=True)
 def replay(attempt_ids: Optional[list[str]] = None, problems: Optional[str] = None, force: bool = False,
            gpus: Optional[str] = None, gpu_limit: Optional[str] = None, db: Optional[str] = None) -> dict:
-    """attempt_ids: attempts to run again; else `problems` (a glob over names, None: all): each one's
-    best attempt. force: re-measure even when the store has an answer from this GPU model."""
+    """attempt_ids: attempts to run again; else `problems` (names, SUBSET/name or globs; None: all):
+    each one's best attempt. force: re-measure even when the store has an answer from this GPU model."""
     log = get_run_logger()
     store = open_store(db)
     rows = select_attempts(quote(store), attempt_ids, problems)
@@ -39,8 +38,8 @@ def replay(attempt_ids: Optional[list[str]] = None, problems: Optional[str] = No
     cfg = settings.get()
     pool = gpu_pool(gpus)
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, has_gpu=len(pool) > 0)
-    loop = OrchestratedLoop(store, list(probs.values()), lab, {}, LoopConfig(), pool=pool,
-                            stages=prefect_stages(gpu_limit), progress=log.info)
+    loop = OptimizeLoop(store, list(probs.values()), lab, {}, LoopConfig(), pool=pool,
+                        stages=prefect_stages(gpu_limit), progress=log.info)
     loop.use_cache = not force
     if not lab.has_gpu:
         log.warning(NO_GPU)
@@ -49,7 +48,7 @@ def replay(attempt_ids: Optional[list[str]] = None, problems: Optional[str] = No
     try:
         jobs = [(probs[r["problem"]], r["agent"] or "replay", Candidate.model_validate(r["candidate"]), r["id"])
                 for r in rows if r["problem"] in probs]
-        results = loop._parallel([lambda j=j: loop.try_candidate(*j) for j in jobs])
+        results = loop.run_candidates(jobs)
         status = RunStatus.FINISHED
     finally:
         store.finish_run(loop.run_id, status)

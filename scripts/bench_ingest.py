@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import json, sys, time
 t0, c0 = time.perf_counter(), time.process_time()
-from solforge.problem.ingest import ingest_path
+from solforge.problem.sources import ingest_path
 t1, c1 = time.perf_counter(), time.process_time()
 r = ingest_path(sys.argv[1])
 t2, c2 = time.perf_counter(), time.process_time()

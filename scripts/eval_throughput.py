@@ -52,7 +52,6 @@ def cmd_prepare(args) -> None:
     from solforge.compile import compile_candidate
     from solforge.evaluate.runner import stage_candidate
     from solforge.kernels import families_for
-    from solforge.orchestrate.evaluation import eval_job
     from solforge.problem import load_problem_dir
 
     out = Path(args.dir)
@@ -76,7 +75,7 @@ def cmd_prepare(args) -> None:
                     print(f"skip {key} {params}: compile {res.status}", file=sys.stderr)
                     continue
                 name = f"{len(staged):02d}_{pdir.name}"
-                job = eval_job(lab, problem)
+                job = lab.eval_job(problem)
                 job.pop("blob_roots", None)  # no blobs: these problems have random inputs only
                 stage_candidate(out / "stages" / name, problem, candidate=cand, compile_result=res,
                                 job=job)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does the optimize pipeline's own evaluation pass a kernel family's first guess? (not the bench)
 
-The optimize loop stages a candidate with orchestrate.evaluation.eval_job (correctness rounds,
+The optimize loop stages a candidate with Lab.eval_job (correctness rounds,
 reps, SOL-floor guard with the roofline's T_sol, blob roots) and runs evaluate.runner.run_stage
 (driver: custom inputs, FP4 shim, poisoned outputs, CUPTI timing, caching probe). This stages
 exactly that for each named problem, on the CPU, and runs it on the GPU box:
@@ -32,7 +32,6 @@ def cmd_prepare(a) -> None:
     from solforge.compile import compile_candidate
     from solforge.evaluate.runner import stage_candidate
     from solforge.kernels import families_for, get_family
-    from solforge.orchestrate.evaluation import eval_job
     from solforge.problem import load_problem_dir
 
     out = Path(a.dir)
@@ -55,7 +54,7 @@ def cmd_prepare(a) -> None:
             res = compile_candidate(cand, lab.arch)
             if not res.ok:
                 raise SystemExit(f"{key}: compile {res.status.value}: {res.log[-1500:]}")
-            job = eval_job(lab, problem)
+            job = lab.eval_job(problem)
             job.pop("blob_roots", None)   # the box has no shared data; absent blobs are synthesized
             name = f"{len(staged):02d}_{pdir.name}"
             stage_candidate(out / name, problem, candidate=cand, compile_result=res, job=job)

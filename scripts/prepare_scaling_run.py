@@ -66,16 +66,13 @@ def main(argv=None) -> int:
                          "script's REFCACHE_MAX_REF_S, the longest reference call a run caches; 014's "
                          "9fb16120 takes 76 s compiled)")
     a = ap.parse_args(argv)
-    from types import SimpleNamespace
-
     from solforge import settings
-    from solforge.cli.optimize import select_problems
+    from solforge.orchestrate.setup import select_problems
     from solforge.report.import_results import import_baselines
     from solforge.store import Store
 
     cfg = settings.get()
-    probs = select_problems(SimpleNamespace(problems=a.problems, subset=None, limit=None,
-                                            with_family=True), cfg.shared_dir)
+    probs = select_problems(Store(cfg.db_path), a.problems, with_family=True, shared_dir=cfg.shared_dir)
     shutil.rmtree(a.out, ignore_errors=True)
     dst = a.out / "problems"
     for p in probs:

@@ -49,7 +49,6 @@ def cmd_prepare(args) -> None:
     from solforge.compile import compile_candidate
     from solforge.evaluate.runner import stage_candidate
     from solforge.kernels import families_for
-    from solforge.orchestrate.evaluation import eval_job
     from solforge.problem import load_problem_dir
 
     root = Path(args.shared) / "sol_execbench"
@@ -79,7 +78,7 @@ def cmd_prepare(args) -> None:
                     continue
                 name = f"{len(staged):03d}_{pdir.name}_{cand.source_hash()[:8]}"
                 stage_candidate(out / name, problem, candidate=cand, compile_result=res,
-                                job=eval_job(lab, problem))
+                                job=lab.eval_job(problem))
                 staged.append({"stage": name, "problem": problem.name, "family": fam.name,
                                "params": params, "workloads": len(problem.workloads)})
         if args.limit and len(staged) >= args.limit:

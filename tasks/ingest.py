@@ -6,7 +6,8 @@ from typing import Optional
 
 from prefect import task
 
-from solforge.problem.ingest import IngestReport, ingest_path
+from solforge.problem.ingest import IngestReport
+from solforge.problem.sources import ingest_path
 from solforge.store.problems import upsert_problems
 
 from .common import open_store, retry_transient

@@ -19,7 +19,8 @@ from prefect.utilities.annotations import quote
 from solforge.agents.planner import plan_round
 from solforge.orchestrate import leaderboard as lb
 from solforge.orchestrate.evaluation import evaluate_pinned, score
-from solforge.orchestrate.loop import OptimizeLoop, Stages
+from solforge.orchestrate import attempts
+from solforge.orchestrate.loop import Stages
 
 from .common import retry_transient
 
@@ -31,7 +32,7 @@ def plan_task(states, budget, spent, planner_cfg, n):
 
 @task(name="propose", cache_policy=NO_CACHE)
 def propose_task(loop, decision) -> None:
-    OptimizeLoop._session(loop, decision)
+    loop.propose(decision)
 
 
 @task(name="check", cache_policy=NO_CACHE)
@@ -59,7 +60,7 @@ def score_task(lab, problem, out):
 @task(name="store-result", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,
       retry_condition_fn=retry_transient)
 def record_task(loop, aid, out, compile_row=None) -> None:
-    loop._finish(aid, out, compile_row=compile_row)
+    attempts.finish(loop.store, aid, out, compile_row)
 
 
 def _gcl(template: Optional[str]):

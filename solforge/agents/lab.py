@@ -1,8 +1,9 @@
 """The bench the agents work at: static checks, compile, evaluate, roofline — behind one object.
 
 Wraps solforge.compile, solforge.evaluate and solforge.roofline and turns their results into the
-agents' Outcome. Everything that needs no GPU (checks, compile, roofline) works anywhere; evaluate
-says clearly when there is no GPU. Tests and the LLM tools use the same object.
+agents' Outcome. Everything that needs no GPU (checks, compile, roofline, the evaluation job) works
+anywhere; the evaluation itself runs on a GPU slot (solforge.orchestrate.evaluation), or through a
+stand-in evaluator a test injects. Tests and the LLM tools use the same object.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Callable, Optional
 
 from ..candidate import Candidate, eval_expr, launch_env, parse_arg
 from ..roofline.score import sol_score
-from .outcome import AttemptStatus, Outcome, WorkloadOutcome
+from .outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from .prompts import GpuInfo, WorkloadSol
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,14 @@ class Lab:
         self.arch = arch or cfg.arch
         self.gpu_profile = gpu_profile or cfg.gpu_profile
         self.has_gpu = gpu_available() if has_gpu is None else has_gpu
-        self._evaluator = evaluator  # injectable: (problem, cand, compile_result) -> Outcome
+        self._evaluator = evaluator  # a stand-in: (problem, cand, compile_result) -> Outcome
         self.use_cache = use_cache
         self.store = store  # roofline and baselines are read from it when it has them
         self.eval_settings = dict(eval_settings or {})  # EvalConfig overrides (reps, budgets)
         self.baseline_reps = 20
         self.eval_timeout_s: Optional[float] = None  # per candidate; None: settings.eval_timeout_s
+        self.eval_timeout_overrides: list = []  # [(problem pattern, seconds)], first match wins
+        self.refcaches = None  # solforge.orchestrate.refcache.RefCaches, when references are cached
         self._sols: dict[str, list[WorkloadSol]] = {}
 
     # ---- compile -------------------------------------------------------------------------------
@@ -104,13 +107,13 @@ class Lab:
         try:
             res = compile_candidate(cand, self.arch, use_cache=self.use_cache)
         except Exception as e:  # noqa: BLE001 - a compiler crash is this attempt's failure
-            return Outcome(AttemptStatus.COMPILE_ERROR, f"compiler failed: {e}", compile_log=str(e),
+            return Outcome(AttemptOutcome.COMPILE_ERROR, f"compiler failed: {e}", compile_log=str(e),
                            compile_seconds=time.perf_counter() - t0), None
         status = getattr(res.status, "value", str(res.status))
         if status == "ok":
-            return Outcome(AttemptStatus.COMPILED, "compiled", compile_log=res.log,
+            return Outcome(AttemptOutcome.COMPILED, "compiled", compile_log=res.log,
                            compile_seconds=res.seconds, cubin_hash=res.cubin_hash), res
-        st = AttemptStatus.TIMEOUT if status == "timeout" else AttemptStatus.COMPILE_ERROR
+        st = AttemptOutcome.TIMEOUT if status == "timeout" else AttemptOutcome.COMPILE_ERROR
         first = next((ln for ln in res.log.splitlines() if "error" in ln), res.log[:200])
         return Outcome(st, f"compile {status}: {first.strip()}", compile_log=res.log,
                        compile_seconds=res.seconds), res
@@ -119,15 +122,25 @@ class Lab:
     def check(self, problem, cand: Candidate) -> Optional[Outcome]:
         why = static_check(problem, cand)
         if why:
-            return Outcome(AttemptStatus.INVALID, why, compile_log=why)
+            return Outcome(AttemptOutcome.INVALID, why, compile_log=why)
         return None
 
-    def evaluate(self, problem, cand: Candidate, compiled) -> Outcome:
-        if self._evaluator is not None:
-            return self._evaluator(problem, cand, compiled)
-        from .evaluate_adapter import evaluate_on_gpu
+    def eval_job(self, problem) -> dict:
+        """job.json for a candidate of this problem (solforge.evaluate.job, the one builder): this
+        lab's evaluation overrides, and T_sol from its roofline for the driver's SOL floor guard."""
+        from .. import settings
+        from ..evaluate.job import build_job
 
-        return evaluate_on_gpu(self, problem, cand, compiled)
+        cfg = settings.get()
+        return build_job(problem, cfg, overrides=self.eval_settings, shared_dir=cfg.shared_dir,
+                         t_sol_ms={s.uuid: s.t_sol_ms for s in self.roofline(problem)})
+
+    @property
+    def stand_in(self) -> Optional[Callable]:
+        """The injected evaluator, (problem, cand, compile_result) -> Outcome, that answers in place of
+        the GPU (a lab built with `evaluator=`, e.g. in tests on a machine without one), or None:
+        evaluate for real (solforge.orchestrate.evaluation)."""
+        return self._evaluator
 
     # ---- roofline ------------------------------------------------------------------------------
     def roofline(self, problem) -> list[WorkloadSol]:

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from ..candidate import Candidate
 from .llm_client import (BudgetExceeded, LlmClient, LlmConfig, ProviderOutage, ProviderRejected,
                          assistant_message)
-from .outcome import AttemptStatus, Outcome
+from .outcome import AttemptOutcome, Outcome
 from .parse import ParseError, parse_reply
 from .prompts import problem_prompt, repair_message, system_prompt
 from .tools import TOOL_SPECS, ToolRuntime
@@ -113,7 +113,7 @@ class LlmWorker:
                 cand = parse_reply(reply["content"], problem.name, language)
             except ParseError as e:
                 messages.append({"role": "user", "content": repair_message(
-                    Outcome(AttemptStatus.PARSE_ERROR, str(e), compile_log=str(e)))})
+                    Outcome(AttemptOutcome.PARSE_ERROR, str(e), compile_log=str(e)))})
                 continue
             prior = runtime.evaluated.get(cand.source_hash())
             if prior is not None:  # the model answers with what it already benchmarked

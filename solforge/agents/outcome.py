@@ -13,7 +13,10 @@ from typing import Optional
 from ..roofline.score import problem_speedup, problem_sol_score
 
 
-class AttemptStatus(str, Enum):
+class AttemptOutcome(str, Enum):
+    """What an attempt came to (attempts.outcome). Not its place in the write sequence
+    (queued -> compiled -> evaluated/failed/interrupted: attempts.status, solforge.store.AttemptStatus)."""
+
     OK = "ok"                        # correct on every workload and timed
     COMPILED = "compiled"            # compiled; not run (no GPU here)
     PARSE_ERROR = "parse_error"      # the worker's output was not a valid Candidate
@@ -26,7 +29,7 @@ class AttemptStatus(str, Enum):
 
     @property
     def failed(self) -> bool:
-        return self not in (AttemptStatus.OK, AttemptStatus.COMPILED, AttemptStatus.PENDING)
+        return self not in (AttemptOutcome.OK, AttemptOutcome.COMPILED, AttemptOutcome.PENDING)
 
 
 @dataclass
@@ -48,7 +51,7 @@ class WorkloadOutcome:
 
 @dataclass
 class Outcome:
-    status: AttemptStatus
+    status: AttemptOutcome
     message: str = ""                 # one line for humans (and the model)
     compile_log: str = ""
     compile_seconds: float = 0.0
@@ -57,6 +60,7 @@ class Outcome:
     gpu_seconds: float = 0.0
     eval_seconds: float = 0.0
     eval_rows: list = field(default_factory=list)  # the evaluator's own eval_results rows, if any
+    hardware: Optional[dict] = None   # the hardware row the evaluation ran on (RunReport.hardware)
     # how the evaluation spent its time (RunReport.launch / .mode / .phases flattened): attempts.eval_*
     eval_launch: str = ""             # zygote | spawn
     eval_mode: str = ""               # full | screen | screen+full
@@ -65,7 +69,7 @@ class Outcome:
     @property
     def sol_score(self) -> Optional[float]:
         """The problem's SOL score (geomean over workloads), only when every workload is scored."""
-        if self.status is not AttemptStatus.OK or not self.workloads:
+        if self.status is not AttemptOutcome.OK or not self.workloads:
             return None
         return problem_sol_score(w.sol_score for w in self.workloads)
 
@@ -76,6 +80,7 @@ class Outcome:
     def summary(self) -> dict:
         d = asdict(self)
         d.pop("eval_rows", None)
+        d.pop("hardware", None)
         d["status"] = self.status.value
         d["sol_score"] = self.sol_score
         return d

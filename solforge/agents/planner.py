@@ -32,7 +32,7 @@ class Action(str, Enum):
     STOP = "stop"  # the whole budget is spent: nothing more this run
 
 
-# Attempt outcomes the planner distinguishes; mirrors the loop's AttemptStatus values.
+# Attempt outcomes the planner distinguishes; mirrors the loop's AttemptOutcome values.
 SUCCESS_STATUSES = {"ok", "compiled"}  # "compiled": passed compile but could not be timed (no GPU)
 FAILURE_STATUSES = {"compile_error", "incorrect", "runtime_error", "timeout", "parse_error",
                     "invalid"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
+from ..store import report_queries as rq
 from .prompts import WorkloadSol
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,7 @@ def workload_sols(problem, gpu_profile: str, store=None) -> list[WorkloadSol]:
 
 def _from_store(problem, gpu_profile: str, store, sols: list[WorkloadSol]) -> bool:
     try:
-        rows = store.query("SELECT workload_uuid, t_sol_ms, limiter FROM roofline "
-                           "WHERE problem = ? AND gpu_profile = ?", [problem.name, gpu_profile])
+        rows = rq.roofline_rows(store, problem.name, gpu_profile)
     except Exception as e:  # noqa: BLE001 - an old database without the table
         log.debug("no roofline rows: %s", e)
         return False
@@ -47,7 +47,8 @@ _COUNTS: dict[str, dict] = {}  # problem content hash -> {uuid: WorkloadCount}; 
 
 def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
     try:
-        from ..roofline.estimate import count_problem, roofline
+        from ..roofline.count import count_problem
+        from ..roofline.estimate import roofline
         from ..roofline.hardware import load_profile
 
         profile = load_profile(gpu_profile)
@@ -70,13 +71,7 @@ def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
 def _baselines(problem, store, sols: list[WorkloadSol]) -> None:
     try:
         # T_b is the faster of eager and torch.compile (each variant's latest measurement).
-        rows = store.query(
-            "SELECT workload_uuid, min(median_ms) AS median_ms, arg_min(variant, median_ms) AS variant "
-            "FROM (SELECT workload_uuid, variant, median_ms "
-            "FROM baselines WHERE problem = ? AND variant IN ('eager', 'compile') "
-            "AND median_ms IS NOT NULL AND coalesce(status, 'passed') = 'passed' "
-            "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant "
-            "ORDER BY created_at DESC) = 1) GROUP BY workload_uuid", [problem.name])
+        rows = rq.fastest_baseline_rows(store, problem.name)
     except Exception as e:  # noqa: BLE001
         log.debug("no baselines: %s", e)
         return

@@ -10,7 +10,8 @@ from pathlib import Path
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="compile a candidate and evaluate it on this machine's GPU "
                                         "(spawned, isolated process)")
-    p.add_argument("problem_dir", type=Path)
+    p.add_argument("problem_dir", metavar="problem", type=Path,
+                   help="a stored problem (name or SUBSET/name) or a problem folder")
     p.add_argument("candidate", type=Path, help="candidate JSON (solforge/candidate.py format)")
     p.add_argument("--workloads", help="comma-separated workload uuids (default: all)")
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default settings)")
@@ -33,10 +34,22 @@ def register(sub) -> None:
 
 
 def _evaluate(args) -> int:
-    from ..evaluate.api import evaluate_candidate, record
+    from ..evaluate.api import evaluate_candidate
+    from ..orchestrate.attempts import open_attempt
+    from ..orchestrate.replay import record
     from ..problem import load_problem_dir
 
-    problem = load_problem_dir(args.problem_dir)
+    if args.problem_dir.is_dir():
+        problem = load_problem_dir(args.problem_dir)
+    else:  # a stored problem, read back from the store like every command after ingest
+        from ..errors import InputError
+        from ..store import Store
+        from ..store.problems import find_problem
+
+        try:
+            problem = find_problem(Store(args.db), str(args.problem_dir))
+        except LookupError as e:
+            raise InputError(str(e), field="problem") from None
     cand = json.loads(args.candidate.read_text())
     t_sol = json.loads(args.t_sol.read_text()) if args.t_sol else None
     wl = args.workloads.split(",") if args.workloads else None
@@ -47,9 +60,8 @@ def _evaluate(args) -> int:
         from ..store import Store
 
         s = Store(args.db)
-        aid = s.create_attempt(problem.name, agent="cli", language=cand.get("language", "cuda"),
-                               candidate=cand)
-        record(s, aid, report)
+        aid = open_attempt(s, problem.name, cand, run_id=None, agent="cli")
+        record(s, aid, report, cr)
         print(f"attempt {aid}", file=sys.stderr)
     _show(args, report.to_json(), [(r.workload_uuid[:12], r.status.value, r.median_ms,
                                     r.max_abs_err, r.message[:80]) for r in report.results],
@@ -68,7 +80,7 @@ def _baseline(args) -> int:
 
 
 def _replay(args) -> int:
-    from ..evaluate.api import replay
+    from ..orchestrate.replay import replay
     from ..store import Store
 
     out = replay(Store(args.db), args.attempt, record_new=args.record, timeout_s=args.timeout)

@@ -11,11 +11,9 @@ that correctness and timing need a GPU.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import logging
 import os
 import sys
-from pathlib import Path
 
 
 def register(sub) -> None:
@@ -29,8 +27,10 @@ def register(sub) -> None:
     p = sub.add_parser("optimize", help="run the planner and workers on problems (needs a GPU to time)",
                        description=__doc__.split("\n\n")[0])
     sel = p.add_argument_group("problems")
-    sel.add_argument("--problems", help="glob over SUBSET/NAME or NAME in the shared SOL-ExecBench "
-                                        "tree (e.g. 'FlashInfer-Bench/*rmsnorm*'), or a path to ingest")
+    sel.add_argument("--problems", help="names, SUBSET/name or globs, comma-separated (e.g. "
+                                        "'FlashInfer-Bench/*rmsnorm*'), over the store's problems "
+                                        "(ingested from the shared tree when the store lacks them), "
+                                        "or a path to ingest")
     sel.add_argument("--subset", help="only this subset (L1, L2, Quant, FlashInfer-Bench)")
     sel.add_argument("--limit", type=int, help="at most this many problems (after filtering)")
     sel.add_argument("--with-family", action="store_true",
@@ -87,47 +87,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def select_problems(args, shared_dir: Path) -> list:
-    from ..errors import InputError
-    from ..problem import load_problem_dir
-
-    pattern = args.problems
-    if pattern and Path(pattern).exists():
-        from ..problem.ingest import ingest_path
-
-        rep = ingest_path(pattern)
-        for e in rep.errors:
-            print(f"solforge: skipped: {e}", file=sys.stderr)
-        probs = list(rep.problems)
-    else:
-        root = shared_dir / "sol_execbench"
-        if not root.is_dir():
-            raise InputError("shared SOL-ExecBench tree not found (set SOLFORGE_SHARED_DIR)", file=root)
-        probs = []
-        for sub in sorted(d for d in root.iterdir() if d.is_dir()):
-            if args.subset and sub.name != args.subset:
-                continue
-            for d in sorted(x for x in sub.iterdir() if (x / "definition.json").exists()):
-                key = f"{sub.name}/{d.name}"
-                if pattern and not (fnmatch.fnmatch(key, pattern) or fnmatch.fnmatch(d.name, pattern)):
-                    continue
-                try:
-                    probs.append(load_problem_dir(d, subset=sub.name))
-                except InputError as e:
-                    print(f"solforge: skipped: {e}", file=sys.stderr)
-    if args.subset and pattern and Path(pattern).exists():
-        probs = [p for p in probs if p.subset == args.subset]
-    if args.with_family:
-        from ..agents.offline import OfflineWorker
-
-        probs = [p for p in probs if OfflineWorker.families_for(p)]
-    if args.limit:
-        probs = probs[:args.limit]
-    if not probs:
-        raise InputError("no problem matches", field="--problems/--subset")
-    return probs
-
-
 def run(args) -> int:
     """The same loop the Prefect flow runs (solforge.orchestrate.setup.build): GPU slots, content
     cache, resume; without Prefect."""
@@ -143,9 +102,14 @@ def run(args) -> int:
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.dry_run:
+        from ..orchestrate.setup import select_problems
+        from ..store import Store
+
         cfg = settings.Settings.load(db_path=getattr(args, "db", None), arch=args.arch,
                                      gpu_profile=args.gpu_profile)
-        return _dry_run(select_problems(args, cfg.shared_dir), getattr(args, "json", False))
+        probs = select_problems(Store(cfg.db_path), args.problems, subset=args.subset, limit=args.limit,
+                                with_family=args.with_family, shared_dir=cfg.shared_dir)
+        return _dry_run(probs, getattr(args, "json", False))
     given = {**vars(args), "db": getattr(args, "db", None),
              # a plain run is a new job; --resume continues the job these same parameters started
              "job": "resume" if args.resume else f"cli-{uuid.uuid4().hex[:12]}"}

@@ -7,6 +7,7 @@ from collections import Counter
 
 from rich.markup import escape
 
+from ..store import report_queries as rq
 from .output import console, emit_json
 from .store_cmds import common_options, table
 
@@ -47,7 +48,7 @@ def _store(args):
 def cmd_ingest(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..problem.ingest import ingest_path
+    from ..problem.sources import ingest_path
     from ..store.problems import upsert_problems
 
     con = console()
@@ -124,35 +125,10 @@ def warning_kinds(warnings: list[str]) -> list[dict]:
 
 
 # ---- problems ---------------------------------------------------------------------------------
-def problem_filters(args) -> tuple[str, list]:
-    where, params = [], []
-    if args.subset:
-        where.append("lower(subset) = lower(?)")
-        params.append(args.subset)
-    if args.op:
-        where.append("lower(op_type) = lower(?)")
-        params.append(args.op)
-    if args.dtype:
-        where.append("list_contains(dtypes, ?)")
-        params.append(args.dtype)
-    if args.model:
-        where.append("exists (SELECT 1 FROM unnest(model_tags) AS u(m) WHERE m ILIKE ?)")
-        params.append(f"%{args.model}%")
-    if getattr(args, "name", None):
-        where.append("name ILIKE ?")
-        params.append(f"%{args.name}%")
-    return (" WHERE " + " AND ".join(where)) if where else "", params
-
-
 def cmd_problems(args) -> int:
     store = _store(args)
-    where, params = problem_filters(args)
-    sql = ("SELECT name, subset, op_type, n_workloads, dtypes, model_tags, content_hash, source "
-           f"FROM problems{where} ORDER BY subset, name")
-    if args.limit is not None:
-        sql += " LIMIT ?"
-        params.append(args.limit)
-    rows = store.query(sql, params)
+    rows = rq.list_problems(store, subset=args.subset, op=args.op, dtype=args.dtype, model=args.model,
+                            name=getattr(args, "name", None), limit=args.limit)
     if args.json:
         emit_json(rows)
         return 0
@@ -166,19 +142,17 @@ def cmd_problems(args) -> int:
 def find_problem(store, ref: str) -> dict:
     from ..errors import InputError
 
-    row = store.query_one("SELECT * FROM problems WHERE name = ?", [ref])
+    row = rq.problem_by_name(store, ref)
     if row is None and "/" in ref:
         subset, name = ref.split("/", 1)
-        row = store.query_one("SELECT * FROM problems WHERE name = ? AND lower(subset) = lower(?)",
-                              [name, subset])
+        row = rq.problem_by_name(store, name, subset)
     if row is None:
-        matches = store.query("SELECT name FROM problems WHERE name LIKE ? ORDER BY name LIMIT 6",
-                              [ref.replace("%", "") + "%"])
+        matches = rq.problem_names_with_prefix(store, ref)
         if len(matches) == 1:
-            row = store.query_one("SELECT * FROM problems WHERE name = ?", [matches[0]["name"]])
+            row = rq.problem_by_name(store, matches[0])
         elif matches:
-            raise InputError(f"{ref!r} matches several problems: "
-                             + ", ".join(m["name"] for m in matches[:5]), field="problem")
+            raise InputError(f"{ref!r} matches several problems: " + ", ".join(matches[:5]),
+                             field="problem")
     if row is None:
         raise InputError(f"no problem {ref!r} in {store.path} (try `solforge problems`)",
                          field="problem")
@@ -188,25 +162,12 @@ def find_problem(store, ref: str) -> dict:
 def problem_details(store, row: dict) -> dict:
     name = row["name"]
     d = row["definition"] or {}
-    workloads = store.query("SELECT uuid, workload_index, axes, tolerance, published, warnings "
-                            "FROM workloads WHERE problem = ? ORDER BY workload_index", [name])
+    workloads = rq.workload_notes(store, name)
     tolerances = Counter(_tol_key(w["tolerance"]) for w in workloads)
-    baselines = store.query(
-        "SELECT variant, label, hardware_id, count(*) AS workloads, median(median_ms) AS median_ms, "
-        "max(created_at) AS latest FROM (SELECT * FROM baselines WHERE problem = ? "
-        "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant, hardware_id "
-        "ORDER BY created_at DESC) = 1) GROUP BY ALL ORDER BY variant", [name])
-    roofline = store.query(
-        "SELECT gpu_profile, count(*) AS workloads, min(t_sol_ms) AS min_t_sol_ms, "
-        "median(t_sol_ms) AS median_t_sol_ms, max(t_sol_ms) AS max_t_sol_ms, "
-        "mode(limiter) AS limiter FROM roofline WHERE problem = ? GROUP BY ALL ORDER BY 1", [name])
-    best = store.query(
-        "SELECT a.id, a.agent, a.language, a.status, a.created_at, avg(s.sol_score) AS mean_sol_score, "
-        "avg(s.speedup) AS mean_speedup, count(*) AS workloads FROM attempts a "
-        "JOIN scores s ON s.attempt_id = a.id WHERE a.problem = ? GROUP BY ALL "
-        "ORDER BY mean_sol_score DESC NULLS LAST LIMIT 1", [name])
-    attempts = store.query("SELECT status, count(*) AS n FROM attempts WHERE problem = ? "
-                           "GROUP BY 1 ORDER BY 1", [name])
+    baselines = rq.baseline_summary(store, name)
+    roofline = rq.roofline_summary(store, name)
+    best = rq.best_scored_attempt(store, name)
+    attempts = rq.attempt_status_counts(store, name)
     return {
         "name": name, "subset": row["subset"], "op_type": row["op_type"],
         "description": d.get("description"), "hf_id": d.get("hf_id"), "tags": row["tags"],

@@ -46,6 +46,7 @@ def cmd_sol(args) -> int:
     from ..roofline.table import (price, problem_t_sol, problems_from_store, rows_for_csv, store_rows,
                                   write_csv)
     from ..settings import get
+    from ..store.report_queries import count_problems
 
     st = get()
     profile = load_profile(args.gpu or st.gpu_profile)
@@ -58,7 +59,7 @@ def cmd_sol(args) -> int:
     items: list = []
     if args.root:
         items = problem_dirs(Path(args.root))
-    elif store is not None and store.scalar("SELECT count(*) FROM problems"):
+    elif store is not None and count_problems(store):
         items = problems_from_store(store)
     else:
         items = problem_dirs(Path(st.shared_dir) / "sol_execbench")

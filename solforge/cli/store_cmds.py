@@ -57,31 +57,21 @@ def _store(args):
 def cmd_attempts(args) -> int:
     from ..errors import InputError
     from ..store import AttemptStatus
+    from ..store.report_queries import list_attempts
 
     store = _store(args)
     if args.interrupt_run:
         n = store.mark_interrupted(args.interrupt_run)
         console().print(f"run {args.interrupt_run}: {n} attempts marked interrupted",
                         highlight=False, markup=False)
-    where, params = [], []
-    if args.problem:
-        where.append("problem LIKE ?" if "%" in args.problem else "problem = ?")
-        params.append(args.problem)
+    status = None
     if args.status:
         try:
-            params.append(AttemptStatus(args.status.lower()).value)
+            status = AttemptStatus(args.status.lower()).value
         except ValueError:
             raise InputError(f"unknown status {args.status!r} (one of "
                              f"{', '.join(s.value for s in AttemptStatus)})", field="--status") from None
-        where.append("status = ?")
-    if args.run:
-        where.append("run_id = ?")
-        params.append(args.run)
-    sql = ("SELECT id, run_id, problem, parent_id, agent, model, language, source_hash, status, "
-           "error, created_at, updated_at FROM attempts"
-           + (" WHERE " + " AND ".join(where) if where else "")
-           + " ORDER BY created_at DESC, id LIMIT ?")
-    rows = store.query(sql, [*params, args.limit])
+    rows = list_attempts(store, problem=args.problem, status=status, run=args.run, limit=args.limit)
     if args.json:
         emit_json(rows)
         return 0
@@ -93,15 +83,9 @@ def cmd_attempts(args) -> int:
 
 
 def cmd_sql(args) -> int:
-    import duckdb
+    from ..store.report_queries import user_query
 
-    from ..store import StoreError
-
-    store = _store(args)
-    try:
-        rows = store.query(args.query)
-    except duckdb.Error as e:  # the user's SQL: one clear line, not a traceback
-        raise StoreError(f"SQL failed: {e}".splitlines()[0]) from None
+    rows = user_query(_store(args), args.query)
     if args.json:
         emit_json(rows)
         return 0

@@ -203,18 +203,3 @@ def gpu_check_cases() -> dict[str, dict]:
                                   cluster=["2", "1", "1"]),
         "cute_scale": cute_candidate(block=256),
     }
-
-
-def build_stages(folder, arch: str = "sm_90a") -> dict[str, str]:
-    """Compile every GPU-check case here (CPU) and stage it under folder/<case>/; returns statuses."""
-    from pathlib import Path
-
-    from .api import compile_candidate, stage
-
-    out = {}
-    for name, cand in gpu_check_cases().items():
-        res = compile_candidate(cand, arch)
-        out[name] = res.status.value if res.ok else f"{res.status.value}: {res.log}"
-        if res.ok:
-            stage(cand, res, Path(folder) / name)
-    return out

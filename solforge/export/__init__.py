@@ -39,27 +39,27 @@ class ExportAttempt:
 
 def load_attempt(store, ref: str) -> ExportAttempt:
     """An attempt by id, unique id prefix, or 'best:PROBLEM' (the best correct attempt)."""
+    from ..store import report_queries as rq
+
     if ref.startswith("best:"):
-        row = store.query_one("SELECT attempt_id FROM v_best_per_problem WHERE problem = ?", [ref[5:]])
-        if row is None:
+        best = rq.best_correct_attempt(store, ref[5:])
+        if best is None:
             raise ExportError(f"no correct, scored attempt for problem {ref[5:]!r}")
-        ref = row["attempt_id"]
-    rows = store.query("SELECT id FROM attempts WHERE id LIKE ? || '%' LIMIT 3", [ref])
-    if not rows:
+        ref = best
+    ids = rq.attempt_ids_with_prefix(store, ref)
+    if not ids:
         raise ExportError(f"no attempt {ref!r}")
-    if len(rows) > 1:
-        raise ExportError(f"attempt prefix {ref!r} is ambiguous ({', '.join(r['id'][:12] for r in rows)})")
-    aid = rows[0]["id"]
-    a = store.query_one("SELECT s.*, a.candidate FROM v_attempt_summary s JOIN attempts a "
-                        "ON a.id = s.attempt_id WHERE s.attempt_id = ?", [aid])
+    if len(ids) > 1:
+        raise ExportError(f"attempt prefix {ref!r} is ambiguous ({', '.join(i[:12] for i in ids)})")
+    aid = ids[0]
+    a = rq.attempt_summary(store, aid)
     if not a.get("candidate"):
         raise ExportError(f"attempt {aid} has no candidate stored")
-    p = store.query_one("SELECT definition FROM problems WHERE name = ?", [a["problem"]])
+    p = rq.problem_by_name(store, a["problem"])
     if p is None:
         raise ExportError(f"problem {a['problem']!r} of attempt {aid} is not in the store "
                           "(ingest it first: solforge ingest PATH)")
-    wl = store.query("SELECT workload_index, uuid, axes, input_shapes, output_shapes, tolerance "
-                     "FROM workloads WHERE problem = ? ORDER BY workload_index", [a["problem"]])
+    wl = rq.workload_shapes(store, a["problem"])
     return ExportAttempt(attempt_id=aid, problem_name=a["problem"],
                          definition=Definition.model_validate(p["definition"]),
                          candidate=Candidate.model_validate(a["candidate"]),

@@ -17,7 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
-from ..agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from ..agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
+from ..store import attempt_queries as q
 
 _EVAL_FINAL = ("ok", "incorrect", "runtime_error", "timeout")
 _PKG = Path(__file__).resolve().parent.parent
@@ -43,45 +44,29 @@ def lookup(store, problem, source_hash: str, *, gpu_identity: str, arch: str,
     With `evaluator` (evaluator_version()), only answers of runs made by that evaluator count."""
     if not source_hash:
         return None
-    base = ("SELECT a.id, a.outcome, a.status, a.error FROM attempts a JOIN runs r ON r.id = a.run_id "
-            "WHERE a.problem = ? AND a.source_hash = ? ")
-    args = [problem.name, source_hash]
-    if evaluator is not None:
-        base += "AND json_extract_string(r.config, '$.evaluator_version') = ? "
-        args.append(evaluator)
+    kw = {"evaluator": evaluator}
     # compile-time answers hold for any GPU of the same arch
-    row = store.query_one(base + "AND json_extract_string(r.config, '$.arch') = ? "
-                          "AND a.status = 'failed' AND a.outcome IN (?, ?) ORDER BY a.created_at LIMIT 1",
-                          [*args, arch, *_COMPILE_FINAL])
+    row = q.compile_answer(store, problem.name, source_hash, arch=arch, outcomes=_COMPILE_FINAL, **kw)
     if row:
         return row["id"], _outcome(store, row, problem)
     if has_gpu:
-        rows = store.query(base + "AND json_extract_string(r.config, '$.gpu_identity') = ? "
-                           "AND a.status IN ('evaluated', 'failed') AND a.outcome IN (?, ?, ?, ?) "
-                           "ORDER BY a.created_at", [*args, gpu_identity, *_EVAL_FINAL])
         want = {w.uuid for w in problem.workloads}
-        for r in rows:
-            got = {x["workload_uuid"] for x in store.query(
-                "SELECT DISTINCT workload_uuid FROM eval_results WHERE attempt_id = ?", [r["id"]])}
+        for r in q.eval_answers(store, problem.name, source_hash, gpu_identity=gpu_identity,
+                                outcomes=_EVAL_FINAL, **kw):
+            got = q.evaluated_workloads(store, r["id"])
             if want <= got or r["outcome"] != "ok" and got:
                 return r["id"], _outcome(store, r, problem)
         return None
-    row = store.query_one(base + "AND json_extract_string(r.config, '$.arch') = ? AND a.outcome = 'compiled' "
-                          "AND EXISTS (SELECT 1 FROM compile_results c WHERE c.attempt_id = a.id "
-                          "AND c.status = 'ok') ORDER BY a.created_at LIMIT 1", [*args, arch])
+    row = q.compiled_answer(store, problem.name, source_hash, arch=arch, **kw)
     if row:
         return row["id"], _outcome(store, row, problem)
     return None
 
 
 def _outcome(store, row: dict, problem) -> Outcome:
-    status = AttemptStatus(row["outcome"])
+    status = AttemptOutcome(row["outcome"])
     msg = f"same source as attempt {row['id'][:8]}: {row['error'] or status.value}"
-    evals = store.query(
-        "SELECT e.workload_uuid, e.status, e.correct, e.max_abs_err, e.max_rel_err, e.matched_ratio, "
-        "e.median_ms, e.message, s.speedup, s.sol_score, s.t_sol_ms, s.t_baseline_ms FROM eval_results e "
-        "LEFT JOIN scores s ON s.attempt_id = e.attempt_id AND s.workload_uuid = e.workload_uuid "
-        "WHERE e.attempt_id = ? ORDER BY e.created_at", [row["id"]])
+    evals = q.scored_results(store, row["id"])
     latest = {e["workload_uuid"]: e for e in evals}
     wls = [WorkloadOutcome(uuid=u, status=e["status"], correct=e["correct"], max_abs_err=e["max_abs_err"],
                            max_rel_err=e["max_rel_err"], matched_ratio=e["matched_ratio"],

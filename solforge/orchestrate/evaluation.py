@@ -1,4 +1,6 @@
 """Evaluate one compiled candidate on one GPU slot: the spawned evaluator, pinned, then the Outcome.
+The one evaluation path of the optimize loop and of replay: the job from Lab.eval_job (the one job
+builder), staging, the slot, the runner, RunReport -> Outcome (agents.evaluate_adapter).
 
 Split from scoring so an orchestrator can run (and retry) the GPU part on its own: `evaluate_pinned`
 raises GpuLost when the GPU or the worker failed rather than the candidate (worth a retry), and
@@ -16,23 +18,6 @@ from ..agents.evaluate_adapter import outcome_of_report
 from ..agents.outcome import Outcome
 from .errors import GpuLost, gpu_lost
 from .gpus import GpuPool
-
-
-def eval_job(lab, problem) -> dict:
-    from .. import settings
-
-    cfg = settings.get()
-    sols = lab.roofline(problem)
-    job = {"problem": problem.name,
-           "settings": {"correctness_rounds": cfg.correctness_rounds, "rep_count": cfg.rep_count,
-                        "warmup_ms": cfg.warmup_ms, "sol_floor_fraction": cfg.sol_floor_fraction,
-                        **lab.eval_settings},
-           "t_sol_ms": {s.uuid: s.t_sol_ms for s in sols if s.t_sol_ms is not None},
-           "candidate_kind": "cuda"}
-    src = getattr(problem, "source", None)
-    if src and Path(src).is_dir():
-        job["blob_roots"] = [str(Path(src).resolve())]
-    return job
 
 
 def eval_timeout_for(lab, name: str):
@@ -53,8 +38,12 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
     from .. import settings
     from ..evaluate import runner
 
+    label = f"{problem.name}:{cand.source_hash()[:8]}"
+    if lab.stand_in is not None:  # answers in place of the GPU, on a slot like a real evaluation
+        with pool.slot(label=label) as slot, (hold(slot) if hold else contextlib.nullcontext()):
+            return lab.stand_in(problem, cand, compiled)
     timeout_s = timeout_s or eval_timeout_for(lab, problem.name) or settings.get().eval_timeout_s
-    job = eval_job(lab, problem)
+    job = lab.eval_job(problem)
     caches = getattr(lab, "refcaches", None)
     if caches is not None:
         extra = caches.job_for(lab, problem, pool)  # fills once per problem and run (own GPU slot)
@@ -63,8 +52,7 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
     with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
         stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
                                        compile_result=compiled, job=job)
-        with pool.slot(label=f"{problem.name}:{cand.source_hash()[:8]}") as slot, \
-                (hold(slot) if hold else contextlib.nullcontext()):
+        with pool.slot(label=label) as slot, (hold(slot) if hold else contextlib.nullcontext()):
             t0 = time.perf_counter()
             report = runner.run_stage(stage, timeout_s=timeout_s, env=slot.env)
             wall = time.perf_counter() - t0
@@ -73,9 +61,7 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
                       f"{(report.stderr_tail or '')[-300:]}")
     out = outcome_of_report(report)
     out.eval_seconds = wall
-    out.gpu_seconds = float(getattr(report, "wall_s", 0.0) or wall)
-    hw = getattr(getattr(report, "hardware", None), "hardware_id", None)
-    out.eval_rows = [r.to_row(hardware_id=hw) for r in report.results if hasattr(r, "to_row")]
+    out.gpu_seconds = out.gpu_seconds or wall
     return out
 
 

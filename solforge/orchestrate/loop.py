@@ -1,9 +1,9 @@
-"""The optimize loop as an orchestrator runs it: stages as swappable calls, sessions in parallel,
-evaluations on GPU slots, a content cache, and resume after a kill.
+"""The optimize loop: plan -> propose -> check -> compile -> evaluate -> score -> store, the one loop
+`solforge optimize`, replay and the Prefect flows run.
 
-`OrchestratedLoop` is solforge.agents.loop.OptimizeLoop with
-  - `Stages`: plan / check / compile / evaluate / score / record as plain callables; the Prefect flow
-    (flows/optimize.py) passes its tasks, so every stage of every attempt is a task run;
+  - `Stages`: plan / session / check / compile / evaluate / score / record as plain callables; the
+    Prefect flow (flows/optimize.py) passes its tasks (tasks/optimize.py), so every stage of every
+    attempt is a task run; without Prefect they are plain calls (transient GPU losses retried);
   - no round barrier (`_drive`): up to runs_per_round sessions (>= one per GPU) run in threads, one
     per problem, and the planner is asked again the moment any of them ends, so a GPU never idles
     waiting for the slowest session of a round; each evaluation holds one GPU slot (GpuPool), its
@@ -11,7 +11,10 @@ evaluations on GPU slots, a content cache, and resume after a kill.
   - the content cache (cache.lookup) before anything is compiled: an identical candidate already
     answered on this GPU model (or, without a GPU, compiled for this arch) is not redone;
   - resume (resume.prepare): earlier runs with the same key that died are closed, their spending
-    counted, and the attempts they left unfinished are finished first.
+    counted, and the attempts they left unfinished are finished first;
+  - every attempt is written through solforge.orchestrate.attempts (queued before anything runs,
+    compiled, evaluated / failed). Without a GPU the loop does everything that needs none (planning,
+    checks, compiles) and leaves compiled attempts waiting for a GPU.
 No Prefect here: this module runs the same without it.
 """
 
@@ -23,22 +26,65 @@ import logging
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
+from ..agents import history
 from ..agents.lab import NO_GPU
-from ..agents.loop import LoopReport, OptimizeLoop, _fit
-from ..agents.outcome import AttemptStatus, Outcome
-from ..agents.planner import Action, Decision, plan_round
+from ..agents.llm import Context
+from ..agents.outcome import AttemptOutcome, Outcome
+from ..agents.planner import (Action, AttemptSummary, Budget, Decision, PlannerConfig, ProblemState,
+                              Spent, Worker, plan_round)
 from ..candidate import Candidate
-from . import cache, resume
+from . import attempts, cache, resume
 from .errors import is_transient
 from .evaluation import evaluate_pinned, score
-from .gpus import GpuPool, gpu_identity
+from .gpus import GpuPool, gpu_identity, visible_gpus
 
 log = logging.getLogger(__name__)
 
+FEEDBACK_SHOWN = 3
+POPULATION = 4
 
+
+@dataclass
+class LoopConfig:
+    budget: Budget = field(default_factory=Budget)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    runs_per_round: int = 1      # sessions at once (at least one per GPU)
+    max_rounds: int = 10_000     # planner calls
+    model: str = ""              # recorded on LLM attempts
+    languages: tuple = ("cuda",)  # what the LLM may write in (the planner picks among them)
+
+
+@dataclass
+class ProblemReport:
+    problem: str
+    attempts: int = 0
+    outcomes: dict = field(default_factory=dict)
+    best_sol_score: Optional[float] = None
+    best_attempt: Optional[str] = None
+    compiled: int = 0
+
+
+@dataclass
+class LoopReport:
+    run_id: str
+    rounds: int = 0
+    stop_reason: str = ""
+    spent: Spent = field(default_factory=Spent)
+    gpu: bool = False
+    notes: list[str] = field(default_factory=list)
+    problems: dict[str, ProblemReport] = field(default_factory=dict)
+    gpu_use: dict = field(default_factory=dict)   # per-GPU busy share and evaluations per minute
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["problems"] = [asdict(p) for p in self.problems.values()]
+        return d
+
+
+# ---- the stages and their plain (Prefect-free) defaults ----------------------------------------
 def _retrying(fn: Callable, retries: int = 2, delay_s: float = 2.0) -> Callable:
     """Without an orchestrator: retry transient failures only (what tasks/common.py does in Prefect)."""
     def call(*a, **k):
@@ -53,6 +99,10 @@ def _retrying(fn: Callable, retries: int = 2, delay_s: float = 2.0) -> Callable:
     return call
 
 
+def _session(loop, decision) -> None:
+    loop.propose(decision)
+
+
 def _check(lab, problem, cand) -> Optional[Outcome]:
     return lab.check(problem, cand)
 
@@ -61,12 +111,8 @@ def _compile(lab, cand):
     return lab.compile(cand)
 
 
-def _session(loop, decision) -> None:
-    OptimizeLoop._session(loop, decision)
-
-
 def _record(loop, aid, out, compile_row=None) -> None:
-    loop._finish(aid, out, compile_row=compile_row)
+    attempts.finish(loop.store, aid, out, compile_row)
 
 
 def start_evaluator() -> None:
@@ -82,9 +128,9 @@ def start_evaluator() -> None:
 def _prestart(loop) -> dict:
     """Before the run's clock starts: the evaluator's fork server, started (if setup.build has not
     already) and waited for. Its start-up is paid once per run, the same with 1 or N GPUs; waited for
-    inside the run it was the first evaluation on every GPU (its `launch` phase: 6.6-7.8 s of the
-    session-3 runs' 8-12 s first evaluations) and a slice of the wall budget. Returns the fork
-    server's hello plus `waited_s` (how long the run waited for it here); {} when spawning."""
+    inside the run it was the first evaluation on every GPU (its `launch` phase: 6.6-7.8 s of
+    8-12 s first evaluations) and a slice of the wall budget. Returns the fork server's hello plus
+    `waited_s` (how long the run waited for it here); {} when spawning."""
     from ..evaluate import runner
 
     if runner.default_launch() != "zygote":
@@ -106,31 +152,59 @@ class Stages:
     prestart: Callable = _prestart              # (loop) -> dict | None: before the run, with a GPU
 
 
-class OrchestratedLoop(OptimizeLoop):
-    def __init__(self, store, problems: Sequence, lab, workers: dict, cfg, *, pool: GpuPool,
-                 stages: Optional[Stages] = None, key_parts: Optional[dict] = None,
-                 progress: Optional[Callable[[str], None]] = None):
-        lab.has_gpu = len(pool) > 0
-        super().__init__(store, problems, lab, workers, cfg, progress=progress)
-        self.pool = pool
-        self.stages = stages or Stages()
-        self.gpu_identity = gpu_identity(pool.gpus)
+def default_pool(has_gpu: bool) -> GpuPool:
+    """Every visible GPU; a lab that evaluates with a stand-in where none is visible gets one slot
+    of its own (nothing real to lock across processes)."""
+    if not has_gpu:
+        return GpuPool([])
+    gpus = visible_gpus()
+    return GpuPool(gpus) if gpus else GpuPool(["0"], cross_process=False)
+
+
+class OptimizeLoop:
+    def __init__(self, store, problems: Sequence, lab, workers: dict, cfg: LoopConfig, *,
+                 pool: Optional[GpuPool] = None, stages: Optional[Stages] = None,
+                 key_parts: Optional[dict] = None, progress: Optional[Callable[[str], None]] = None):
+        self.pool = pool if pool is not None else default_pool(lab.has_gpu)
+        lab.has_gpu = len(self.pool) > 0
+        self.store = store
+        self.problems = {p.name: p for p in problems}
+        self.lab = lab
+        self.workers = workers  # {"offline": OfflineWorker, "llm": LlmWorker}
+        self.cfg = cfg
+        self.cfg.planner.gpu_available = lab.has_gpu
+        self.cfg.planner.llm_available = "llm" in workers
         # one session per GPU at least, so every GPU has a candidate to time
-        self.cfg.runs_per_round = max(self.cfg.runs_per_round, len(pool))
-        self.key = resume.resume_key(**{**(key_parts or {}), "problem_names": sorted(self.problems),
+        self.cfg.runs_per_round = max(self.cfg.runs_per_round, len(self.pool))
+        self.stages = stages or Stages()
+        self.progress = progress or (lambda msg: log.info(msg))
+        self.spent = Spent()
+        self.run_id: Optional[str] = None
+        self.gpu_identity = gpu_identity(self.pool.gpus)
+        # what identifies the job for resume; without key_parts every loop is a job of its own
+        parts = key_parts if key_parts is not None else {"job": _new_id()}
+        self.key = resume.resume_key(**{**parts, "problem_names": sorted(self.problems),
                                         "arch": lab.arch, "gpu_identity": self.gpu_identity,
                                         "workers": sorted(workers)})
         self.resume_state: Optional[resume.ResumeState] = None
         self.cache_hits = 0
         self.resumed = 0
         self.use_cache = True  # False: re-measure even what the store already answers (replay --force)
-        self._lock = threading.Lock()
-        self._reserved: dict[str, int] = {}  # problem -> attempts planned for its running session, unspent
         self.session_log: list[tuple[str, float, float]] = []  # (problem, start, end) monotonic
         self.evaluator_start: dict = {}  # the fork server's hello + waited_s (_prestart)
+        self._lock = threading.Lock()
+        self._reserved: dict[str, int] = {}  # problem -> attempts planned for its running session, unspent
+        self._feedback: dict[str, list[tuple[str, Outcome]]] = {}
+        self._empty: dict[str, int] = {}     # sessions that produced no attempt, per problem
+        self._sessions: dict[str, int] = {}
+        self._baselined: set[str] = set()
+        self._t_start = time.monotonic()
 
-    # ---- run, resumed --------------------------------------------------------------------------
+    # ---- the run ---------------------------------------------------------------------------------
     def run(self) -> LoopReport:
+        from ..provenance import run_provenance
+        from ..store.status import RunStatus
+
         if self.lab.has_gpu:
             self.evaluator_start = self.stages.prestart(self) or {}
         self.resume_state = st = resume.prepare(self.store, self.key, self.lab.has_gpu)
@@ -139,7 +213,39 @@ class OrchestratedLoop(OptimizeLoop):
             self.progress(f"resuming: {len(st.prior_runs)} earlier run(s) with this key, "
                           f"{st.spent_attempts} attempt(s) already spent, {len(st.pending)} unfinished, "
                           f"{st.interrupted} marked interrupted")
-        report = super().run()
+        config = self._config_json()
+        config["provenance"] = run_provenance()
+        self.run_id = self.store.create_run(kind="optimize", gpu_profile=self.lab.gpu_profile,
+                                            config=config, provenance=config["provenance"])
+        report = LoopReport(self.run_id, gpu=self.lab.has_gpu)
+        # workers may be added after construction (setup.build wires the LLM to loop.on_llm_call)
+        self.cfg.planner.llm_available = "llm" in self.workers
+        self.cfg.planner.gpu_available = self.lab.has_gpu
+        if not self.lab.has_gpu:
+            report.notes.append(NO_GPU + ": attempts stay 'compiled' until evaluated on a GPU")
+            self.progress(NO_GPU)
+        self._seed_offline()
+        status, error = RunStatus.FINISHED, None
+        try:
+            self._t_start = time.monotonic()
+            self._finish_pending()  # the run row exists now: unfinished attempts first
+            self._drive(report)
+        except KeyboardInterrupt:
+            status, error = RunStatus.INTERRUPTED, "interrupted by the user"
+            report.stop_reason = error
+            raise
+        except Exception as e:
+            status, error = RunStatus.FAILED, f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self.store.finish_run(self.run_id, status, error)
+            report.spent = self.spent
+            report.problems = self._summary()
+            self._close_report(report)
+        self.progress(f"stopped: {report.stop_reason}")
+        return report
+
+    def _close_report(self, report: LoopReport) -> None:
         report.gpu_use = self.gpu_use()
         ev = self.evaluator_start
         if ev:
@@ -165,11 +271,10 @@ class OrchestratedLoop(OptimizeLoop):
                 f"GPUs {','.join(self.pool.gpus)}: {u['evaluations']} evaluations, "
                 f"{u['evaluations_per_minute']:.2f}/min while work remained; busy "
                 + ", ".join(f"GPU {g} {f:.0%}" for g, f in u["busy_while_work"].items()))
-        return report
 
     def gpu_use(self) -> dict:
         """Evaluations per minute and each GPU's busy share over the span in which GPU work existed
-        (first slot taken to last slot released): the two-GPU scaling numbers."""
+        (first slot taken to last slot released): the scaling numbers."""
         iv = [(s, e, lbl) for u in self.pool.use.values() for s, e, lbl in u.intervals]
         # baselines and reference-cache fills hold slots too
         ev = [(s, e) for s, e, lbl in iv if not lbl.startswith(("baseline:", "refcache-fill:"))]
@@ -180,10 +285,6 @@ class OrchestratedLoop(OptimizeLoop):
                 "evaluations_per_minute": len(ev) / max(t1 - t0, 1e-9) * 60,
                 "busy_while_work": self.pool.busy_fractions(t0, t1),
                 "seconds_per_evaluation": sum(e - s for s, e in ev) / len(ev)}
-
-    def _seed_offline(self) -> None:
-        super()._seed_offline()
-        self._finish_pending()  # the run row exists now: unfinished attempts first
 
     def _finish_pending(self) -> None:
         seen: set[tuple[str, str]] = set()
@@ -201,14 +302,20 @@ class OrchestratedLoop(OptimizeLoop):
         if not jobs:
             return
         self.progress(f"finishing {len(jobs)} attempt(s) left unfinished by the interrupted run")
-        self._parallel([lambda j=j: self.try_candidate(*j) for j in jobs])
+        self.run_candidates(jobs)
         self.resumed += len(jobs)
 
-    def _config_json(self) -> dict:
-        return {**super()._config_json(), "resume_key": self.key, "gpu_identity": self.gpu_identity,
-                "gpus": list(self.pool.gpus), "evaluator_version": cache.evaluator_version()}
+    def run_candidates(self, jobs: Sequence[tuple]) -> list:
+        """try_candidate for each (problem, agent, candidate, parent), spread over the GPUs: resume's
+        unfinished attempts, replay's stored ones. One stopped by the wall budget gives None."""
+        def one(job):
+            try:
+                return self.try_candidate(*job)
+            except _OutOfTime:
+                return None
+        return self._parallel([lambda j=j: one(j) for j in jobs])
 
-    # ---- concurrency ---------------------------------------------------------------------------
+    # ---- concurrency -----------------------------------------------------------------------------
     def _parallel(self, calls: list[Callable]) -> list:
         if len(calls) <= 1:
             return [c() for c in calls]
@@ -219,11 +326,6 @@ class OrchestratedLoop(OptimizeLoop):
             futs = [ex.submit(contextvars.copy_context().run, c) for c in calls]
             return [f.result() for f in futs]
 
-    def _run_sessions(self, runs) -> None:
-        """Rounds with a barrier (OptimizeLoop._drive; kept for comparison): one round's sessions at once."""
-        self._parallel([lambda d=d: self._run_one(d) for d in runs])
-
-    # ---- the pipeline: no round barrier --------------------------------------------------------
     def _drive(self, report: LoopReport) -> None:
         """Plan as sessions end, not in rounds. Up to `runs_per_round` sessions (at least one per GPU)
         run at once, each on a problem no other running session has; the moment one ends, the planner
@@ -276,6 +378,23 @@ class OrchestratedLoop(OptimizeLoop):
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
 
+    def _drive_rounds(self, report: LoopReport) -> None:
+        """Planner rounds with a barrier: every session of a round ends before the next round is
+        planned. Not what run() does (see _drive); kept to measure what the pipeline gains."""
+        for rnd in range(self.cfg.max_rounds):
+            report.rounds = rnd + 1
+            decisions = self._plan_free(max(1, self.cfg.runs_per_round), set())
+            self._record(decisions)
+            runs = [d for d in decisions if d.action is Action.RUN]
+            if not runs:
+                report.stop_reason = decisions[-1].reason if decisions else "nothing to do"
+                return
+            for d in runs:
+                self._reserved[d.problem] = d.attempts
+            self._parallel([lambda d=d: self._run_one(d) for d in runs])
+            self._reserved.clear()
+        report.stop_reason = f"round limit ({self.cfg.max_rounds}) reached"
+
     def _plan_free(self, n: int, busy: set) -> list[Decision]:
         """A planner round over the problems no running session has, for `n` free places."""
         states = [st for st in self._states() if st.name not in busy]
@@ -283,7 +402,7 @@ class OrchestratedLoop(OptimizeLoop):
             self.spent.wall_seconds = time.monotonic() - self._t_start
             spent = dataclasses.replace(self.spent,
                                         attempts=self.spent.attempts + sum(self._reserved.values()))
-        return self._plan(states, self.cfg.budget, spent, self.cfg.planner, n)
+        return self.stages.plan(states, self.cfg.budget, spent, self.cfg.planner, n)
 
     def _run_one(self, d: Decision) -> None:
         t0 = time.monotonic()
@@ -293,25 +412,78 @@ class OrchestratedLoop(OptimizeLoop):
             with self._lock:
                 self.session_log.append((d.problem, t0, time.monotonic()))
 
+    # ---- one session: the worker proposes, each candidate goes through try_candidate -------------
+    def propose(self, d: Decision) -> None:
+        problem = self.problems[d.problem]
+        worker = self.workers[d.worker.value]
+        if self.lab.has_gpu:
+            self._ensure_baseline(problem)
+        ctx = self._context(problem)
+        self.progress(f"{problem.name}: {d.worker.value}/{d.language} x{d.attempts} ({d.reason})")
+
+        def trier(cand: Candidate, parent: Optional[str], call_ids: list) -> tuple[str, Outcome]:
+            return self.try_candidate(problem, worker.name, cand, parent, call_ids)
+        try:
+            res = worker.propose(problem, d.language, ctx, trier, d.attempts)
+        except _OutOfTime:
+            return  # the next planner round records the stop
+        if not res.tried:
+            with self._lock:
+                self._empty[problem.name] = self._empty.get(problem.name, 0) + 1
+        if res.fatal and d.worker is Worker.LLM:
+            # an outage, a spent cap or a rejected request: the LLM is out for the rest of the run
+            self.cfg.planner.llm_available = False
+            self.workers.pop("llm", None)
+            self._record([Decision(Action.SKIP, problem.name, d.worker, d.language, 0, 0.0,
+                                   f"LLM worker stopped: {res.stopped}")])
+            self.progress(f"LLM worker stopped: {res.stopped}")
+        elif res.stopped:
+            log.info("%s: %s", problem.name, res.stopped)
+
     def _ensure_baseline(self, problem) -> None:
+        """T_b for every workload (SOL scores need it): from the store, else measured here, once, on
+        this process's first visible GPU, holding that GPU's slot meanwhile."""
         sols = self.lab.roofline(problem)
-        if all(s.t_base_ms is not None for s in sols) or problem.name in self._baselined:
-            return
-        # measured in this process on its first visible GPU: hold that GPU's slot meanwhile
-        with self.pool.slot(prefer=self.pool.gpus[0], label=f"baseline:{problem.name}"):
-            super()._ensure_baseline(problem)
-
-    def _plan(self, states, budget, spent, planner_cfg, n):
-        return self.stages.plan(states, budget, spent, planner_cfg, n)
-
-    def _states(self):
         with self._lock:
-            return super()._states()
+            if all(s.t_base_ms is not None for s in sols) or problem.name in self._baselined:
+                return
+            self._baselined.add(problem.name)
+        import tempfile
+        from pathlib import Path
 
-    # ---- one attempt, stage by stage -----------------------------------------------------------
+        from ..evaluate.baseline import time_problem
+        from ..evaluate.job import blob_roots
+
+        t0 = time.perf_counter()
+        rows = []
+        with self.pool.slot(prefer=self.pool.gpus[0], label=f"baseline:{problem.name}"), \
+                tempfile.TemporaryDirectory(prefix="solforge-baseline-") as tmp:
+            try:
+                for r in time_problem(problem, "eager", Path(tmp), reps=self.lab.baseline_reps,
+                                      workload_budget_s=0.5, problem_budget_s=30.0,
+                                      blob_roots=[Path(p) for p in blob_roots(problem)]):
+                    rows.append(r)
+            except Exception as e:  # noqa: BLE001 - no baseline: attempts are timed but not scored
+                self.progress(f"{problem.name}: baseline failed: {type(e).__name__}: {e}")
+        with self._lock:
+            self.spent.add(gpu_seconds=time.perf_counter() - t0)
+        if rows:
+            self.store.insert_rows("baselines", [attempts.fit(self.store, "baselines", r.to_json())
+                                                 for r in rows])
+        by = {r.workload_uuid: r.median_ms for r in rows if r.status == "passed" and r.median_ms}
+        for s in sols:
+            if s.uuid in by and s.t_base_ms is None:
+                s.t_base_ms, s.t_base_variant = by[s.uuid], "eager"
+        self.progress(f"{problem.name}: baseline measured on {len(by)}/{len(sols)} workloads "
+                      f"({time.perf_counter() - t0:.1f} s)")
+
+    # ---- one attempt, stage by stage -------------------------------------------------------------
     def try_candidate(self, problem, agent: str, cand: Candidate, parent: Optional[str],
                       call_ids: Sequence[str] = ()) -> tuple[str, Outcome]:
         st, s = self.stages, self.store
+        wall = self.cfg.budget.wall_seconds
+        if wall is not None and time.monotonic() - self._t_start >= wall:
+            raise _OutOfTime()
         hit = cache.lookup(s, problem, cand.source_hash(), gpu_identity=self.gpu_identity,
                            arch=self.lab.arch, has_gpu=self.lab.has_gpu,
                            evaluator=cache.evaluator_version()) if self.use_cache else None
@@ -320,23 +492,23 @@ class OrchestratedLoop(OptimizeLoop):
             with self._lock:
                 self.cache_hits += 1
             return self._note(problem, aid, out)
-        aid = self._open_attempt(problem, agent, cand, parent, call_ids)
+        aid = attempts.open_attempt(s, problem.name, cand, run_id=self.run_id, agent=agent,
+                                    model=self.cfg.model if agent == "llm" else None,
+                                    parent=parent, call_ids=call_ids)
         with self._lock:
             self.spent.add(attempts=1)
             if self._reserved.get(problem.name):
                 self._reserved[problem.name] -= 1  # planned for its session: now spent
         bad = st.check(self.lab, problem, cand)
         if bad is not None:
-            st.record(self, aid, bad, {"status": "invalid", "log": bad.message})
+            st.record(self, aid, bad, attempts.invalid_row(bad))
             return self._note(problem, aid, bad)
         out, res = st.compile(self.lab, cand)
-        compile_row = _fit(s, "compile_results", res.to_row(aid)) if res else {
-            "attempt_id": aid, "status": "error", "log": out.compile_log}
-        if out.status is not AttemptStatus.COMPILED:
-            st.record(self, aid, out, compile_row)
+        row = attempts.compile_row(s, aid, out, res)
+        if out.status is not AttemptOutcome.COMPILED:
+            st.record(self, aid, out, row)
             return self._note(problem, aid, out)
-        s.mark_attempt(aid, "compiled", rows={"compile_results": [compile_row]},
-                       outcome=AttemptStatus.COMPILED.value)
+        attempts.mark_compiled(s, aid, row)
         if not self.lab.has_gpu:
             out.message = NO_GPU
             return self._note(problem, aid, out)
@@ -347,3 +519,110 @@ class OrchestratedLoop(OptimizeLoop):
             self.spent.add(gpu_seconds=ev.gpu_seconds)
         st.record(self, aid, ev, None)
         return self._note(problem, aid, ev)
+
+    def _note(self, problem, aid: str, out: Outcome) -> tuple[str, Outcome]:
+        with self._lock:
+            fb = self._feedback.setdefault(problem.name, [])
+            fb.append((f"attempt {aid[:8]}", out))
+            del fb[:-10]
+        score_txt = f" SOL {out.sol_score:.3f}" if out.sol_score is not None else ""
+        self.progress(f"  {problem.name} {aid[:8]}: {out.status.value}{score_txt} {out.message[:120]}")
+        return aid, out
+
+    # ---- what the planner and workers see --------------------------------------------------------
+    def _states(self) -> list[ProblemState]:
+        with self._lock:
+            hist = history.histories(self.store, list(self.problems), run_id=self.run_id)
+            empty = dict(self._empty)
+        states = []
+        offline = self.workers.get("offline")
+        for name, p in self.problems.items():
+            summaries = hist[name]
+            # sessions that produced nothing count as failures, so an LLM that never answers with a
+            # candidate is not picked forever
+            summaries += [AttemptSummary("llm", "cuda", "parse_error")] * empty.get(name, 0)
+            states.append(ProblemState(name, summaries,
+                                       has_offline_family=bool(offline and offline.has_family(p)),
+                                       languages=tuple(self.cfg.languages)))
+        return states
+
+    def _context(self, problem) -> Context:
+        with self._lock:
+            n = self._sessions.get(problem.name, 0)
+            self._sessions[problem.name] = n + 1
+        pop = history.population(self.store, problem.name, POPULATION)
+        ctx = Context(feedback=self._feedback.get(problem.name, [])[-FEEDBACK_SHOWN:],
+                      history=lambda k: self._feedback.get(problem.name, [])[-k:])
+        if pop:
+            # mostly the best; every third session another live candidate, to keep lineages apart
+            pick = pop[0] if n % 3 != 2 or len(pop) == 1 else pop[1 + (n // 3) % (len(pop) - 1)]
+            try:
+                ctx.best = Candidate.model_validate(pick["candidate"])
+                ctx.best_score, ctx.best_attempt_id = pick["sol_score"], pick["id"]
+            except Exception:  # noqa: BLE001
+                pass
+        return ctx
+
+    def _seed_offline(self) -> None:
+        off = self.workers.get("offline")
+        if off is None:
+            return
+        for name, p in self.problems.items():
+            for r in history.population(self.store, name, 50):
+                if isinstance(r["candidate"], dict):
+                    off.remember(p, r["candidate"], r["sol_score"])
+
+    def _record(self, decisions: Sequence[Decision]) -> None:
+        if not decisions:
+            return
+        budget = {"budget": asdict(self.cfg.budget), "spent": asdict(self.spent),
+                  "llm_available": self.cfg.planner.llm_available, "gpu": self.lab.has_gpu}
+        self.store.insert_rows("planner_decisions", [{
+            "id": _new_id(), "run_id": self.run_id, "problem": d.problem,
+            "worker": d.worker.value if d.worker else None, "language": d.language,
+            "reason": d.reason, "budget": budget, "action": d.action.value,
+            "priority": d.priority, "attempts": d.attempts, "metrics": d.metrics}
+            for d in decisions])
+
+    def on_llm_call(self, row: dict) -> None:
+        """llm_calls sink for the LLM worker (rows are already scrubbed of secrets)."""
+        with self._lock:
+            self.spent.add(dollars=row.get("cost_usd") or 0.0)
+        self.store.insert_rows("llm_calls", [{**row, "run_id": self.run_id}])
+
+    def _summary(self) -> dict[str, ProblemReport]:
+        from ..store.attempt_queries import run_outcome_counts
+
+        out: dict[str, ProblemReport] = {}
+        if self.run_id is None:
+            return out
+        for r in run_outcome_counts(self.store, self.run_id):
+            pr = out.setdefault(r["problem"], ProblemReport(r["problem"]))
+            pr.attempts += r["n"]
+            pr.outcomes[r["outcome"] or "pending"] = r["n"]
+            if r["outcome"] in ("compiled", "ok"):
+                pr.compiled += r["n"]
+            if r["best"] is not None and (pr.best_sol_score is None or r["best"] > pr.best_sol_score):
+                pr.best_sol_score = r["best"]
+        for name in out:
+            b = history.best_attempt(self.store, name)
+            out[name].best_attempt = b[0] if b and b[2] is not None else None
+        return out
+
+    def _config_json(self) -> dict:
+        return {"budget": asdict(self.cfg.budget), "planner": asdict(self.cfg.planner),
+                "runs_per_round": self.cfg.runs_per_round, "model": self.cfg.model,
+                "workers": sorted(self.workers), "problems": sorted(self.problems),
+                "arch": self.lab.arch, "gpu": self.lab.has_gpu, "started": time.time(),
+                "resume_key": self.key, "gpu_identity": self.gpu_identity,
+                "gpus": list(self.pool.gpus), "evaluator_version": cache.evaluator_version()}
+
+
+class _OutOfTime(Exception):
+    """The wall-clock budget ran out between two attempts of a session."""
+
+
+def _new_id() -> str:
+    from ..store import new_id
+
+    return new_id()

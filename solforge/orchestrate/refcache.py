@@ -84,13 +84,12 @@ class RefCaches:
 
     def _fill(self, lab, problem, pool) -> dict:
         from ..evaluate import runner
-        from .evaluation import eval_job
 
         cache_dir = self.root / _safe(problem.name)
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="solforge-refcache-fill-") as tmp:
-            stage = runner.stage_candidate(Path(tmp) / "stage", problem, job=eval_job(lab, problem))
-            cmd = [self.python, "-m", "solforge.evaluate.refcache", "fill", str(stage), str(cache_dir),
+            stage = runner.stage_candidate(Path(tmp) / "stage", problem, job=lab.eval_job(problem))
+            cmd = [self.python, "-m", "solforge.evaluate.refcache_fill", "fill", str(stage), str(cache_dir),
                    "--probe", str(self.probe), "--max-ref-s", str(self.max_ref_s)]
             if self.budget_s:
                 cmd += ["--budget-s", str(self.budget_s)]

@@ -19,6 +19,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..store import attempt_queries as q
+
 
 def resume_key(**parts) -> str:
     blob = json.dumps(parts, sort_keys=True, default=str)
@@ -59,9 +61,7 @@ def _alive(pid: Optional[int], host: Optional[str]) -> bool:
 
 def prepare(store, key: str, has_gpu: bool) -> ResumeState:
     st = ResumeState(key)
-    runs = store.query(
-        "SELECT id, status, pid, host FROM runs WHERE kind = 'optimize' "
-        "AND json_extract_string(config, '$.resume_key') = ? ORDER BY started_at", [key])
+    runs = q.runs_with_resume_key(store, key)
     for r in runs:
         st.prior_runs.append(r["id"])
         if r["status"] == "running" and not _alive(r["pid"], r["host"]):
@@ -69,19 +69,9 @@ def prepare(store, key: str, has_gpu: bool) -> ResumeState:
             st.closed_runs.append(r["id"])
     if not st.prior_runs:
         return st
-    marks = ",".join("?" * len(st.prior_runs))
-    row = store.query_one(
-        f"SELECT count(*) AS n, coalesce(sum(gpu_seconds), 0) AS g FROM attempts "
-        f"WHERE run_id IN ({marks}) AND status <> 'interrupted'", st.prior_runs)
-    st.spent_attempts, st.spent_gpu_seconds = int(row["n"]), float(row["g"])
+    st.spent_attempts, st.spent_gpu_seconds = q.spent_by_runs(store, st.prior_runs)
     # Unfinished: interrupted before compiling (outcome NULL), or compiled but never timed when a
     # GPU is here now. Skip those already finished by a later attempt (parent_id) or whose source
     # another attempt has since completed (the content cache would answer for it anyway).
-    want = ["a.outcome IS NULL"] + (["a.outcome = 'compiled'"] if has_gpu else [])
-    st.pending = store.query(
-        f"SELECT a.id, a.problem, a.agent, a.parent_id, a.candidate, a.source_hash FROM attempts a "
-        f"WHERE a.run_id IN ({marks}) AND a.status = 'interrupted' AND a.candidate IS NOT NULL "
-        f"AND ({' OR '.join(want)}) "
-        f"AND NOT EXISTS (SELECT 1 FROM attempts b WHERE b.parent_id = a.id AND b.status <> 'interrupted') "
-        f"ORDER BY a.created_at, a.id", st.prior_runs)
+    st.pending = q.unfinished_attempts(store, st.prior_runs, compiled_too=has_gpu)
     return st

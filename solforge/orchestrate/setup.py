@@ -1,20 +1,19 @@
-"""Assemble an orchestrated optimize run from plain parameters (what a flow or a script is given):
-problems, store, lab, workers, budget, GPU slots. The same choices as `solforge optimize`."""
+"""Assemble an optimize run from plain parameters (what `solforge optimize`, a flow or a script is
+given): problems (selected in the store), store, lab, workers, budget, GPU slots."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from types import SimpleNamespace
 from typing import Callable, Optional
 
 from .gpus import GpuPool, visible_gpus
-from .loop import OrchestratedLoop, Stages, _prestart, start_evaluator
+from .loop import LoopConfig, OptimizeLoop, Stages, _prestart, start_evaluator
 
 
 @dataclass
 class OptimizeParams:
-    problems: Optional[str] = None         # glob over SUBSET/NAME in the shared tree, or a path
+    problems: Optional[str] = None         # names, SUBSET/name or globs (solforge.problem.select), or a path
     subset: Optional[str] = None
     limit: Optional[int] = None
     with_family: bool = False               # only problems a kernel family serves (offline worker)
@@ -82,16 +81,84 @@ def gpu_pool(gpus: Optional[str]) -> GpuPool:
     return GpuPool([g.strip() for g in gpus.split(",") if g.strip()])
 
 
+def select_problems(store, selector: Optional[str], *, subset: Optional[str] = None,
+                    limit: Optional[int] = None, with_family: bool = False,
+                    shared_dir=None, report: Optional[Callable[[str], None]] = None) -> list:
+    """The problems a run works on, read back from the store.
+
+    `selector`: a path (ingested into the store first), or names / SUBSET/name / globs
+    (solforge.problem.select) over the stored problems; terms the store does not know are looked up
+    in the shared SOL-ExecBench tree and ingested from there. `with_family`: only problems a kernel
+    family serves. Raises InputError when nothing matches."""
+    from pathlib import Path
+
+    from ..errors import InputError
+    from ..problem.select import select, unmatched
+    from ..store.problems import load_problems, problem_index, upsert_problems
+
+    report = report or _to_stderr
+    if selector and Path(selector).exists():
+        from ..problem.sources import ingest_path
+
+        rep = ingest_path(selector)
+        for e in rep.errors:
+            report(f"solforge: skipped: {e}")
+        upsert_problems(store, rep.problems)
+        known = [(q.name, q.subset) for q in rep.problems]
+        names = [n for n, _ in select(known, None, subset=subset)]
+    else:
+        missing = unmatched(problem_index(store), selector) if selector else []
+        if missing or not selector and not problem_index(store):
+            _ingest_shared(store, missing or ["*"], shared_dir, report)
+        names = [n for n, _ in select(problem_index(store), selector, subset=subset)]
+    probs = load_problems(store, names)
+    if with_family:
+        from ..agents.offline import OfflineWorker
+
+        probs = [q for q in probs if OfflineWorker.families_for(q)]
+    if limit:
+        probs = probs[:limit]
+    if not probs:
+        raise InputError("no problem matches", field="--problems/--subset")
+    return probs
+
+
+def _to_stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr)
+
+
+def _ingest_shared(store, selector_terms: list[str], shared_dir, report) -> None:
+    """Problems of the shared SOL-ExecBench tree that these terms name, into the store."""
+    from ..errors import InputError
+    from ..problem import load_problem_dir
+    from ..problem.select import matches
+    from ..store.problems import upsert_problems
+
+    root = shared_dir / "sol_execbench" if shared_dir else None
+    if root is None or not root.is_dir():
+        return  # nothing more to find: the caller says nothing matches
+    found = []
+    for sub in sorted(d for d in root.iterdir() if d.is_dir()):
+        for d in sorted(x for x in sub.iterdir() if (x / "definition.json").exists()):
+            if any(matches(t, d.name, sub.name) for t in selector_terms):
+                try:
+                    found.append(load_problem_dir(d, subset=sub.name))
+                except InputError as e:
+                    report(f"solforge: skipped: {e}")
+    if found:
+        upsert_problems(store, found)
+
+
 def build(p: OptimizeParams, stages: Optional[Stages] = None,
-          progress: Optional[Callable[[str], None]] = None, store=None) -> OrchestratedLoop:
+          progress: Optional[Callable[[str], None]] = None, store=None) -> OptimizeLoop:
     from .. import settings
     from ..agents.lab import Lab
     from ..agents.llm import LlmWorker
     from ..agents.llm_client import LlmConfig
-    from ..agents.loop import LoopConfig
     from ..agents.offline import OfflineWorker
     from ..agents.planner import Budget, PlannerConfig
-    from ..cli.optimize import select_problems
     from ..errors import InputError
     from ..store import Store
 
@@ -100,9 +167,10 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
     if len(pool) and (stages is None or stages.prestart is _prestart):
         start_evaluator()  # its imports overlap what follows (problems, traced; store; lab)
     cfg = settings.Settings.load(db_path=p.db, arch=p.arch, gpu_profile=p.gpu_profile)
-    problems = select_problems(SimpleNamespace(problems=p.problems, subset=p.subset, limit=p.limit,
-                                               with_family=p.with_family), cfg.shared_dir)
     store = store or Store(cfg.db_path)
+    problems = select_problems(store, p.problems, subset=p.subset, limit=p.limit,
+                               with_family=p.with_family, shared_dir=cfg.shared_dir,
+                               report=progress)
     overrides = {k: v for k, v in (("rep_count", p.reps), ("correctness_rounds", p.correctness_rounds),
                                    ("timing_budget_s", p.timing_budget_s)) if v is not None}
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides, has_gpu=len(pool) > 0)
@@ -124,8 +192,8 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
         planner=PlannerConfig(attempts_per_round=p.attempts_per_round, sol_target=p.sol_target),
         runs_per_round=p.runs_per_round, model=p.model or "", languages=langs)
     model = None if p.offline else (p.model or cfg.llm_model or None)
-    loop = OrchestratedLoop(store, problems, lab, workers, loop_cfg,
-                            pool=pool, stages=stages, key_parts=p.resume_parts(), progress=progress)
+    loop = OptimizeLoop(store, problems, lab, workers, loop_cfg,
+                        pool=pool, stages=stages, key_parts=p.resume_parts(), progress=progress)
     if model:
         api_key = os.environ.get(p.api_key_env) if p.api_key_env else None
         if p.api_key_env and not api_key:

@@ -2,7 +2,8 @@
 ingest_path, which reads any supported source into Problems with per-problem errors."""
 
 from .definition import AxisConst, AxisExpr, AxisVar, Definition, TensorSpec
-from .ingest import IngestReport, ingest_path
+from .ingest import IngestReport
+from .sources import ingest_path
 from .loader import Problem, load_definition, load_problem_dir, load_workloads
 from .solution import Solution
 from .trace import Trace

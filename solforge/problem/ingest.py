@@ -9,7 +9,6 @@ still returned. Problems are sorted by (subset, name) so that two ingests of the
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,20 +48,6 @@ class IngestReport:
         self.problems += other.problems
         self.errors += other.errors
         self.warnings += other.warnings
-
-
-def ingest_path(path_or_uri: str | Path) -> IngestReport:
-    """Load every problem under a path or hf:// URI. Bad problems are reported, never raised."""
-    t0 = time.perf_counter()
-    src = str(path_or_uri)
-    if src.startswith(HF_SCHEME):
-        from .hf import ingest_hf  # only this path needs huggingface_hub
-        report = ingest_hf(src)
-    else:
-        report = ingest_local(Path(src).expanduser())
-    report.source = src
-    report.seconds = time.perf_counter() - t0
-    return report
 
 
 def ingest_local(path: Path, provenance: dict | None = None) -> IngestReport:

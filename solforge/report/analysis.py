@@ -17,22 +17,13 @@ from typing import Any, Optional
 import polars as pl
 
 from ..store import Store
+from ..store import report_queries as rq
 
 SOL_BINS = [i / 10 for i in range(11)]  # 0.0 .. 1.0; a score above 1 (below the SOL floor) lands last
 SPEEDUP_EDGES = [0.5, 0.8, 1.0, 1.25, 1.5, 2.0, 4.0]
 
 
-def frame(store: Store, sql: str, params: Optional[list] = None) -> pl.DataFrame:
-    """A polars DataFrame of a query, read under the store's lock (Arrow when pyarrow is present)."""
-    with store.transaction() as con:
-        cur = con.execute(sql, params or [])
-        try:
-            return cur.pl()
-        except (ModuleNotFoundError, AttributeError):
-            names = [d[0] for d in cur.description]
-            rows = cur.fetchall()
-    # no pyarrow: rows -> polars directly (a report reads thousands of rows, not millions)
-    return pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+frame = rq.frame  # a polars DataFrame of a query (solforge.store.report_queries)
 
 
 @dataclass
@@ -55,33 +46,20 @@ class ReportData:
         return self.attempts is None or self.attempts.height == 0
 
 
-def _scope(run: Optional[str]) -> tuple[str, list]:
-    return ("WHERE run_id = ?", [run]) if run else ("", [])
-
-
 def load(store: Store, run: Optional[str] = None) -> ReportData:
-    where, params = _scope(run)
     d = ReportData(db=str(store.path), run=run,
                    generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     d.sources = [
         {**r, "config": json.loads(r["config"]) if isinstance(r.get("config"), str) else r.get("config")}
-        for r in store.query(
-            "SELECT id, kind, status, note, config, gpu_profile, started_at, finished_at FROM runs "
-            + ("WHERE id = ? " if run else "WHERE id IN (SELECT DISTINCT run_id FROM attempts) ")
-            + "ORDER BY started_at", params)]
-    d.attempts = frame(store, f"SELECT * FROM v_attempt_summary {where} "
-                              "ORDER BY created_at, attempt_id", params)
+        for r in rq.report_runs(store, run)]
+    d.attempts = rq.attempt_summary_frame(store, run)
     d.problems = best_per_problem(d.attempts)
     d.subsets = subset_summary(d.problems)
     d.timeline = timeline(d.attempts)
     d.planner = planner_budget(store, run)
     d.llm = spend_per_speedup(d.problems)
-    d.llm_runs = frame(store, f"SELECT * FROM v_llm_spend {where} ORDER BY first_call_at", params)
-    fw = "WHERE attempt_id IN (SELECT id FROM attempts WHERE run_id = ?)" if run else ""
-    d.failures = frame(store, f"""
-        SELECT stage, kind, count(*) AS n, count(DISTINCT problem) AS problems,
-               arg_max(left(coalesce(message, ''), 300), created_at) AS latest_message
-        FROM v_failures {fw} GROUP BY stage, kind ORDER BY n DESC, stage, kind""", params)
+    d.llm_runs = rq.llm_spend_frame(store, run)
+    d.failures = rq.failures_frame(store, run)
     return d
 
 
@@ -186,9 +164,7 @@ def timeline(attempts: pl.DataFrame) -> pl.DataFrame:
 
 def planner_budget(store: Store, run: Optional[str]) -> pl.DataFrame:
     """Budget spent (and caps) at each planner round: one row per distinct decision time and run."""
-    where, params = _scope(run)
-    rows = store.query(f"SELECT run_id, created_at, budget FROM planner_decisions {where} "
-                       "ORDER BY created_at", params)
+    rows = rq.planner_budget_rows(store, run)
     out: list[dict[str, Any]] = []
     seen = set()
     for r in rows:

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from ..store import Store, new_id, utcnow
+from ..store import report_queries as rq
+from ..store.attempt_queries import ensure_hardware
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "data" / "results"
@@ -106,8 +108,7 @@ def _ensure_roofline(store: Store, problems: dict, needed: set, gpu_profile: str
                      progress: Callable[[str], None]) -> dict:
     """(problem, uuid) -> t_sol_ms; computes the roofline rows `needed` lacks with the project's
     roofline (rows already in the store are kept as they are)."""
-    have = {(r["problem"], r["workload_uuid"]): r["t_sol_ms"] for r in store.query(
-        "SELECT problem, workload_uuid, t_sol_ms FROM roofline WHERE gpu_profile = ?", [gpu_profile])}
+    have = {(r["problem"], r["workload_uuid"]): r["t_sol_ms"] for r in rq.roofline_t_sol(store, gpu_profile)}
     missing = {k for k in needed if k not in have}
     todo = [p for name, p in problems.items() if any(k[0] == name for k in missing)]
     if todo:
@@ -158,14 +159,14 @@ def import_bench_rows(store: Store, rows_files: Iterable[Path], *, baselines_csv
     rows_files = [Path(f) for f in rows_files]
     env = json.loads(Path(env_file).read_text()) if env_file and Path(env_file).exists() else {}
     hw = hardware_row(env) if env else None
-    if hw and not store.query("SELECT 1 FROM hardware WHERE id = ?", [hw["id"]]):
-        store.insert_rows("hardware", [hw])
+    if hw:
+        ensure_hardware(store, hw)
     hw_id = hw["id"] if hw else None
 
     todo = []
     for f in rows_files:
         digest = _sha256(f)
-        if store.query("SELECT 1 FROM runs WHERE kind = 'import' AND config->>'sha256' = ?", [digest]):
+        if rq.import_done(store, digest):
             summary.skipped_files.append(str(f))
             continue
         todo.append((f, digest, read_rows(f)))
@@ -276,7 +277,7 @@ def import_baselines(store: Store, path: Path, hardware_id: Optional[str]) -> in
     """baselines_h200.csv -> baselines rows (eager and compile per workload); once per file content."""
     digest = _sha256(path)
     label = f"import:{digest[:12]}"
-    if store.query("SELECT 1 FROM baselines WHERE message = ? LIMIT 1", [label]):
+    if rq.baselines_labelled(store, label):
         return 0
     rows = []
     with path.open(newline="") as fh:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from ..problem.loader import Problem, load_problem_dir
-from .estimate import COUNTER_VERSION, CountStatus, WorkloadCount, count_problem
+from .count import count_problem
+from .estimate import COUNTER_VERSION, CountStatus, WorkloadCount
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Counting one problem: FLOPs per math unit and minimum DRAM bytes per workload; T_sol per profile.
 
-`count_problem(problem)` runs the reference of every workload under HybridMode (trace.py) and returns
-`WorkloadCount`s, which do not depend on the GPU; `roofline(count, profile)` prices one on a profile:
+`trace_workload` runs the reference of a workload under HybridMode (trace.py) and returns a
+`WorkloadCount`, which does not depend on the GPU (count.py's `count_problem` counts every workload
+of a problem); `roofline(count, profile)` prices one on a profile:
 
     T_sol = max(sum_u FLOPs_u / peak_u,  bytes / DRAM bandwidth)
 
@@ -21,12 +22,11 @@ from typing import Any, Optional
 import torch
 
 from ..problem.dtypes import itemsize
-from ..problem.loader import Problem
 from ..problem.workload import ResolvedWorkload
 from . import build_fast
 from .hardware import HardwareProfile
 from .inputs import build_inputs
-from .trace import HybridMode, InputUse, Origins, nbytes, patch_cuda_init
+from .trace import HybridMode, InputUse, Origins, nbytes
 
 COUNTER_VERSION = 3  # bump when the counting rules change: cached counts are keyed by it
 
@@ -204,38 +204,6 @@ def trace_workload(wl: ResolvedWorkload, index: int,
 
 def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> WorkloadCount:
     return trace_workload(wl, index, module)[0]
-
-
-def count_problem(problem: Problem, fit: bool = True) -> list[WorkloadCount]:
-    """Counts of every workload. fit=True traces a few workloads and predicts the others from per-op
-    monomial fits checked on an extra traced workload (fit.py); it falls back to tracing each workload
-    whenever the fit is not exact. fit=False traces every workload."""
-    patch_cuda_init()
-    defn = problem.definition
-    try:
-        module = _exec_reference(defn.reference, defn.name)
-    except Exception as e:  # noqa: BLE001
-        return [WorkloadCount(w.uuid, i, CountStatus.UNSUPPORTED,
-                              reason=f"reference does not import: {type(e).__name__}: {e}")
-                for i, w in enumerate(problem.workloads)]
-    from .analytic import analytic_count
-    from .fit import count_fitted
-
-    out: list[Optional[WorkloadCount]] = []
-    todo = []
-    for i, w in enumerate(problem.workloads):
-        c = analytic_count(w, i)
-        if c is not None:
-            c.method = "analytic"
-        else:
-            todo.append(i)
-        out.append(c)
-    if todo:
-        traced = count_fitted([problem.workloads[i] for i in todo], todo, module) if fit else \
-            [count_workload(problem.workloads[i], i, module) for i in todo]
-        for i, c in zip(todo, traced):
-            out[i] = c
-    return out  # type: ignore[return-value]
 
 
 def roofline(problem: str, c: WorkloadCount, profile: HardwareProfile,

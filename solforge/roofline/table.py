@@ -6,9 +6,7 @@ import csv
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..problem.definition import Definition
 from ..problem.loader import Problem
-from ..problem.workload import Workload, resolve
 from .batch import ProblemCount
 from .estimate import Roofline, roofline
 from .hardware import HardwareProfile
@@ -79,19 +77,8 @@ def problem_t_sol(rls: list[Roofline]) -> Optional[float]:
 
 
 def problems_from_store(store, names: Optional[list[str]] = None) -> list[Problem]:
-    """Problems as ingested (definition and workloads from the store, published numbers included)."""
-    rows = store.query("SELECT name, subset, source, definition, provenance FROM problems ORDER BY name")
-    out = []
-    for r in rows:
-        if names and r["name"] not in names:
-            continue
-        defn = Definition.model_validate(r["definition"])
-        wrows = store.query("SELECT workload FROM workloads WHERE problem = ? ORDER BY workload_index",
-                            [r["name"]])
-        wls = [resolve(defn, Workload.model_validate(w["workload"])) for w in wrows]
-        extra = {}
-        prov = r.get("provenance") or {}
-        if isinstance(prov, dict) and prov.get("b200_reference"):
-            extra["b200_reference"] = prov["b200_reference"]
-        out.append(Problem(defn, wls, r["source"] or "store", r["subset"], [], extra))
-    return out
+    """Problems as ingested (definition and workloads from the store, published numbers included),
+    by name."""
+    from ..store.problems import load_problems, problem_index
+
+    return load_problems(store, sorted(names) if names else sorted(n for n, _ in problem_index(store)))

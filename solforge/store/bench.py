@@ -67,7 +67,7 @@ def bench_lifecycle(db: Path, n: int = 100) -> dict:
 
 
 def bench_ingest(db: Path, source: Path) -> dict:
-    from ..problem.ingest import ingest_path
+    from ..problem.sources import ingest_path
     from . import Store
     from .problems import upsert_problems
 

@@ -150,3 +150,64 @@ def _upsert_batch(store: Store, problems: list[Problem]) -> list[UpsertOutcome]:
     return [UpsertOutcome.UNCHANGED if known.get(p.name) == hashes[p.name]
             else UpsertOutcome.UPDATED if p.name in known else UpsertOutcome.INSERTED
             for p in problems]
+
+
+# ---- reading problems back: what every command works on after ingest -----------------------------
+def problem_index(store: Store) -> list[tuple[str, str | None]]:
+    """(name, subset) of every stored problem, for solforge.problem.select."""
+    return [(r["name"], r["subset"]) for r in store.query("SELECT name, subset FROM problems")]
+
+
+def load_problems(store: Store, names: Iterable[str]) -> list[Problem]:
+    """Problems rebuilt from the problems/workloads tables (definition + resolved workloads, the
+    folder they were ingested from as `source`), in the order of `names`; names not stored are left
+    out (the caller says which)."""
+    from ..problem.definition import Definition
+    from ..problem.workload import Workload, resolve
+
+    names = list(names)
+    if not names:
+        return []
+    rows = {r["name"]: r for r in store.query(
+        "SELECT name, subset, source, definition, provenance FROM problems "
+        "WHERE list_contains(?, name)", [names])}
+    wls: dict[str, list] = {}
+    for r in store.query("SELECT problem, workload FROM workloads WHERE list_contains(?, problem) "
+                         "ORDER BY problem, workload_index", [names]):
+        wls.setdefault(r["problem"], []).append(r["workload"])
+    out = []
+    for n in names:
+        r = rows.get(n)
+        if r is None:
+            continue
+        defn = Definition.model_validate(r["definition"])
+        p = Problem(defn, [resolve(defn, Workload.model_validate(w)) for w in wls.get(n, [])],
+                    r["source"] or "store", r["subset"])
+        prov = r["provenance"] or {}
+        p.format = prov.get("format") or p.format
+        p.extra["provenance"] = prov
+        if isinstance(prov, dict) and prov.get("b200_reference"):
+            p.extra["b200_reference"] = prov["b200_reference"]  # NVIDIA's published numbers
+        out.append(p)
+    return out
+
+
+def load_problem(store: Store, name: str) -> Problem:
+    """One stored problem by name; LookupError when it is not in the store."""
+    got = load_problems(store, [name])
+    if not got:
+        raise LookupError(f"problem {name!r} is not in the store (ingest it first: solforge ingest PATH)")
+    return got[0]
+
+
+def find_problem(store: Store, ref: str) -> Problem:
+    """The one stored problem a reference names (name or SUBSET/name, solforge.problem.select);
+    LookupError with the reason when none or several match."""
+    from ..problem.select import select
+
+    hits = select(problem_index(store), ref)
+    if len(hits) != 1:
+        why = "is not in the store (ingest it first: solforge ingest PATH)" if not hits else \
+            "names several problems: " + ", ".join(f"{s}/{n}" for n, s in hits[:5])
+        raise LookupError(f"problem {ref!r} {why}")
+    return load_problem(store, hits[0][0])

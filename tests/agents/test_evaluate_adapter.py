@@ -4,9 +4,11 @@ plumbing (stage, spawn, JSON lines, RunReport -> Outcome, eval_results rows) is 
 
 from __future__ import annotations
 
-from solforge.agents.evaluate_adapter import evaluate_on_gpu, outcome_of_report
-from solforge.agents.outcome import AttemptStatus
+from solforge.agents.evaluate_adapter import outcome_of_report
+from solforge.agents.outcome import AttemptOutcome
 from solforge.candidate import Candidate
+from solforge.orchestrate.evaluation import evaluate_pinned
+from solforge.orchestrate.gpus import GpuPool
 from solforge.evaluate.results import EvalResult, RunReport
 
 from .conftest import RMSNORM_H128, candidate_json
@@ -15,9 +17,9 @@ from .conftest import RMSNORM_H128, candidate_json
 def test_runner_path_on_a_cpu_machine(cpu_lab, rmsnorm_problem):
     cand = Candidate.model_validate(candidate_json(RMSNORM_H128))
     compiled_out, compiled = cpu_lab.compile(cand)
-    assert compiled_out.status is AttemptStatus.COMPILED
-    out = evaluate_on_gpu(cpu_lab, rmsnorm_problem, cand, compiled)
-    assert out.status is AttemptStatus.RUNTIME_ERROR and "CUDA" in out.message
+    assert compiled_out.status is AttemptOutcome.COMPILED
+    out = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, GpuPool(["0"], cross_process=False))
+    assert out.status is AttemptOutcome.RUNTIME_ERROR and "CUDA" in out.message
     assert [w.uuid for w in out.workloads] == [w.uuid for w in rmsnorm_problem.workloads]
     assert len(out.eval_rows) == len(rmsnorm_problem.workloads)
     assert all(r["status"] in ("runtime_error", "skipped") for r in out.eval_rows)
@@ -30,14 +32,14 @@ def _r(uuid, status, **kw):
 
 def test_report_to_outcome():
     ok = outcome_of_report(RunReport("p", [_r("a", "passed", median_ms=0.01), _r("b", "passed", median_ms=0.02)]))
-    assert ok.status is AttemptStatus.OK and ok.workloads[1].median_ms == 0.02
+    assert ok.status is AttemptOutcome.OK and ok.workloads[1].median_ms == 0.02
     bad = outcome_of_report(RunReport("p", [_r("a", "passed", median_ms=0.01),
                                             _r("b", "incorrect", max_abs_err=3.0, message="diff")]))
-    assert bad.status is AttemptStatus.INCORRECT and "1/2" in bad.message and "3.0" in bad.message
+    assert bad.status is AttemptOutcome.INCORRECT and "1/2" in bad.message and "3.0" in bad.message
     assert bad.workloads[0].median_ms == 0.01
     rej = outcome_of_report(RunReport("p", [_r("a", "rejected", message="[sol_floor] too fast")]))
-    assert rej.status is AttemptStatus.RUNTIME_ERROR and "sol_floor" in rej.message
+    assert rej.status is AttemptOutcome.RUNTIME_ERROR and "sol_floor" in rej.message
     to = outcome_of_report(RunReport("p", [_r("a", "timeout")], killed=True))
-    assert to.status is AttemptStatus.TIMEOUT
+    assert to.status is AttemptOutcome.TIMEOUT
     empty = outcome_of_report(RunReport("p", [], exit_code=1, stderr_tail="Segmentation fault"))
-    assert empty.status is AttemptStatus.RUNTIME_ERROR and "Segmentation" in empty.message
+    assert empty.status is AttemptOutcome.RUNTIME_ERROR and "Segmentation" in empty.message

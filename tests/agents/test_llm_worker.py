@@ -9,8 +9,8 @@ import pytest
 
 from solforge.agents.llm import LlmWorker
 from solforge.agents.llm_client import LlmConfig
-from solforge.agents.loop import LoopConfig, OptimizeLoop
 from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
 from .conftest import RMSNORM_H128, RMSNORM_H128_BROKEN, candidate_json, reply_with
 from .llm_server import ScriptedLLM
@@ -187,7 +187,7 @@ def test_model_benchmarks_with_the_evaluate_tool_and_repairs_correctness(store, 
     'incorrect' with its error, the fixed one is timed at 2x T_sol. The model benchmarks through the
     evaluate tool, sees the diff, fixes it, and answers with what it benchmarked."""
     from solforge.agents.lab import Lab
-    from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+    from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 
     monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))
 
@@ -200,7 +200,7 @@ def test_model_benchmarks_with_the_evaluate_tool_and_repairs_correctness(store, 
                                median_ms=2 * sols[w.uuid].t_sol_ms if right else None)
                for w in problem.workloads]
         lab.score(problem, wls)
-        return Outcome(AttemptStatus.OK if right else AttemptStatus.INCORRECT,
+        return Outcome(AttemptOutcome.OK if right else AttemptOutcome.INCORRECT,
                        "" if right else "incorrect on every workload", workloads=wls, gpu_seconds=0.5)
 
     lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, evaluator=evaluate, store=store)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from solforge.agents.lab import Lab
-from solforge.agents.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
 from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
 
 @pytest.mark.gpu

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from solforge.agents.lab import NO_GPU
-from solforge.agents.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
 from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
 
 @pytest.fixture(scope="module")

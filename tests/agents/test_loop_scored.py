@@ -10,10 +10,10 @@ import math
 import pytest
 
 from solforge.agents.lab import Lab
-from solforge.agents.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
-from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from solforge.agents.planner import Budget, PlannerConfig
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
 BASELINE_FACTOR = 4.0  # T_b = 4 x T_sol for every workload
 
@@ -36,7 +36,7 @@ def standin_lab(store, tmp_path, monkeypatch, rms_problem):
                                median_ms=sols[w.uuid].t_sol_ms * slowdown(cand.params))
                for w in problem.workloads]
         lab.score(problem, wls)
-        return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=1.0)
+        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=1.0)
 
     lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, evaluator=evaluate, store=store)
     lab.set_baselines(rms_problem, {s.uuid: s.t_sol_ms * BASELINE_FACTOR
@@ -131,7 +131,7 @@ def test_scores_name_the_faster_baseline(store, tmp_path, monkeypatch, rms_probl
         wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=1e-3, matched_ratio=1.0,
                                median_ms=t_sol[w.uuid] * 2.0) for w in problem.workloads]
         lab.score(problem, wls)
-        return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=1.0)
+        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=1.0)
 
     lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, evaluator=evaluate, store=store)
     OptimizeLoop(store, [rms_problem], lab, {"offline": OfflineWorker(lab)},

@@ -162,12 +162,12 @@ def test_leaderboard_picks_each_problems_best_attempt(tmp_path):
 def test_gpu_use_counts_evaluations_not_baselines_and_busy_share():
     from types import SimpleNamespace
 
-    from solforge.orchestrate.loop import OrchestratedLoop
+    from solforge.orchestrate.loop import OptimizeLoop
 
     pool = GpuPool(["0", "1"], cross_process=False)
     pool.use["0"].intervals += [(0.0, 10.0, "p:aaaa"), (10.0, 20.0, "p:bbbb")]
     pool.use["1"].intervals += [(0.0, 5.0, "baseline:p"), (5.0, 15.0, "q:cccc")]
-    u = OrchestratedLoop.gpu_use(SimpleNamespace(pool=pool))
+    u = OptimizeLoop.gpu_use(SimpleNamespace(pool=pool))
     assert u["evaluations"] == 3 and u["baselines"] == 1
     assert u["span_s"] == 20.0 and abs(u["evaluations_per_minute"] - 9.0) < 1e-9
     assert u["busy_while_work"] == {"0": 1.0, "1": 0.75}

@@ -12,12 +12,11 @@ import time
 import pytest
 
 from solforge.agents.lab import Lab
-from solforge.agents.loop import LoopConfig, OptimizeLoop
 from solforge.agents.offline import OfflineWorker
-from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from solforge.agents.planner import Budget, PlannerConfig
 from solforge.orchestrate.gpus import GpuPool
-from solforge.orchestrate.loop import OrchestratedLoop, Stages
+from solforge.orchestrate.loop import LoopConfig, OptimizeLoop, Stages
 
 SLOW, FAST = "022_rmsnorm_h512", "021_rmsnorm_h128"
 
@@ -72,18 +71,18 @@ def build_loop(db, problems, compile_cache, *, barrier: bool, hold_s: float, bud
         wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=0.0, matched_ratio=1.0,
                                median_ms=sols[w.uuid].t_sol_ms * (1.5 + 0.1 * len(evals)))
                for w in problem.workloads]
-        return Outcome(AttemptStatus.OK, "stand-in evaluation", workloads=wls, gpu_seconds=0.01)
+        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=0.01)
 
     stages = stages or Stages()
     stages.evaluate = as_task(standin_evaluate) if as_task else standin_evaluate
     stages.prestart = lambda loop: None
     cfg = LoopConfig(budget=Budget(attempts=budget), planner=PlannerConfig(attempts_per_round=1),
                      runs_per_round=2)
-    loop = OrchestratedLoop(store, problems, lab, {"offline": OfflineWorker(lab)}, cfg,
-                            pool=GpuPool(["0", "1"], cross_process=False), stages=stages,
+    loop = OptimizeLoop(store, problems, lab, {"offline": OfflineWorker(lab)}, cfg,
+                        pool=GpuPool(["0", "1"], cross_process=False), stages=stages,
                             key_parts={"test": "pipeline", "barrier": barrier})
     if barrier:  # the rounds this loop had before: every session of a round ends before the next
-        loop._drive = lambda report: OptimizeLoop._drive(loop, report)
+        loop._drive = loop._drive_rounds
     return loop, evals
 
 

@@ -1,7 +1,7 @@
 """Cubins compiled on the CPU machine load and run correctly through launcher.py on a GPU.
 
 The stages come from $SOLFORGE_STAGE_DIR or .carry/compile_stages (built on the CPU side with
-`python -c "from solforge.compile.samples import build_stages; build_stages('.carry/compile_stages')"`),
+`python -c "from solforge.compile.gpu_check_stages import build_stages; build_stages('.carry/compile_stages')"`),
 else they are compiled here. Only stdlib, torch and cuda-python are needed when stages are given.
 """
 
@@ -24,7 +24,7 @@ def stages(tmp_path_factory) -> Path:
     given = Path(os.environ.get("SOLFORGE_STAGE_DIR", REPO / ".carry" / "compile_stages"))
     if (given / "scale" / "manifest.json").exists():
         return given
-    from solforge.compile.samples import build_stages
+    from solforge.compile.gpu_check_stages import build_stages
 
     folder = tmp_path_factory.mktemp("stages")
     build_stages(folder)

@@ -20,7 +20,7 @@ def stage(tmp_path_factory) -> Path:
     given = Path(os.environ.get("SOLFORGE_STAGE_DIR", REPO / ".carry" / "compile_stages"))
     if (given / "scale_twice_workspace" / "manifest.json").exists():
         return given / "scale_twice_workspace"
-    from solforge.compile.samples import build_stages
+    from solforge.compile.gpu_check_stages import build_stages
 
     folder = tmp_path_factory.mktemp("stages")
     build_stages(folder)

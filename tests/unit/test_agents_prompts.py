@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from solforge.agents.outcome import AttemptStatus, Outcome, WorkloadOutcome
+from solforge.agents.outcome import AttemptOutcome, Outcome, WorkloadOutcome
 from solforge.roofline.score import sol_score
 from solforge.agents.parse import ParseError, parse_reply
 from solforge.agents.prompts import (GpuInfo, WorkloadSol, format_feedback, problem_prompt,
@@ -40,9 +40,9 @@ def test_problem_prompt_carries_problem_gpu_feedback(sol_execbench_dir):
     p = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench" / "021_rmsnorm_h128")
     sols = [WorkloadSol(w.uuid, {}, t_sol_ms=0.001 * (i + 1), t_base_ms=0.01, bound="memory")
             for i, w in enumerate(p.workloads)]
-    fb = [("attempt 1", Outcome(AttemptStatus.COMPILE_ERROR, "compile error",
+    fb = [("attempt 1", Outcome(AttemptOutcome.COMPILE_ERROR, "compile error",
                                 compile_log="kernel.cu(3): error: expected a \";\"")),
-          ("attempt 2", Outcome(AttemptStatus.INCORRECT, "incorrect on 1/1", workloads=[
+          ("attempt 2", Outcome(AttemptOutcome.INCORRECT, "incorrect on 1/1", workloads=[
               WorkloadOutcome(p.workloads[0].uuid, "incorrect", False, max_abs_err=0.5)]))]
     text = problem_prompt(p, "cuda", GpuInfo("NVIDIA H200", "sm_90a", 4.8e12, {"bf16_tc": 989e12}, 132),
                           sols, best_source=CAND, best_score=0.61, feedback=fb)
@@ -80,10 +80,10 @@ def test_parse_errors_say_why(text, needle):
 
 
 def test_repair_message_and_feedback():
-    o = Outcome(AttemptStatus.COMPILE_ERROR, "boom", compile_log="line 1: error: x")
+    o = Outcome(AttemptOutcome.COMPILE_ERROR, "boom", compile_log="line 1: error: x")
     m = repair_message(o)
     assert "failed to compile" in m and "line 1: error: x" in m and "whole corrected" in m
-    ok = Outcome(AttemptStatus.OK, workloads=[WorkloadOutcome("u" * 10, "passed", True, median_ms=0.02,
+    ok = Outcome(AttemptOutcome.OK, workloads=[WorkloadOutcome("u" * 10, "passed", True, median_ms=0.02,
                                                               sol_score=0.7)])
     assert "Mean SOL score 0.700" in format_feedback("a", ok)
 
@@ -102,7 +102,7 @@ def test_sol_score_formula():
     assert sol_score(10.0, 10.0, 1.0) == pytest.approx(0.5)  # baseline speed -> 0.5
     assert sol_score(1.0, 10.0, 1.0) == pytest.approx(1.0)  # at SOL -> 1
     assert sol_score(5.0, 1.0, 1.0) == 0.0  # T_b <= T_sol: SOL-ExecBench's edge case
-    o = Outcome(AttemptStatus.OK, workloads=[WorkloadOutcome("a", "passed", True, sol_score=0.4),
+    o = Outcome(AttemptOutcome.OK, workloads=[WorkloadOutcome("a", "passed", True, sol_score=0.4),
                                              WorkloadOutcome("b", "passed", True, sol_score=0.8)])
     assert o.sol_score == pytest.approx((0.4 * 0.8) ** 0.5)  # per problem: geomean over workloads
     o.workloads[1].sol_score = None

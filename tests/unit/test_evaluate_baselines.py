@@ -308,10 +308,10 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
         ("w4k", "compile", "passed", 0.25), ("w4k", "eager", "passed", 0.5),
         ("w64k", "compile", "oom", None), ("w64k", "eager", "not_measured", None)]
     # T_b as the scoring code reads it: passed rows only, the faster variant
-    from solforge.agents.rescore import _BASELINES
+    from solforge.store.attempt_queries import fastest_baselines
 
-    assert store.query(_BASELINES) == [{"problem": "p", "workload_uuid": "w4k", "t_b": 0.25,
-                                        "variant": "compile"}]
+    assert fastest_baselines(store) == [{"problem": "p", "workload_uuid": "w4k", "t_b": 0.25,
+                                         "variant": "compile"}]
     # the script's own loader: a hardware row with GPU, driver and clocks, the baselines linked to it
     db = tmp_path / "c.duckdb"
     r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--existing",

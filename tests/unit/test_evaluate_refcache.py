@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from solforge.evaluate import refcache as rc
+from solforge.evaluate import refcache_fill as rcf
 from solforge.evaluate.evaluator import EvalConfig, Env, evaluate_workload
 from solforge.evaluate.results import EvalStatus
 from solforge.evaluate.runner import run_stage, stage_candidate
@@ -40,7 +41,7 @@ def _stage(tmp: Path, problem, rounds: int = 2) -> Path:
 
 def _fill(tmp: Path, problem, rounds: int = 2):
     cache = tmp / "cache"
-    summary = rc.fill(_stage(tmp, problem, rounds), cache, probe=2)
+    summary = rcf.fill(_stage(tmp, problem, rounds), cache, probe=2)
     return cache, summary
 
 
@@ -178,16 +179,16 @@ def test_regenerated_inputs_that_differ_fall_back_to_live(tmp_path):
 def test_planned_seeds_follow_the_evaluator():
     cfg = EvalConfig(correctness_rounds=2, max_sets=4, set_bytes_budget=1000)
     rw = SimpleNamespace()
-    assert rc.planned_seeds(cfg, rw, 100, [7, 8]) == [0, 1, 103, 7, 8]       # 4 timing sets
-    assert rc.planned_seeds(cfg, rw, 600, [7]) == [0, 1, 7]                  # 1 set: round 1 is last
-    assert rc.planned_seeds(EvalConfig(correctness_rounds=2, timing=False), rw, 1, [7]) == [0, 1]
+    assert rcf.planned_seeds(cfg, rw, 100, [7, 8]) == [0, 1, 103, 7, 8]       # 4 timing sets
+    assert rcf.planned_seeds(cfg, rw, 600, [7]) == [0, 1, 7]                  # 1 set: round 1 is last
+    assert rcf.planned_seeds(EvalConfig(correctness_rounds=2, timing=False), rw, 1, [7]) == [0, 1]
 
 
 def test_a_reference_over_max_ref_s_leaves_the_workload_out(tmp_path):
     slow = REF.replace("    z = x\n", "    import time\n    time.sleep(5 if x.numel() > 500 else 0)\n"
                                         "    z = x\n")
     problem = _load(_problem_dir(tmp_path, slow))
-    summary = rc.fill(_stage(tmp_path, problem), tmp_path / "cache", max_ref_s=0.5)
+    summary = rcf.fill(_stage(tmp_path, problem), tmp_path / "cache", max_ref_s=0.5)
     assert "w256" in summary["entries"] and "w1000" not in summary["entries"]
     assert "over" in summary["unfillable"]["w1000"]
 
@@ -204,24 +205,22 @@ class _Pool:
 
 
 def test_orchestrator_fills_once_per_problem_in_its_own_process(tmp_path, monkeypatch):
-    from solforge.orchestrate import evaluation
     from solforge.orchestrate.refcache import RefCaches, matches
 
     assert matches(["014_gqa", "015_gqa*"], "014_gqa_paged_prefill_causal_h32_kv4_d128_ps1")
     assert matches(["014_gqa", "015_gqa*"], "015_gqa_paged_prefill")
     assert not matches(["014_gqa"], "021_rmsnorm_h128")
     problem = _load(_problem_dir(tmp_path))
-    monkeypatch.setattr(evaluation, "eval_job", lambda lab, p: {
-        "problem": p.name, "settings": {"correctness_rounds": 2}})
+    lab = SimpleNamespace(eval_job=lambda p: {"problem": p.name, "settings": {"correctness_rounds": 2}})
     caches = RefCaches(["rc_sin"], root=tmp_path / "root")
     pool = _Pool()
-    a = caches.job_for(None, problem, pool)
-    b = caches.job_for(None, problem, pool)
+    a = caches.job_for(lab, problem, pool)
+    b = caches.job_for(lab, problem, pool)
     assert pool.slots == ["refcache-fill:rc_sin"]  # one fill, on a slot of its own
     assert a["workloads"] == ["w256", "w1000"] and a["refcache"]["entries"] == b["refcache"]["entries"]
     assert Path(a["refcache"]["dir"]).is_dir()
     assert caches.summary()["rc_sin"]["evaluations"] == 2
-    assert caches.job_for(None, SimpleNamespace(name="other"), pool) is None
+    assert caches.job_for(lab, SimpleNamespace(name="other"), pool) is None
     caches.close()
     assert not caches.root.exists()
 
@@ -240,7 +239,7 @@ def run(inputs, outputs, ctx):
 def test_a_candidate_process_sees_no_cache_path_in_its_environment(tmp_path, monkeypatch):
     problem = _load(_problem_dir(tmp_path))
     cache = tmp_path / "private" / "secret-cache-5f3a"
-    summary = rc.fill(_stage(tmp_path, problem, 1), cache, probe=0)
+    summary = rcf.fill(_stage(tmp_path, problem, 1), cache, probe=0)
     dump = tmp_path / "dump.json"
     monkeypatch.setenv("RC_DUMP", str(dump))
     job = {"settings": {"correctness_rounds": 1, "timing": False},

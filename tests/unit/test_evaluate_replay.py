@@ -18,7 +18,7 @@ def test_replay_reads_store_reruns_and_records(tmp_path):
     pytest.importorskip("duckdb")
     import harness
 
-    from solforge.evaluate.api import replay
+    from solforge.orchestrate.replay import replay
     from solforge.problem import load_problem_dir
     from solforge.store import Store
     from solforge.store.problems import upsert_problem

@@ -61,10 +61,10 @@ def test_every_problem_loads_and_is_tagged():
 
 
 def test_ingest_path_reads_the_tree():
-    from solforge.problem import ingest
+    from solforge.problem.sources import ingest_path
 
     try:
-        rep = ingest.ingest_path(PROBLEMS)
+        rep = ingest_path(PROBLEMS)
     except NotImplementedError:
         pytest.skip("ingest_path not landed yet")
     assert not rep.errors

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from solforge.problem.ingest import ingest_path
+from solforge.problem.sources import ingest_path
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "broken"
 CASES = sorted(p for p in CORPUS.iterdir() if p.is_dir() and (p / "expect.json").is_file())

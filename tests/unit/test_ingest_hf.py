@@ -145,7 +145,7 @@ def _run_ingest(uri: str, endpoint: str, cache: Path) -> dict:
     """Ingest in a fresh interpreter, so HF_ENDPOINT is read the way a user's process reads it."""
     code = (
         "import json, sys\n"
-        "from solforge.problem.ingest import ingest_path\n"
+        "from solforge.problem.sources import ingest_path\n"
         "r = ingest_path(sys.argv[1])\n"
         "print(json.dumps({'problems': {p.name: [p.subset, p.content_hash, len(p.workloads), p.source]"
         " for p in r.problems}, 'errors': [e.describe() for e in r.errors]}))\n"
@@ -164,7 +164,7 @@ def test_parse_uri():
     assert parse_uri("hf://nvidia/SOL-ExecBench/L2") == (REPO_ID, "L2", None)
     assert parse_uri("hf://datasets/nvidia/SOL-ExecBench/Quant@abc") == (REPO_ID, "Quant", "abc")
     from solforge.errors import InputError
-    from solforge.problem.ingest import ingest_path
+    from solforge.problem.sources import ingest_path
 
     with pytest.raises(InputError):
         parse_uri("hf://only-one-part")
@@ -173,7 +173,7 @@ def test_parse_uri():
 
 
 def test_hf_round_trip_matches_local(tmp_path, hub_files, sol_execbench_dir):
-    from solforge.problem.ingest import ingest_path
+    from solforge.problem.sources import ingest_path
 
     local = ingest_path(sol_execbench_dir)
     want = {p.name: [p.subset, p.content_hash, len(p.workloads)] for p in local.problems}
@@ -199,7 +199,7 @@ def test_hf_round_trip_matches_local(tmp_path, hub_files, sol_execbench_dir):
 
 def test_hf_falls_back_to_the_hubs_parquet_branch(tmp_path, hub_files, sol_execbench_dir):
     """A dataset whose main branch is not parquet: the Hub's refs/convert/parquet copy is used."""
-    from solforge.problem.ingest import ingest_path
+    from solforge.problem.sources import ingest_path
 
     converted = {f"{s}/train/0000.parquet": hub_files[f"data/{s}-00000-of-00001.parquet"]
                  for s in ("Quant", "FlashInfer-Bench")}

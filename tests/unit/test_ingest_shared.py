@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from solforge.problem.ingest import ingest_path
+from solforge.problem.sources import ingest_path
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from solforge.problem.loader import load_problem_dir
-from solforge.roofline.estimate import CountStatus, count_problem
+from solforge.roofline.count import count_problem
+from solforge.roofline.estimate import CountStatus
 from solforge.roofline.fit import MonomialFit, fit_variables
 
 SHARED = Path(os.environ.get("SOLFORGE_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))

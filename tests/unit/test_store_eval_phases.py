@@ -1,5 +1,5 @@
 """Evaluation phases in the store (migrations 031 + 071): a RunReport's launch, mode and phase seconds go
-through the loops' record stage into attempts.eval_* and eval_results.phases on a real DuckDB file,
+through the loop's record stage into attempts.eval_* and eval_results.phases on a real DuckDB file,
 with real NVRTC compiles and real staging; only the GPU process (runner.run_stage) is a stand-in,
 named as such, returning a RunReport shaped like the runner's."""
 
@@ -77,11 +77,12 @@ def standin_gpu(monkeypatch, lab, problem, launch="zygote"):
     return calls
 
 
-def _loop(kind, store, problem, tmp_path, monkeypatch):
+def _loop(pool, store, problem, tmp_path, monkeypatch):
     from solforge.agents.lab import Lab
-    from solforge.agents.loop import LoopConfig, OptimizeLoop
     from solforge.agents.offline import OfflineWorker
     from solforge.agents.planner import Budget, PlannerConfig
+    from solforge.orchestrate.gpus import GpuPool
+    from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
     monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SOLFORGE_GPU_LOCK_DIR", str(tmp_path / "gpulocks"))
@@ -89,18 +90,15 @@ def _loop(kind, store, problem, tmp_path, monkeypatch):
     lab.set_baselines(problem, {s.uuid: s.t_sol_ms * 4 for s in lab.roofline(problem)})
     cfg = LoopConfig(budget=Budget(attempts=2), planner=PlannerConfig(attempts_per_round=2))
     workers = {"offline": OfflineWorker(lab)}
-    if kind == "agents":
-        return lab, OptimizeLoop(store, [problem], lab, workers, cfg)
-    from solforge.orchestrate.gpus import GpuPool
-    from solforge.orchestrate.loop import OrchestratedLoop
-
-    return lab, OrchestratedLoop(store, [problem], lab, workers, cfg, pool=GpuPool(["0"]))
+    # the loop's default slots (none visible here: one of its own), or GPU 0 given explicitly
+    return lab, OptimizeLoop(store, [problem], lab, workers, cfg,
+                             pool=None if pool == "default" else GpuPool(["0"]))
 
 
-@pytest.mark.parametrize("kind", ["agents", "orchestrated"])
-def test_evaluated_attempts_carry_launch_mode_and_phases(kind, store, rms_problem, tmp_path,
+@pytest.mark.parametrize("pool", ["default", "explicit"])
+def test_evaluated_attempts_carry_launch_mode_and_phases(pool, store, rms_problem, tmp_path,
                                                          monkeypatch):
-    lab, loop = _loop(kind, store, rms_problem, tmp_path, monkeypatch)
+    lab, loop = _loop(pool, store, rms_problem, tmp_path, monkeypatch)
     calls = standin_gpu(monkeypatch, lab, rms_problem)
     report = loop.run()
     rows = store.query("SELECT id, status, outcome, eval_launch, eval_mode, eval_phases, gpu_seconds "
@@ -135,29 +133,28 @@ def test_evaluated_attempts_carry_launch_mode_and_phases(kind, store, rms_proble
 def test_a_failed_write_leaves_no_half_record(store):
     """The phases ride on the same UPDATE as the status, inside the transaction of the result rows:
     when a result row cannot be written, the attempt keeps neither status nor phases."""
-    from solforge.agents.loop import OptimizeLoop
-    from solforge.agents.outcome import AttemptStatus, Outcome
+    from solforge.agents.outcome import AttemptOutcome, Outcome
+    from solforge.orchestrate.attempts import finish
 
     aid = store.create_attempt("p")
     store.mark_attempt(aid, "compiled")
-    out = Outcome(AttemptStatus.OK, "ok", eval_launch="spawn", eval_mode="full",
+    out = Outcome(AttemptOutcome.OK, "ok", eval_launch="spawn", eval_mode="full",
                   eval_phases={"total": 1.0},
                   eval_rows=[{"workload_uuid": "w", "status": "passed", "phases": "{not json"}])
-    holder = type("L", (), {"store": store})()  # _finish needs only the loop's store
     with pytest.raises(StoreError):
-        OptimizeLoop._finish(holder, aid, out)
+        finish(store, aid, out)
     a = store.query_one("SELECT status, eval_launch, eval_phases FROM attempts WHERE id = ?", [aid])
     assert a == {"status": "compiled", "eval_launch": None, "eval_phases": None}
     assert store.scalar("SELECT count(*) FROM eval_results") == 0
     out.eval_rows[0]["phases"] = {"workload": 0.5}
-    OptimizeLoop._finish(holder, aid, out)
+    finish(store, aid, out)
     a = store.query_one("SELECT status, eval_launch, eval_phases FROM attempts WHERE id = ?", [aid])
     assert a == {"status": "evaluated", "eval_launch": "spawn", "eval_phases": {"total": 1.0}}
 
 
 def test_evaluate_api_record_writes_phases_too(store):
-    """`solforge evaluate` / replay record through solforge.evaluate.api.record."""
-    from solforge.evaluate.api import record
+    """`solforge evaluate --record` / replay record through solforge.orchestrate.replay.record."""
+    from solforge.orchestrate.replay import record
 
     aid = store.create_attempt("p")
     rep = RunReport("p", [EvalResult("w1", "passed", correct=True, median_ms=1.0,
