@@ -69,9 +69,13 @@ def _candidates(problem, workers: list[str]) -> list[tuple[str, object]]:
 
 
 def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:
+    from solforge.agents.lab import Lab
     from solforge.compile import compile_candidate
     from solforge.evaluate.runner import stage_candidate
     from solforge.problem import load_problem_dir
+
+    # The optimize loop's job (one builder), with fewer timing reps: the sweep asks for verdicts.
+    lab = Lab(arch=arch, gpu_profile="h200", has_gpu=False, eval_settings=SWEEP_SETTINGS)
 
     problem = load_problem_dir(pdir, subset=pdir.parent.name)
     key = f"{pdir.parent.name}/{pdir.name}"
@@ -91,22 +95,12 @@ def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dic
             rows.append(row)
             continue
         stage = f"{pdir.parent.name}__{pdir.name}__{worker}"
-        job = {"problem": problem.name, "settings": dict(SWEEP_SETTINGS), "t_sol_ms": _t_sol(problem),
-               "candidate_kind": "cuda"}
+        job = lab.eval_job(problem)
+        job.pop("blob_roots", None)  # the GPU box has no dataset: absent blobs are synthesized
         stage_candidate(out / stage, problem, candidate=cand, compile_result=res, job=job)
         rows.append({**row, "staged": True, "stage": stage,
                      "workloads": len(problem.workloads), "launches": len(cand.launches)})
     return rows
-
-
-def _t_sol(problem) -> dict:
-    """uuid -> T_sol ms on the H200 (the evaluator's SOL-floor guard reads it); {} if it cannot be priced."""
-    try:
-        from solforge.agents.roofline_adapter import workload_sols
-
-        return {s.uuid: s.t_sol_ms for s in workload_sols(problem, "h200", None) if s.t_sol_ms}
-    except Exception:  # noqa: BLE001 - the guard is skipped for an unpriced problem, the verdict is not
-        return {}
 
 
 def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:
