@@ -30,6 +30,18 @@ class Scalar:
         self.name = name
 
 
+class SymFloat:
+    """A float computed from sizes at run time (C double over size params)."""
+
+    def __init__(self, c: str, names: list):
+        self.c, self.names = c, names
+
+    def emit(self, k) -> str:
+        for n in self.names:
+            k.size(n)
+        return f"((float)({self.c}))"
+
+
 Number = (int, float)
 
 
@@ -116,6 +128,8 @@ class Lowering:
                 return ("dtype", a["dtype"])
             if "float" in a:
                 return float(a["float"])
+            if "symf" in a:
+                return SymFloat(a["symf"], a["names"])
         if isinstance(a, list):
             return [self.arg(x) for x in a]
         return a
@@ -215,6 +229,9 @@ def _val(k: Kernel, x, idx, shape, dtype: str) -> str:
             i = j + nd - len(x.shape)
             sub.append(sympy.Integer(0) if (same(s, 1) and not same(shape[i], 1)) else idx[i])
         return convert(x(k, sub), x.dtype, dtype)
+    if isinstance(x, SymFloat):
+        v = x.emit(k)
+        return v if compute_type(dtype) == "float" else f"(({compute_type(dtype)}){v})"
     if isinstance(x, Scalar):
         v = k.scalar(x.name)
         return v if compute_type(dtype) == "float" else f"(({compute_type(dtype)}){v})"
@@ -331,8 +348,7 @@ def _arith(sym, fn_name=None):
 def _div(L, node, a, b, rounding_mode=None, **kw):
     dt = node["dtype"]
     if rounding_mode is None:
-        if not isinstance(b, Loader) and not isinstance(b, Scalar) and compute_type(dt) == "float" \
-                and not isinstance(b, sympy.Expr):
+        if not isinstance(b, Loader) and compute_type(dt) == "float":
             # PyTorch multiplies by the reciprocal of a Python scalar divisor
             return elementwise(node, [a, b], lambda x, y: f"({x} * (1.0f / {y}))")
         return elementwise(node, [a, b], lambda x, y: f"({x} / {y})")
@@ -573,6 +589,30 @@ def _sum(L, node, x, dims=None, keepdim=False, dtype=None, **kw):
 def _mean(L, node, x, dims=None, keepdim=False, dtype=None, **kw):
     rd = _rdims(x, dims)
     return _reduce(L, node, x, dims, "sum", keepdim, scale=prod([x.shape[d] for d in rd]))
+
+
+def _prims_var(L, node, x, dims, correction=1, output_dtype=None, **kw):
+    """Two passes: the mean (kept dims), then the sum of squared deviations / (N - correction)."""
+    rd = _rdims(x, dims)
+    n = prod([x.shape[d] for d in rd])
+    f32 = x.dtype if is_float(x.dtype) else "float32"
+    kshape = [x.shape[d] for d in range(len(x.shape)) if d not in rd]
+    mbuf = L.new_buffer(f32, kshape)
+    L.kernels.append(templates.reduction(L.kname("mean"), x, rd, "sum", mbuf, kshape, scale=n))
+    mean = view_of(mbuf)
+    keep_map = [d for d in range(len(x.shape)) if d not in rd]
+    dt = x.dtype
+
+    def dev(k, idx):
+        v = convert(x(k, idx), x.dtype, f32)
+        m = mean(k, [idx[d] for d in keep_map])
+        return k.let(compute_type(f32), round_to(f"(({v} - {m}) * ({v} - {m}))", f32))
+    sq = Loader(list(x.shape), f32, dev, cost=x.cost + 2)
+    out = L.new_buffer(node["dtype"], kshape)
+    corr = correction if correction is not None else 1
+    L.kernels.append(templates.reduction(L.kname("var"), sq, rd, "sum", out, kshape,
+                                         scale=sympy.Max(n - int(corr), 0)))
+    return view_of(out)
 
 
 def _prod(L, node, x, dim=None, keepdim=False, dtype=None, **kw):
@@ -1035,6 +1075,7 @@ LOWER: dict[str, Any] = {
     "aten.iota.default": _arange,
     "aten.sum.dim_IntList": _sum, "aten.sum.default": _sum, "aten.mean.dim": _mean,
     "aten.mean.default": _mean, "aten.prod.dim_int": _prod, "aten.prod.default": _prod,
+    "prims.var.default": _prims_var,
     "aten.amax.default": _amax, "aten.amin.default": _amin,
     "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
     "aten.all.dim": _all, "aten.all.dims": _all, "aten.all.default": _all,

@@ -168,3 +168,39 @@ def as_int(e):
     """The integer if the expression is a constant, else None."""
     e = sympy.sympify(e)
     return int(e) if e.is_Integer else None
+
+
+def to_c_float(e, name=lambda n: n) -> str:
+    """A sympy float-valued size expression (torch's SymFloat: 1/sqrt(d), 1/N) as C double."""
+    e = sympy.sympify(e)
+
+    def p(x) -> str:
+        if x.is_Integer or x.is_Float or (x.is_Rational and not x.is_Integer):
+            return f"({float(x)!r})"
+        if x.is_Symbol:
+            return f"((double){name(x.name)})"
+        if x.is_Add:
+            return "(" + " + ".join(p(a) for a in x.args) + ")"
+        if x.is_Mul:
+            return "(" + " * ".join(p(a) for a in x.args) + ")"
+        if x.is_Pow:
+            if x.exp == -1:
+                return f"(1.0 / {p(x.base)})"
+            if x.exp == sympy.Rational(1, 2):
+                return f"sqrt({p(x.base)})"
+            if x.exp == sympy.Rational(-1, 2):
+                return f"(1.0 / sqrt({p(x.base)}))"
+            return f"pow({p(x.base)}, {p(x.exp)})"
+        fn = type(x).__name__
+        if fn in ("ToFloat", "Identity", "TruncToFloat"):
+            return f"((double)({p(x.args[0])}))"
+        if fn in ("IntTrueDiv", "FloatTrueDiv"):
+            return f"({p(x.args[0])} / {p(x.args[1])})"
+        if fn in ("FloatPow", "PowByNatural"):
+            return f"pow({p(x.args[0])}, {p(x.args[1])})"
+        if fn.startswith("OpaqueUnaryFn_"):
+            return f"{fn[len('OpaqueUnaryFn_'):]}({p(x.args[0])})"
+        if isinstance(x, (FloorDiv, ModularIndexing, Mod, PythonMod, Max, Min)):
+            return f"((double){to_c(x, name)})"
+        raise ValueError(f"cannot print {fn} in a float size expression")
+    return p(e)

@@ -75,13 +75,19 @@ def pick_workloads(defn, workloads: list) -> list[dict]:
 def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) -> TraceResult:
     if not workloads:
         return TraceResult(False, reason="no workloads to trace at")
+    import torch  # noqa: F401 - imported once here, every trace child forks with it
+
     picked = pick_workloads(defn, workloads)
     req = {"definition": defn.model_dump(mode="json"), "workloads": picked}
     return _run_child(req, timeout_s)
 
 
 def _run_child(req: dict, timeout_s: float) -> TraceResult:
-    """The reference runs here, in a fresh process with a timeout (the sandbox's place)."""
+    """The reference runs here, in a child process with a timeout (the sandbox's place): forked
+    from this process when it has torch imported already (no second import), else a fresh
+    interpreter."""
+    if "torch" in sys.modules and hasattr(os, "fork"):
+        return _run_forked(req, timeout_s)
     env = dict(os.environ)
     env.setdefault("CUDA_VISIBLE_DEVICES", "")
     env["OMP_NUM_THREADS"] = "1"
@@ -101,6 +107,47 @@ def _run_child(req: dict, timeout_s: float) -> TraceResult:
     if not out.get("ok"):
         return TraceResult(False, reason=str(out.get("reason", "unknown"))[:300])
     return TraceResult(True, ir=out["ir"])
+
+
+def _run_forked(req: dict, timeout_s: float) -> TraceResult:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    rd, wr = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_forked_main, args=(req, wr), daemon=True)
+    proc.start()
+    wr.close()
+    try:
+        if not rd.poll(timeout_s):
+            return TraceResult(False, reason=f"tracing the reference took over {timeout_s:.0f} s")
+        text = rd.recv()
+    except (EOFError, OSError):
+        return TraceResult(False, reason=f"trace process died (exit code {proc.exitcode})")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+        rd.close()
+    out = json.loads(text)
+    if not out.get("ok"):
+        return TraceResult(False, reason=str(out.get("reason", "unknown"))[:300])
+    return TraceResult(True, ir=out["ir"])
+
+
+def _forked_main(req: dict, wr) -> None:
+    import io
+
+    buf = io.StringIO()
+    old_in, old_out = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = io.StringIO(json.dumps(req)), buf
+    try:
+        child_main()
+    finally:
+        sys.stdin, sys.stdout = old_in, old_out
+    lines = [l for l in buf.getvalue().splitlines() if l.startswith("{")]
+    wr.send(lines[-1] if lines else json.dumps({"ok": False, "reason": "no trace output"}))
+    wr.close()
+    os._exit(0)
 
 
 # ── child side ───────────────────────────────────────────────────────────────────────────────────
@@ -183,6 +230,28 @@ class _Namer:
         return symexpr.to_axis(sympy.expand(e) if e.is_Add or e.is_Mul else e)
 
 
+def _float_expr(self, e, shape_env) -> dict:
+    """A SymFloat (1/sqrt(head_dim), 1/N) as a C double expression over size params z_<axis>."""
+    import sympy
+
+    from . import symexpr
+
+    e = sympy.sympify(e)
+    if shape_env is not None:
+        e = shape_env.replace(e)
+    bad = [s for s in e.free_symbols if s not in self.map]
+    if bad:
+        raise TraceError("data-dependent float value")
+    e = e.xreplace({s: self.map[s] for s in e.free_symbols})
+    names = sorted(str(s) for s in e.free_symbols)
+    if not names:
+        return float(e)
+    return {"symf": symexpr.to_c_float(e, lambda n: "z_" + n), "names": names}
+
+
+_Namer.float_expr = _float_expr
+
+
 def _axis_sym(defn, name_or_int):
     import sympy
 
@@ -205,18 +274,24 @@ def _trace_once(defn, wl: dict, sentinel: float) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     from ..problem.dtypes import to_torch
 
-    axes = wl["axes"]
+    axes = dict(wl["axes"])
+    try:
+        axes.update(defn.resolve_axes({k: axes[k] for k in defn.var_axes}))
+    except (KeyError, ValueError):
+        pass
     scalars = wl.get("scalars", {})
     ns: dict[str, Any] = {"__name__": "_solforge_traced_reference"}
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
         raise TraceError("the reference defines no run()")
-    shape_env = ShapeEnv(duck_shape=False)
+    # no duck sizing (two axes equal in this workload stay two symbols); a var axis of size 1 stays
+    # symbolic too, constant dims are static
+    shape_env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     namer = _Namer()
     names = list(defn.inputs)
@@ -241,7 +316,10 @@ def _trace_once(defn, wl: dict, sentinel: float) -> dict:
         for d in spec.shape:
             shape.append(int(d) if isinstance(d, int) else int(axes[d]))
         meta = torch.empty(shape, dtype=to_torch(spec.dtype), device="meta")
-        fake = mode.from_tensor(meta)
+        dyn = [DimDynamic.STATIC if _axis_sym(defn, d).is_number else DimDynamic.DYNAMIC
+               for d in spec.shape]
+        fake = mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=dyn, constraint_sizes=[None] * len(dyn)))
         fake.fake_device = torch.device("cpu")
         for d, (dim, ent) in enumerate(zip(fake.shape, spec.shape)):
             if isinstance(dim, torch.SymInt):
@@ -252,7 +330,8 @@ def _trace_once(defn, wl: dict, sentinel: float) -> dict:
                           "shape": [symexpr.to_axis(_axis_sym(defn, d)) for d in spec.shape]})
 
     def call(*a):
-        return fn(**dict(zip(names, a)))
+        with _CpuDevice():
+            return fn(**dict(zip(names, a)))
 
     from torch.func import functionalize
 
@@ -269,6 +348,38 @@ def _trace_once(defn, wl: dict, sentinel: float) -> dict:
             from . import symexpr
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
     return _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
+
+
+def _cpu(dev):
+    return "cpu" if dev is not None and str(dev).startswith("cuda") else dev
+
+
+class _CpuDeviceBase:
+    pass
+
+
+def _make_cpu_device_mode():
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class CpuDevice(TorchFunctionMode):
+        """References that place tensors on "cuda" trace on the CPU (fake tensors): the device
+        moves are identities here."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = _cpu(kwargs["device"])
+            if func in (torch.Tensor.cuda,):
+                return args[0]
+            if func is torch.Tensor.to:
+                args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
+            return func(*args, **kwargs)
+    return CpuDevice()
+
+
+def _CpuDevice():
+    return _make_cpu_device_mode()
 
 
 def _why(e: Exception) -> str:
@@ -295,8 +406,10 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             v = a.meta.get("val")
             if isinstance(v, (torch.SymInt,)):
                 return {"sym": namer.expr(v.node.expr, shape_env)}
-            if isinstance(v, (torch.SymFloat, torch.SymBool)):
-                raise TraceError(f"symbolic {type(v).__name__} argument ({a.name})")
+            if isinstance(v, torch.SymFloat):
+                return namer.float_expr(v.node.expr, shape_env)
+            if isinstance(v, torch.SymBool):
+                raise TraceError(f"symbolic bool argument ({a.name})")
             if a.op == "placeholder":
                 inp = next(i for i in inputs_ir if i["name"] == ph_name[a.name])
                 if inp["kind"] == "float":
@@ -309,6 +422,8 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             return {"ref": a.name}
         if isinstance(a, torch.SymInt):
             return {"sym": namer.expr(a.node.expr, shape_env)}
+        if isinstance(a, torch.SymFloat):
+            return namer.float_expr(a.node.expr, shape_env)
         if isinstance(a, bool) or a is None or isinstance(a, str):
             return a
         if isinstance(a, int):
