@@ -68,22 +68,63 @@ def check_problem(problem, cap: int = 8, candidate=None) -> dict:
             "max_abs_err": cmp.max_abs_err, "axes": rw.axes}
 
 
-def main(argv=None) -> int:
-    import argparse
-
+def _one(path: str, cap: int, emitted, q) -> None:
+    from ..candidate import Candidate
     from ..problem.loader import load_problem_dir
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("problem")
-    ap.add_argument("--cap", type=int, default=8)
-    a = ap.parse_args(argv)
-    p = load_problem_dir(Path(a.problem))
     try:
-        r = check_problem(p, a.cap)
+        p = load_problem_dir(Path(path))
+        cand = None
+        if emitted:
+            f = Path(emitted) / f"{p.subset or ''}__{p.name}.json"
+            if not f.exists():
+                q.put({"problem": p.name, "ok": False, "stage": "none", "reason": "no candidate"})
+                return
+            cand = Candidate.model_validate(json.loads(f.read_text()))
+        r = check_problem(p, cap, candidate=cand)
+        r["problem"] = p.name
+        r["subset"] = p.subset
     except Exception as e:  # noqa: BLE001 - one line per problem
-        r = {"ok": False, "stage": "check", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
-    r["problem"] = p.name
-    print(json.dumps(r, default=str))
+        r = {"problem": Path(path).name, "ok": False, "stage": "check",
+             "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+    q.put(r)
+
+
+def main(argv=None) -> int:
+    """Check each problem dir in a forked child with a timeout; one JSON line each."""
+    import argparse
+    import multiprocessing as mp
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("problems", nargs="+", help="problem directories")
+    ap.add_argument("--cap", type=int, default=8)
+    ap.add_argument("--emitted", default=None, help="read candidates from `coverage --emit` here")
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--jsonl", default=None)
+    a = ap.parse_args(argv)
+    import torch  # noqa: F401 - forked children start with it
+
+    ctx = mp.get_context("fork")
+    for path in a.problems:
+        q = ctx.Queue()
+        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q))
+        proc.start()
+        proc.join(a.timeout)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            r = {"problem": Path(path).name, "ok": False, "stage": "check", "reason": "timeout"}
+        else:
+            try:
+                r = q.get(timeout=1)
+            except Exception:  # noqa: BLE001
+                r = {"problem": Path(path).name, "ok": False, "stage": "check",
+                     "reason": f"crashed (exit code {proc.exitcode})"}
+        line = json.dumps(r, default=str)
+        print(line, flush=True)
+        if a.jsonl:
+            with open(a.jsonl, "a") as f:
+                f.write(line + "\n")
     return 0
 
 

@@ -146,8 +146,9 @@ class Lowering:
         for n in self.ir["nodes"]:
             op = n["op"]
             fn = LOWER.get(op)
-            if fn is None:
-                fn = LOWER.get(op.rsplit(".", 1)[0])
+            if fn is None and op.startswith("prims."):
+                base = "aten." + op.split(".")[1]
+                fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
             if fn is None:
                 raise Unsupported(f"op {op} has no lowering")
             args = [self.arg(a) for a in n["args"]]
@@ -503,6 +504,15 @@ def _ints(xs):
 def _view(L, node, x, size, *a, **kw):
     shape = [symexpr.parse(s) for s in node["shape"]]
     return loops.reshape(x, shape)
+
+
+def _broadcast_in_dim(L, node, x, shape, bdims, **kw):
+    out_shape = [symexpr.parse(s) for s in node["shape"]]
+    y = x
+    for d in range(len(out_shape)):
+        if d not in bdims:
+            y = loops.unsqueeze(y, d)
+    return loops.expand(y, out_shape)
 
 
 def _permute(L, node, x, dims, **kw):
@@ -1076,6 +1086,8 @@ LOWER: dict[str, Any] = {
     "aten.sum.dim_IntList": _sum, "aten.sum.default": _sum, "aten.mean.dim": _mean,
     "aten.mean.default": _mean, "aten.prod.dim_int": _prod, "aten.prod.default": _prod,
     "prims.var.default": _prims_var,
+    "prims.broadcast_in_dim.default": _broadcast_in_dim,
+    "prims.convert_element_type.default": _to_copy,
     "aten.amax.default": _amax, "aten.amin.default": _amin,
     "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
     "aten.all.dim": _all, "aten.all.dims": _all, "aten.all.default": _all,
