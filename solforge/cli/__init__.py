@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "solforge.cli.optimize",  # optimize: planner + workers (owner: agents)
     "solforge.cli.extract",  # extract MODEL (owner: extraction)
     "solforge.cli.report",  # report, export (owner: reports)
+    "solforge.cli.coverage",  # coverage: what solforge serves and why not (owner: compiler)
 ]
 
 

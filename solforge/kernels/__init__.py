@@ -15,6 +15,7 @@ from .attention_decode import AttentionDecodeFamily
 from .attention_prefill import AttentionPrefillFamily
 from .attention_ragged import AttentionRaggedFamily
 from .base import Family, FamilyError, Spec, definition_of
+from .compiled import CompiledFamily
 from .cute_rmsnorm import CuteRMSNormFamily
 from .elementwise import ActivationFamily
 from .fp8_gemm import Fp8GemmFamily
@@ -39,6 +40,9 @@ FAMILIES: list[Family] = [RMSNormFamily(), GemmFamily(), ActivationFamily(), Cut
 # Generic families go last, and serve only problems no hand-written family above claims.
 GENERIC: list[Family] = [PointwiseFamily(), PointwiseRowsFamily()]
 FAMILIES += GENERIC
+# The compiler serves what it can trace and lower: first where no family above serves, else extra.
+COMPILER = CompiledFamily()
+FAMILIES.append(COMPILER)
 
 
 def all_families() -> list[Family]:
@@ -57,10 +61,12 @@ def families_for(problem) -> list[Family]:
 
     A family whose `offered` is false (not yet found correct on a GPU, see its family.json) is
     left out: the search must never be offered a kernel that failed correctness."""
-    specific = [f for f in FAMILIES if f not in GENERIC and _offered(f, problem) and f.matches(problem)]
-    if specific:
-        return specific
-    return [f for f in GENERIC if _offered(f, problem) and f.matches(problem)]
+    specific = [f for f in FAMILIES if f not in GENERIC and f is not COMPILER and _offered(f, problem)
+                and f.matches(problem)]
+    found = specific or [f for f in GENERIC if _offered(f, problem) and f.matches(problem)]
+    if _offered(COMPILER, problem) and COMPILER.matches(problem):
+        found.append(COMPILER)
+    return found
 
 
 def _offered(fam: Family, problem) -> bool:

@@ -1,0 +1,145 @@
+"""CLI: coverage DIR: which problems solforge serves, by what, and why not (owner: compiler).
+
+For each problem in any ingestible place: the families that serve it (hand-written first, the
+compiler's plan last), the compiler's segments, whether the first candidate compiles for sm_90a
+(--compile), and for an unserved problem the op or pattern that stopped the compiler (one line).
+Never stops on a problem: every failure is that problem's reason. --emit OUTDIR writes each served
+problem's first candidate as OUTDIR/<subset>__<name>.json (the compiler's with --worker compiler).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("coverage", help="which problems solforge serves, by what, and why not",
+                       description=__doc__.splitlines()[2].strip())
+    p.add_argument("path", help="problem directory, SOL-ExecBench tree, or anything `ingest` reads")
+    p.add_argument("--compile", action="store_true", help="compile the first candidate for --arch")
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--emit", default=None, help="write first candidates here as <subset>__<name>.json")
+    p.add_argument("--worker", choices=["first", "compiler"], default="first",
+                   help="first: the planner's first candidate; compiler: the compiler's plan")
+    p.add_argument("--timeout", type=float, default=120, help="seconds per problem (trace + lower)")
+    p.add_argument("--only", default=None, help="only problems whose name contains this")
+    p.add_argument("--jsonl", default=None, help="append one JSON line per problem to this file")
+    p.set_defaults(func=run)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: str) -> dict:
+    from ..compiler.api import compile_problem
+
+    row = {"problem": problem.name, "subset": problem.subset or "", "served": False,
+           "families": [], "first": None, "segments": {}, "compiles": None, "reason": ""}
+    t0 = time.time()
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(int(timeout) + 5)
+    try:
+        fams = []
+        try:
+            from ..kernels import FAMILIES, GENERIC, COMPILER, _offered
+
+            specific = [f for f in FAMILIES if f not in GENERIC and f is not COMPILER
+                        and _offered(f, problem) and f.matches(problem)]
+            fams = specific or [f for f in GENERIC if _offered(f, problem) and f.matches(problem)]
+        except _Timeout:
+            raise
+        except Exception as e:  # noqa: BLE001 - a family's matcher failing is that family's problem
+            row["family_error"] = f"{type(e).__name__}: {e}"[:200]
+        out = compile_problem(problem, timeout_s=timeout)
+        row["compiler"] = out.ok
+        row["segments"] = out.segments
+        row["ops"] = out.ops
+        if not out.ok:
+            row["reason"] = f"{out.stage}: {out.reason}"
+        names = [f.name for f in fams] + (["compiler"] if out.ok else [])
+        row["families"] = names
+        row["served"] = bool(names)
+        cand = None
+        if worker == "compiler":
+            cand = out.candidate if out.ok else None
+            row["first"] = "compiler" if out.ok else None
+        elif fams:
+            try:
+                cand = fams[0].instantiate(problem)
+                row["first"] = fams[0].name
+            except Exception as e:  # noqa: BLE001
+                row["reason"] = f"{fams[0].name}: instantiate failed: {e}"[:300]
+                cand = out.candidate if out.ok else None
+                row["first"] = "compiler" if out.ok else None
+        elif out.ok:
+            cand = out.candidate
+            row["first"] = "compiler"
+        row["candidate"] = cand
+        if do_compile and cand is not None:
+            from ..compile import compile_candidate
+
+            signal.alarm(0)
+            res = compile_candidate(cand, arch=arch)
+            row["compiles"] = bool(res.ok)
+            if not res.ok:
+                log = [l for l in res.log.splitlines() if "error" in l] or res.log.splitlines() or [""]
+                row["compile_error"] = log[0][:300]
+    except _Timeout:
+        row["reason"] = f"timeout: over {timeout:.0f} s"
+    except Exception as e:  # noqa: BLE001 - the command never stops on one problem
+        row["reason"] = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    row["seconds"] = round(time.time() - t0, 1)
+    return row
+
+
+def run(args) -> int:
+    from ..problem.ingest import ingest_path
+    from .output import console, emit_json
+
+    rep = ingest_path(args.path)
+    problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
+    if args.only:
+        problems = [p for p in problems if args.only in p.name]
+    emit = Path(args.emit) if args.emit else None
+    if emit:
+        emit.mkdir(parents=True, exist_ok=True)
+    rows = []
+    c = console()
+    for p in problems:
+        row = cover_problem(p, args.compile, args.arch, args.timeout, args.worker)
+        cand = row.pop("candidate", None)
+        if emit and cand is not None:
+            name = f"{row['subset']}__{row['problem']}.json".replace("/", "_")
+            (emit / name).write_text(json.dumps(cand.model_dump(), indent=1))
+        rows.append(row)
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        if not args.json:
+            status = "served" if row["served"] else "-"
+            comp = {True: "compiles", False: "COMPILE-ERROR", None: ""}[row["compiles"]]
+            why = row["reason"] if not row["served"] or row["compiles"] is False else ""
+            c.print(f"{row['subset']}/{row['problem']}: {status} {','.join(row['families'])} "
+                    f"{comp} {row.get('compile_error', '')} {why}", markup=False, highlight=False)
+    served = [r for r in rows if r["served"]]
+    ok = [r for r in served if r["compiles"]] if args.compile else served
+    summary = {"problems": len(rows), "served": len(served), "compiler": sum(bool(r.get("compiler"))
+                                                                             for r in rows),
+               "served_and_compiles": len(ok) if args.compile else None,
+               "ingest_errors": [str(e) for e in rep.errors]}
+    if args.json:
+        emit_json({"summary": summary, "problems": rows})
+    else:
+        c.print(json.dumps(summary), markup=False, highlight=False)
+    return 0

@@ -1,0 +1,86 @@
+"""compile_definition: trace -> lower -> plan, with a one-line reason when any step refuses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..candidate import Candidate
+
+
+@dataclass
+class CompileOutcome:
+    candidate: Optional[Candidate] = None
+    reason: str = ""
+    stage: str = ""                     # trace | lower | plan | ok
+    ops: dict = field(default_factory=dict)      # traced op counts
+    segments: dict = field(default_factory=dict)  # kernel kind -> count
+
+    @property
+    def ok(self) -> bool:
+        return self.candidate is not None
+
+
+_CACHE: dict[str, CompileOutcome] = {}
+
+
+def _key(defn, workloads) -> str:
+    axes = [sorted((getattr(w, "axes", {}) or {}).items()) for w in workloads]
+    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes], sort_keys=True,
+                                     default=str).encode()).hexdigest()
+
+
+def output_specs(defn) -> dict:
+    """Output name -> (dtype, shape as axis-expression strings over var axes), as the trace writes."""
+    from . import symexpr
+    from .trace import _axis_sym
+
+    out = {}
+    for name, spec in defn.outputs.items():
+        shape = [symexpr.to_axis(_axis_sym(defn, d)) for d in (spec.shape or [])]
+        out[name] = (spec.dtype, shape)
+    return out
+
+
+def lower_ir(defn, ir: dict, name: Optional[str] = None) -> CompileOutcome:
+    from .lower import Lowering, Unsupported
+    from .plan import build_candidate
+
+    ops = Counter(n["op"] for n in ir["nodes"])
+    try:
+        low = Lowering(ir, output_specs(defn)).run()
+    except Unsupported as e:
+        return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
+    except RecursionError:
+        return CompileOutcome(reason="lowering recursed too deeply", stage="lower", ops=dict(ops))
+    segs = Counter(s.kind for s in low.kernels)
+    try:
+        cand = build_candidate(name or defn.name, low,
+                               notes="compiler: " + ", ".join(f"{k} x{v}" for k, v in segs.items()))
+    except (ValueError, TypeError) as e:
+        return CompileOutcome(reason=f"plan: {str(e).splitlines()[0][:200]}", stage="plan",
+                              ops=dict(ops), segments=dict(segs))
+    return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
+
+
+def compile_definition(defn, workloads: list, timeout_s: float = 90) -> CompileOutcome:
+    """The compiler's candidate for a problem, or why not (cached per definition + workloads)."""
+    key = _key(defn, workloads)
+    if key in _CACHE:
+        return _CACHE[key]
+    from .trace import trace_definition
+
+    tr = trace_definition(defn, workloads, timeout_s=timeout_s)
+    if not tr.ok:
+        out = CompileOutcome(reason=tr.reason, stage="trace")
+    else:
+        out = lower_ir(defn, tr.ir)
+    _CACHE[key] = out
+    return out
+
+
+def compile_problem(problem, timeout_s: float = 90) -> CompileOutcome:
+    return compile_definition(problem.definition, list(problem.workloads), timeout_s)

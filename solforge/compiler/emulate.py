@@ -1,0 +1,190 @@
+"""Run a compiler candidate on the CPU: its kernel.cu built with the host C++ compiler against a
+small CUDA shim, so lowering bugs show without a GPU (a checking tool, not a runtime).
+
+Blocks run one after another; a kernel that synchronises (__syncthreads, warp shuffles) runs its
+block's threads as OS threads with a barrier, any other kernel runs them one after another in one
+thread (a valid schedule when nothing synchronises). Shared memory is a static local (blocks never
+overlap). bf16/fp16/fp8 are bit-exact round-to-nearest-even conversions; libm's expf etc. stand in
+for CUDA's (a few ulp apart). Atomics take a lock.
+
+    outs = emulate(candidate, inputs, axes, scalars)      # CPU tensors in, CPU tensors out
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+SHIM = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <barrier>
+#include <vector>
+#include <mutex>
+#include <functional>
+using std::isinf; using std::isfinite;
+struct sf_dim3 { unsigned x, y, z; };
+static thread_local sf_dim3 threadIdx, blockIdx;
+static sf_dim3 blockDim, gridDim;
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__ static
+static std::barrier<>* sf_bar = nullptr;
+static std::mutex sf_atomic;
+inline void __syncthreads() { if (sf_bar) sf_bar->arrive_and_wait(); }
+static unsigned long long sf_slot[1024];
+inline unsigned sf_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+template <class T> T __shfl_xor_sync(unsigned, T v, int off) {
+    unsigned t = sf_tid(); std::memcpy(&sf_slot[t], &v, sizeof(T)); __syncthreads();
+    T r; std::memcpy(&r, &sf_slot[t ^ (unsigned)off], sizeof(T)); __syncthreads(); return r; }
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float erfinvf(float y) {  // Newton on erf: only for checking
+    float x = 0.0f; for (int i = 0; i < 60; ++i) { float e = erff(x) - y; x -= e / (1.1283791670955126f * expf(-x * x)); } return x; }
+struct __nv_bfloat16 { uint16_t x; };
+struct __half { _Float16 x; };
+inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.x << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { uint32_t u; std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return {(uint16_t)((u >> 16) | 0x40)};
+    u += 0x7fffu + ((u >> 16) & 1u); return {(uint16_t)(u >> 16)}; }
+inline float __half2float(__half h) { return (float)h.x; }
+inline __half __float2half_rn(float f) { return {(_Float16)f}; }
+struct sf_fp8 { uint8_t x; };
+template <int E, int M, bool FN> struct sf_f8 {
+    uint8_t x = 0;
+    static float dec(uint8_t v) {
+        int s = v >> 7, e = (v >> M) & ((1 << E) - 1), m = v & ((1 << M) - 1);
+        const int bias = (1 << (E - 1)) - 1;
+        if (FN) { if (e == (1 << E) - 1 && m == (1 << M) - 1) return NAN; }
+        else if (e == (1 << E) - 1) return m ? NAN : (s ? -INFINITY : INFINITY);
+        float r = e ? std::ldexp(1.0f + m / (float)(1 << M), e - bias) : std::ldexp(m / (float)(1 << M), 1 - bias);
+        return s ? -r : r; }
+    sf_f8() {}
+    explicit sf_f8(float f) {
+        if (f != f) { x = 0x7f; return; }
+        int best = 0; float bd = INFINITY;
+        for (int v = 0; v < 256; ++v) { float d = dec((uint8_t)v); if (d != d) continue;
+            float dist = std::fabs(d - f);
+            if (dist < bd || (dist == bd && (v & 1) == 0)) { bd = dist; best = v; } }
+        x = (uint8_t)best; }
+    explicit operator float() const { return dec(x); }
+};
+typedef sf_f8<4, 3, true> __nv_fp8_e4m3;
+typedef sf_f8<5, 2, false> __nv_fp8_e5m2;
+inline void atomicAdd(float* p, float v) { std::lock_guard<std::mutex> g(sf_atomic); *p += v; }
+inline void atomicAdd(double* p, double v) { std::lock_guard<std::mutex> g(sf_atomic); *p += v; }
+inline void atomicAdd(int* p, int v) { std::lock_guard<std::mutex> g(sf_atomic); *p += v; }
+inline void atomicAdd(unsigned long long* p, unsigned long long v) { std::lock_guard<std::mutex> g(sf_atomic); *p += v; }
+inline void atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { std::lock_guard<std::mutex> g(sf_atomic);
+    *p = __float2bfloat16_rn(__bfloat162float(*p) + __bfloat162float(v)); }
+inline void atomicAdd(__half* p, __half v) { std::lock_guard<std::mutex> g(sf_atomic);
+    *p = __float2half_rn(__half2float(*p) + __half2float(v)); }
+static void sf_run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                   bool sync, const std::function<void()>& body) {
+    gridDim = {gx, gy, gz}; blockDim = {bx, by, bz};
+    unsigned nt = bx * by * bz;
+    for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
+        if (!sync) {
+            blockIdx = {x, y, z};
+            for (unsigned t = 0; t < nt; ++t) { threadIdx = {t % bx, (t / bx) % by, t / (bx * by)}; body(); }
+            continue; }
+        std::barrier<> bar(nt); sf_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < nt; ++t) ts.emplace_back([=, &body]() {
+            blockIdx = {x, y, z}; threadIdx = {t % bx, (t / bx) % by, t / (bx * by)}; body(); });
+        for (auto& th : ts) th.join();
+        sf_bar = nullptr; }
+}
+"""
+
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\((.*?)\) \{')
+
+
+def _strip(src: str) -> str:
+    return "\n".join(l for l in src.splitlines() if not l.startswith("#include <cuda"))
+
+
+def build(source: str, cache_dir: Path | None = None) -> tuple[ctypes.CDLL, dict]:
+    """(library, {kernel: [param types]}) for a candidate's kernel.cu."""
+    kernels = {}
+    wrappers = []
+    body_of = {}
+    for m in _KERNEL.finditer(source):
+        name, params = m.group(1), m.group(2)
+        decls = [p.strip() for p in params.split(",")] if params.strip() and params.strip() != "void" else []
+        types = [re.sub(r"\s*\b\w+$", "", d).replace("__restrict__", "").strip() for d in decls]
+        kernels[name] = types
+        end = source.find('extern "C" __global__', m.end())
+        body_of[name] = source[m.end(): end if end > 0 else len(source)]
+    for name, types in kernels.items():
+        sync = "__syncthreads" in body_of[name] or "__shfl" in body_of[name]
+        call = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
+        wrappers.append(f'extern "C" void run_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
+                        f'unsigned by, unsigned bz, void** a) {{ sf_run(gx, gy, gz, bx, by, bz, '
+                        f'{"true" if sync else "false"}, [&]() {{ {name}({call}); }}); }}')
+    full = SHIM + _strip(source) + \
+        "\n" + "\n".join(wrappers) + "\n"
+    key = hashlib.sha256(full.encode()).hexdigest()[:20]
+    d = Path(cache_dir or Path(tempfile.gettempdir()) / "solforge_emulate")
+    d.mkdir(parents=True, exist_ok=True)
+    so = d / f"{key}.so"
+    if not so.exists():
+        cpp = d / f"{key}.cpp"
+        cpp.write_text(full)
+        r = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
+                            "-ffp-contract=off", "-o", str(so) + ".tmp", str(cpp)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode:
+            raise RuntimeError("host compile failed: " + r.stderr[:3000])
+        os.replace(str(so) + ".tmp", so)
+    return ctypes.CDLL(str(so)), kernels
+
+
+_CT = {"long long": ctypes.c_int64, "float": ctypes.c_float, "int": ctypes.c_int32,
+       "double": ctypes.c_double}
+
+
+def emulate(candidate, inputs: dict, axes: dict, scalars: dict | None = None) -> dict:
+    """Run the candidate's launches on CPU tensors; returns the outputs (name -> tensor) it wrote
+    into `inputs`' companions: pass output tensors in `inputs` too (preallocated)."""
+    import torch
+
+    from ..candidate import launch_env
+    from ..problem import axis_expr
+
+    cand = candidate if isinstance(candidate, dict) else candidate.model_dump()
+    lib, kernels = build(cand["sources"]["kernel.cu"])
+    env = launch_env(axes, scalars or {}, cand.get("params", {}))
+    ws_bytes = int(axis_expr.evaluate(cand.get("workspace", "0"), env))
+    ws = torch.zeros(max(ws_bytes, 1), dtype=torch.uint8)
+    keep = []
+    for launch in cand["launches"]:
+        name = launch["kernel"]
+        types = kernels[name]
+        grid = [int(axis_expr.evaluate(e, env)) for e in launch["grid"]] + [1, 1]
+        block = [int(axis_expr.evaluate(e, env)) for e in launch["block"]] + [1, 1]
+        vals = []
+        for a, t in zip(launch["args"], types):
+            if a == "workspace":
+                v = ctypes.c_void_p(ws.data_ptr())
+            elif ":" in a:
+                typ, expr = a.split(":", 1)
+                x = axis_expr.evaluate(expr, env)
+                v = _CT[t.replace("const ", "").strip()](x)
+            else:
+                v = ctypes.c_void_p(inputs[a].data_ptr())
+            vals.append(v)
+        keep.append(vals)
+        arr = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
+        getattr(lib, f"run_{name}")(*[ctypes.c_uint(x) for x in grid[:3] + block[:3]], arr)
+    return inputs

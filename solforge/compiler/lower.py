@@ -1,0 +1,1121 @@
+"""Lower the traced IR to kernels: walk the nodes in order, keep elementwise work and views as
+loaders (inlined into whichever kernel reads them), and realise into buffers what needs a kernel of
+its own (reductions, matmuls, convolutions, scans, sorts, scatters, graph outputs).
+
+`Lowering(ir).run()` gives the kernels in launch order and the workspace buffers; an op it cannot
+lower raises `Unsupported("op ...: why")`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import sympy
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+from . import loops, symexpr, templates
+from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
+from .loops import Loader, prod, same, view_of
+
+
+class Unsupported(Exception):
+    pass
+
+
+class Scalar:
+    """A float scalar input, known only at run time (kernel parameter f_<name>)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class SymFloat:
+    """A float computed from sizes at run time (C double over size params)."""
+
+    def __init__(self, c: str, names: list):
+        self.c, self.names = c, names
+
+    def emit(self, k) -> str:
+        for n in self.names:
+            k.size(n)
+        return f"((float)({self.c}))"
+
+
+Number = (int, float)
+
+
+def _lit(v, dtype: str) -> str:
+    ct = compute_type(dtype)
+    if isinstance(v, bool):
+        v = int(v)
+    if ct == "bool":
+        return "true" if v else "false"
+    if ct == "long long":
+        return f"({int(v)}LL)"
+    v = float(v)
+    if math.isnan(v):
+        return "SF_NAN" if ct == "float" else "((double)SF_NAN)"
+    if math.isinf(v):
+        s = "SF_INF" if ct == "float" else "((double)SF_INF)"
+        return s if v > 0 else f"(-{s})"
+    return f"(({ct}){v!r})"
+
+
+_PROMO = ["bool", "uint8", "int8", "int16", "int32", "int64", "float8_e4m3fn", "float8_e5m2",
+          "float16", "bfloat16", "float32", "float64"]
+
+
+def promote(a: str, b: str) -> str:
+    if a == b:
+        return a
+    if {a, b} == {"float16", "bfloat16"}:
+        return "float32"
+    return a if _PROMO.index(a) > _PROMO.index(b) else b
+
+
+class Lowering:
+    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]]):
+        self.ir = ir
+        self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
+        self.env: dict[str, Any] = {}
+        self.kernels: list[templates.LaunchSpec] = []
+        self.ws: list[Buffer] = []
+        self.users: dict[str, int] = {}
+        self._n = 0
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def new_buffer(self, dtype: str, shape) -> Buffer:
+        self._n += 1
+        b = Buffer(f"b{self._n}", dtype, [sympy.sympify(s) for s in shape], "ws")
+        self.ws.append(b)
+        return b
+
+    def kname(self, kind: str) -> str:
+        return f"k{len(self.kernels)}_{kind}"
+
+    def realize(self, x: Loader, dtype: Optional[str] = None) -> Buffer:
+        """A buffer holding x contiguously (x itself when it already is one)."""
+        dtype = dtype or x.dtype
+        if x.is_view and dtype == x.dtype and same(x.offset, 0) and len(x.shape) == len(x.buf.shape) \
+                and all(same(a, b) for a, b in zip(x.shape, x.buf.shape)) \
+                and all(same(a, b) or same(s, 1) for a, b, s in
+                        zip(x.strides, loops.contiguous_strides(x.shape), x.shape)):
+            return x.buf
+        b = self.new_buffer(dtype, x.shape)
+        self.kernels.append(templates.pointwise(self.kname("copy"), [(x, b)]))
+        return b
+
+    def operand(self, x: Loader) -> Loader:
+        """An anchor's operand: a strided view of a buffer is read in place; computed values are
+        realised first unless they are a cheap chain (a cast or scale), recomputed per tile."""
+        if x.is_view or x.cost <= 2:
+            return x
+        return view_of(self.realize(x))
+
+    def arg(self, a):
+        if isinstance(a, dict):
+            if "ref" in a:
+                v = self.env.get(a["ref"])
+                if v is None:
+                    raise Unsupported(f"value {a['ref']} is not available")
+                return v
+            if "sym" in a:
+                return symexpr.parse(a["sym"])
+            if "scalar" in a:
+                return Scalar(a["scalar"])
+            if "dtype" in a:
+                return ("dtype", a["dtype"])
+            if "float" in a:
+                return float(a["float"])
+            if "symf" in a:
+                return SymFloat(a["symf"], a["names"])
+        if isinstance(a, list):
+            return [self.arg(x) for x in a]
+        return a
+
+    # ---- the walk ----------------------------------------------------------------------------
+    def run(self):
+        for inp in self.ir["inputs"]:
+            if inp["kind"] == "tensor":
+                buf = Buffer(inp["name"], inp["dtype"], [symexpr.parse(s) for s in inp["shape"]], "input")
+                self.env[inp["name"]] = view_of(buf)
+        for n in self.ir["nodes"]:
+            for a in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
+                self.users[a] = self.users.get(a, 0) + 1
+        for n in self.ir["nodes"]:
+            op = n["op"]
+            fn = LOWER.get(op)
+            if fn is None and op.startswith("prims."):
+                base = "aten." + op.split(".")[1]
+                fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
+            if fn is None:
+                raise Unsupported(f"op {op} has no lowering")
+            args = [self.arg(a) for a in n["args"]]
+            kwargs = {k: self.arg(v) for k, v in n["kwargs"].items()}
+            try:
+                out = fn(self, n, *args, **kwargs)
+            except Unsupported:
+                raise
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
+                raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
+            self.env[n["name"]] = out
+        self._outputs()
+        return self
+
+    def _outputs(self):
+        items = []
+        for (name, (dtype, shape)), o in zip(self.out_specs.items(), self.ir["outputs"]):
+            v = self.arg(o)
+            if not isinstance(v, Loader):
+                raise Unsupported(f"output {name} is not a tensor")
+            shp = [symexpr.parse(str(s)) for s in shape]
+            if len(shp) != len(v.shape) and prod(shp) != prod(v.shape):
+                raise Unsupported(f"output {name}: traced shape {v.shape} vs definition {shp}")
+            if len(shp) != len(v.shape) or not all(same(a, b) for a, b in zip(shp, v.shape)):
+                v = loops.reshape(v, shp)
+            buf = Buffer(name, dtype, shp, "output")
+            items.append((v, buf))
+        # outputs of the same size share one kernel
+        groups: list[list] = []
+        for it in items:
+            for g in groups:
+                if same(g[0][1].numel(), it[1].numel()):
+                    g.append(it)
+                    break
+            else:
+                groups.append([it])
+        for g in groups:
+            self.kernels.append(templates.pointwise(self.kname("out"), g))
+
+
+def _refs(args) -> list[str]:
+    out = []
+    for a in args:
+        if isinstance(a, dict) and "ref" in a:
+            out.append(a["ref"])
+        elif isinstance(a, list):
+            out += _refs(a)
+    return out
+
+
+# ── elementwise ──────────────────────────────────────────────────────────────────────────────────
+def _shape_of(x):
+    return x.shape if isinstance(x, Loader) else []
+
+
+def _bshape(*xs):
+    shapes = [_shape_of(x) for x in xs if isinstance(x, Loader)]
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        dim = sympy.Integer(1)
+        for s in shapes:
+            j = i - (nd - len(s))
+            if j < 0:
+                continue
+            if not same(s[j], 1):
+                dim = s[j]
+        out.append(dim)
+    return out
+
+
+def _val(k: Kernel, x, idx, shape, dtype: str) -> str:
+    """Operand x at the output index, converted to dtype (a tensor is rounded to it; a Python
+    number or scalar input stays in opmath)."""
+    if isinstance(x, Loader):
+        nd = len(shape)
+        sub = []
+        for j, s in enumerate(x.shape):
+            i = j + nd - len(x.shape)
+            sub.append(sympy.Integer(0) if (same(s, 1) and not same(shape[i], 1)) else idx[i])
+        return convert(x(k, sub), x.dtype, dtype)
+    if isinstance(x, SymFloat):
+        v = x.emit(k)
+        return v if compute_type(dtype) == "float" else f"(({compute_type(dtype)}){v})"
+    if isinstance(x, Scalar):
+        v = k.scalar(x.name)
+        return v if compute_type(dtype) == "float" else f"(({compute_type(dtype)}){v})"
+    if isinstance(x, sympy.Expr):
+        c = k.c(x)
+        return f"(({compute_type(dtype)})({c}))"
+    return _lit(x, dtype)
+
+
+def _cost(*xs):
+    return sum(x.cost + 1 for x in xs if isinstance(x, Loader)) + 0
+
+
+def elementwise(node, operands, body, compute_dtype: Optional[str] = None,
+                round_result: bool = True) -> Loader:
+    """A loader for node's value: body(*operand C values in compute_dtype) is a C expression."""
+    out_dtype = node["dtype"]
+    cdt = compute_dtype or out_dtype
+    shape = [symexpr.parse(s) for s in node["shape"]]
+
+    def fn(k, idx):
+        vals = [_val(k, x, idx, shape, cdt) for x in operands]
+        e = body(*vals)
+        if cdt != out_dtype:
+            e = convert(e, cdt, out_dtype) if not (cdt in ("float32",) and out_dtype == "bool") else e
+        elif round_result:
+            e = round_to(e, out_dtype)
+        return k.let(compute_type(out_dtype), e)
+    return Loader(shape, out_dtype, fn, cost=_cost(*operands))
+
+
+def _ct(node):
+    return compute_type(node["dtype"])
+
+
+def _fun(fname_f, fname_d=None):
+    def body(L, node, x, *rest, **kw):
+        ct = _ct(node)
+        f = fname_f if ct == "float" else (fname_d or fname_f.rstrip("f"))
+        if ct not in ("float", "double"):
+            raise Unsupported(f"{node['op']} on {node['dtype']}")
+        return elementwise(node, [x], lambda a: f"{f}({a})")
+    return body
+
+
+UNARY_F = {"exp": "expf", "exp2": "exp2f", "expm1": "expm1f", "log": "logf", "log2": "log2f",
+           "log10": "log10f", "log1p": "log1pf", "sqrt": "sqrtf", "rsqrt": "rsqrtf", "sin": "sinf",
+           "cos": "cosf", "tan": "tanf", "tanh": "tanhf", "erf": "erff", "erfc": "erfcf",
+           "erfinv": "erfinvf", "asin": "asinf", "acos": "acosf", "atan": "atanf",
+           "sinh": "sinhf", "cosh": "coshf", "asinh": "asinhf", "acosh": "acoshf",
+           "atanh": "atanhf", "lgamma": "lgammaf", "floor": "floorf", "ceil": "ceilf",
+           "trunc": "truncf", "round": "rintf"}
+
+
+def _unary_map():
+    out = {}
+    for name, f in UNARY_F.items():
+        out[f"aten.{name}.default"] = _fun(f)
+    return out
+
+
+def _compare(cop):
+    def lower(L, node, a, b, **kw):
+        da = a.dtype if isinstance(a, Loader) else None
+        db = b.dtype if isinstance(b, Loader) else None
+        if da and db:
+            cdt = promote(da, db)
+        else:
+            t = da or db
+            other = b if da else a
+            cdt = t
+            if t in ("bool",) or (not is_float(t) and isinstance(other, float)) or isinstance(other, Scalar):
+                cdt = "float32" if not is_float(t) else t
+            if is_float(t) and not isinstance(other, Loader):
+                cdt = t
+        def body(x, y):
+            return f"(({x}) {cop} ({y}))"
+        # a Python number compared with a 16-bit tensor is rounded to the tensor's dtype first
+        ops = []
+        for x in (a, b):
+            if not isinstance(x, Loader) and cdt in ("bfloat16", "float16") and not isinstance(x, sympy.Expr):
+                ops.append(_RoundedConst(x, cdt))
+            else:
+                ops.append(x)
+        return elementwise(node, ops, body, compute_dtype=cdt)
+    return lower
+
+
+class _RoundedConst(Loader):
+    def __init__(self, v, dtype):
+        def fn(k, idx):
+            raw = k.scalar(v.name) if isinstance(v, Scalar) else _lit(v, "float32")
+            return round_to(raw, dtype)
+        super().__init__([], dtype, fn)
+
+
+def _arith(sym, fn_name=None):
+    def lower(L, node, a, b, alpha=1, **kw):
+        cdt = node["dtype"]
+        if alpha != 1 and alpha is not None:
+            bb = b
+
+            def body(x, y):
+                if compute_type(cdt) == "float":
+                    return f"({x} {sym} ({_lit(alpha, cdt)} * {y}))"
+                return f"({x} {sym} ({_lit(alpha, cdt)} * {y}))"
+            return elementwise(node, [a, bb], body)
+        if fn_name:
+            return elementwise(node, [a, b], lambda x, y: f"{fn_name}({x}, {y})")
+        return elementwise(node, [a, b], lambda x, y: f"({x} {sym} {y})")
+    return lower
+
+
+def _div(L, node, a, b, rounding_mode=None, **kw):
+    dt = node["dtype"]
+    if rounding_mode is None:
+        if not isinstance(b, Loader) and compute_type(dt) == "float":
+            # PyTorch multiplies by the reciprocal of a Python scalar divisor
+            return elementwise(node, [a, b], lambda x, y: f"({x} * (1.0f / {y}))")
+        return elementwise(node, [a, b], lambda x, y: f"({x} / {y})")
+    if compute_type(dt) == "long long":
+        f = "sf_floordiv" if rounding_mode == "floor" else ""
+        return elementwise(node, [a, b], lambda x, y: f"{f}({x}, {y})" if f else f"({x} / {y})")
+    if rounding_mode == "floor":
+        return elementwise(node, [a, b], lambda x, y: f"floorf({x} / {y})" if compute_type(dt) == "float"
+                           else f"floor({x} / {y})")
+    return elementwise(node, [a, b], lambda x, y: f"truncf({x} / {y})" if compute_type(dt) == "float"
+                       else f"trunc({x} / {y})")
+
+
+def _pow(L, node, a, b, **kw):
+    dt = node["dtype"]
+    ct = compute_type(dt)
+    if not isinstance(b, Loader) and isinstance(b, Number) and isinstance(a, Loader):
+        e = float(b)
+        if ct == "long long":
+            if e == 2:
+                return elementwise(node, [a], lambda x: f"({x} * {x})")
+            raise Unsupported("integer pow")
+        table = {2.0: lambda x: f"({x} * {x})", 3.0: lambda x: f"({x} * {x} * {x})",
+                 0.5: lambda x: f"sqrtf({x})" if ct == "float" else f"sqrt({x})",
+                 -0.5: lambda x: f"rsqrtf({x})" if ct == "float" else f"(1.0 / sqrt({x}))",
+                 1.0: lambda x: x, -1.0: lambda x: f"(({ct})1 / {x})",
+                 -2.0: lambda x: f"(({ct})1 / ({x} * {x}))", 0.0: lambda x: f"(({ct})1)"}
+        if e in table:
+            return elementwise(node, [a], table[e])
+        return elementwise(node, [a, b], lambda x, y: f"powf({x}, {y})" if ct == "float" else f"pow({x}, {y})")
+    if ct == "long long":
+        raise Unsupported("integer pow")
+    return elementwise(node, [a, b], lambda x, y: f"powf({x}, {y})" if ct == "float" else f"pow({x}, {y})")
+
+
+def _where(L, node, c, a, b, **kw):
+    dt = node["dtype"]
+
+    def fn(k, idx):
+        shape = [symexpr.parse(s) for s in node["shape"]]
+        cv_ = _val(k, c, idx, shape, "bool")
+        av = _val(k, a, idx, shape, dt)
+        bv = _val(k, b, idx, shape, dt)
+        return k.let(compute_type(dt), f"(({cv_}) ? ({av}) : ({bv}))")
+    return Loader([symexpr.parse(s) for s in node["shape"]], dt, fn, cost=_cost(c, a, b))
+
+
+def _clamp(L, node, x, lo=None, hi=None, **kw):
+    dt = node["dtype"]
+    ops = [x] + [v for v in (lo, hi) if v is not None]
+
+    def body(*vals):
+        e = vals[0]
+        i = 1
+        if lo is not None:
+            e = f"sf_max({e}, {vals[i]})" if compute_type(dt) != "float" else \
+                f"(({e}) != ({e}) ? ({e}) : fmaxf({e}, {vals[i]}))"
+            i += 1
+        if hi is not None:
+            e = f"sf_min({e}, {vals[i]})" if compute_type(dt) != "float" else \
+                f"(({e}) != ({e}) ? ({e}) : fminf({e}, {vals[i]}))"
+        return e
+    return elementwise(node, ops, body)
+
+
+def _to_copy(L, node, x, dtype=None, **kw):
+    dt = node["dtype"]
+    if x.dtype == dt:
+        return x
+    return Loader(x.shape, dt, lambda k, idx: k.let(compute_type(dt), convert(x(k, idx), x.dtype, dt)),
+                  cost=x.cost + 1)
+
+
+def _identity(L, node, x, *a, **kw):
+    return x
+
+
+def _logical(op):
+    def lower(L, node, a, b=None, **kw):
+        if node["dtype"] == "bool" or op in ("and", "or", "xor", "not") and node["dtype"] == "bool":
+            ops = [a] if b is None else [a, b]
+            if op == "not":
+                return elementwise(node, ops, lambda x: f"(!({x}))", compute_dtype="bool")
+            sym = {"and": "&&", "or": "||", "xor": "!="}[op]
+            return elementwise(node, ops, lambda x, y: f"(({x}) {sym} ({y}))", compute_dtype="bool")
+        # integer bitwise ops
+        if op == "not":
+            return elementwise(node, [a], lambda x: f"(~({x}))")
+        sym = {"and": "&", "or": "|", "xor": "^"}[op]
+        return elementwise(node, [a, b], lambda x, y: f"(({x}) {sym} ({y}))")
+    return lower
+
+
+def _logical_bool(op):
+    def lower(L, node, a, b=None, **kw):
+        ops = [a] if b is None else [a, b]
+        if op == "not":
+            return elementwise(node, ops, lambda x: f"(!({x}))", compute_dtype="bool")
+        sym = {"and": "&&", "or": "||", "xor": "!="}[op]
+        return elementwise(node, ops, lambda x, y: f"(({x}) {sym} ({y}))", compute_dtype="bool")
+    return lower
+
+
+def _full(L, node, size, value, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+
+    def fn(k, idx):
+        return _val(k, value, idx, shape, dt) if not isinstance(value, Number) else _lit(value, dt)
+    return Loader(shape, dt, fn)
+
+
+def _scalar_tensor(L, node, value, **kw):
+    return _full(L, node, [], value)
+
+
+def _empty(L, node, *a, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+    return Loader(shape, dt, lambda k, idx: _lit(0, dt))
+
+
+def _arange(L, node, *args, **kw):
+    # arange.start_step(start, end, step) / arange.default(end) / arange.start(start, end)
+    op = node["op"]
+    if op.endswith("start_step"):
+        start, _, step = (list(args) + [1])[:3]
+    elif op.endswith(".start"):
+        start, step = args[0], 1
+    else:
+        start, step = 0, 1
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+
+    def fn(k, idx):
+        i = k.c(idx[0])
+        s = _val(k, start, idx, shape, dt) if not isinstance(start, Number) else _lit(start, dt)
+        st = _val(k, step, idx, shape, dt) if not isinstance(step, Number) else _lit(step, dt)
+        return k.let(compute_type(dt), round_to(f"({s} + ({compute_type(dt)})({i}) * {st})", dt))
+    return Loader(shape, dt, fn)
+
+
+def _copy(L, node, dst, src, *a, **kw):
+    return _to_copy(L, node, loops.broadcast_to(src, dst.shape))
+
+
+# ── views ────────────────────────────────────────────────────────────────────────────────────────
+def _ints(xs):
+    return [x for x in xs]
+
+
+def _view(L, node, x, size, *a, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    return loops.reshape(x, shape)
+
+
+def _broadcast_in_dim(L, node, x, shape, bdims, **kw):
+    out_shape = [symexpr.parse(s) for s in node["shape"]]
+    y = x
+    for d in range(len(out_shape)):
+        if d not in bdims:
+            y = loops.unsqueeze(y, d)
+    return loops.expand(y, out_shape)
+
+
+def _permute(L, node, x, dims, **kw):
+    return loops.permute(x, dims)
+
+
+def _transpose(L, node, x, d0, d1, **kw):
+    n = len(x.shape)
+    dims = list(range(n))
+    d0, d1 = d0 % n, d1 % n
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return loops.permute(x, dims)
+
+
+def _t(L, node, x, **kw):
+    return loops.permute(x, [1, 0]) if len(x.shape) == 2 else x
+
+
+def _expand(L, node, x, size, *a, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    return loops.expand(x, shape)
+
+
+def _slice(L, node, x, dim=0, start=None, end=None, step=1, **kw):
+    y = loops.slice_(x, dim, start, end, step)
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    y.shape = shape  # the trace's own (clamped) sizes
+    return y
+
+
+def _select(L, node, x, dim, index, **kw):
+    return loops.select(x, dim, index)
+
+
+def _unsqueeze(L, node, x, dim, **kw):
+    return loops.unsqueeze(x, dim)
+
+
+def _squeeze(L, node, x, dims=None, **kw):
+    if isinstance(dims, int):
+        dims = [dims]
+    return loops.squeeze(x, dims)
+
+
+def _as_strided(L, node, x, size, stride, offset=0, **kw):
+    return loops.as_strided(x, [sympy.sympify(s) for s in size], [sympy.sympify(s) for s in stride],
+                            offset or 0)
+
+
+# ── reductions ───────────────────────────────────────────────────────────────────────────────────
+def _rdims(x, dims):
+    nd = len(x.shape)
+    if dims is None or dims == []:
+        return list(range(nd))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % nd for d in dims}) if nd else []
+
+
+def _reduce(L, node, x, dims, op, keepdim=False, dtype_out=None, scale=None):
+    out_dt = dtype_out or node["dtype"]
+    rd = _rdims(x, dims)
+    if not x.shape:
+        return x
+    kshape = [x.shape[d] for d in range(len(x.shape)) if d not in rd]
+    buf = L.new_buffer(out_dt, kshape)
+    src = x
+    if op in ("sum", "prod") and out_dt != x.dtype and is_float(out_dt):
+        src = Loader(x.shape, out_dt, lambda k, idx: convert(x(k, idx), x.dtype, out_dt), cost=x.cost)
+    if op in ("sum", "prod") and compute_type(out_dt) == "long long" and x.dtype != out_dt:
+        src = Loader(x.shape, out_dt, lambda k, idx: convert(x(k, idx), x.dtype, out_dt), cost=x.cost)
+    L.kernels.append(templates.reduction(L.kname(op), src, rd, op, buf, kshape, scale=scale))
+    out = view_of(buf)
+    shape = [symexpr.parse(s) for s in node["shape"]] if node.get("shape") is not None else None
+    if keepdim and shape is not None:
+        out = loops.reshape(out, shape)
+    return out
+
+
+def _sum(L, node, x, dims=None, keepdim=False, dtype=None, **kw):
+    return _reduce(L, node, x, dims, "sum", keepdim)
+
+
+def _mean(L, node, x, dims=None, keepdim=False, dtype=None, **kw):
+    rd = _rdims(x, dims)
+    return _reduce(L, node, x, dims, "sum", keepdim, scale=prod([x.shape[d] for d in rd]))
+
+
+def _prims_var(L, node, x, dims, correction=1, output_dtype=None, **kw):
+    """Two passes: the mean (kept dims), then the sum of squared deviations / (N - correction)."""
+    rd = _rdims(x, dims)
+    n = prod([x.shape[d] for d in rd])
+    f32 = x.dtype if is_float(x.dtype) else "float32"
+    kshape = [x.shape[d] for d in range(len(x.shape)) if d not in rd]
+    mbuf = L.new_buffer(f32, kshape)
+    L.kernels.append(templates.reduction(L.kname("mean"), x, rd, "sum", mbuf, kshape, scale=n))
+    mean = view_of(mbuf)
+    keep_map = [d for d in range(len(x.shape)) if d not in rd]
+    dt = x.dtype
+
+    def dev(k, idx):
+        v = convert(x(k, idx), x.dtype, f32)
+        m = mean(k, [idx[d] for d in keep_map])
+        return k.let(compute_type(f32), round_to(f"(({v} - {m}) * ({v} - {m}))", f32))
+    sq = Loader(list(x.shape), f32, dev, cost=x.cost + 2)
+    out = L.new_buffer(node["dtype"], kshape)
+    corr = correction if correction is not None else 1
+    L.kernels.append(templates.reduction(L.kname("var"), sq, rd, "sum", out, kshape,
+                                         scale=sympy.Max(n - int(corr), 0)))
+    return view_of(out)
+
+
+def _prod(L, node, x, dim=None, keepdim=False, dtype=None, **kw):
+    return _reduce(L, node, x, dim, "prod", keepdim)
+
+
+def _amax(L, node, x, dims=None, keepdim=False, **kw):
+    return _reduce(L, node, x, dims, "max", keepdim)
+
+
+def _amin(L, node, x, dims=None, keepdim=False, **kw):
+    return _reduce(L, node, x, dims, "min", keepdim)
+
+
+def _any(L, node, x, dims=None, keepdim=False, **kw):
+    return _reduce(L, node, x, dims, "any", keepdim)
+
+
+def _all(L, node, x, dims=None, keepdim=False, **kw):
+    return _reduce(L, node, x, dims, "all", keepdim)
+
+
+def _argmax_like(op):
+    def lower(L, node, x, dim=None, keepdim=False, **kw):
+        if dim is None:
+            x = loops.reshape(x, [prod(x.shape)])
+            dim = 0
+        return _reduce(L, node, x, [dim], op, keepdim, dtype_out="int64")
+    return lower
+
+
+def _max_dim(op):
+    def lower(L, node, x, dim=None, keepdim=False, **kw):
+        if dim is None:  # max.default: the whole tensor's max
+            return _reduce(L, node, x, None, op, False)
+        sub_v = dict(node, dtype=node["outs"][0][0], shape=node["outs"][0][1])
+        sub_i = dict(node, dtype="int64", shape=node["outs"][1][1])
+        v = _reduce(L, sub_v, x, [dim], op, keepdim)
+        i = _reduce(L, sub_i, x, [dim], "arg" + op, keepdim, dtype_out="int64")
+        return (v, i)
+    return lower
+
+
+def _getitem(L, node, x, i, **kw):
+    if isinstance(x, (tuple, list)):
+        return x[i]
+    raise Unsupported("getitem on a non-tuple")
+
+
+# ── anchors ──────────────────────────────────────────────────────────────────────────────────────
+def _mm(L, node, a, b, **kw):
+    out_dt = node["dtype"]
+    a, b = L.operand(a), L.operand(b)
+    buf = L.new_buffer(out_dt, [a.shape[0], b.shape[1]])
+    L.kernels.append(templates.matmul(L.kname("mm"), a, b, out_dt, buf, batch_shape=[]))
+    return view_of(buf)
+
+
+def _bmm(L, node, a, b, **kw):
+    out_dt = node["dtype"]
+    a, b = L.operand(a), L.operand(b)
+    buf = L.new_buffer(out_dt, [a.shape[0], a.shape[1], b.shape[2]])
+    L.kernels.append(templates.matmul(L.kname("bmm"), a, b, out_dt, buf, batch_shape=[a.shape[0]]))
+    return view_of(buf)
+
+
+def _addmm(L, node, bias, a, b, beta=1, alpha=1, **kw):
+    if beta != 1 or alpha != 1:
+        raise Unsupported("addmm with alpha/beta")
+    out_dt = node["dtype"]
+    a, b = L.operand(a), L.operand(b)
+    M, N = a.shape[0], b.shape[1]
+    bias_b = loops.broadcast_to(bias, [M, N])
+    buf = L.new_buffer(out_dt, [M, N])
+    L.kernels.append(templates.matmul(L.kname("addmm"), a, b, out_dt, buf, bias=bias_b, batch_shape=[]))
+    return view_of(buf)
+
+
+def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
+                 groups, **kw):
+    """Implicit GEMM: rows = (n, output position), cols = output channels of a group, k = (input
+    channel of the group, kernel position); groups are the batch."""
+    if transposed:
+        raise Unsupported("transposed convolution")
+    out_dt = node["dtype"]
+    oshape = [symexpr.parse(s) for s in node["shape"]]
+    nsp = len(x.shape) - 2
+    x = L.operand(x)
+    w = L.operand(w)
+    Nb, Cin = x.shape[0], x.shape[1]
+    Cout = w.shape[0]
+    G = int(groups)
+    Cg = w.shape[1]                     # input channels per group
+    Cog = sympy.simplify(Cout / G) if G != 1 else Cout
+    ks = w.shape[2:]
+    osp = oshape[2:]
+    isp = x.shape[2:]
+    stride = list(stride) * (nsp if len(stride) == 1 else 1)
+    padding = list(padding) * (nsp if len(padding) == 1 else 1)
+    dilation = list(dilation) * (nsp if len(dilation) == 1 else 1)
+    P = prod(osp)
+    KK = Cg * prod(ks)
+    M = Nb * P
+    kst = loops.contiguous_strides([Cg] + list(ks))
+    ost = loops.contiguous_strides(list(osp))
+
+    def unr(e, strides, sizes):
+        return [sympy.Integer(0) if same(s, 1) else ModularIndexing(e, st, s) for st, s in zip(strides, sizes)]
+
+    def a_fn(k, idx):
+        g, m, kk = idx
+        n = FloorDiv(m, P) if not same(P, 1) else m
+        pos = unr(m, ost, osp)
+        kpart = unr(kk, kst, [Cg] + list(ks))
+        ci, kpos = kpart[0], kpart[1:]
+        ipos = [o * s - p + kq * d for o, s, p, kq, d in zip(pos, stride, padding, kpos, dilation)]
+        conds = [f"({k.c(ip)} >= 0 && {k.c(ip)} < {k.c(sz)})" for ip, sz in zip(ipos, isp)]
+        k.push_mask(" && ".join(conds))
+        v = x(k, [n, g * Cg + ci] + ipos)
+        k.pop_mask()
+        return v
+
+    def b_fn(k, idx):
+        g, kk, co = idx
+        kpart = unr(kk, kst, [Cg] + list(ks))
+        return w(k, [g * Cog + co] + kpart)
+
+    A = Loader([sympy.Integer(G), M, KK], x.dtype, a_fn)
+    B = Loader([sympy.Integer(G), KK, Cog], w.dtype, b_fn)
+    buf = L.new_buffer(out_dt, oshape)
+    obst = loops.contiguous_strides(oshape)
+
+    def out_index(bidx, om, on):
+        g = bidx[0] if bidx else sympy.Integer(0)
+        n = FloorDiv(om, P) if not same(P, 1) else om
+        pos = unr(om, ost, osp)
+        return sum((i * s for i, s in zip([n, g * Cog + on] + pos, obst)), sympy.Integer(0))
+
+    bias_l = None
+    if bias is not None:
+        bias_l = Loader([sympy.Integer(G), M, Cog], bias.dtype,
+                        lambda k, idx: bias(k, [idx[0] * Cog + idx[2]]))
+    L.kernels.append(templates.matmul(L.kname("conv"), A, B, out_dt, buf, out_index=out_index,
+                                      bias=bias_l, batch_shape=[sympy.Integer(G)]))
+    return view_of(buf)
+
+
+def _cumulative(op):
+    def lower(L, node, x, dim, dtype=None, **kw):
+        out_dt = node["dtype"]
+        buf = L.new_buffer(out_dt, x.shape)
+        L.kernels.append(templates.scan(L.kname("cum" + op), x, dim, op, buf))
+        return view_of(buf)
+    return lower
+
+
+def _sort(L, node, x, dim=-1, descending=False, stable=None, **kw):
+    if "stable" in node["op"]:
+        # sort.stable(self, *, stable, dim, descending)
+        dim = kw.get("dim", -1) if not isinstance(dim, int) or kw.get("dim") is not None else dim
+        descending = kw.get("descending", descending)
+    src = L.realize(x)
+    vals = L.new_buffer(x.dtype, x.shape)
+    idx = L.new_buffer("int64", x.shape)
+    L.kernels.append(templates.sort_rank(L.kname("sort"), src, dim, bool(descending),
+                                         x.shape[dim % len(x.shape)], vals, idx, x.dtype))
+    return (view_of(vals), view_of(idx))
+
+
+def _topk(L, node, x, kk, dim=-1, largest=True, sorted_=True, **kw):
+    src = L.realize(x)
+    oshape = [symexpr.parse(s) for s in node["outs"][0][1]]
+    vals = L.new_buffer(x.dtype, oshape)
+    idx = L.new_buffer("int64", oshape)
+    L.kernels.append(templates.sort_rank(L.kname("topk"), src, dim, bool(largest), sympy.sympify(kk),
+                                         vals, idx, x.dtype))
+    return (view_of(vals), view_of(idx))
+
+
+def _wrap_index(k: Kernel, v: str, size) -> sympy.Symbol:
+    """An index read from a tensor as a local symbol (negative counts from the end)."""
+    s = k.local_sym("_ix")
+    k.emit(f"const long long {s} = ({v}) < 0 ? ({v}) + {k.c(size)} : ({v});")
+    return s
+
+
+def _index(L, node, x, indices, **kw):
+    """x[i0, i1, ...] with index tensors (None = full slice): advanced indexing, the index dims
+    broadcast together; placed first unless the indexed dims are adjacent."""
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    nd = len(x.shape)
+    idx_list = list(indices) + [None] * (nd - len(indices))
+    pos = [i for i, t in enumerate(idx_list) if t is not None]
+    tens = [idx_list[i] for i in pos]
+    if any(t.dtype == "bool" for t in tens):
+        raise Unsupported("boolean-mask indexing is data-dependent")
+    bshape = _bshape(*tens)
+    nb = len(bshape)
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0
+
+    def fn(k, idx):
+        bidx = idx[first:first + nb]
+        rest = idx[:first] + idx[first + nb:]
+        src, r = [], 0
+        for d in range(nd):
+            t = idx_list[d]
+            if t is None:
+                src.append(rest[r])
+                r += 1
+            else:
+                v = _val(k, t, bidx, bshape, "int64")
+                src.append(_wrap_index(k, v, x.shape[d]))
+        return x(k, src)
+    return Loader(shape, x.dtype, fn, cost=x.cost + 1)
+
+
+def _index_select(L, node, x, dim, index, **kw):
+    dim %= len(x.shape)
+    shape = [symexpr.parse(s) for s in node["shape"]]
+
+    def fn(k, idx):
+        iv = index(k, [idx[dim]] if index.shape else [])
+        s = _wrap_index(k, iv, x.shape[dim])
+        return x(k, idx[:dim] + [s] + idx[dim + 1:])
+    return Loader(shape, x.dtype, fn, cost=x.cost + 1)
+
+
+def _embedding(L, node, w, ind, *a, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    nd = len(ind.shape)
+
+    def fn(k, idx):
+        iv = ind(k, idx[:nd])
+        s = _wrap_index(k, iv, w.shape[0])
+        return w(k, [s, idx[nd]])
+    return Loader(shape, w.dtype, fn, cost=1)
+
+
+def _gather(L, node, x, dim, index, *a, **kw):
+    dim %= len(x.shape)
+    shape = [symexpr.parse(s) for s in node["shape"]]
+
+    def fn(k, idx):
+        iv = index(k, idx)
+        s = _wrap_index(k, iv, x.shape[dim])
+        return x(k, idx[:dim] + [s] + idx[dim + 1:])
+    return Loader(shape, x.dtype, fn, cost=x.cost + 1)
+
+
+def _cat(L, node, tensors, dim=0, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+    parts = [t for t in tensors if not (len(t.shape) == 1 and same(t.shape[0], 0))]
+    nd = len(shape)
+    dim %= nd
+    starts, acc = [], sympy.Integer(0)
+    for t in parts:
+        starts.append(acc)
+        acc = acc + t.shape[dim]
+
+    def fn(k, idx):
+        d = k.c(idx[dim])
+        res = k.fresh("cat")
+        ct = compute_type(dt)
+        k.emit(f"{ct} {res};")
+        for j, (t, s) in enumerate(zip(parts, starts)):
+            cond = f"{d} < {k.c(s + t.shape[dim])}"
+            head = ("if" if j == 0 else "else if") + f" ({cond})" if j < len(parts) - 1 else "else"
+            k.open(head)
+            sub = idx[:dim] + [idx[dim] - s] + idx[dim + 1:]
+            v = convert(t(k, sub), t.dtype, dt)
+            k.emit(f"{res} = {v};")
+            k.close()
+        return res
+    return Loader(shape, dt, fn, cost=sum(t.cost for t in parts) + 1)
+
+
+def _pad(L, node, x, pad, value=0, **kw):
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    nd = len(shape)
+    dt = node["dtype"]
+    pads = [(sympy.sympify(pad[2 * i]), sympy.sympify(pad[2 * i + 1])) for i in range(len(pad) // 2)]
+
+    def fn(k, idx):
+        src, conds = list(idx), []
+        for i, (lo, hi) in enumerate(pads):
+            d = nd - 1 - i
+            src[d] = idx[d] - lo
+            conds.append(f"({k.c(src[d])} >= 0 && {k.c(src[d])} < {k.c(x.shape[d])})")
+        m = " && ".join(conds) or "true"
+        ok = k.let("bool", m)
+        k.push_mask(ok)
+        v = x(k, src)
+        k.pop_mask()
+        return k.let(compute_type(dt), f"({ok} ? ({v}) : {_lit(value, dt) if isinstance(value, Number) else '0'})")
+    return Loader(shape, dt, fn, cost=x.cost + 1)
+
+
+def _flip(L, node, x, dims, **kw):
+    nd = len(x.shape)
+    dims = {d % nd for d in dims}
+    return loops.reindex(x, x.shape, lambda idx: [x.shape[d] - 1 - i if d in dims else i
+                                                  for d, i in enumerate(idx)])
+
+
+def _scatter_common(L, node, x, dim, index, src, accumulate: str):
+    out = L.realize(x, None) if False else None
+    buf = L.new_buffer(x.dtype, x.shape)
+    L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
+    dim %= len(x.shape)
+    st = loops.contiguous_strides(x.shape)
+
+    def index_fn(k, idx):
+        iv = index(k, idx)
+        s = _wrap_index(k, iv, x.shape[dim])
+        full = idx[:dim] + [s] + idx[dim + 1:]
+        return k.c(sum((i * t for i, t in zip(full, st)), sympy.Integer(0)))
+    val = src if isinstance(src, Loader) else Loader(index.shape, x.dtype, lambda k, idx: _val(
+        k, src, idx, index.shape, x.dtype))
+    if isinstance(src, Loader):
+        val = loops.reindex(src, index.shape, lambda idx: idx) if len(src.shape) == len(index.shape) else src
+    L.kernels.append(templates.scatter(L.kname("scatter"), buf, index.shape, index_fn, val, accumulate))
+    return view_of(buf)
+
+
+def _scatter(L, node, x, dim, index, src, reduce=None, **kw):
+    if reduce is not None:
+        if reduce not in ("add", "sum"):
+            raise Unsupported(f"scatter reduce={reduce}")
+        return _scatter_common(L, node, x, dim, index, src, "add")
+    return _scatter_common(L, node, x, dim, index, src, "")
+
+
+def _scatter_add(L, node, x, dim, index, src, **kw):
+    return _scatter_common(L, node, x, dim, index, src, "add")
+
+
+def _scatter_reduce(L, node, x, dim, index, src, reduce, include_self=True, **kw):
+    if reduce != "sum" or not include_self:
+        raise Unsupported(f"scatter_reduce {reduce} include_self={include_self}")
+    return _scatter_common(L, node, x, dim, index, src, "add")
+
+
+def _index_put(L, node, x, indices, values, accumulate=False, **kw):
+    nd = len(x.shape)
+    idx_list = list(indices) + [None] * (nd - len(indices))
+    pos = [i for i, t in enumerate(idx_list) if t is not None]
+    tens = [idx_list[i] for i in pos]
+    if any(t.dtype == "bool" for t in tens):
+        raise Unsupported("index_put with a boolean mask is data-dependent")
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        raise Unsupported("index_put with non-adjacent index tensors")
+    bshape = _bshape(*tens)
+    first = pos[0]
+    it_shape = list(x.shape[:first]) + bshape + list(x.shape[pos[-1] + 1:])
+    buf = L.new_buffer(x.dtype, x.shape)
+    L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
+    st = loops.contiguous_strides(x.shape)
+    nb = len(bshape)
+
+    def index_fn(k, idx):
+        bidx = idx[first:first + nb]
+        rest = idx[:first] + idx[first + nb:]
+        full, r = [], 0
+        for d in range(nd):
+            t = idx_list[d]
+            if t is None:
+                full.append(rest[r])
+                r += 1
+            else:
+                v = _val(k, t, bidx, bshape, "int64")
+                full.append(_wrap_index(k, v, x.shape[d]))
+        return k.c(sum((i * t for i, t in zip(full, st)), sympy.Integer(0)))
+    val = loops.broadcast_to(values, it_shape) if isinstance(values, Loader) else \
+        Loader(it_shape, x.dtype, lambda k, idx: _lit(values, x.dtype))
+    L.kernels.append(templates.scatter(L.kname("index_put"), buf, it_shape, index_fn, val,
+                                       "add" if accumulate else ""))
+    return view_of(buf)
+
+
+def _refuse(why):
+    def lower(L, node, *a, **kw):
+        raise Unsupported(f"op {node['op']}: {why}")
+    return lower
+
+
+def _constant(L, node, *a, **kw):
+    import json as _json
+
+    vals = node.get("value")
+    flat = []
+
+    def walk(v):
+        if isinstance(v, list):
+            for x in v:
+                walk(x)
+        else:
+            flat.append(v)
+    walk(vals)
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+    if len(flat) == 1:
+        return Loader(shape, dt, lambda k, idx: _lit(flat[0], dt))
+    lits = ", ".join(_lit(v, dt) for v in flat)
+    ct = compute_type(dt)
+    st = loops.contiguous_strides(shape)
+
+    def fn(k, idx):
+        arr = k.fresh("cst")
+        k.emit(f"const {ct} {arr}[{len(flat)}] = {{{lits}}};")
+        flat_i = sum((i * s for i, s in zip(idx, st)), sympy.Integer(0))
+        return k.let(ct, f"{arr}[{k.c(flat_i)}]")
+    return Loader(shape, dt, fn)
+
+
+LOWER: dict[str, Any] = {
+    **_unary_map(),
+    "aten.add.Tensor": _arith("+"), "aten.add.Scalar": _arith("+"),
+    "aten.sub.Tensor": _arith("-"), "aten.sub.Scalar": _arith("-"),
+    "aten.mul.Tensor": _arith("*"), "aten.mul.Scalar": _arith("*"),
+    "aten.div.Tensor": _div, "aten.div.Scalar": _div, "aten.div.Tensor_mode": _div,
+    "aten.div.Scalar_mode": _div,
+    "aten.maximum.default": _arith(None, "sf_max"), "aten.minimum.default": _arith(None, "sf_min"),
+    "aten.fmax.default": _arith(None, "fmaxf"), "aten.fmin.default": _arith(None, "fminf"),
+    "aten.atan2.default": _arith(None, "atan2f"),
+    "aten.remainder.Tensor": lambda L, n, a, b, **k: elementwise(n, [a, b], (lambda x, y: f"sf_fmod_py({x}, {y})") if is_float(n["dtype"]) else (lambda x, y: f"sf_mod({x}, {y})")),
+    "aten.remainder.Scalar": lambda L, n, a, b, **k: elementwise(n, [a, b], (lambda x, y: f"sf_fmod_py({x}, {y})") if is_float(n["dtype"]) else (lambda x, y: f"sf_mod({x}, {y})")),
+    "aten.fmod.Tensor": lambda L, n, a, b, **k: elementwise(n, [a, b], (lambda x, y: f"fmodf({x}, {y})") if is_float(n["dtype"]) else (lambda x, y: f"({x} % {y})")),
+    "aten.fmod.Scalar": lambda L, n, a, b, **k: elementwise(n, [a, b], (lambda x, y: f"fmodf({x}, {y})") if is_float(n["dtype"]) else (lambda x, y: f"({x} % {y})")),
+    "aten.pow.Tensor_Scalar": _pow, "aten.pow.Tensor_Tensor": _pow,
+    "aten.pow.Scalar": lambda L, n, a, b, **k: elementwise(n, [a, b], lambda x, y: f"powf({x}, {y})"),
+    "aten.neg.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"(-{a})"),
+    "aten.abs.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"fabsf({a})" if _ct(n) == "float" else f"(({a}) < 0 ? -({a}) : ({a}))"),
+    "aten.reciprocal.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"(1.0f / {a})" if _ct(n) == "float" else f"(1.0 / {a})"),
+    "aten.sigmoid.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"(1.0f / (1.0f + expf(-{a})))" if _ct(n) == "float" else f"(1.0 / (1.0 + exp(-{a})))"),
+    "aten.relu.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"(({a}) != ({a}) ? ({a}) : (({a}) > 0 ? ({a}) : 0))"),
+    "aten.sign.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"sf_sign({a})" if _ct(n) == "float" else f"(({a} > 0) - ({a} < 0))"),
+    "aten.sgn.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"sf_sign({a})"),
+    "aten.frac.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"({a} - truncf({a}))"),
+    "aten.isnan.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"(({a}) != ({a}))", compute_dtype=x.dtype),
+    "aten.isinf.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"isinf({a})", compute_dtype=x.dtype),
+    "aten.isfinite.default": lambda L, n, x, **k: elementwise(n, [x], lambda a: f"isfinite({a})", compute_dtype=x.dtype),
+    "aten.where.self": _where, "aten.clamp.default": _clamp, "aten.clamp.Tensor": _clamp,
+    "aten.clamp_min.default": lambda L, n, x, lo, **k: _clamp(L, n, x, lo, None),
+    "aten.clamp_max.default": lambda L, n, x, hi, **k: _clamp(L, n, x, None, hi),
+    "aten._to_copy.default": _to_copy, "aten.clone.default": _identity, "aten.alias.default": _identity,
+    "aten.lift_fresh_copy.default": _identity, "aten.detach.default": _identity,
+    "aten.contiguous.default": _identity, "aten.copy.default": _copy,
+    "aten._unsafe_view.default": _view, "aten.view.default": _view, "aten.reshape.default": _view,
+    "aten.view_copy.default": _view,
+    "aten.permute.default": _permute, "aten.transpose.int": _transpose, "aten.t.default": _t,
+    "aten.expand.default": _expand, "aten.slice.Tensor": _slice, "aten.select.int": _select,
+    "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze, "aten.squeeze.dims": _squeeze,
+    "aten.squeeze.default": _squeeze, "aten.as_strided.default": _as_strided,
+    "aten.full.default": _full, "aten.scalar_tensor.default": _scalar_tensor,
+    "aten.empty.memory_format": _empty, "aten.empty_strided.default": _empty,
+    "aten.full_like.default": lambda L, n, x, v, **k: _full(L, n, None, v),
+    "aten.arange.start_step": _arange, "aten.arange.default": _arange, "aten.arange.start": _arange,
+    "aten.iota.default": _arange,
+    "aten.sum.dim_IntList": _sum, "aten.sum.default": _sum, "aten.mean.dim": _mean,
+    "aten.mean.default": _mean, "aten.prod.dim_int": _prod, "aten.prod.default": _prod,
+    "prims.var.default": _prims_var,
+    "prims.broadcast_in_dim.default": _broadcast_in_dim,
+    "prims.convert_element_type.default": _to_copy,
+    "aten.amax.default": _amax, "aten.amin.default": _amin,
+    "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
+    "aten.all.dim": _all, "aten.all.dims": _all, "aten.all.default": _all,
+    "aten.argmax.default": _argmax_like("argmax"), "aten.argmin.default": _argmax_like("argmin"),
+    "aten.max.dim": _max_dim("max"), "aten.min.dim": _max_dim("min"),
+    "aten.max.default": _amax, "aten.min.default": _amin,
+    "getitem": _getitem,
+    "aten.mm.default": _mm, "aten.bmm.default": _bmm, "aten.addmm.default": _addmm,
+    "aten.convolution.default": _convolution,
+    "aten.cumsum.default": _cumulative("sum"), "aten.cumprod.default": _cumulative("prod"),
+    "aten.sort.default": _sort, "aten.sort.stable": _sort, "aten.topk.default": _topk,
+    "aten.index.Tensor": _index, "aten._unsafe_index.Tensor": _index,
+    "aten.index_select.default": _index_select, "aten.embedding.default": _embedding,
+    "aten.gather.default": _gather, "aten.cat.default": _cat, "aten.constant_pad_nd.default": _pad,
+    "aten.flip.default": _flip,
+    "aten.scatter.src": _scatter, "aten.scatter.value": _scatter, "aten.scatter.reduce": _scatter,
+    "aten.scatter_add.default": _scatter_add, "aten.scatter_reduce.two": _scatter_reduce,
+    "aten.index_put.default": _index_put,
+    "constant": _constant,
+    "aten.rand.default": _refuse("random numbers (the evaluator cannot match them)"),
+    "aten.randn.default": _refuse("random numbers"), "aten.bernoulli.p": _refuse("random numbers"),
+    "aten.nonzero.default": _refuse("data-dependent output size"),
+}
+for _c, _s in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
+    LOWER[f"aten.{_c}.Tensor"] = _compare(_s)
+    LOWER[f"aten.{_c}.Scalar"] = _compare(_s)
+for _n, _o in (("and", "and"), ("or", "or"), ("xor", "xor"), ("not", "not")):
+    LOWER[f"aten.logical_{_n}.default"] = _logical_bool(_o)
+    LOWER[f"aten.bitwise_{_n}.Tensor"] = _logical(_o)
+    LOWER[f"aten.bitwise_{_n}.Scalar"] = _logical(_o)
+LOWER["aten.bitwise_not.default"] = _logical("not")

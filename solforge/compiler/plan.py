@@ -1,0 +1,72 @@
+"""Assemble a lowered graph into one Candidate: a source file with every kernel, launches in
+order, intermediates packed in the workspace.
+
+Workspace: buffers are placed by liveness (first and last kernel that touches each), greedily
+reusing the space of buffers no longer read; every offset is a multiple of 256 bytes and an
+expression over the axes, passed to the kernels as an int64 argument.
+"""
+
+from __future__ import annotations
+
+import sympy
+from torch.utils._sympy.functions import FloorDiv
+
+from ..candidate import Candidate
+from . import symexpr
+from .kernel import ITEMSIZE, PRELUDE
+
+ALIGN = 256
+
+
+def _bytes(buf):
+    b = buf.numel() * ITEMSIZE[buf.dtype]
+    q = sympy.simplify(b / ALIGN)
+    if q.is_integer:
+        return sympy.sympify(b)
+    return FloorDiv(b + ALIGN - 1, ALIGN) * ALIGN
+
+
+def pack_workspace(lowering) -> sympy.Expr:
+    """Set every workspace buffer's offset; return the total bytes. Buffers whose lifetimes do not
+    overlap share space when one fits in the other's slot (sizes compared symbolically; when that
+    cannot be decided the buffer gets its own slot)."""
+    first, last = {}, {}
+    for i, spec in enumerate(lowering.kernels):
+        names = {key[1] for key in spec.kernel._keys if isinstance(key, tuple) and key[0] == "o"}
+        for n in names:
+            first.setdefault(n, i)
+            last[n] = i
+    slots: list[list] = []   # [offset, size, free_after_kernel]
+    end = sympy.Integer(0)
+    for buf in sorted(lowering.ws, key=lambda b: first.get(b.name, 10**9)):
+        if buf.name not in first:
+            buf.offset = sympy.Integer(0)
+            continue
+        size = _bytes(buf)
+        placed = False
+        for slot in slots:
+            if slot[2] < first[buf.name]:
+                d = sympy.expand(slot[1] - size)
+                if d.is_number and d >= 0:
+                    buf.offset = slot[0]
+                    slot[2] = last[buf.name]
+                    placed = True
+                    break
+        if not placed:
+            buf.offset = end
+            slots.append([end, size, last[buf.name]])
+            end = end + size
+    return end
+
+
+def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
+    total = pack_workspace(lowering)
+    srcs, launches = [PRELUDE], []
+    for spec in lowering.kernels:
+        srcs.append(spec.kernel.source(spec.launch_bounds))
+        launches.append({"kernel": spec.kernel.name, "grid": spec.grid, "block": spec.block,
+                         "smem": spec.smem, "args": spec.kernel.args()})
+    ws = symexpr.to_axis(total) if total != 0 else "0"
+    return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
+                     params={}, launches=launches, workspace=ws, workspace_zero="0",
+                     options=["--fmad=false"], notes=notes)

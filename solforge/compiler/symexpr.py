@@ -1,0 +1,206 @@
+"""Size expressions: sympy <-> axis-expression strings <-> C.
+
+The trace writes every size as an axis-expression string (solforge/problem/axis_expr.py syntax over
+the definition's var axes and int scalar inputs); the compiler works on sympy expressions (index
+arithmetic simplifies) and prints them back as launch expressions or as C over kernel parameters.
+Integer division is FloorDiv and modulo ModularIndexing/Mod from torch's sympy helpers: both are
+only ever applied to non-negative values here (sizes, indices), where C's `/` and `%` agree.
+"""
+
+from __future__ import annotations
+
+import ast
+from functools import lru_cache
+
+import sympy
+from torch.utils._sympy.functions import (CeilToInt, CleanDiv, FloorDiv, FloorToInt, Identity,
+                                          IntTrueDiv, Max, Min, ModularIndexing, Mod, PythonMod,
+                                          TruncToInt)
+
+
+@lru_cache(maxsize=None)
+def sym(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def parse(expr: str) -> sympy.Expr:
+    """An axis-expression string as a sympy expression (names become integer symbols)."""
+    return _from_ast(ast.parse(str(expr).strip(), mode="eval").body)
+
+
+def _from_ast(n):
+    if isinstance(n, ast.Constant):
+        v = n.value
+        return sympy.Integer(v) if isinstance(v, int) or float(v) == int(v) else sympy.Float(v)
+    if isinstance(n, ast.Name):
+        return sym(n.id)
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+        return -_from_ast(n.operand)
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.UAdd):
+        return _from_ast(n.operand)
+    if isinstance(n, ast.BinOp):
+        a, b = _from_ast(n.left), _from_ast(n.right)
+        if isinstance(n.op, ast.Add):
+            return a + b
+        if isinstance(n.op, ast.Sub):
+            return a - b
+        if isinstance(n.op, ast.Mult):
+            return a * b
+        if isinstance(n.op, ast.FloorDiv):
+            return FloorDiv(a, b)
+        if isinstance(n.op, ast.Div):
+            q = sympy.simplify(a / b)
+            if q.is_integer:
+                return q
+            return FloorDiv(a, b)  # sizes: a true division that is exact in every workload
+        if isinstance(n.op, ast.Mod):
+            return Mod(a, b)
+        if isinstance(n.op, ast.Pow):
+            return a ** b
+    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+        args = [_from_ast(a) for a in n.args]
+        f = n.func.id
+        if f == "min":
+            return Min(*args)
+        if f == "max":
+            return Max(*args)
+        if f == "ceil_div":
+            return FloorDiv(args[0] + args[1] - 1, args[1])
+        if f == "abs":
+            return sympy.Abs(args[0])
+    raise ValueError(f"size expression {ast.dump(n)[:80]} not understood")
+
+
+class _Printer:
+    """Prints a sympy integer expression; `name` maps a symbol to its printed name."""
+
+    def __init__(self, name, c: bool):
+        self.name = name
+        self.c = c
+
+    def p(self, e) -> str:
+        if isinstance(e, (int,)):
+            return str(e)
+        if e.is_Integer:
+            v = int(e)
+            return f"{v}LL" if self.c and abs(v) > 2**31 - 1 else str(v)
+        if e.is_Rational and not e.is_Integer:
+            raise ValueError(f"non-integer size {e}")
+        if e.is_Symbol:
+            return self.name(e.name)
+        if e.is_Add:
+            terms = sorted(e.args, key=lambda t: (t.is_number, str(t)))
+            out = self.p(terms[0])
+            for t in terms[1:]:
+                if t.is_number and t < 0:
+                    out += f" - {self.p(-t)}"
+                elif t.is_Mul and t.args[0].is_number and t.args[0] < 0:
+                    out += f" - {self.p(-t)}"
+                else:
+                    out += f" + {self.p(t)}"
+            return f"({out})"
+        if e.is_Mul:
+            num = [a for a in e.args if not (a.is_Pow and a.exp.is_number and a.exp < 0)]
+            den = [a for a in e.args if a.is_Pow and a.exp.is_number and a.exp < 0]
+            if den:
+                n = sympy.Mul(*num)
+                d = sympy.Mul(*[a.base ** (-a.exp) for a in den])
+                op = "/" if self.c else "//"
+                return f"({self.p(n)} {op} {self.p(d)})"
+            if len(num) >= 2 and num[0] == -1:
+                return f"(-{self.p(sympy.Mul(*num[1:]))})"
+            return "(" + " * ".join(self.p(a) for a in num) + ")"
+        if e.is_Pow:
+            if e.exp.is_Integer and e.exp > 0:
+                return "(" + " * ".join([self.p(e.base)] * int(e.exp)) + ")"
+            raise ValueError(f"power {e} in a size")
+        f = type(e)
+        if f in (FloorDiv, CleanDiv):
+            op = "/" if self.c else "//"
+            return f"({self.p(e.args[0])} {op} {self.p(e.args[1])})"
+        if f is ModularIndexing:
+            x, d, m = e.args
+            op = "/" if self.c else "//"
+            inner = self.p(x) if d == 1 else f"({self.p(x)} {op} {self.p(d)})"
+            return f"({inner} % {self.p(m)})"
+        if f in (Mod, PythonMod, sympy.Mod):
+            return f"({self.p(e.args[0])} % {self.p(e.args[1])})"
+        if f in (Max, sympy.Max):
+            return self._fold("max", e.args)
+        if f in (Min, sympy.Min):
+            return self._fold("min", e.args)
+        if f in (Identity,):
+            return self.p(e.args[0])
+        if f in (CeilToInt, sympy.ceiling) and isinstance(e.args[0], IntTrueDiv):
+            a, b = e.args[0].args
+            return f"(({self.p(a)} + {self.p(b)} - 1) {'/' if self.c else '//'} {self.p(b)})"
+        if f in (FloorToInt, TruncToInt, sympy.floor) and isinstance(e.args[0], IntTrueDiv):
+            a, b = e.args[0].args
+            return f"({self.p(a)} {'/' if self.c else '//'} {self.p(b)})"
+        if f is sympy.Abs:
+            return f"{'llabs' if self.c else 'abs'}({self.p(e.args[0])})"
+        if f is sympy.Piecewise:
+            raise ValueError("piecewise size")
+        raise ValueError(f"cannot print {f.__name__} in a size: {e}")
+
+    def _fold(self, fn, args):
+        args = list(args)
+        out = self.p(args[0])
+        for a in args[1:]:
+            out = f"{fn}({out}, {self.p(a)})" if not self.c else \
+                f"(({out}) {'>' if fn == 'max' else '<'} ({self.p(a)}) ? ({out}) : ({self.p(a)}))"
+        return out
+
+
+def to_axis(e) -> str:
+    """A sympy size as an axis-expression string (launch expressions, IR shapes)."""
+    e = sympy.sympify(e)
+    return _Printer(lambda n: n, c=False).p(e)
+
+
+def to_c(e, name=lambda n: n) -> str:
+    """A sympy index expression as C over int64 values."""
+    e = sympy.sympify(e)
+    return _Printer(name, c=True).p(e)
+
+
+def as_int(e):
+    """The integer if the expression is a constant, else None."""
+    e = sympy.sympify(e)
+    return int(e) if e.is_Integer else None
+
+
+def to_c_float(e, name=lambda n: n) -> str:
+    """A sympy float-valued size expression (torch's SymFloat: 1/sqrt(d), 1/N) as C double."""
+    e = sympy.sympify(e)
+
+    def p(x) -> str:
+        if x.is_Integer or x.is_Float or (x.is_Rational and not x.is_Integer):
+            return f"({float(x)!r})"
+        if x.is_Symbol:
+            return f"((double){name(x.name)})"
+        if x.is_Add:
+            return "(" + " + ".join(p(a) for a in x.args) + ")"
+        if x.is_Mul:
+            return "(" + " * ".join(p(a) for a in x.args) + ")"
+        if x.is_Pow:
+            if x.exp == -1:
+                return f"(1.0 / {p(x.base)})"
+            if x.exp == sympy.Rational(1, 2):
+                return f"sqrt({p(x.base)})"
+            if x.exp == sympy.Rational(-1, 2):
+                return f"(1.0 / sqrt({p(x.base)}))"
+            return f"pow({p(x.base)}, {p(x.exp)})"
+        fn = type(x).__name__
+        if fn in ("ToFloat", "Identity", "TruncToFloat"):
+            return f"((double)({p(x.args[0])}))"
+        if fn in ("IntTrueDiv", "FloatTrueDiv"):
+            return f"({p(x.args[0])} / {p(x.args[1])})"
+        if fn in ("FloatPow", "PowByNatural"):
+            return f"pow({p(x.args[0])}, {p(x.args[1])})"
+        if fn.startswith("OpaqueUnaryFn_"):
+            return f"{fn[len('OpaqueUnaryFn_'):]}({p(x.args[0])})"
+        if isinstance(x, (FloorDiv, ModularIndexing, Mod, PythonMod, Max, Min)):
+            return f"((double){to_c(x, name)})"
+        raise ValueError(f"cannot print {fn} in a float size expression")
+    return p(e)

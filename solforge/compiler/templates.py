@@ -1,0 +1,394 @@
+"""Kernel templates: each writes one CUDA kernel (a `Kernel`) and says how to launch it.
+
+- pointwise: a grid-stride loop over the elements of one or more outputs of the same size;
+- reduction: one group of RW threads per output element (RW = 32: a warp; 256: a block), any
+  reduced dims, sum/prod/max/min/argmax/argmin/any/all, fp32 (or wider) accumulation;
+- matmul: a 64x64x16 shared-memory tiled SIMT kernel with fp32 FMA accumulation over operand
+  loaders (any strides, batch, fused prologue ops, implicit-GEMM convolution operands) and an
+  epilogue that writes through an index function (bias, layout of a conv output);
+- scan: one thread per row, sequential (cumsum / cumprod);
+- sort: per row, every element's stable rank by counting (sort, argsort, topk);
+- scatter: copy then scatter (store or atomic add) over the source's elements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+from torch.utils._sympy.functions import ModularIndexing
+
+from . import symexpr
+from .kernel import Buffer, Kernel, STORAGE, compute_type, convert, round_to
+from .loops import Loader, contiguous_strides, prod
+
+BLOCK = 256
+
+
+@dataclass
+class LaunchSpec:
+    kernel: Kernel
+    grid: list
+    block: list
+    smem: str = "0"
+    launch_bounds: int = 0
+    notes: str = ""
+    extra_src: str = ""
+    kind: str = ""
+
+
+def _unravel(k: Kernel, lin: sympy.Symbol, shape) -> list:
+    st = contiguous_strides(shape)
+    return [sympy.Integer(0) if s == 1 else (ModularIndexing(lin, stv, s) if len(shape) > 1 or True
+                                             else lin) for stv, s in zip(st, shape)]
+
+
+def pointwise(name: str, items: list[tuple[Loader, Buffer]]) -> LaunchSpec:
+    """Write each loader's values into its buffer (all with the same number of elements)."""
+    k = Kernel(name)
+    n = items[0][1].numel()
+    lin = k.local_sym("_x")
+    k.emit(f"const long long n_ = {k.c(n)};")
+    k.open(f"for (long long {lin} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {lin} < n_; "
+           f"{lin} += (long long)gridDim.x * blockDim.x)")
+    for loader, buf in items:
+        shape = buf.shape
+        idx = [sympy.Integer(0) if s == 1 else ModularIndexing(lin, st, s) if len(shape) > 1 else lin
+               for st, s in zip(contiguous_strides(shape), shape)]
+        v = loader(k, idx)
+        k.store(buf, lin, convert(v, loader.dtype, buf.dtype))
+    k.close()
+    grid = f"max(1, min(ceil_div({symexpr.to_axis(n)}, {BLOCK}), 131072))"
+    return LaunchSpec(k, [grid], [str(BLOCK)], kind="pointwise")
+
+
+_INIT = {"sum": "0", "prod": "1", "max": "-SF_INF", "min": "SF_INF", "any": "false", "all": "true"}
+
+
+def _acc_type(op: str, dtype: str) -> str:
+    if op in ("any", "all"):
+        return "bool"
+    ct = compute_type(dtype)
+    return ct
+
+
+def reduction(name: str, src: Loader, rdims: list[int], op: str, out: Buffer,
+              keep_shape: list, scale=None) -> LaunchSpec:
+    """out[kept] = op over rdims of src (argmax/argmin: the index along the single rdim).
+    scale: a C-free sympy/float divisor applied at the end (mean)."""
+    k = Kernel(name)
+    nd = len(src.shape)
+    kept = [d for d in range(nd) if d not in rdims]
+    rshape = [src.shape[d] for d in rdims]
+    kshape = [src.shape[d] for d in kept]
+    R = prod(rshape)
+    NO = prod(kshape)
+    rc = symexpr.as_int(R)
+    RW = 32 if (rc is not None and rc <= 256) else BLOCK
+    ROWS = BLOCK // RW
+    arg = op in ("argmax", "argmin")
+    base_op = {"argmax": "max", "argmin": "min"}.get(op, op)
+    acc_t = _acc_type(base_op, src.dtype) if not arg else compute_type(src.dtype)
+    if op in ("sum", "prod") and acc_t == "float":
+        acc_t = "float"
+    k.emit(f"const long long nout_ = {k.c(NO)};")
+    k.emit(f"const long long R_ = {k.c(R)};")
+    k.emit(f"__shared__ {acc_t if acc_t != 'bool' else 'int'} sv_[{BLOCK}];")
+    if arg:
+        k.emit(f"__shared__ long long si_[{BLOCK}];")
+    k.emit(f"const int lane_ = threadIdx.x % {RW}; const int grp_ = threadIdx.x / {RW};")
+    k.open(f"for (long long base_ = (long long)blockIdx.x * {ROWS}; base_ < nout_; "
+           f"base_ += (long long)gridDim.x * {ROWS})")
+    row = k.local_sym("_row")
+    k.emit(f"const long long {row} = base_ + grp_;")
+    init = _INIT[base_op]
+    if acc_t == "long long" and base_op in ("max", "min"):
+        init = "LLONG_MIN" if base_op == "max" else "LLONG_MAX"
+        init = "(-9223372036854775807LL - 1)" if base_op == "max" else "9223372036854775807LL"
+    if acc_t == "bool" and base_op in ("max", "min"):
+        init = "false" if base_op == "max" else "true"
+    if acc_t == "double" and base_op in ("max", "min"):
+        init = "(-(double)SF_INF)" if base_op == "max" else "((double)SF_INF)"
+    k.emit(f"{acc_t} acc_ = ({acc_t})({init});")
+    if arg:
+        k.emit("long long ai_ = 0;")
+    k.open(f"if ({row} < nout_)")
+    r = k.local_sym("_r")
+    k.open(f"for (long long {r} = lane_; {r} < R_; {r} += {RW})")
+    kidx = [sympy.Integer(0) if s == 1 else ModularIndexing(row, st, s)
+            for st, s in zip(contiguous_strides(kshape), kshape)]
+    ridx = [sympy.Integer(0) if s == 1 else ModularIndexing(r, st, s)
+            for st, s in zip(contiguous_strides(rshape), rshape)]
+    full = [None] * nd
+    for d, e in zip(kept, kidx):
+        full[d] = e
+    for d, e in zip(rdims, ridx):
+        full[d] = e
+    v = src(k, full)
+    v = convert(v, src.dtype, "bool") if acc_t == "bool" else v
+    if acc_t != compute_type(src.dtype) and acc_t != "bool":
+        v = f"(({acc_t})({v}))"
+    if op == "sum":
+        k.emit(f"acc_ = acc_ + {v};")
+    elif op == "prod":
+        k.emit(f"acc_ = acc_ * {v};")
+    elif op in ("max", "min"):
+        k.emit(f"acc_ = sf_{op}(acc_, {v});")
+    elif op == "any":
+        k.emit(f"acc_ = acc_ || {v};")
+    elif op == "all":
+        k.emit(f"acc_ = acc_ && {v};")
+    else:
+        cmp = ">" if op == "argmax" else "<"
+        isnan = f"({v} != {v})" if acc_t in ("float", "double") else "false"
+        k.emit(f"if (({v} {cmp} acc_) || ({isnan} && !(acc_ != acc_))) {{ acc_ = {v}; ai_ = {r}; }}")
+    k.close()
+    k.close()
+    # combine within the group of RW threads: warp shuffles, then shared memory across warps
+    comb = {"sum": "a + b", "prod": "a * b", "max": "sf_max(a, b)", "min": "sf_min(a, b)",
+            "any": "a || b", "all": "a && b"}.get(op)
+    if arg:
+        cmp = ">" if op == "argmax" else "<"
+        nan = "(ov != ov)" if acc_t in ("float", "double") else "false"
+        nan_self = "(acc_ != acc_)" if acc_t in ("float", "double") else "false"
+        step = (f"{{ if (!{nan_self} && ({nan} || ov {cmp} acc_ || (ov == acc_ && oi < ai_))) "
+                f"{{ acc_ = ov; ai_ = oi; }} }}")
+        for off in (16, 8, 4, 2, 1):
+            k.emit(f"{{ {acc_t} ov = __shfl_xor_sync(0xffffffffu, acc_, {off}); long long oi = "
+                   f"__shfl_xor_sync(0xffffffffu, ai_, {off}); {step} }}")
+        if RW > 32:
+            k.emit("__syncthreads();")
+            k.emit("if ((threadIdx.x % 32) == 0) { sv_[threadIdx.x / 32] = acc_; si_[threadIdx.x / 32] = ai_; }")
+            k.emit("__syncthreads();")
+            k.open("if (threadIdx.x == 0)")
+            k.open(f"for (int w_ = 1; w_ < {RW // 32}; ++w_)")
+            k.emit(f"{acc_t} ov = sv_[w_]; long long oi = si_[w_]; {step}")
+            k.close()
+            k.close()
+    else:
+        shfl_t = "int" if acc_t == "bool" else acc_t
+        for off in (16, 8, 4, 2, 1):
+            k.emit(f"{{ {acc_t} a = acc_; {acc_t} b = ({acc_t})__shfl_xor_sync(0xffffffffu, "
+                   f"({shfl_t})acc_, {off}); acc_ = {comb}; }}")
+        if RW > 32:
+            k.emit("__syncthreads();")
+            k.emit("if ((threadIdx.x % 32) == 0) sv_[threadIdx.x / 32] = acc_;")
+            k.emit("__syncthreads();")
+            k.open("if (threadIdx.x == 0)")
+            k.open(f"for (int w_ = 1; w_ < {RW // 32}; ++w_)")
+            k.emit(f"{acc_t} a = acc_; {acc_t} b = ({acc_t})sv_[w_]; acc_ = {comb};")
+            k.close()
+            k.close()
+    k.open(f"if (lane_ == 0 && {row} < nout_)")
+    if arg:
+        k.store(out, row, "ai_")
+    else:
+        res = "acc_"
+        if scale is not None:
+            res = f"(acc_ / ({acc_t})({k.c(scale)}))"
+        acc_dt = {"float": "float32", "double": "float64", "long long": "int64", "bool": "bool"}[acc_t]
+        k.store(out, row, convert(res, acc_dt, out.dtype))
+    k.close()
+    if RW > 32:
+        k.emit("__syncthreads();")
+    k.close()
+    grid = f"max(1, min(ceil_div({symexpr.to_axis(NO)}, {ROWS}), 131072))"
+    return LaunchSpec(k, [grid], [str(BLOCK)], launch_bounds=BLOCK, kind="reduction")
+
+
+def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_index=None,
+           bias=None, batch_shape=None) -> LaunchSpec:
+    """out[batch, m, n] = sum_k a[batch, m, k] * b[batch, k, n] (+ bias[batch, m, n]), fp32 FMA.
+    a, b: loaders with shapes (*batch, M, K) and (*batch, K, N); batch dims already broadcast.
+    out_index(batch_idx, m, n) -> flat index into out (default: contiguous (*batch, M, N))."""
+    BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
+    k = Kernel(name)
+    bshape = list(batch_shape if batch_shape is not None else a.shape[:-2])
+    M, K = a.shape[-2], a.shape[-1]
+    N = b.shape[-1]
+    NB = prod(bshape)
+    k.emit(f"__shared__ float As_[{BK}][{BM} + 4];")
+    k.emit(f"__shared__ float Bs_[{BK}][{BN} + 4];")
+    k.emit(f"const long long M_ = {k.c(M)}, N_ = {k.c(N)}, K_ = {k.c(K)}, NB_ = {k.c(NB)};")
+    k.emit("const int tx_ = threadIdx.x % 16, ty_ = threadIdx.x / 16;")
+    k.emit(f"const long long m0_ = (long long)blockIdx.y * {BM}, n0_ = (long long)blockIdx.x * {BN};")
+    k.open("for (long long bz_ = blockIdx.z; bz_ < NB_; bz_ += gridDim.z)")
+    bz = symexpr.sym("bz_")
+    k.locals.add("bz_")
+    bidx = [sympy.Integer(0) if s == 1 else ModularIndexing(bz, st, s)
+            for st, s in zip(contiguous_strides(bshape), bshape)]
+    k.emit(f"float acc_[{TM}][{TN}];")
+    k.emit(f"for (int i = 0; i < {TM}; ++i) for (int j = 0; j < {TN}; ++j) acc_[i][j] = 0.0f;")
+    k.open(f"for (long long k0_ = 0; k0_ < K_; k0_ += {BK})")
+    # A tile: BM x BK
+    k.open(f"for (int e_ = threadIdx.x; e_ < {BM * BK}; e_ += {BLOCK})")
+    k.emit(f"const long long gm_ = m0_ + e_ / {BK}, gk_ = k0_ + e_ % {BK};")
+    k.locals.update({"gm_", "gk_"})
+    k.push_mask("gm_ < M_ && gk_ < K_")
+    va = a(k, bidx + [symexpr.sym("gm_"), symexpr.sym("gk_")])
+    k.pop_mask()
+    k.emit(f"As_[e_ % {BK}][e_ / {BK}] = (gm_ < M_ && gk_ < K_) ? (float)({va}) : 0.0f;")
+    k.close()
+    k.open(f"for (int e_ = threadIdx.x; e_ < {BN * BK}; e_ += {BLOCK})")
+    k.emit(f"const long long gk_ = k0_ + e_ / {BN}, gn_ = n0_ + e_ % {BN};")
+    k.locals.update({"gn_"})
+    k.push_mask("gn_ < N_ && gk_ < K_")
+    vb = b(k, bidx + [symexpr.sym("gk_"), symexpr.sym("gn_")])
+    k.pop_mask()
+    k.emit(f"Bs_[e_ / {BN}][e_ % {BN}] = (gn_ < N_ && gk_ < K_) ? (float)({vb}) : 0.0f;")
+    k.close()
+    k.emit("__syncthreads();")
+    k.open(f"for (int kk_ = 0; kk_ < {BK}; ++kk_)")
+    k.emit(f"float ra_[{TM}], rb_[{TN}];")
+    k.emit(f"for (int i = 0; i < {TM}; ++i) ra_[i] = As_[kk_][ty_ + 16 * i];")
+    k.emit(f"for (int j = 0; j < {TN}; ++j) rb_[j] = Bs_[kk_][tx_ + 16 * j];")
+    k.emit(f"for (int i = 0; i < {TM}; ++i) for (int j = 0; j < {TN}; ++j) "
+           "acc_[i][j] = fmaf(ra_[i], rb_[j], acc_[i][j]);")
+    k.close()
+    k.emit("__syncthreads();")
+    k.close()
+    k.open(f"for (int i = 0; i < {TM}; ++i)")
+    k.open(f"for (int j = 0; j < {TN}; ++j)")
+    k.emit("const long long om_ = m0_ + ty_ + 16 * i, on_ = n0_ + tx_ + 16 * j;")
+    k.locals.update({"om_", "on_"})
+    k.open("if (om_ < M_ && on_ < N_)")
+    om, on = symexpr.sym("om_"), symexpr.sym("on_")
+    val = "acc_[i][j]"
+    if bias is not None:
+        bv = bias(k, bidx + [om, on])
+        val = f"(acc_[i][j] + (float)({bv}))"
+    if out_index is None:
+        flat = sum((i * s for i, s in zip(bidx + [om, on], contiguous_strides(bshape + [M, N]))),
+                   sympy.Integer(0))
+        # bz_ itself is the flat batch index
+        flat = bz * M * N + om * N + on
+    else:
+        flat = out_index(bidx, om, on)
+    k.store(out, flat, convert(round_to(val, out_dtype) if out_dtype != "float32" else val,
+                               out_dtype, out.dtype))
+    k.close()
+    k.close()
+    k.close()
+    k.close()
+    grid = [f"max(1, ceil_div({symexpr.to_axis(N)}, {BN}))", f"max(1, ceil_div({symexpr.to_axis(M)}, {BM}))",
+            f"max(1, min({symexpr.to_axis(NB)}, 65535))"]
+    return LaunchSpec(k, grid, [str(BLOCK)], launch_bounds=BLOCK, kind="matmul")
+
+
+def scan(name: str, src: Loader, dim: int, op: str, out: Buffer) -> LaunchSpec:
+    """out = cumulative op of src along dim (one thread per row, in order)."""
+    k = Kernel(name)
+    nd = len(src.shape)
+    dim %= nd
+    other = [d for d in range(nd) if d != dim]
+    oshape = [src.shape[d] for d in other]
+    L = src.shape[dim]
+    NR = prod(oshape)
+    acc_t = compute_type(out.dtype)
+    row = k.local_sym("_row")
+    k.emit(f"const long long nr_ = {k.c(NR)}, L_ = {k.c(L)};")
+    k.open(f"for (long long {row} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {row} < nr_; "
+           f"{row} += (long long)gridDim.x * blockDim.x)")
+    k.emit(f"{acc_t} acc_ = ({acc_t})({'0' if op == 'sum' else '1'});")
+    j = k.local_sym("_j")
+    k.open(f"for (long long {j} = 0; {j} < L_; ++{j})")
+    oidx = [sympy.Integer(0) if s == 1 else ModularIndexing(row, st, s)
+            for st, s in zip(contiguous_strides(oshape), oshape)]
+    full = list(oidx)
+    full.insert(dim, j)
+    v = convert(src(k, full), src.dtype, out.dtype)
+    k.emit(f"acc_ = {round_to('acc_ ' + ('+' if op == 'sum' else '*') + f' {v}', out.dtype)};")
+    ost = contiguous_strides(src.shape)
+    k.store(out, sum((i * s for i, s in zip(full, ost)), sympy.Integer(0)), "acc_")
+    k.close()
+    k.close()
+    grid = f"max(1, min(ceil_div({symexpr.to_axis(NR)}, {BLOCK}), 131072))"
+    return LaunchSpec(k, [grid], [str(BLOCK)], kind="scan")
+
+
+def sort_rank(name: str, src: Buffer, dim: int, descending: bool, k_top, out_vals, out_idx,
+              vals_dtype: str) -> LaunchSpec:
+    """Per row along dim: each element's stable rank r (ties keep index order; NaN counts as the
+    largest value); values/indices written at r when r < k_top."""
+    k = Kernel(name)
+    shape = src.shape
+    nd = len(shape)
+    dim %= nd
+    L = shape[dim]
+    total = prod(shape)
+    st = contiguous_strides(shape)
+    lin = k.local_sym("_x")
+    k.emit(f"const long long n_ = {k.c(total)}, L_ = {k.c(L)}, S_ = {k.c(st[dim])}, KT_ = {k.c(k_top)};")
+    k.open(f"for (long long {lin} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {lin} < n_; "
+           f"{lin} += (long long)gridDim.x * blockDim.x)")
+    k.emit("const long long i_ = (" + str(lin) + " / S_) % L_;")
+    k.emit("const long long base_ = " + str(lin) + " - i_ * S_;")
+    p = k.ptr(src)
+    ct = compute_type(src.dtype)
+    k.emit(f"const {ct} v_ = cv({p}[{lin}]);")
+    isf = ct in ("float", "double")
+    k.emit("long long r_ = 0;")
+    k.open("for (long long j_ = 0; j_ < L_; ++j_)")
+    k.emit(f"const {ct} w_ = cv({p}[base_ + j_ * S_]);")
+    if isf:
+        # key order with NaN largest: a < b  <=>  (!nan(a) && (nan(b) || a < b))
+        lt = "(!(w_ != w_) && ((v_ != v_) || w_ < v_))"
+        gt = "(!(v_ != v_) && ((w_ != w_) || w_ > v_))"
+        eq = "((w_ == v_) || ((w_ != w_) && (v_ != v_)))"
+    else:
+        lt, gt, eq = "(w_ < v_)", "(w_ > v_)", "(w_ == v_)"
+    before = gt if descending else lt
+    k.emit(f"if ({before} || ({eq} && j_ < i_)) ++r_;")
+    k.close()
+    k.open("if (r_ < KT_)")
+    ost = "S_" if out_vals is None else "S_"
+    # output rows have KT_ entries along dim: the flat index of (row, r_)
+    k.emit("const long long outer_ = base_ / (S_ * L_), inner_ = base_ % S_;")
+    k.emit("const long long o_ = (outer_ * KT_ + r_) * S_ + inner_;")
+    if out_vals is not None:
+        k.emit(f"st(&{k.ptr(out_vals)}[o_], {convert('v_', src.dtype, out_vals.dtype)});")
+        k.written.add(out_vals.name)
+    if out_idx is not None:
+        k.emit(f"st(&{k.ptr(out_idx)}[o_], {convert('i_', 'int64', out_idx.dtype)});")
+        k.written.add(out_idx.name)
+    k.close()
+    k.close()
+    grid = f"max(1, min(ceil_div({symexpr.to_axis(total)}, {BLOCK}), 131072))"
+    return LaunchSpec(k, [grid], [str(BLOCK)], kind="sort")
+
+
+def scatter(name: str, out: Buffer, iter_shape, index_fn, value: Loader, accumulate: str) -> LaunchSpec:
+    """For every element e of iter_shape: out[index_fn(k, e)] (op)= value(e). accumulate: '' (store),
+    'add' (atomic add), 'mul'/'amax'/'amin' are refused by the caller."""
+    k = Kernel(name)
+    n = prod(iter_shape)
+    lin = k.local_sym("_x")
+    k.emit(f"const long long n_ = {k.c(n)};")
+    k.open(f"for (long long {lin} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {lin} < n_; "
+           f"{lin} += (long long)gridDim.x * blockDim.x)")
+    idx = [sympy.Integer(0) if s == 1 else ModularIndexing(lin, st, s)
+           for st, s in zip(contiguous_strides(iter_shape), iter_shape)]
+    flat = index_fn(k, idx)
+    v = convert(value(k, idx), value.dtype, out.dtype)
+    p = k.ptr(out)
+    k.written.add(out.name)
+    if accumulate == "add":
+        if out.dtype in ("int64",):
+            k.emit(f"atomicAdd((unsigned long long*)&{p}[{flat}], (unsigned long long)({v}));")
+        elif out.dtype == "int32":
+            k.emit(f"atomicAdd(&{p}[{flat}], (int)({v}));")
+        elif out.dtype == "float32":
+            k.emit(f"atomicAdd(&{p}[{flat}], {v});")
+        elif out.dtype == "float64":
+            k.emit(f"atomicAdd(&{p}[{flat}], {v});")
+        elif out.dtype == "bfloat16":
+            k.emit(f"atomicAdd(&{p}[{flat}], __float2bfloat16_rn({v}));")
+        elif out.dtype == "float16":
+            k.emit(f"atomicAdd(&{p}[{flat}], __float2half_rn({v}));")
+        else:
+            raise ValueError(f"scatter-add into {out.dtype}")
+    else:
+        k.emit(f"st(&{p}[{flat}], {v});")
+    k.close()
+    grid = f"max(1, min(ceil_div({symexpr.to_axis(n)}, {BLOCK}), 131072))"
+    return LaunchSpec(k, [grid], [str(BLOCK)], kind="scatter")

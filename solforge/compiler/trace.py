@@ -1,0 +1,523 @@
+"""Trace a reference into the compiler's IR (JSON), in a child process.
+
+`trace_definition(defn, workloads)` runs `python -m solforge.compiler.trace` with the definition and
+up to two workloads on stdin and reads one JSON object back: {"ok": true, "ir": {...}} or
+{"ok": false, "reason": "one line"}. The reference is user code: it only ever runs in that child
+(`_run_child` is the one place to switch to a sandbox), under a timeout.
+
+In the child, every tensor input is a fake tensor on the CPU with a symbolic size per dim (no duck
+sizing: two axes that happen to be equal stay two symbols), int scalar inputs are SymInts, float
+scalars are sentinel values (a graph constant equal to the sentinel is the scalar). make_fx with
+torch's core ATen decompositions (plus softmax, norms, gelu...) gives a graph of a small op set; the
+anchors (mm, bmm, addmm, convolution, scans, sort/topk, scatters) stay whole. The graph is traced at
+two workloads; a structural difference (sizes specialised by the reference, a float scalar used in
+Python arithmetic) is refused. Every size becomes an axis-expression string over the definition's
+var axes and int scalar inputs.
+
+IR (dict): {"inputs": [{"name", "kind": "tensor"|"int"|"float"|"bool", "dtype", "shape"}],
+ "nodes": [{"name", "op", "args", "kwargs", "dtype", "shape", "outs"?}], "outputs": [ref...]}.
+An argument is a number, string, None, a list, {"ref": node}, {"sym": "expr"}, {"scalar": name},
+{"dtype": name}. A node with several results has "outs": [[dtype, shape], ...] and is read through
+"getitem" nodes. Constants: op "constant" with "value" (nested list).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+TRACE_TIMEOUT_S = 90
+_SENTINELS = (0.8134765625, 0.6806640625)  # float scalars, first and second trace (exact in bf16)
+_DT = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
+       "torch.float64": "float64", "torch.int64": "int64", "torch.int32": "int32",
+       "torch.int16": "int16", "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
+       "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
+       "torch.complex64": "complex64"}
+
+
+@dataclass
+class TraceResult:
+    ok: bool
+    ir: Optional[dict] = None
+    reason: str = ""
+
+
+# ── parent side ──────────────────────────────────────────────────────────────────────────────────
+def pick_workloads(defn, workloads: list) -> list[dict]:
+    """Up to two workloads (axes + scalars) to trace at: no var axis equal to 0 or 1 (sizes that
+    make_fx specialises), smallest first, the second one differing in some var axis."""
+    var = list(defn.var_axes)
+    rows = []
+    for rw in workloads:
+        axes = dict(getattr(rw, "axes", {}) or {})
+        scal = {}
+        try:
+            scal = rw.scalars()
+        except Exception:  # noqa: BLE001
+            pass
+        rows.append({"axes": axes, "scalars": scal})
+    good = [r for r in rows if all(int(r["axes"].get(v, 2)) >= 2 for v in var)] or rows
+    good.sort(key=lambda r: sum(int(r["axes"].get(v, 0)) for v in var))
+    if not good:
+        return []
+    first = good[0]
+    for r in good[1:]:
+        if any(r["axes"].get(v) != first["axes"].get(v) for v in var) or \
+                r["scalars"] != first["scalars"]:
+            return [first, r]
+    return [first]
+
+
+def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) -> TraceResult:
+    if not workloads:
+        return TraceResult(False, reason="no workloads to trace at")
+    import torch  # noqa: F401 - imported once here, every trace child forks with it
+
+    picked = pick_workloads(defn, workloads)
+    req = {"definition": defn.model_dump(mode="json"), "workloads": picked}
+    return _run_child(req, timeout_s)
+
+
+def _run_child(req: dict, timeout_s: float) -> TraceResult:
+    """The reference runs here, in a child process with a timeout (the sandbox's place): forked
+    from this process when it has torch imported already (no second import), else a fresh
+    interpreter."""
+    if "torch" in sys.modules and hasattr(os, "fork"):
+        return _run_forked(req, timeout_s)
+    env = dict(os.environ)
+    env.setdefault("CUDA_VISIBLE_DEVICES", "")
+    env["OMP_NUM_THREADS"] = "1"
+    try:
+        p = subprocess.run([sys.executable, "-m", "solforge.compiler.trace"], input=json.dumps(req),
+                           capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return TraceResult(False, reason=f"tracing the reference took over {timeout_s:.0f} s")
+    last = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not last:
+        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return TraceResult(False, reason=f"trace process failed (rc {p.returncode}): {err[:200]}")
+    try:
+        out = json.loads(last[-1])
+    except json.JSONDecodeError:
+        return TraceResult(False, reason="trace process wrote unreadable output")
+    if not out.get("ok"):
+        return TraceResult(False, reason=str(out.get("reason", "unknown"))[:300])
+    return TraceResult(True, ir=out["ir"])
+
+
+def _run_forked(req: dict, timeout_s: float) -> TraceResult:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    rd, wr = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_forked_main, args=(req, wr), daemon=True)
+    proc.start()
+    wr.close()
+    try:
+        if not rd.poll(timeout_s):
+            return TraceResult(False, reason=f"tracing the reference took over {timeout_s:.0f} s")
+        text = rd.recv()
+    except (EOFError, OSError):
+        return TraceResult(False, reason=f"trace process died (exit code {proc.exitcode})")
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+        rd.close()
+    out = json.loads(text)
+    if not out.get("ok"):
+        return TraceResult(False, reason=str(out.get("reason", "unknown"))[:300])
+    return TraceResult(True, ir=out["ir"])
+
+
+def _forked_main(req: dict, wr) -> None:
+    import io
+
+    buf = io.StringIO()
+    old_in, old_out = sys.stdin, sys.stdout
+    sys.stdin, sys.stdout = io.StringIO(json.dumps(req)), buf
+    try:
+        child_main()
+    finally:
+        sys.stdin, sys.stdout = old_in, old_out
+    lines = [l for l in buf.getvalue().splitlines() if l.startswith("{")]
+    wr.send(lines[-1] if lines else json.dumps({"ok": False, "reason": "no trace output"}))
+    wr.close()
+    os._exit(0)
+
+
+# ── child side ───────────────────────────────────────────────────────────────────────────────────
+class TraceError(Exception):
+    pass
+
+
+def _decomp_table():
+    import torch
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    aten = torch.ops.aten
+    table = dict(core_aten_decompositions())
+    extra = [aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm,
+             aten.gelu, aten.leaky_relu, aten.elu, aten.hardtanh, aten.native_batch_norm,
+             aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit,
+             aten._native_batch_norm_legit_functional, aten.slice_scatter,
+             aten.linalg_vector_norm, aten._adaptive_avg_pool2d, aten.avg_pool2d,
+             aten.native_dropout, aten.diagonal, aten.narrow, aten.native_layer_norm_backward,
+             aten.native_group_norm_backward, aten.native_batch_norm_backward,
+             aten._softmax_backward_data, aten._log_softmax_backward_data, aten.gelu_backward,
+             aten.logsumexp, aten.std, aten.var, aten.var_mean, aten.std_mean, aten.hardswish,
+             aten.hardsigmoid, aten.softplus, aten.mish, aten.silu, aten.glu, aten.rsub,
+             aten.upsample_nearest2d, aten.upsample_bilinear2d, aten.repeat, aten.roll,
+             aten.baddbmm, aten.addcmul, aten.addcdiv, aten.lerp, aten.triu, aten.tril,
+             aten.masked_fill, aten.clamp_min, aten.clamp_max, aten.unbind, aten.stack,
+             aten.split_with_sizes, aten.split, aten.chunk, aten.index_add, aten.select_scatter,
+             aten.embedding_dense_backward, aten.threshold_backward, aten.sigmoid_backward,
+             aten.tanh_backward, aten.silu_backward, aten.mse_loss, aten.nll_loss_forward,
+             aten.cosine_similarity, aten.im2col, aten.pixel_shuffle, aten.reflection_pad1d,
+             aten.reflection_pad2d, aten.replication_pad2d, aten.expand_as, aten.new_zeros,
+             aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like, aten.full_like,
+             aten.fill, aten._to_copy, aten.dot, aten.mv, aten.addmv, aten.outer, aten.einsum,
+             aten.max_pool2d_with_indices_backward, aten.addmm]
+    for op in extra:
+        try:
+            table.update(get_decompositions([op]))
+        except Exception:  # noqa: BLE001 - an op without a decomposition stays whole
+            pass
+    keep = [aten.mm, aten.bmm, aten.convolution, aten.cumsum, aten.cumprod, aten.sort, aten.topk,
+            aten.index_put, aten.scatter, aten.scatter_add, aten.scatter_reduce, aten.embedding,
+            aten.index_select, aten.gather, aten.constant_pad_nd, aten.flip, aten._to_copy,
+            aten.clone, aten.index, aten.argmax, aten.argmin, aten.max, aten.min,
+            aten.addmm, aten.where, aten.clamp, aten.avg_pool2d, aten.max_pool2d_with_indices,
+            aten.prod, aten.mean, aten.amax, aten.amin, aten.sum]
+    for op in keep:
+        for ov in op.overloads():
+            table.pop(getattr(op, ov), None)
+    return table
+
+
+def _dtype_name(dt) -> str:
+    s = str(dt)
+    if s not in _DT:
+        raise TraceError(f"dtype {s} is not supported")
+    return _DT[s]
+
+
+class _Namer:
+    """sympy symbol of the trace -> axis expression (sympy, over var axes and int scalars)."""
+
+    def __init__(self):
+        self.map: dict = {}
+
+    def expr(self, e, shape_env) -> str:
+        import sympy
+
+        from . import symexpr
+
+        e = sympy.sympify(e)
+        if shape_env is not None:
+            e = shape_env.replace(e)
+        free = [s for s in e.free_symbols]
+        bad = [s for s in free if s not in self.map]
+        if bad:
+            if any(str(s).startswith("u") for s in bad):
+                raise TraceError("data-dependent size (a shape that depends on tensor values)")
+            raise TraceError(f"size symbol {bad[0]} is not tied to any input dim")
+        e = e.xreplace({s: self.map[s] for s in free})
+        return symexpr.to_axis(sympy.expand(e) if e.is_Add or e.is_Mul else e)
+
+
+def _float_expr(self, e, shape_env) -> dict:
+    """A SymFloat (1/sqrt(head_dim), 1/N) as a C double expression over size params z_<axis>."""
+    import sympy
+
+    from . import symexpr
+
+    e = sympy.sympify(e)
+    if shape_env is not None:
+        e = shape_env.replace(e)
+    bad = [s for s in e.free_symbols if s not in self.map]
+    if bad:
+        raise TraceError("data-dependent float value")
+    e = e.xreplace({s: self.map[s] for s in e.free_symbols})
+    names = sorted(str(s) for s in e.free_symbols)
+    if not names:
+        return float(e)
+    return {"symf": symexpr.to_c_float(e, lambda n: "z_" + n), "names": names}
+
+
+_Namer.float_expr = _float_expr
+
+
+def _axis_sym(defn, name_or_int):
+    import sympy
+
+    from . import symexpr
+
+    if isinstance(name_or_int, int):
+        return sympy.Integer(name_or_int)
+    ax = defn.axes.get(name_or_int)
+    if ax is None:
+        return symexpr.sym(name_or_int)
+    if getattr(ax, "type", "") == "const":
+        return sympy.Integer(ax.value)
+    if getattr(ax, "type", "") == "expr":
+        e = symexpr.parse(ax.expression)
+        return e.xreplace({s: _axis_sym(defn, s.name) for s in e.free_symbols})
+    return symexpr.sym(name_or_int)
+
+
+def _trace_once(defn, wl: dict, sentinel: float) -> dict:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    from ..problem.dtypes import to_torch
+
+    axes = dict(wl["axes"])
+    try:
+        axes.update(defn.resolve_axes({k: axes[k] for k in defn.var_axes}))
+    except (KeyError, ValueError):
+        pass
+    scalars = wl.get("scalars", {})
+    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference"}
+    exec(compile(defn.reference, "<reference>", "exec"), ns)
+    fn = ns.get("run")
+    if fn is None:
+        raise TraceError("the reference defines no run()")
+    # no duck sizing (two axes equal in this workload stay two symbols); a var axis of size 1 stays
+    # symbolic too, constant dims are static
+    shape_env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
+    mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    namer = _Namer()
+    names = list(defn.inputs)
+    args, inputs_ir = [], []
+    for k in names:
+        spec = defn.inputs[k]
+        if spec.is_scalar:
+            kind = {"float": "float", "int": "int", "bool": "bool"}.get(
+                __import__("solforge.problem.dtypes", fromlist=["kind"]).kind(spec.dtype), "float")
+            if kind == "float":
+                args.append(sentinel + 0.0078125 * len(inputs_ir))
+            elif kind == "int":
+                v = scalars.get(k)
+                if v is None:
+                    raise TraceError(f"int scalar input {k} has no value in the workload")
+                args.append(int(v))
+            else:
+                args.append(bool(scalars.get(k, False)))
+            inputs_ir.append({"name": k, "kind": kind, "dtype": spec.dtype, "shape": None})
+            continue
+        shape = []
+        for d in spec.shape:
+            shape.append(int(d) if isinstance(d, int) else int(axes[d]))
+        meta = torch.empty(shape, dtype=to_torch(spec.dtype), device="meta")
+        dyn = [DimDynamic.STATIC if _axis_sym(defn, d).is_number else DimDynamic.DYNAMIC
+               for d in spec.shape]
+        fake = mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=dyn, constraint_sizes=[None] * len(dyn)))
+        fake.fake_device = torch.device("cpu")
+        for d, (dim, ent) in enumerate(zip(fake.shape, spec.shape)):
+            if isinstance(dim, torch.SymInt):
+                namer.map[dim.node.expr] = _axis_sym(defn, ent)
+        args.append(fake)
+        from . import symexpr
+        inputs_ir.append({"name": k, "kind": "tensor", "dtype": spec.dtype,
+                          "shape": [symexpr.to_axis(_axis_sym(defn, d)) for d in spec.shape]})
+
+    def call(*a):
+        with _CpuDevice():
+            return fn(**dict(zip(names, a)))
+
+    from torch.func import functionalize
+
+    try:
+        gm = make_fx(functionalize(call, remove="mutations"), tracing_mode="symbolic",
+                     decomposition_table=_decomp_table())(*args)
+    except Exception as e:  # noqa: BLE001 - the trace's own words, one line
+        raise TraceError(_why(e)) from None
+    # int scalar placeholders: their SymInt is the scalar itself
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n, inp in zip(phs, inputs_ir):
+        v = n.meta.get("val")
+        if inp["kind"] == "int" and isinstance(v, torch.SymInt):
+            from . import symexpr
+            namer.map[v.node.expr] = symexpr.sym(inp["name"])
+    return _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
+
+
+def _cpu(dev):
+    return "cpu" if dev is not None and str(dev).startswith("cuda") else dev
+
+
+class _CpuDeviceBase:
+    pass
+
+
+def _make_cpu_device_mode():
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class CpuDevice(TorchFunctionMode):
+        """References that place tensors on "cuda" trace on the CPU (fake tensors): the device
+        moves are identities here."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = _cpu(kwargs["device"])
+            if func in (torch.Tensor.cuda,):
+                return args[0]
+            if func is torch.Tensor.to:
+                args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
+            return func(*args, **kwargs)
+    return CpuDevice()
+
+
+def _CpuDevice():
+    return _make_cpu_device_mode()
+
+
+def _why(e: Exception) -> str:
+    s = f"{type(e).__name__}: {e}".strip().splitlines()[0]
+    low = s.lower()
+    if "data-dependent" in low or "guardondatadependent" in low or "unbacked" in low:
+        return "stopped at a data-dependent size or branch (nonzero / boolean mask / .item() / " \
+               "a Python loop over tensor values): " + s[:160]
+    return s[:300]
+
+
+def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
+    import torch
+
+    sent = {sentinel + 0.0078125 * i: inp["name"] for i, inp in enumerate(inputs_ir)
+            if inp["kind"] == "float"}
+    nodes: list[dict] = []
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    ph_name = {n.name: inp["name"] for n, inp in zip(phs, inputs_ir)}
+    skip: set[str] = set()
+
+    def enc(a):
+        if isinstance(a, torch.fx.Node):
+            v = a.meta.get("val")
+            if isinstance(v, (torch.SymInt,)):
+                return {"sym": namer.expr(v.node.expr, shape_env)}
+            if isinstance(v, torch.SymFloat):
+                return namer.float_expr(v.node.expr, shape_env)
+            if isinstance(v, torch.SymBool):
+                raise TraceError(f"symbolic bool argument ({a.name})")
+            if a.op == "placeholder":
+                inp = next(i for i in inputs_ir if i["name"] == ph_name[a.name])
+                if inp["kind"] == "float":
+                    return {"scalar": inp["name"]}
+                if inp["kind"] == "int":
+                    return {"sym": inp["name"]}
+                if inp["kind"] == "bool":
+                    raise TraceError("bool scalar inputs used as tensors")
+                return {"ref": inp["name"]}
+            return {"ref": a.name}
+        if isinstance(a, torch.SymInt):
+            return {"sym": namer.expr(a.node.expr, shape_env)}
+        if isinstance(a, torch.SymFloat):
+            return namer.float_expr(a.node.expr, shape_env)
+        if isinstance(a, bool) or a is None or isinstance(a, str):
+            return a
+        if isinstance(a, int):
+            return a
+        if isinstance(a, float):
+            if a in sent:
+                return {"scalar": sent[a]}
+            return a if a == a and abs(a) != float("inf") else {"float": str(a)}
+        if isinstance(a, (list, tuple)):
+            return [enc(x) for x in a]
+        if isinstance(a, torch.dtype):
+            return {"dtype": _dtype_name(a)}
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        raise TraceError(f"argument of type {type(a).__name__} not supported")
+
+    def meta(v):
+        if isinstance(v, torch.Tensor):
+            return _dtype_name(v.dtype), [namer.expr(getattr(s, "node", None).expr if isinstance(
+                s, torch.SymInt) else s, shape_env) for s in v.shape]
+        raise TraceError(f"value of type {type(v).__name__}")
+
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            continue
+        if n.op == "get_attr":
+            t = getattr(gm, n.target)
+            if not isinstance(t, torch.Tensor) or t.numel() > 65536:
+                raise TraceError(f"a constant tensor of {getattr(t, 'numel', lambda: '?')()} elements")
+            dt = _dtype_name(t.dtype)
+            nodes.append({"name": n.name, "op": "constant", "args": [], "kwargs": {},
+                          "value": t.detach().to("cpu").tolist() if t.dim() else t.item(),
+                          "dtype": dt, "shape": [str(s) for s in t.shape]})
+            continue
+        if n.op == "output":
+            outs = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
+            return {"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]}
+        if n.op != "call_function":
+            raise TraceError(f"graph node kind {n.op}")
+        v = n.meta.get("val")
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) \
+                and not isinstance(v, torch.Tensor):
+            skip.add(n.name)  # size arithmetic: its uses read the SymInt's expression directly
+            continue
+        target = n.target
+        op = "getitem" if target is __import__("operator").getitem else str(target)
+        rec = {"name": n.name, "op": op, "args": [enc(a) for a in n.args],
+               "kwargs": {k: enc(x) for k, x in n.kwargs.items()}}
+        if isinstance(v, torch.Tensor):
+            rec["dtype"], rec["shape"] = meta(v)
+        elif isinstance(v, (list, tuple)):
+            rec["dtype"], rec["shape"] = None, None
+            rec["outs"] = [list(meta(x)) if isinstance(x, torch.Tensor) else None for x in v]
+        elif v is None:
+            rec["dtype"], rec["shape"] = None, None
+        else:
+            raise TraceError(f"{op} gives {type(v).__name__}")
+        nodes.append(rec)
+    raise TraceError("graph without output")
+
+
+def _structure(ir: dict) -> str:
+    return json.dumps(ir, sort_keys=True)
+
+
+def child_main() -> int:
+    req = json.loads(sys.stdin.read())
+    try:
+        import torch  # noqa: F401
+
+        from ..problem.definition import Definition
+
+        defn = Definition.model_validate(req["definition"])
+        irs = []
+        for i, wl in enumerate(req["workloads"][:2]):
+            irs.append(_trace_once(defn, wl, _SENTINELS[i]))
+        if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
+            a, b = irs
+            why = "the graph differs between two workloads"
+            for x, y in zip(a["nodes"], b["nodes"]):
+                if x != y:
+                    why += f" at {x['op']} ({x['name']})"
+                    break
+            else:
+                if len(a["nodes"]) != len(b["nodes"]):
+                    why += f" ({len(a['nodes'])} vs {len(b['nodes'])} nodes)"
+            raise TraceError(why + ": sizes or scalar values steer the reference's Python code")
+        print(json.dumps({"ok": True, "ir": irs[0]}))
+    except TraceError as e:
+        print(json.dumps({"ok": False, "reason": str(e)}))
+    except Exception as e:  # noqa: BLE001 - anything else the reference raises, as one line
+        print(json.dumps({"ok": False, "reason": _why(e)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,70 @@
+"""The compiler as a kernel family: any problem the trace-driven compiler (solforge/compiler) can
+lower gets its plan as a candidate. Matching is the compiler's own: trace, lower, plan; nothing
+about the problem's name or wording.
+
+Unlike the hand-written families it needs the workloads (the trace runs the reference at two of
+them), so matches/param_space/instantiate take the Problem; a bare Definition is not served.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..candidate import Candidate
+from .base import Family, FamilyError, Spec
+from .gate import family_offered
+
+
+def _outcome(problem):
+    from ..compiler.api import compile_problem
+
+    if not getattr(problem, "workloads", None) or not hasattr(problem, "definition"):
+        return None
+    return compile_problem(problem)
+
+
+class CompiledFamily(Family):
+    name = "compiler"
+    description = ("trace-driven compiler: the reference's ATen graph lowered to generated kernels "
+                   "(fused elementwise, reductions over any dims, tiled matmul / implicit-GEMM "
+                   "convolution, scans, sorts, gathers and scatters) run in order")
+    ops = ("any",)
+    source_dir = "compiler"
+
+    @property
+    def offered(self) -> bool:
+        return family_offered(self.source_dir)
+
+    def matches(self, problem) -> bool:
+        out = _outcome(problem)
+        return bool(out is not None and out.ok)
+
+    def analyze(self, defn) -> Optional[Spec]:
+        return None  # a Definition alone has no workloads to trace at
+
+    def param_space(self, problem) -> list[dict]:
+        out = _outcome(problem)
+        if out is None or not out.ok:
+            return []
+        return [dict(out.candidate.params)]
+
+    def default_params(self, problem) -> dict:
+        space = self.param_space(problem)
+        if not space:
+            raise FamilyError(f"compiler does not serve {getattr(problem, 'name', problem)}")
+        return space[0]
+
+    def instantiate(self, problem, params: Optional[dict] = None) -> Candidate:
+        out = _outcome(problem)
+        if out is None or not out.ok:
+            why = out.reason if out is not None else "no workloads"
+            raise FamilyError(f"compiler does not serve {getattr(problem, 'name', problem)}: {why}")
+        cand = out.candidate.model_copy(deep=True)
+        if params:
+            unknown = set(params) - set(cand.params)
+            if unknown:
+                raise FamilyError(f"compiler: unknown params {sorted(unknown)}")
+            cand.params.update(params)
+        defn = problem.definition
+        cand.check_tensor_args(set(defn.inputs), set(defn.outputs))
+        return cand
