@@ -104,7 +104,7 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
 
 
 def run(args) -> int:
-    from ..problem.ingest import ingest_path
+    from ..problem.sources import ingest_path
     from .output import console, emit_json
 
     rep = ingest_path(args.path)
