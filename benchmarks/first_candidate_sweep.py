@@ -85,7 +85,7 @@ def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dic
     except Exception as e:  # noqa: BLE001 - a matcher's failure is this problem's line, not the run's
         return [{"problem": key, "worker": None, "staged": False, "reason": f"matching failed: {e}"}]
     if not cands:
-        return [{"problem": key, "worker": None, "staged": False, "reason": "no worker serves it"}]
+        return [{"problem": key, "worker": None, "staged": False, "reason": _why_unserved(problem)}]
     for worker, cand in cands:
         res = compile_candidate(cand, arch)
         row = {"problem": key, "worker": worker, "staged": False}
@@ -101,6 +101,17 @@ def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dic
         rows.append({**row, "staged": True, "stage": stage,
                      "workloads": len(problem.workloads), "launches": len(cand.launches)})
     return rows
+
+
+def _why_unserved(problem) -> str:
+    """The compiler's one-line reason (the op or pattern that stopped it)."""
+    try:
+        from solforge.compiler.api import compile_problem
+
+        out = compile_problem(problem)
+        return f"compiler: {out.reason}" if not out.ok else "no worker offered"
+    except Exception as e:  # noqa: BLE001
+        return f"compiler: {type(e).__name__}: {e}"[:200]
 
 
 def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from ..store import report_queries as rq
 from .prompts import WorkloadSol
 
 log = logging.getLogger(__name__)
@@ -29,6 +28,8 @@ def workload_sols(problem, gpu_profile: str, store=None) -> list[WorkloadSol]:
 
 def _from_store(problem, gpu_profile: str, store, sols: list[WorkloadSol]) -> bool:
     try:
+        from ..store import report_queries as rq  # only with a store: the GPU box has no duckdb
+
         rows = rq.roofline_rows(store, problem.name, gpu_profile)
     except Exception as e:  # noqa: BLE001 - an old database without the table
         log.debug("no roofline rows: %s", e)
@@ -71,6 +72,8 @@ def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
 def _baselines(problem, store, sols: list[WorkloadSol]) -> None:
     try:
         # T_b is the faster of eager and torch.compile (each variant's latest measurement).
+        from ..store import report_queries as rq  # only with a store: the GPU box has no duckdb
+
         rows = rq.fastest_baseline_rows(store, problem.name)
     except Exception as e:  # noqa: BLE001
         log.debug("no baselines: %s", e)
