@@ -72,6 +72,10 @@ def _instrument(clock: PhaseClock, device):
             with clock.phase("timing_warmup"):
                 return super().warmup(*a, **k)
 
+        def warmup_n(self, *a, **k):
+            with clock.phase("timing_warmup"):
+                return super().warmup_n(*a, **k)
+
         def _measure_cupti(self, *a, **k):
             with clock.phase("timing_profile"):
                 return super()._measure_cupti(*a, **k)

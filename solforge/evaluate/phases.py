@@ -28,11 +28,15 @@ from typing import Iterator
 
 
 class PhaseClock:
-    """Accumulates wall seconds per phase name (perf_counter; nested phases are the caller's care)."""
+    """Accumulates wall seconds per phase name (perf_counter). Phases are exclusive: a phase opened
+    inside another (inputs made by the caching probe's setup inside timing_profile) counts its
+    seconds for itself only and they are taken out of the enclosing one, so the phases of a
+    workload add up to at most its wall time and no second is counted twice."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self._open: list[list[float]] = []    # per open phase: [seconds of nested phases]
 
     def add(self, name: str, dt: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + dt
@@ -41,10 +45,16 @@ class PhaseClock:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        nested = [0.0]
+        self._open.append(nested)
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            self._open.pop()
+            self.add(name, max(0.0, dt - nested[0]))
+            if self._open:
+                self._open[-1][0] += dt
 
     def snapshot(self) -> dict[str, float]:
         return dict(self.seconds)
