@@ -50,8 +50,10 @@ PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
 # session runs `hasattr(torch, "_inductor")` (profiler.py, prepare_trace), and torch's lazy __getattr__
 # then imports torch._inductor -> torch._dynamo -> sympy: ~800 modules, ~4 s in every fresh child,
 # nearly all of the "first CUPTI session" cost (data/results/profiler_first_session.txt). Imported here
-# once instead; it initializes no CUDA (checked below, as for every preload).
-PRELOAD_OPTIONAL = ("torch._inductor",)
+# once instead; it initializes no CUDA (checked below, as for every preload). cupti-python (the
+# timer's CUPTI backend, where installed): loading it only loads libcupti; CUPTI attaches at the
+# child's first measurement.
+PRELOAD_OPTIONAL = ("torch._inductor", "cupti.cupti")
 _MAX_MSG = 1 << 16
 
 
