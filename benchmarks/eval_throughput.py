@@ -4,11 +4,13 @@ new way, each a fresh process per candidate with every guard and the post-timing
 unchanged), with the phase seconds of each evaluation (the shape attempts.eval_phases / v_eval_phases
 keep).
 
-Configurations (job settings only; the same driver, runner and zygote):
-  before        the measurement as it was: warm-up by wall time (warmup_ms, 25 ms), a synchronize
-                between each call's L2 flush and the call, torch.profiler (kineto) for CUPTI
+Configurations (job settings and the slot environment; the same driver, runner and zygote):
+  before        as it was: warm-up by wall time (warmup_ms, 25 ms), a synchronize between each
+                call's L2 flush and the call, torch.profiler (kineto) for CUPTI, a child forked per
+                request that creates its CUDA context itself (SOLFORGE_EVAL_SPARE=0)
   after_kineto  SOL-ExecBench's measurement (10 counted warm-up calls, the call queued behind its
-                flush) still read through kineto: what the window and the warm-up change alone
+                flush) still read through kineto, and the zygote's spare child (its CUDA context made
+                while the previous candidate ran)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
 
 GPU-seconds of an evaluation = RunReport.wall_s (what the optimize flow records as
@@ -48,6 +50,7 @@ CONFIGS = {
     "after_kineto": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
     "after": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "auto"},
 }
+ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}}
 TARGET_PER_MIN = 60.0
 
 
@@ -141,7 +144,8 @@ def _record(config: str, stage: Path, rep, meta: dict) -> dict:
 
     return {"config": config, "stage": stage.name, "problem": meta.get("problem"),
             "workloads": len(rep.results), "wall_s": round(rep.wall_s, 4), "launch": rep.launch,
-            "phases": flat_seconds(rep.phases), "exit_code": rep.exit_code,
+            "phases": flat_seconds(rep.phases), "mode": (rep.phases or {}).get("mode"),
+            "exit_code": rep.exit_code,
             "statuses": [r.status.value for r in rep.results],
             "backends": sorted({str(r.extra.get("timing_backend")) for r in rep.results}),
             "median_ms": {r.workload_uuid: r.median_ms for r in rep.results}}
@@ -254,7 +258,7 @@ def cmd_run(args) -> None:
     # would land on whichever configuration ran first
     if stages:
         _set_config(stages[0], configs[-1])
-        runner.run_stage(stages[0], timeout_s=args.timeout)
+        runner.run_stage(stages[0], timeout_s=args.timeout, env=ENVS[configs[-1]])
     t0 = time.time()
     for rnd in range(args.repeat):
         for i, s in enumerate(stages):
@@ -263,7 +267,7 @@ def cmd_run(args) -> None:
                 if time.time() - t0 > args.deadline_s:
                     break
                 _set_config(s, cfg)
-                rep = runner.run_stage(s, timeout_s=args.timeout)
+                rep = runner.run_stage(s, timeout_s=args.timeout, env=ENVS[cfg])
                 rec = _record(cfg, s, rep, meta[s.name])
                 doc["records"].append(rec)
                 save()

@@ -237,10 +237,11 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
         children[pid] = conn
         child_of[fno] = pid
         _send(conn, {"pid": pid, "spare": spared})
-        if spare_enabled():
+        env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+        if spare_enabled(env):
             # the next candidate's process, made now: its CUDA context is created alongside this
             # candidate's (both before any timing starts) instead of after it
-            make_spare({str(k): str(v) for k, v in (req.get("env") or {}).items()})
+            make_spare(env)
 
     while True:
         watch = [srv, sys.stdin, wake_r] + list(conns.values())
@@ -513,9 +514,11 @@ def _spare(env: dict, sock: socket.socket, srv: socket.socket, conns: list, keep
     _run_driver(req, fds, keep, t_start, "zygote-spare", tuple(notes))
 
 
-def spare_enabled() -> bool:
-    """$SOLFORGE_EVAL_SPARE (default on): keep one spare child with its CUDA context made ahead."""
-    return os.environ.get("SOLFORGE_EVAL_SPARE", "1").strip().lower() not in ("0", "false", "no")
+def spare_enabled(env: Optional[dict] = None) -> bool:
+    """SOLFORGE_EVAL_SPARE (default on) in the request's extra environment, else the zygote's: keep
+    a spare child with its CUDA context made ahead for this environment."""
+    v = (env or {}).get("SOLFORGE_EVAL_SPARE", os.environ.get("SOLFORGE_EVAL_SPARE", "1"))
+    return str(v).strip().lower() not in ("0", "false", "no")
 
 
 def env_key(env: Optional[dict]) -> str:

@@ -125,6 +125,11 @@ def test_next_candidate_runs_in_the_spare_made_ahead(problem, tmp_path, pypath):
     rep = _run(problem, tmp_path, "other_slot", probe.replace("'5'", "'6'"), pypath, timeout_s=120,
                env={"CUDA_VISIBLE_DEVICES": "6"})
     assert rep.results[0].status.value == "passed" and rep.phases["mode"] == "zygote", rep.phases
+    # a slot that asks for no spare gets a child forked per request, as before
+    for i in range(2):
+        rep = _run(problem, tmp_path, f"nospare{i}", probe, pypath, timeout_s=120,
+                   env={"CUDA_VISIBLE_DEVICES": "5", "SOLFORGE_EVAL_SPARE": "0"})
+        assert rep.results[0].status.value == "passed" and rep.phases["mode"] == "zygote"
 
 
 def test_hang_is_killed_and_next_candidate_runs(problem, tmp_path, pypath):
