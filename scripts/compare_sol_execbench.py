@@ -806,6 +806,28 @@ def cmd_merge(args) -> int:
     return 0
 
 
+def cmd_combine(args) -> int:
+    """Several runs' JSON (e.g. two device calls over two halves of the problem list) as one report."""
+    docs = [json.loads(Path(f).read_text()) for f in args.docs]
+    index = [e for d in docs for e in d["index"]]
+    results = {c["case"]: c["raw"] for d in docs for c in d["cases"]}
+    doc = compare(index, results)
+    doc["index"] = index
+    first = docs[0].get("meta", {})
+    doc["meta"] = {**first, "command": " ; ".join(d.get("meta", {}).get("command", "?") for d in docs),
+                   "wall_s": round(sum(d.get("meta", {}).get("wall_s") or 0 for d in docs), 1),
+                   "problems": [p for d in docs for p in (d.get("meta", {}).get("problems") or [])],
+                   "solforge_commit": first.get("solforge_commit")}
+    if args.notes:
+        doc["meta"]["notes_md"] = Path(args.notes).read_text()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "sol_execbench_compare_h200.md").write_text(render(doc))
+    print(render(doc))
+    return 0
+
+
 def cmd_render(args) -> int:
     doc = json.loads(Path(args.json).read_text())
     if "index" in doc:  # recompute the comparison from the raw results
@@ -858,13 +880,17 @@ def main() -> int:
     mg.add_argument("--solforge", required=True)
     mg.add_argument("--out", required=True, help="folder for sol_execbench_compare_h200.{json,md}")
     mg.add_argument("--notes", help="a markdown file appended to the table (findings)")
+    cb = sub.add_parser("combine", help="several runs (different problems) as one report")
+    cb.add_argument("docs", nargs="+")
+    cb.add_argument("--out", required=True)
+    cb.add_argument("--notes")
     g = sub.add_parser("render")
     g.add_argument("json")
     g.add_argument("--out")
     g.add_argument("--json-out", help="write the recomputed JSON here")
     args = ap.parse_args()
     return {"carry": cmd_carry, "prepare": cmd_prepare, "run": cmd_run, "merge": cmd_merge,
-            "render": cmd_render}[args.cmd](args)
+            "combine": cmd_combine, "render": cmd_render}[args.cmd](args)
 
 
 if __name__ == "__main__":
