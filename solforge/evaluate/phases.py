@@ -6,16 +6,18 @@ RunReport.phases. Stdlib only (the runner imports it and never imports torch).
 
 Phase names (seconds):
   launch          runner asked for a process -> the driver's first Python line ran (spawn: interpreter
-                  start; zygote: fork + handshake)
+                  start; zygote: fork + handshake; a spare child: handing it the request, plus any
+                  rest of its CUDA context creation still running when the request came)
   imports         torch and the evaluator's modules (zero-ish in a zygote child: preloaded)
-  cuda_init       CUDA context creation on the device
+  cuda_init       CUDA context creation on the device (near zero in a spare child: made ahead,
+                  while the previous candidate ran, so it is not on this evaluation's GPU time)
   hardware        GPU identity and clocks (hardware.capture)
   load            the reference module and the candidate (cubins)
   inputs          making input sets (correctness rounds, rotated timing sets, caching probe)
   reference       running the reference (synchronized)
   timing_warmup   warm-up calls before each timed measurement
   timing_profile  the timed calls under CUPTI (or events), including the profiler's own start/stop
-  timing_parse    reading the profiler's records back
+                  and reading its records back (inputs the caching probe makes meanwhile: "inputs")
   checks          the remainder of each workload: candidate correctness calls, comparisons, guards
   teardown        "done" -> process exit (runner side)
 """
