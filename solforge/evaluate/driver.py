@@ -72,6 +72,10 @@ def _instrument(clock: PhaseClock, device):
             with clock.phase("timing_warmup"):
                 return super().warmup(*a, **k)
 
+        def warmup_n(self, *a, **k):
+            with clock.phase("timing_warmup"):
+                return super().warmup_n(*a, **k)
+
         def _measure_cupti(self, *a, **k):
             with clock.phase("timing_profile"):
                 return super()._measure_cupti(*a, **k)
@@ -95,7 +99,8 @@ def _instrument(clock: PhaseClock, device):
 
 def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") -> int:
     """`t_start`: epoch seconds at which this process started running Python (the zygote child's
-    fork return); `mode` ("spawn" | "zygote") is reported in the phases line."""
+    fork return); `mode` ("spawn" | "zygote" | "zygote-spare": a child whose CUDA context the zygote
+    made ahead) is reported in the phases line."""
     if len(argv) != 1:
         print("usage: python -m solforge.evaluate.driver STAGE_DIR", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from .correctness import allocate_outputs, compare_all, normalize_reference_outp
 from .guards import GuardTripped
 from .inputs import InputFactory, clone_inputs
 from .results import EvalResult, EvalStatus
-from .timing import Timer
+from .timing import NVIDIA_WARMUP_CALLS, Timer, default_backend
 
 
 def _setting(name: str):
@@ -55,6 +55,12 @@ class EvalConfig:
     timing_budget_s: float = 10.0
     duty_gap_factor: float = field(default_factory=lambda: _setting("duty_gap_factor"))
     duty_min_call_ms: float = field(default_factory=lambda: _setting("duty_min_call_ms"))
+    # SOL-ExecBench's measurement (docs/timing_agreement.md): 10 warm-up calls (0: warmup_ms of
+    # them instead), the call queued right behind its L2 flush; timing_backend auto | cupti-python
+    # | kineto (auto: $SOLFORGE_CUPTI_BACKEND, else cupti-python where it imports)
+    warmup_calls: int = NVIDIA_WARMUP_CALLS
+    timing_queued: bool = True
+    timing_backend: str = "auto"
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
@@ -94,9 +100,12 @@ class Env:
 
     def get_timer(self) -> Timer:
         if self.timer is None:
-            self.timer = Timer(self.device, self.config.timing_method,
-                               duty_gap_factor=self.config.duty_gap_factor,
-                               duty_min_call_ms=self.config.duty_min_call_ms)
+            cfg = self.config
+            backend = cfg.timing_backend if cfg.timing_backend != "auto" else default_backend()
+            self.timer = Timer(self.device, cfg.timing_method,
+                               duty_gap_factor=cfg.duty_gap_factor,
+                               duty_min_call_ms=cfg.duty_min_call_ms,
+                               queued=cfg.timing_queued, backend=backend)
         return self.timer
 
     def run_reference(self, rw, inputs: dict) -> dict:
@@ -251,7 +260,8 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list,
     calls = [env.caller.prepare(rw, i, o) for i, o in sets]
     before = guards.python_threads()
     timing = timer.measure(lambda i: calls[i % len(calls)](), cfg.rep_count, cfg.warmup_ms,
-                           cfg.timing_budget_s)
+                           cfg.timing_budget_s,
+                           warmup_calls=cfg.warmup_calls if cfg.warmup_calls > 0 else None)
     _sync(dev)
     if env.integrity is not None:
         env.integrity.check()
@@ -274,6 +284,9 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list,
     res.spread, res.n_reps, res.timing_method = timing.spread, timing.n, timing.method
     res.extra["kernels_per_call"] = timing.kernels_per_call
     res.extra["n_sets"] = n_sets
+    res.extra["timing_window"] = "queued" if timer.queued else "synced"
+    if timing.backend:
+        res.extra["timing_backend"] = timing.backend
     if timing.note and timing.note != timing.method:
         notes.append(timing.note)
     if cfg.caching_probe and cfg.caching_probe_calls > 0:

@@ -6,16 +6,18 @@ RunReport.phases. Stdlib only (the runner imports it and never imports torch).
 
 Phase names (seconds):
   launch          runner asked for a process -> the driver's first Python line ran (spawn: interpreter
-                  start; zygote: fork + handshake)
+                  start; zygote: fork + handshake; a spare child: handing it the request, plus any
+                  rest of its CUDA context creation still running when the request came)
   imports         torch and the evaluator's modules (zero-ish in a zygote child: preloaded)
-  cuda_init       CUDA context creation on the device
+  cuda_init       CUDA context creation on the device (near zero in a spare child: made ahead,
+                  while the previous candidate ran, so it is not on this evaluation's GPU time)
   hardware        GPU identity and clocks (hardware.capture)
   load            the reference module and the candidate (cubins)
   inputs          making input sets (correctness rounds, rotated timing sets, caching probe)
   reference       running the reference (synchronized)
   timing_warmup   warm-up calls before each timed measurement
   timing_profile  the timed calls under CUPTI (or events), including the profiler's own start/stop
-  timing_parse    reading the profiler's records back
+                  and reading its records back (inputs the caching probe makes meanwhile: "inputs")
   checks          the remainder of each workload: candidate correctness calls, comparisons, guards
   teardown        "done" -> process exit (runner side)
 """
@@ -28,11 +30,15 @@ from typing import Iterator
 
 
 class PhaseClock:
-    """Accumulates wall seconds per phase name (perf_counter; nested phases are the caller's care)."""
+    """Accumulates wall seconds per phase name (perf_counter). Phases are exclusive: a phase opened
+    inside another (inputs made by the caching probe's setup inside timing_profile) counts its
+    seconds for itself only and they are taken out of the enclosing one, so the phases of a
+    workload add up to at most its wall time and no second is counted twice."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self._open: list[list[float]] = []    # per open phase: [seconds of nested phases]
 
     def add(self, name: str, dt: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + dt
@@ -41,10 +47,16 @@ class PhaseClock:
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         t0 = time.perf_counter()
+        nested = [0.0]
+        self._open.append(nested)
         try:
             yield
         finally:
-            self.add(name, time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            self._open.pop()
+            self.add(name, max(0.0, dt - nested[0]))
+            if self._open:
+                self._open[-1][0] += dt
 
     def snapshot(self) -> dict[str, float]:
         return dict(self.seconds)

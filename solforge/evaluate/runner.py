@@ -148,7 +148,7 @@ os.register_at_fork(after_in_child=_ZYGOTES.clear)
 class _Spawned:
     """Popen as the loop below uses it (poll/wait/pid/returncode + a stdout file)."""
 
-    module = "solforge.evaluate.driver"  # scripts/eval_throughput.py times an older driver here
+    module = "solforge.evaluate.driver"  # a benchmark can time another driver module here
 
     def __init__(self, python, stage, env, err):
         self.p = subprocess.Popen([python, "-m", self.module, str(stage)],

@@ -2,19 +2,33 @@
 last kernel's end, on every stream, read from CUPTI activity records. CPU launch overhead before the
 first kernel is not counted; gaps between kernels are.
 
-CUPTI from Python: cuda-bindings 13.x has no CUPTI module and the nvidia-cuda-cupti wheel ships only
-the C library, so we read CUPTI through torch.profiler (kineto), which enables CUPTI's kernel, memcpy
-and memset activity records and hands them back with GPU start/end timestamps and stream ids.
+CUPTI from Python, two backends reading the same activity records (kernels, memcpy, memset: GPU
+start/end timestamps and stream ids): `cupti-python` (NVIDIA's CUPTI bindings, the package
+SOL-ExecBench's own timer uses) when it imports, else torch.profiler (kineto). cupti-python costs
+about a millisecond per measurement; a kineto session costs 12-28 ms to start, stop and parse, which
+at two sessions per workload (timing, caching probe) was the largest fixed cost of an evaluation.
 Calls are told apart by a marker kernel (torch.cuda._sleep's spin kernel) launched before each
-call's L2 flush: [marker][flush] sync [call ...] sync [marker][flush] ...; everything after a flush
-and before the next marker belongs to that call, on whatever stream it ran.
+call's L2 flush; everything after a flush and before the next marker belongs to that call, on
+whatever stream it ran.
+
+The window is SOL-ExecBench's ("queued"): [marker][flush][call ...] sync [marker][flush] ...: the
+call is launched right behind the flush, with no synchronize in between, so its first kernel starts
+on the GPU the moment the flush ends and the host's launch latency for the first kernels is hidden
+behind the flush, as in NVIDIA's evaluator (docs/timing_agreement.md). queued=False puts a
+synchronize between the flush and the call (the window solforge used before): then every host gap
+between the call's kernels is counted from an idle GPU, which read launch-bound eager references
+up to 2x slower than NVIDIA measures them.
+
+Warm-up: `warmup_calls` calls (10, SOL-ExecBench's default), each after a flush, queued; or, the
+older way, as many calls as fill `warmup_ms` of wall time.
 
 Fallback ("events"): CUDA events on the current stream with a device synchronize before each start
 event. It counts the launch overhead of the first kernel and misses work on other streams; the result
 records which method produced it.
 
-Between calls the L2 is flushed by writing a buffer of max(2 x L2, 128 MiB). Several input sets are
-rotated so that no call sees the previous call's data in cache.
+Between calls the L2 is flushed by writing a buffer of max(2 x L2, 128 MiB) (reference timing:
+2 x L2, NVIDIA's size). Several input sets are rotated so that no call sees the previous call's data
+in cache.
 
 Duty cycle: after every call that takes at least `duty_min_call_ms` (wall), the timer idles for
 `duty_gap_factor` times that call's time, in the warm-up and in the timed calls. Why: on the H200 a
@@ -36,6 +50,10 @@ from typing import Callable, Optional
 import torch
 
 MIN_FLUSH_BYTES = 128 << 20
+# SOL-ExecBench's defaults (BenchmarkConfig): warm-up calls and timed calls per measurement
+NVIDIA_WARMUP_CALLS = 10
+NVIDIA_REPS = 50
+BACKENDS = ("auto", "cupti-python", "kineto")
 
 
 def duty_gap_s(call_ms: float, gap_factor: float, min_call_ms: float) -> float:
@@ -65,6 +83,7 @@ class Timing:
     kernels_per_call: float = 0.0
     base_stream: Optional[int] = None   # the stream the call was given (the marker's stream)
     note: str = ""
+    backend: str = ""                   # cupti: "cupti-python" | "kineto"
 
     @property
     def side_streams(self) -> set:
@@ -107,20 +126,53 @@ class TimingError(RuntimeError):
     pass
 
 
-def flush_bytes(device=None) -> int:
+def _l2_bytes(device=None) -> int:
     props = torch.cuda.get_device_properties(device or torch.cuda.current_device())
-    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
-    return max(2 * l2, MIN_FLUSH_BYTES)
+    return int(getattr(props, "L2_cache_size", 0) or 0)
+
+
+def flush_size(l2_bytes: int, style: str = "solforge") -> int:
+    """Bytes written to flush the L2: solforge max(2 x L2, 128 MiB); "nvidia" 2 x L2 (their
+    _get_empty_cache_for_benchmark), 128 MiB where the L2 size is unknown."""
+    if style == "nvidia" and l2_bytes > 0:
+        return 2 * l2_bytes
+    return max(2 * l2_bytes, MIN_FLUSH_BYTES)
+
+
+def flush_bytes(device=None) -> int:
+    return flush_size(_l2_bytes(device))
+
+
+def default_backend() -> str:
+    """$SOLFORGE_CUPTI_BACKEND (auto | cupti-python | kineto), else auto."""
+    import os
+
+    v = os.environ.get("SOLFORGE_CUPTI_BACKEND", "auto").strip().lower()
+    return v if v in BACKENDS else "auto"
+
+
+def warmup_plan(first_wall_ms: float, n: int, duty_min_call_ms: float, gap_factor: float) -> str:
+    """How the rest of a count-based warm-up runs after its first (synchronized) call: "queued"
+    (launched back to back behind their flushes, one synchronize at the end: short calls) or
+    "paced" (each synchronized and followed by its duty-cycle idle: calls long enough to heat the
+    card). "done" when the first call was the only one."""
+    if n <= 1:
+        return "done"
+    return "paced" if duty_gap_s(first_wall_ms, gap_factor, duty_min_call_ms) > 0 else "queued"
 
 
 class Timer:
     """Times a call on the GPU. `call(i)` must launch one call's work using input set i (mod sets)."""
 
     def __init__(self, device=None, method: str = "auto", duty_gap_factor: Optional[float] = None,
-                 duty_min_call_ms: Optional[float] = None):
+                 duty_min_call_ms: Optional[float] = None, queued: bool = True,
+                 flush_style: str = "solforge", backend: Optional[str] = None):
         self.device = torch.device(device or "cuda")
-        self.flush_buf = torch.empty(flush_bytes(self.device), dtype=torch.uint8, device=self.device)
+        self.flush_buf = torch.empty(flush_size(_l2_bytes(self.device), flush_style),
+                                     dtype=torch.uint8, device=self.device)
         self.method = method
+        self.queued = bool(queued)      # no synchronize between the flush and the call (NVIDIA's)
+        self.backend = backend if backend in BACKENDS else default_backend()
         self._cupti_ok: Optional[bool] = None if method in ("auto", "cupti") else False
         self.cupti_error = ""
         if duty_gap_factor is None or duty_min_call_ms is None:
@@ -173,18 +225,63 @@ class Timer:
         self.last_warmup_calls = n
         return statistics.median(walls)
 
+    def warmup_n(self, call: Callable[[int], object], n: int,
+                 setup: Optional[Callable[[int], object]] = None) -> float:
+        """SOL-ExecBench's warm-up: n calls, each after an L2 flush. The first is synchronized to
+        learn its wall time; short calls then run queued (no synchronize until the end), long ones
+        paced by the duty cycle (warmup_plan). Returns an upper bound of one flushed call's GPU
+        time in ms (sizes the repetitions and the duty-cycle gap)."""
+        n = max(int(n), 1)
+        torch.cuda.synchronize(self.device)
+        t1 = time.perf_counter()
+        if setup is not None:
+            setup(0)
+        self.flush()
+        call(0)
+        torch.cuda.synchronize(self.device)
+        first = (time.perf_counter() - t1) * 1e3
+        plan = warmup_plan(first, n, self.duty_min_call_ms, self.duty_gap_factor)
+        walls = [first]
+        if plan == "paced":
+            time.sleep(self.gap_s(first))
+            for i in range(1, n):
+                t1 = time.perf_counter()
+                if setup is not None:
+                    setup(i)
+                self.flush()
+                call(i)
+                torch.cuda.synchronize(self.device)
+                walls.append((time.perf_counter() - t1) * 1e3)
+                time.sleep(self.gap_s(walls[-1]))
+        elif plan == "queued":
+            t1 = time.perf_counter()
+            for i in range(1, n):
+                if setup is not None:
+                    setup(i)
+                self.flush()
+                call(i)
+            torch.cuda.synchronize(self.device)
+            walls = [(time.perf_counter() - t1) * 1e3 / (n - 1)]
+        self.last_warmup_calls = n
+        return statistics.median(walls)
+
     def measure(self, call: Callable[[int], object], reps: int, warmup_ms: float = 25.0,
                 budget_s: float = 10.0, min_warmup_calls: int = 2, min_reps: int = 5,
                 setup: Optional[Callable[[int], object]] = None,
-                steady: Optional[tuple] = None) -> Timing:
+                steady: Optional[tuple] = None, warmup_calls: Optional[int] = None) -> Timing:
         """Warm up, then time `reps` flushed calls (fewer if they would exceed budget_s, but at least
-        min_reps). With warmup_ms=0 and min_warmup_calls=0 every timed call is a first call (the
-        caching probe). `setup(i)`, if given, runs before call i's marker and flush, untimed (the
-        caching probe writes new values into the buffers there)."""
+        min_reps). warmup_calls > 0: that many warm-up calls (warmup_n, SOL-ExecBench's way) instead
+        of warmup_ms of them. With warmup_ms=0 and min_warmup_calls=0 (no warmup_calls) every timed
+        call is a first call (the caching probe). `setup(i)`, if given, runs before call i's marker
+        and flush, untimed (the caching probe writes new values into the buffers there)."""
         gap = 0.0
-        if warmup_ms > 0 or min_warmup_calls > 0:
+        per_call_ms = None
+        if warmup_calls is not None and warmup_calls > 0:
+            per_call_ms = self.warmup_n(call, warmup_calls, setup=setup)
+        elif warmup_ms > 0 or min_warmup_calls > 0:
             per_call_ms = self.warmup(call, warmup_ms, min_calls=max(min_warmup_calls, 1),
                                       steady=steady)
+        if per_call_ms is not None:
             gap = self.gap_s(per_call_ms)
             busy_ms = per_call_ms + gap * 1e3
             reps = max(min(reps, min_reps), min(reps, int(budget_s * 1e3 / max(busy_ms, 1e-3))))
@@ -209,51 +306,166 @@ class Timer:
             if setup is not None:
                 setup(i)
             self.flush()
-            torch.cuda.synchronize(self.device)
+            if not self.queued:
+                torch.cuda.synchronize(self.device)
             starts[i].record()
             call(i)
             ends[i].record()
-            if gap_s:
+            if gap_s or not self.queued:
                 # the idle must follow the call's GPU work, not its launch
                 torch.cuda.synchronize(self.device)
-                time.sleep(gap_s)
+                if gap_s:
+                    time.sleep(gap_s)
         torch.cuda.synchronize(self.device)
         note = f"events fallback ({self.cupti_error})" if self.cupti_error else "events"
         return Timing([s.elapsed_time(e) for s, e in zip(starts, ends)], "events", note=note)
 
-    # ── CUPTI through kineto ────────────────────────────────────────────────────────────────────
-    def _measure_cupti(self, call, reps: int, gap_s: float = 0.0, setup=None) -> Timing:
-        from torch.profiler import ProfilerActivity, profile
-
+    # ── CUPTI ───────────────────────────────────────────────────────────────────────────────────
+    def _timed_loop(self, call, reps: int, gap_s: float, setup) -> None:
+        """The profiled calls: [marker][flush][call] (queued) or [marker][flush] sync [call], a
+        synchronize after each call, a closing marker; with setup, its work between two markers."""
         def marker_and_flush():
             torch.cuda._sleep(1)
             self.flush()
 
-        try:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for i in range(reps):
-                    if setup is not None:
-                        # setup's GPU work sits between two markers of its own, outside every
-                        # call's window: [end marker][setup] [marker][flush] [call] [end marker]...
-                        torch.cuda._sleep(1)
-                        setup(i)
-                    marker_and_flush()
-                    torch.cuda.synchronize(self.device)
-                    call(i)
-                    torch.cuda.synchronize(self.device)
-                    if gap_s:
-                        time.sleep(gap_s)
-                if setup is not None:
-                    torch.cuda._sleep(1)
-                else:
-                    marker_and_flush()
+        for i in range(reps):
+            if setup is not None:
+                # setup's GPU work sits between two markers of its own, outside every
+                # call's window: [end marker][setup] [marker][flush] [call] [end marker]...
+                torch.cuda._sleep(1)
+                setup(i)
+            marker_and_flush()
+            if not self.queued:
                 torch.cuda.synchronize(self.device)
-            events = _gpu_events(prof)
-        except TimingError:
-            raise
-        except Exception as e:  # noqa: BLE001 - any profiler trouble means: use the fallback
-            raise TimingError(f"profiler unavailable: {type(e).__name__}: {e}") from None
-        return _split_calls(events, reps, stride=2 if setup is not None else 1)
+            call(i)
+            torch.cuda.synchronize(self.device)
+            if gap_s:
+                time.sleep(gap_s)
+        if setup is not None:
+            torch.cuda._sleep(1)
+        else:
+            marker_and_flush()
+        torch.cuda.synchronize(self.device)
+
+    def _measure_cupti(self, call, reps: int, gap_s: float = 0.0, setup=None) -> Timing:
+        body = lambda: self._timed_loop(call, reps, gap_s, setup)  # noqa: E731
+        backend = self.backend
+        events = None
+        if backend in ("auto", "cupti-python"):
+            session = CuptiPython.get()
+            if session is None:
+                if backend == "cupti-python":
+                    raise TimingError(f"cupti-python unavailable: {CuptiPython.error}")
+                self.backend = backend = "kineto"
+            else:
+                try:
+                    events = session.collect(body, self.device)
+                    backend = "cupti-python"
+                except TimingError as e:
+                    if backend == "cupti-python":
+                        raise
+                    # kineto gets its turn (the calls run again; nothing was measured yet)
+                    self.cupti_error = str(e)
+                    self.backend = backend = "kineto"
+        if events is None:
+            events = _kineto_collect(body)
+        t = _split_calls(events, reps, stride=2 if setup is not None else 1)
+        t.backend = backend
+        return t
+
+
+class CuptiPython:
+    """CUPTI's activity API through cupti-python, one registration per process. collect(body) turns
+    kernel, memcpy and memset records on, runs body, synchronizes, flushes the records and turns
+    them off again (never finalizes: the next measurement then costs no re-initialization).
+    get() is None where the package does not import (then kineto is used)."""
+
+    _instance: Optional["CuptiPython"] = None
+    error = ""
+
+    @classmethod
+    def get(cls) -> Optional["CuptiPython"]:
+        if cls._instance is None and not cls.error:
+            try:
+                cls._instance = cls()
+            except Exception as e:  # noqa: BLE001 - no package, no libcupti: kineto instead
+                cls.error = f"{type(e).__name__}: {e}"[:300]
+        return cls._instance
+
+    def __init__(self):
+        from cupti import cupti
+
+        self.cupti = cupti
+        kinds = cupti.ActivityKind
+        self.kinds = (kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET)
+        self._names = {int(kinds.MEMCPY): "memcpy", int(kinds.MEMSET): "memset"}
+        self._kernel = int(kinds.CONCURRENT_KERNEL)
+        self.records: list = []
+        cupti.activity_register_callbacks(self._requested, self._completed)
+
+    @staticmethod
+    def _requested():
+        return 8 << 20, 0           # bytes per buffer, no record limit
+
+    def _completed(self, activities) -> None:
+        out = self.records
+        for a in activities:
+            k = int(a.kind)
+            if k == self._kernel:
+                name = a.name
+            else:
+                name = self._names.get(k)
+                if name is None:
+                    continue
+            out.append((int(a.start), int(a.end), str(name), int(getattr(a, "stream_id", -1))))
+
+    def collect(self, body: Callable[[], None], device) -> list[tuple[int, int, str, int]]:
+        cupti = self.cupti
+        self.records = []
+        try:
+            for k in self.kinds:
+                cupti.activity_enable(k)
+        except Exception as e:  # noqa: BLE001
+            raise TimingError(f"cupti-python: activity_enable failed: {e}") from None
+        try:
+            body()                    # the candidate's errors propagate as they are
+        finally:
+            try:
+                torch.cuda.synchronize(device)
+            finally:
+                try:
+                    cupti.activity_flush_all(1)
+                finally:
+                    for k in self.kinds:
+                        try:
+                            cupti.activity_disable(k)
+                        except Exception:  # noqa: BLE001
+                            pass
+        events, self.records = sorted(self.records), []
+        if not events:
+            raise TimingError("cupti-python recorded no GPU activity")
+        return events
+
+
+def _kineto_collect(body: Callable[[], None]) -> list[tuple[int, int, str, int]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        prof = profile(activities=[ProfilerActivity.CUDA])
+        prof.__enter__()
+    except Exception as e:  # noqa: BLE001 - any profiler trouble means: use the fallback
+        raise TimingError(f"profiler unavailable: {type(e).__name__}: {e}") from None
+    ok = False
+    try:
+        body()                        # the candidate's errors propagate as they are
+        ok = True
+    finally:
+        try:
+            prof.__exit__(None, None, None)
+        except Exception as e:  # noqa: BLE001
+            if ok:
+                raise TimingError(f"profiler stop failed: {type(e).__name__}: {e}") from None
+    return _gpu_events(prof)
 
 
 def _gpu_events(prof) -> list[tuple[int, int, str, int]]:

@@ -50,9 +50,12 @@ PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
 # session runs `hasattr(torch, "_inductor")` (profiler.py, prepare_trace), and torch's lazy __getattr__
 # then imports torch._inductor -> torch._dynamo -> sympy: ~800 modules, ~4 s in every fresh child,
 # nearly all of the "first CUPTI session" cost (data/results/profiler_first_session.txt). Imported here
-# once instead; it initializes no CUDA (checked below, as for every preload).
-PRELOAD_OPTIONAL = ("torch._inductor",)
+# once instead; it initializes no CUDA (checked below, as for every preload). cupti-python (the
+# timer's CUPTI backend, where installed): loading it only loads libcupti; CUPTI attaches at the
+# child's first measurement.
+PRELOAD_OPTIONAL = ("torch._inductor", "cupti.cupti")
 _MAX_MSG = 1 << 16
+MAX_SPARES = 8      # spare children kept at once (one per GPU slot in use)
 
 
 class ZygoteError(RuntimeError):
@@ -162,6 +165,52 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
         if c is not None:
             c.close()
 
+    # one spare child per environment (GPU slot), made after each request: {key: {"pid", "sock"}}
+    spares: dict[str, dict] = {}
+
+    def discard_spare(key: str) -> None:
+        sp = spares.pop(key, None)
+        if sp:
+            _killpg(sp["pid"])
+            sp["sock"].close()
+
+    def make_spare(env: dict) -> None:
+        key = env_key(env)
+        if key in spares:
+            return
+        while len(spares) >= MAX_SPARES:
+            discard_spare(next(iter(spares)))
+        a, b = socket.socketpair()
+        try:
+            pid = os.fork()
+        except OSError:
+            a.close()
+            b.close()
+            return
+        if pid == 0:
+            a.close()
+            for sp in spares.values():    # the other spares' channels are not this one's business
+                sp["sock"].close()
+            _spare(env, b, srv, list(conns.values()), keep)  # never returns
+        b.close()
+        spares[key] = {"pid": pid, "sock": a}
+
+    def hand_to_spare(req: dict, fds: list) -> Optional[int]:
+        """The pid of the spare for this request's environment once it has the request; None when
+        there is none or it died (the caller forks)."""
+        sp = spares.pop(env_key(req.get("env")), None)
+        if not sp:
+            return None
+        try:
+            msg = json.dumps({"stage": req["stage"], "t": req.get("t")}).encode() + b"\n"
+            socket.send_fds(sp["sock"], [msg], fds)
+        except OSError:
+            _killpg(sp["pid"])
+            return None
+        finally:
+            sp["sock"].close()
+        return sp["pid"]
+
     def fork_child(fno: int, req: dict, fds: list) -> None:
         conn = conns[fno]
         if len(fds) != 2 or "stage" not in req:
@@ -171,20 +220,28 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
             return drop(fno)
         sys.stdout.flush()
         sys.stderr.flush()
-        try:
-            pid = os.fork()
-        except OSError as e:
-            _send(conn, {"error": f"fork failed: {e}"})
-            for fd in fds:
-                _close(fd)
-            return drop(fno)
-        if pid == 0:
-            _child(req, fds, srv, list(conns.values()), keep)  # never returns
+        pid = hand_to_spare(req, fds)
+        spared = pid is not None
+        if pid is None:
+            try:
+                pid = os.fork()
+            except OSError as e:
+                _send(conn, {"error": f"fork failed: {e}"})
+                for fd in fds:
+                    _close(fd)
+                return drop(fno)
+            if pid == 0:
+                _child(req, fds, srv, list(conns.values()), keep)  # never returns
         for fd in fds:
             _close(fd)
         children[pid] = conn
         child_of[fno] = pid
-        _send(conn, {"pid": pid})
+        _send(conn, {"pid": pid, "spare": spared})
+        env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+        if spare_enabled(env):
+            # the next candidate's process, made now: its CUDA context is created alongside this
+            # candidate's (both before any timing starts) instead of after it
+            make_spare(env)
 
     while True:
         watch = [srv, sys.stdin, wake_r] + list(conns.values())
@@ -203,6 +260,8 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
                 if not os.read(sys.stdin.fileno(), 4096):
                     for pid in list(children):
                         _killpg(pid)
+                    for key in list(spares):
+                        discard_spare(key)
                     return 0
             elif r is srv:
                 c, _ = srv.accept()
@@ -236,13 +295,17 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
                     fork_child(fno, req, have)
                 elif len(got) > _MAX_MSG:
                     drop(fno)
-        while children:  # reap
+        while True:  # reap (served children report their exit; discarded spares just go)
             try:
                 pid, status, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
                 break
+            for key, sp in list(spares.items()):
+                if sp["pid"] == pid:  # a spare died before serving (e.g. its CUDA init failed)
+                    sp["sock"].close()
+                    del spares[key]
             conn = children.pop(pid, None)
             if conn is not None:
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status), "rusage": rusage_dict(ru)})
@@ -332,18 +395,34 @@ def _set_sync(mode: Optional[str]) -> str:
         return f"{type(e).__name__}: {e}"
 
 
-def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> None:
-    """In the forked child: isolate, then run the driver. Never returns."""
-    t_start = time.time()
+def _isolate(srv: socket.socket, conns: list) -> None:
+    """First steps of every forked child: its own session, default signals, none of the zygote's
+    sockets."""
+    os.setsid()
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_DFL)
+    srv.close()
+    for c in conns:
+        c.close()
+
+
+def _apply_env(env: dict) -> list[str]:
+    """The slot's environment, threads, CPUs and wait mode; returns what could not be applied (for
+    the candidate's stderr, which the child only has once it runs the driver)."""
+    os.environ.update(env)
+    _set_threads(env.get("SOLFORGE_EVAL_THREADS"))
+    _set_cpus(env.get("SOLFORGE_EVAL_CPUSET"))
+    why = _set_sync(env.get("SOLFORGE_EVAL_SYNC"))
+    return [f"zygote child: SOLFORGE_EVAL_SYNC not applied: {why}"] if why else []
+
+
+def _run_driver(req: dict, fds: list, keep: set, t_start: float, mode: str,
+                notes: tuple = ()) -> None:
+    """The request's descriptors become stdout/stderr, every other descriptor the imports did not
+    open is closed, then the driver runs on the stage. Never returns."""
     rc = 1
     try:
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        srv.close()
-        for c in conns:
-            c.close()
         out_fd, err_fd = fds
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -352,13 +431,8 @@ def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> 
         for fd in _open_fds():
             if fd > 2 and fd not in keep:
                 _close(fd)
-        env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
-        os.environ.update(env)
-        _set_threads(env.get("SOLFORGE_EVAL_THREADS"))
-        _set_cpus(env.get("SOLFORGE_EVAL_CPUSET"))
-        why = _set_sync(env.get("SOLFORGE_EVAL_SYNC"))
-        if why:
-            print(f"zygote child: SOLFORGE_EVAL_SYNC not applied: {why}", file=sys.stderr)
+        for note in notes:
+            print(note, file=sys.stderr)
         if req.get("t"):
             os.environ["SOLFORGE_LAUNCH_T"] = str(req["t"])
         stage = str(req["stage"])
@@ -370,7 +444,7 @@ def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> 
         from solforge.evaluate import driver
 
         driver.reserve_stdout()
-        rc = driver.main([stage], t_start=t_start, mode="zygote")
+        rc = driver.main([stage], t_start=t_start, mode=mode)
     except SystemExit as e:
         rc = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - reported on the child's stderr, the runner reads it
@@ -385,6 +459,71 @@ def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> 
             except Exception:  # noqa: BLE001
                 pass
         os._exit(rc if isinstance(rc, int) else 1)
+
+
+def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> None:
+    """In the forked child: isolate, then run the driver. Never returns."""
+    t_start = time.time()
+    try:
+        _isolate(srv, conns)
+        notes = _apply_env({str(k): str(v) for k, v in (req.get("env") or {}).items()})
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    _run_driver(req, fds, keep, t_start, "zygote", tuple(notes))
+
+
+def _init_cuda() -> None:
+    """What the driver's cuda_init phase does, done ahead: the context of GPU 0 of this process's
+    CUDA_VISIBLE_DEVICES (nothing on a machine without a GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        dev = torch.device("cuda", 0)
+        torch.cuda.set_device(dev)
+        torch.empty(1, device=dev)
+        torch.cuda.synchronize(dev)
+
+
+def _spare(env: dict, sock: socket.socket, srv: socket.socket, conns: list, keep: set) -> None:
+    """A spare child (never returns): isolated like any child, with the environment of the request
+    it was made after, it creates its CUDA context while the current candidate runs, then waits on
+    its private socket for one request (stage, launch time, stdout/stderr descriptors), closes the
+    socket and runs the driver exactly as a freshly forked child does. An empty read (the zygote
+    discarded it or died) ends it."""
+    try:
+        _isolate(srv, conns)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)        # the zygote's stdout is its hello pipe to the runner
+        notes = _apply_env(env)
+        _init_cuda()
+        data, fds = b"", []
+        while b"\n" not in data:
+            chunk, more, _flags, _addr = socket.recv_fds(sock, _MAX_MSG, 4)
+            if not chunk:
+                os._exit(0)
+            data, fds = data + chunk, fds + list(more)
+        t_start = time.time()
+        sock.close()
+        req = json.loads(data.split(b"\n", 1)[0])
+    except BaseException:  # noqa: BLE001 - the zygote sees it die and forks the next one itself
+        os._exit(1)
+    _run_driver(req, fds, keep, t_start, "zygote-spare", tuple(notes))
+
+
+def spare_enabled(env: Optional[dict] = None) -> bool:
+    """SOLFORGE_EVAL_SPARE (default on) in the request's extra environment, else the zygote's: keep
+    a spare child with its CUDA context made ahead for this environment."""
+    v = (env or {}).get("SOLFORGE_EVAL_SPARE", os.environ.get("SOLFORGE_EVAL_SPARE", "1"))
+    return str(v).strip().lower() not in ("0", "false", "no")
+
+
+def env_key(env: Optional[dict]) -> str:
+    """Requests a spare may serve: the same extra environment exactly (GPU slot, threads, CPUs)."""
+    return json.dumps({str(k): str(v) for k, v in (env or {}).items()}, sort_keys=True)
 
 
 # ──────────────────────────────────────────── client (the runner's side; no torch) ──────────────

@@ -85,3 +85,123 @@ def test_split_calls_rejects_a_missing_flush():
           _ev(200, 201, MARK)]
     with pytest.raises(TimingError):
         _split_calls(ev, 2)
+
+
+# ── SOL-ExecBench's window: queued calls, count-based warm-up, flush size ───────────────────────
+from solforge.evaluate import timing as timing_mod  # noqa: E402
+from solforge.evaluate.phases import PhaseClock  # noqa: E402
+
+
+def test_flush_size_nvidia_is_twice_l2_solforge_has_a_floor():
+    l2 = 60 << 20
+    assert timing_mod.flush_size(l2, "nvidia") == 120 << 20
+    assert timing_mod.flush_size(l2) == max(120 << 20, timing_mod.MIN_FLUSH_BYTES)
+    assert timing_mod.flush_size(16 << 20) == timing_mod.MIN_FLUSH_BYTES
+    assert timing_mod.flush_size(0, "nvidia") == timing_mod.MIN_FLUSH_BYTES
+
+
+def test_warmup_plan_queues_short_calls_and_paces_long_ones():
+    assert timing_mod.warmup_plan(0.05, 10, 0.5, 1.0) == "queued"
+    assert timing_mod.warmup_plan(2.0, 10, 0.5, 1.0) == "paced"
+    assert timing_mod.warmup_plan(2.0, 10, 0.5, 0.0) == "queued"     # duty cycle off
+    assert timing_mod.warmup_plan(2.0, 1, 0.5, 1.0) == "done"
+
+
+class _Log:
+    """Records the order of GPU-side steps the timer issues (no GPU here)."""
+
+    def __init__(self, monkeypatch):
+        self.steps: list[str] = []
+        monkeypatch.setattr(timing_mod.torch.cuda, "_sleep", lambda c: self.steps.append("marker"))
+        monkeypatch.setattr(timing_mod.torch.cuda, "synchronize",
+                            lambda *a, **k: self.steps.append("sync"))
+
+    def timer(self, queued: bool):
+        t = timing_mod.Timer.__new__(timing_mod.Timer)
+        t.queued, t.device = queued, "cpu"
+        t.flush = lambda: self.steps.append("flush")
+        return t
+
+
+def test_queued_window_has_no_synchronize_between_flush_and_call(monkeypatch):
+    log = _Log(monkeypatch)
+    log.timer(True)._timed_loop(lambda i: log.steps.append(f"call{i}"), 2, 0.0, None)
+    assert log.steps == ["marker", "flush", "call0", "sync", "marker", "flush", "call1", "sync",
+                         "marker", "flush", "sync"]
+    log.steps.clear()
+    log.timer(False)._timed_loop(lambda i: log.steps.append(f"call{i}"), 1, 0.0, None)
+    assert log.steps == ["marker", "flush", "sync", "call0", "sync", "marker", "flush", "sync"]
+
+
+def test_queued_window_with_setup_keeps_setup_between_its_own_markers(monkeypatch):
+    log = _Log(monkeypatch)
+    log.timer(True)._timed_loop(lambda i: log.steps.append("call"), 1, 0.0,
+                                lambda i: log.steps.append("setup"))
+    assert log.steps == ["marker", "setup", "marker", "flush", "call", "sync", "marker", "sync"]
+
+
+def test_split_calls_queued_call_starts_when_the_flush_ends():
+    """Queued: the call's first kernel starts at the flush's end (no idle gap); the span is still
+    first kernel start -> last kernel end, the flush never inside it."""
+    ev = []
+    t = 0.0
+    for k in range(3):
+        ev += [_ev(t, t + 1, MARK), _ev(t + 1, t + 40, FLUSH), _ev(t + 40, t + 45, "k1"),
+               _ev(t + 45.5, t + 50, "k2")]
+        t += 100
+    ev += [_ev(t, t + 1, MARK), _ev(t + 1, t + 40, FLUSH)]
+    tm = timing_mod._split_calls(sorted(ev), 3)
+    assert tm.samples_ms == pytest.approx([0.010] * 3)
+
+
+class _Act:
+    def __init__(self, kind, start, end, name=None, stream_id=7):
+        self.kind, self.start, self.end, self.stream_id = kind, start, end, stream_id
+        if name is not None:
+            self.name = name
+
+
+def test_cupti_python_records_become_timer_events():
+    """cupti-python hands back mangled kernel names: the marker is still found by its name."""
+    import enum
+
+    class Kind(enum.IntEnum):
+        CONCURRENT_KERNEL = 10
+        MEMCPY = 1
+        MEMSET = 2
+        RUNTIME = 5
+
+    s = timing_mod.CuptiPython.__new__(timing_mod.CuptiPython)
+    s._kernel, s._names, s.records = int(Kind.CONCURRENT_KERNEL), {1: "memcpy", 2: "memset"}, []
+    mangled_marker = "_ZN2at6native12_GLOBAL__N_111spin_kernelEl"
+    s._completed([_Act(Kind.CONCURRENT_KERNEL, 0, 1000, mangled_marker),
+                  _Act(Kind.MEMSET, 1000, 40000), _Act(Kind.RUNTIME, 0, 5),
+                  _Act(Kind.CONCURRENT_KERNEL, 40000, 50000, "_Z6kernelPf"),
+                  _Act(Kind.CONCURRENT_KERNEL, 100000, 101000, mangled_marker),
+                  _Act(Kind.MEMSET, 101000, 140000)])
+    assert len(s.records) == 5 and s.records[1][2] == "memset"
+    tm = timing_mod._split_calls(sorted(s.records), 1)
+    assert tm.samples_ms == pytest.approx([0.010]) and tm.kernel_names == {"_Z6kernelPf"}
+
+
+def test_backend_from_environment(monkeypatch):
+    monkeypatch.setenv("SOLFORGE_CUPTI_BACKEND", "kineto")
+    assert timing_mod.default_backend() == "kineto"
+    monkeypatch.setenv("SOLFORGE_CUPTI_BACKEND", "nonsense")
+    assert timing_mod.default_backend() == "auto"
+
+
+def test_phase_clock_nested_phases_are_exclusive(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("solforge.evaluate.phases.time.perf_counter", lambda: now[0])
+    c = PhaseClock()
+    with c.phase("timing_profile"):
+        now[0] += 1.0
+        with c.phase("inputs"):
+            now[0] += 0.25
+        now[0] += 0.5
+    with c.phase("inputs"):
+        now[0] += 0.1
+    assert c.seconds["timing_profile"] == pytest.approx(1.5)
+    assert c.seconds["inputs"] == pytest.approx(0.35)
+    assert sum(c.seconds.values()) == pytest.approx(now[0])     # no second counted twice

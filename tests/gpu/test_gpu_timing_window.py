@@ -1,0 +1,72 @@
+"""SOL-ExecBench's window on the GPU: a call queued right behind its L2 flush times a single kernel
+as the synchronized window does, hides the host's launch gaps of a many-launch call, and reads the
+same through cupti-python as through kineto; the eager T_b timing runs NVIDIA's way."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+from solforge.evaluate import timing  # noqa: E402
+
+
+def _timer(**kw):
+    return timing.Timer("cuda", duty_gap_factor=0.0, duty_min_call_ms=0.5, **kw)
+
+
+def test_single_kernel_reads_the_same_queued_or_synced():
+    x = torch.randn(8 << 20, device="cuda")
+    call = lambda i: x.mul_(1.0)  # noqa: E731
+    q = _timer(queued=True).measure(call, 50, warmup_calls=10)
+    s = _timer(queued=False).measure(call, 50, warmup_calls=10)
+    assert q.method == s.method == "cupti"
+    assert q.median_ms == pytest.approx(s.median_ms, rel=0.10), (q.median_ms, s.median_ms)
+
+
+def test_queued_window_hides_launch_gaps_of_many_small_launches():
+    x = torch.randn(1024, device="cuda")
+
+    def call(i):
+        for _ in range(24):
+            x.add_(1.0)
+
+    q = _timer(queued=True).measure(call, 30, warmup_calls=10)
+    s = _timer(queued=False).measure(call, 30, warmup_calls=10)
+    assert q.kernels_per_call == s.kernels_per_call == 24
+    assert q.median_ms < s.median_ms, (q.median_ms, s.median_ms)
+
+
+def test_cupti_python_and_kineto_agree():
+    if timing.CuptiPython.get() is None:
+        pytest.skip(f"cupti-python not installed: {timing.CuptiPython.error}")
+    x = torch.randn(8 << 20, device="cuda")
+    call = lambda i: x.mul_(1.0)  # noqa: E731
+    a = _timer(backend="cupti-python").measure(call, 50, warmup_calls=10)
+    b = _timer(backend="kineto").measure(call, 50, warmup_calls=10)
+    assert (a.backend, b.backend) == ("cupti-python", "kineto")
+    assert a.kernels_per_call == b.kernels_per_call == 1
+    assert a.median_ms == pytest.approx(b.median_ms, rel=0.10), (a.median_ms, b.median_ms)
+
+
+def test_eager_reference_timed_like_nvidia():
+    from solforge.evaluate.baseline import measure_like_nvidia
+
+    a = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
+
+    def ref(x, weight):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).bfloat16()
+
+    state: dict = {}
+    t = measure_like_nvidia(state, torch.device("cuda"), ref, [[a, w], [a.clone(), w.clone()]],
+                            reps=20, budget_s=1.0)
+    assert t.method == "cupti" and t.n == timing.NVIDIA_REPS and t.median_ms > 0
+    assert state["nvidia_timer"].queued
+    assert state["nvidia_timer"].flush_buf.numel() == timing.flush_size(
+        torch.cuda.get_device_properties(0).L2_cache_size, "nvidia")

@@ -1,0 +1,56 @@
+"""benchmarks/eval_throughput.py without a GPU: per-configuration settings and the summary it
+reports (evaluations per GPU-minute, phases per evaluation, timing ratio against the old path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("eval_throughput",
+                                                  REPO / "benchmarks" / "eval_throughput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_configs_change_only_the_measurement_settings(bench, tmp_path):
+    from solforge.evaluate.evaluator import EvalConfig
+
+    (tmp_path / "job.json").write_text(json.dumps({"settings": {"rep_count": 20, "warmup_ms": 25}}))
+    bench._set_config(tmp_path, "before")
+    bench._set_config(tmp_path, "after")        # twice: the base settings stay the optimize flow's
+    job = json.loads((tmp_path / "job.json").read_text())
+    cfg = EvalConfig.from_dict(job["settings"])
+    assert (cfg.rep_count, cfg.warmup_ms, cfg.warmup_calls, cfg.timing_queued) == (20, 25, 10, True)
+    bench._set_config(tmp_path, "before")
+    cfg = EvalConfig.from_dict(json.loads((tmp_path / "job.json").read_text())["settings"])
+    assert (cfg.warmup_calls, cfg.timing_queued, cfg.timing_backend) == (0, False, "kineto")
+
+
+def _rec(cfg, wall, ms, phases):
+    return {"config": cfg, "stage": "00_x", "problem": "x", "workloads": 2, "wall_s": wall,
+            "phases": phases, "statuses": ["passed", "passed"], "backends": ["kineto"],
+            "median_ms": {"a": ms, "b": 2 * ms}}
+
+
+def test_summary_counts_evaluations_per_gpu_minute(bench):
+    recs = [_rec("before", 3.0, 0.010, {"timing_profile": 1.5, "total": 3.0}),
+            _rec("before", 3.0, 0.010, {"timing_profile": 1.5, "total": 3.0}),
+            _rec("after", 1.0, 0.0099, {"timing_profile": 0.25, "total": 1.0}),
+            _rec("after", 0.5, 0.0101, {"timing_profile": 0.25, "inputs": 0.1, "total": 0.5})]
+    s = bench.summarize(recs)
+    assert s["before"]["evals_per_gpu_minute"] == pytest.approx(20.0)
+    assert s["after"]["evals_per_gpu_minute"] == pytest.approx(80.0)
+    assert s["after"]["phase_s_per_eval"] == {"inputs": 0.05, "timing_profile": 0.25,
+                                              "total": 0.75}
+    assert s["after"]["median_time_ratio_vs_before"] == pytest.approx(1.0, abs=0.011)
+    md = bench.render({"summary": s, "candidates": [{"problem": "x"}]})
+    assert "| after | 2 | 2 | 1.5 | **80.0** |" in md and "timing_profile" in md
