@@ -33,12 +33,14 @@ class Scalar:
 class SymFloat:
     """A float computed from sizes at run time (C double over size params)."""
 
-    def __init__(self, c: str, names: list):
-        self.c, self.names = c, names
+    def __init__(self, c: str, names: list, fnames: list = ()):
+        self.c, self.names, self.fnames = c, names, list(fnames)
 
     def emit(self, k) -> str:
         for n in self.names:
             k.size(n)
+        for n in self.fnames:
+            k.scalar(n)
         return f"((float)({self.c}))"
 
 
@@ -129,7 +131,7 @@ class Lowering:
             if "float" in a:
                 return float(a["float"])
             if "symf" in a:
-                return SymFloat(a["symf"], a["names"])
+                return SymFloat(a["symf"], a["names"], a.get("fnames", []))
         if isinstance(a, list):
             return [self.arg(x) for x in a]
         return a

@@ -211,6 +211,7 @@ class _Namer:
 
     def __init__(self):
         self.map: dict = {}
+        self.float_names: set = set()
 
     def expr(self, e, shape_env) -> str:
         import sympy
@@ -246,7 +247,9 @@ def _float_expr(self, e, shape_env) -> dict:
     names = sorted(str(s) for s in e.free_symbols)
     if not names:
         return float(e)
-    return {"symf": symexpr.to_c_float(e, lambda n: "z_" + n), "names": names}
+    fl = self.float_names
+    return {"symf": symexpr.to_c_float(e, lambda n: ("f_" if n in fl else "z_") + n),
+            "names": [n for n in names if n not in fl], "fnames": [n for n in names if n in fl]}
 
 
 _Namer.float_expr = _float_expr
@@ -270,7 +273,7 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -301,7 +304,20 @@ def _trace_once(defn, wl: dict, sentinel: float) -> dict:
         if spec.is_scalar:
             kind = {"float": "float", "int": "int", "bool": "bool"}.get(
                 __import__("solforge.problem.dtypes", fromlist=["kind"]).kind(spec.dtype), "float")
-            if kind == "float":
+            if kind == "float" and symfloat:
+                # a SymFloat: Python arithmetic on it (1 / (1 - p)) stays an expression of p
+                from torch._dynamo.source import ConstantSource
+
+                hint = float(scalars.get(k, sentinel)) if isinstance(scalars.get(k), (int, float)) \
+                    else sentinel
+                src = ConstantSource(f"scalar_{k}")
+                fsym = shape_env.create_unspecified_symbol(hint, source=src,
+                                                           dynamic_dim=DimDynamic.DYNAMIC)
+                from . import symexpr
+                namer.map[fsym] = symexpr.sym(k)
+                namer.float_names.add(k)
+                args.append(shape_env.create_symfloatnode(fsym, hint=hint, source=src))
+            elif kind == "float":
                 args.append(sentinel + 0.0078125 * len(inputs_ir))
             elif kind == "int":
                 v = scalars.get(k)
@@ -499,7 +515,12 @@ def child_main() -> int:
         defn = Definition.model_validate(req["definition"])
         irs = []
         for i, wl in enumerate(req["workloads"][:2]):
-            irs.append(_trace_once(defn, wl, _SENTINELS[i]))
+            try:
+                irs.append(_trace_once(defn, wl, _SENTINELS[i]))
+            except TraceError:
+                if not any(i_.is_scalar for i_ in defn.inputs.values()):
+                    raise
+                irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
             a, b = irs
             why = "the graph differs between two workloads"
