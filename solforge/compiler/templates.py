@@ -211,7 +211,8 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.emit(f"__shared__ float Bs_[{BK}][{BN} + 4];")
     k.emit(f"const long long M_ = {k.c(M)}, N_ = {k.c(N)}, K_ = {k.c(K)}, NB_ = {k.c(NB)};")
     k.emit("const int tx_ = threadIdx.x % 16, ty_ = threadIdx.x / 16;")
-    k.emit(f"const long long m0_ = (long long)blockIdx.y * {BM}, n0_ = (long long)blockIdx.x * {BN};")
+    # M tiles on grid.x (up to 2^31 - 1: conv rows = batch x pixels), N tiles on grid.y
+    k.emit(f"const long long m0_ = (long long)blockIdx.x * {BM}, n0_ = (long long)blockIdx.y * {BN};")
     k.open("for (long long bz_ = blockIdx.z; bz_ < NB_; bz_ += gridDim.z)")
     bz = symexpr.sym("bz_")
     k.locals.add("bz_")
@@ -270,7 +271,7 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.close()
     k.close()
     k.close()
-    grid = [f"max(1, ceil_div({symexpr.to_axis(N)}, {BN}))", f"max(1, ceil_div({symexpr.to_axis(M)}, {BM}))",
+    grid = [f"max(1, ceil_div({symexpr.to_axis(M)}, {BM}))", f"max(1, min(ceil_div({symexpr.to_axis(N)}, {BN}), 65535))",
             f"max(1, min({symexpr.to_axis(NB)}, 65535))"]
     return LaunchSpec(k, grid, [str(BLOCK)], launch_bounds=BLOCK, kind="matmul")
 
