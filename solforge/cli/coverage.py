@@ -26,7 +26,10 @@ def register(sub) -> None:
                    help="first: the planner's first candidate; compiler: the compiler's plan")
     p.add_argument("--timeout", type=float, default=120, help="seconds per problem (trace + lower)")
     p.add_argument("--only", default=None, help="only problems whose name contains this")
-    p.add_argument("--jsonl", default=None, help="append one JSON line per problem to this file")
+    p.add_argument("--jsonl", "--lines", dest="jsonl", default=None,
+                   help="append one JSON line per problem to this file")
+    p.add_argument("--json", dest="json_out", action="store_true",
+                   help="machine-readable output on stdout (same as `solforge --json coverage`)")
     p.add_argument("--evaluate", action="store_true",
                    help="on a GPU: run the evaluator (correctness on every workload, no timing) on "
                         "each first candidate that compiles")
@@ -127,6 +130,7 @@ def run(args) -> int:
     from ..problem.ingest import ingest_path
     from .output import console, emit_json
 
+    want_json = bool(getattr(args, "json", False) or args.json_out)
     rep = ingest_path(args.path)
     problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
     if args.only:
@@ -148,7 +152,7 @@ def run(args) -> int:
         if args.jsonl:
             with open(args.jsonl, "a") as f:
                 f.write(json.dumps(row) + "\n")
-        if not args.json:
+        if not want_json:
             status = "served" if row["served"] else "-"
             comp = {True: "compiles", False: "COMPILE-ERROR", None: ""}[row["compiles"]]
             why = row["reason"] if not row["served"] or row["compiles"] is False else ""
@@ -162,7 +166,7 @@ def run(args) -> int:
                "ingest_errors": [str(e) for e in rep.errors]}
     if args.evaluate:
         summary["correct"] = sum(bool(r.get("correct")) for r in rows)
-    if args.json:
+    if want_json:
         emit_json({"summary": summary, "problems": rows})
     else:
         c.print(json.dumps(summary), markup=False, highlight=False)

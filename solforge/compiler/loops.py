@@ -37,6 +37,24 @@ def contiguous_strides(shape):
     return list(reversed(st))
 
 
+def unravel(lin, shape) -> list:
+    """Coordinates of flat position lin (< numel) in a contiguous shape. The outermost dim needs
+    no modulo (lin < numel), which saves a 64-bit division by a run-time size per element."""
+    st = contiguous_strides(shape)
+    out = []
+    first = True
+    for stv, s in zip(st, shape):
+        if same(s, 1):
+            out.append(sympy.Integer(0))
+        elif first:
+            out.append(lin if same(stv, 1) else FloorDiv(lin, stv))
+        else:
+            out.append(ModularIndexing(lin, stv, s))
+        if not same(s, 1):
+            first = False
+    return out
+
+
 @dataclass
 class Loader:
     shape: list

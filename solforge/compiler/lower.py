@@ -623,7 +623,7 @@ def _prims_var(L, node, x, dims, correction=1, output_dtype=None, **kw):
     out = L.new_buffer(node["dtype"], kshape)
     corr = correction if correction is not None else 1
     L.kernels.append(templates.reduction(L.kname("var"), sq, rd, "sum", out, kshape,
-                                         scale=sympy.Max(n - int(corr), 0)))
+                                         scale=sympy.Max(n - int(corr), 0), recip=False))
     return view_of(out)
 
 
