@@ -476,7 +476,7 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             continue
         if n.op == "output":
             outs = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
-            return {"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]}
+            return _canonical({"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]})
         if n.op != "call_function":
             raise TraceError(f"graph node kind {n.op}")
         v = n.meta.get("val")
@@ -499,6 +499,47 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             raise TraceError(f"{op} gives {type(v).__name__}")
         nodes.append(rec)
     raise TraceError("graph without output")
+
+
+_NOOP_END = 2**62
+
+
+def _canonical(ir: dict) -> dict:
+    """Drop no-op views (a full slice, which the tracer records or elides depending on what it can
+    prove about a size) and name nodes by position, so two traces compare structurally."""
+    alias: dict[str, Any] = {}
+    names: dict[str, str] = {}
+
+    def fix(a):
+        if isinstance(a, dict) and "ref" in a:
+            if a["ref"] in alias:
+                return alias[a["ref"]]
+            return {"ref": names.get(a["ref"], a["ref"])}
+        if isinstance(a, list):
+            return [fix(x) for x in a]
+        if isinstance(a, dict):
+            return {k: fix(v) for k, v in a.items()}
+        return a
+    out = []
+    for n in ir["nodes"]:
+        args = n["args"]
+        if n["op"] == "aten.slice.Tensor" and len(args) >= 1:
+            start = args[2] if len(args) > 2 else 0
+            end = args[3] if len(args) > 3 else None
+            step = args[4] if len(args) > 4 else 1
+            if start in (0, None) and step == 1 and (end is None or (isinstance(end, int) and end >= _NOOP_END)):
+                if isinstance(args[0], dict) and "ref" in args[0]:
+                    alias[n["name"]] = fix(args[0])
+                    continue
+        if n["op"] in ("aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default") \
+                and isinstance(args[0], dict) and "ref" in args[0]:
+            alias[n["name"]] = fix(args[0])
+            continue
+        m = dict(n, args=fix(n["args"]), kwargs=fix(n["kwargs"]))
+        names[n["name"]] = f"n{len(out)}"
+        m["name"] = names[n["name"]]
+        out.append(m)
+    return {"inputs": ir["inputs"], "nodes": out, "outputs": [fix(o) for o in ir["outputs"]]}
 
 
 def _structure(ir: dict) -> str:
