@@ -9,6 +9,7 @@ operands' fns, so a chain of them is one expression in whichever kernel reads it
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -35,6 +36,9 @@ def contiguous_strides(shape):
         st.append(acc)
         acc = acc * s
     return list(reversed(st))
+
+
+_UIDS = itertools.count()
 
 
 def unravel(lin, shape) -> list:
@@ -65,8 +69,19 @@ class Loader:
     offset: sympy.Expr = sympy.Integer(0)
     cost: int = 0                     # elementwise ops inlined (a realisation heuristic)
 
+    def __post_init__(self):
+        self.uid = next(_UIDS)
+
     def __call__(self, k: Kernel, idx: list) -> str:
-        return self.fn(k, list(idx))
+        if self.buf is not None:
+            return self.fn(k, list(idx))
+        # a computed value read twice at the same index in one scope is computed once
+        key = ("v", self.uid, tuple(str(i) for i in idx))
+        v = k.lookup(key)
+        if v is None:
+            v = self.fn(k, list(idx))
+            k.remember(key, v)
+        return v
 
     @property
     def is_view(self) -> bool:
