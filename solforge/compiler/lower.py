@@ -1074,6 +1074,8 @@ LOWER: dict[str, Any] = {
     "aten._to_copy.default": _to_copy, "aten.clone.default": _identity, "aten.alias.default": _identity,
     "aten.lift_fresh_copy.default": _identity, "aten.detach.default": _identity,
     "aten.contiguous.default": _identity, "aten.copy.default": _copy,
+    # functionalize writes a mutated input back with copy_ at the end: its value is the source
+    "aten.copy_.default": _copy,
     "aten._unsafe_view.default": _view, "aten.view.default": _view, "aten.reshape.default": _view,
     "aten.view_copy.default": _view,
     "aten.permute.default": _permute, "aten.transpose.int": _transpose, "aten.t.default": _t,
