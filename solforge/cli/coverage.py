@@ -26,7 +26,14 @@ def register(sub) -> None:
                    help="first: the planner's first candidate; compiler: the compiler's plan")
     p.add_argument("--timeout", type=float, default=120, help="seconds per problem (trace + lower)")
     p.add_argument("--only", default=None, help="only problems whose name contains this")
-    p.add_argument("--jsonl", default=None, help="append one JSON line per problem to this file")
+    p.add_argument("--jsonl", "--lines", dest="jsonl", default=None,
+                   help="append one JSON line per problem to this file")
+    p.add_argument("--json", dest="json_out", action="store_true",
+                   help="machine-readable output on stdout (same as `solforge --json coverage`)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="on a GPU: run the evaluator (correctness on every workload, no timing) on "
+                        "each first candidate that compiles")
+    p.add_argument("--eval-timeout", type=float, default=600, help="seconds per problem's evaluation")
     p.set_defaults(func=run)
 
 
@@ -36,6 +43,22 @@ class _Timeout(Exception):
 
 def _alarm(signum, frame):
     raise _Timeout()
+
+
+def evaluate_row(problem, cand, timeout: float) -> dict:
+    """Correctness of the candidate on every workload, with the evaluator (needs a GPU)."""
+    from ..evaluate.api import evaluate_candidate
+
+    try:
+        report, _ = evaluate_candidate(problem, cand.model_dump(), timeout_s=timeout, timing=False)
+    except Exception as e:  # noqa: BLE001 - one line per problem
+        return {"correct": False, "eval_error": f"{type(e).__name__}: {str(e)[:200]}"}
+    bad = [r for r in report.results if not r.passed]
+    out = {"correct": bool(report.all_passed), "workloads": len(report.results),
+           "workloads_failed": len(bad)}
+    if bad:
+        out["eval_error"] = f"{bad[0].status.value}: {bad[0].message[:200]}"
+    return out
 
 
 def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: str) -> dict:
@@ -107,6 +130,7 @@ def run(args) -> int:
     from ..problem.sources import ingest_path
     from .output import console, emit_json
 
+    want_json = bool(getattr(args, "json", False) or args.json_out)
     rep = ingest_path(args.path)
     problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
     if args.only:
@@ -122,11 +146,13 @@ def run(args) -> int:
         if emit and cand is not None:
             name = f"{row['subset']}__{row['problem']}.json".replace("/", "_")
             (emit / name).write_text(json.dumps(cand.model_dump(), indent=1))
+        if args.evaluate and cand is not None and row["compiles"] is not False:
+            row.update(evaluate_row(p, cand, args.eval_timeout))
         rows.append(row)
         if args.jsonl:
             with open(args.jsonl, "a") as f:
                 f.write(json.dumps(row) + "\n")
-        if not args.json:
+        if not want_json:
             status = "served" if row["served"] else "-"
             comp = {True: "compiles", False: "COMPILE-ERROR", None: ""}[row["compiles"]]
             why = row["reason"] if not row["served"] or row["compiles"] is False else ""
@@ -138,7 +164,9 @@ def run(args) -> int:
                                                                              for r in rows),
                "served_and_compiles": len(ok) if args.compile else None,
                "ingest_errors": [str(e) for e in rep.errors]}
-    if args.json:
+    if args.evaluate:
+        summary["correct"] = sum(bool(r.get("correct")) for r in rows)
+    if want_json:
         emit_json({"summary": summary, "problems": rows})
     else:
         c.print(json.dumps(summary), markup=False, highlight=False)

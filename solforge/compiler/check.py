@@ -76,8 +76,9 @@ def _one(path: str, cap: int, emitted, q) -> None:
         p = load_problem_dir(Path(path))
         cand = None
         if emitted:
-            f = Path(emitted) / f"{p.subset or ''}__{p.name}.json"
-            if not f.exists():
+            found = sorted(Path(emitted).glob(f"*__{p.name}.json"))
+            f = found[0] if found else None
+            if f is None:
                 q.put({"problem": p.name, "ok": False, "stage": "none", "reason": "no candidate"})
                 return
             cand = Candidate.model_validate(json.loads(f.read_text()))

@@ -243,6 +243,16 @@ class Kernel:
             self._cache[-1][(key, self.mask())] = v
         return v
 
+    def lookup(self, key):
+        k = (key, self.mask())
+        for scope in reversed(self._cache):
+            if k in scope:
+                return scope[k]
+        return None
+
+    def remember(self, key, value: str) -> None:
+        self._cache[-1][(key, self.mask())] = value
+
     def load(self, buf: Buffer, index) -> str:
         p = self.ptr(buf)
         idx = self.c(index)

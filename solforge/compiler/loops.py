@@ -9,6 +9,7 @@ operands' fns, so a chain of them is one expression in whichever kernel reads it
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -37,6 +38,27 @@ def contiguous_strides(shape):
     return list(reversed(st))
 
 
+_UIDS = itertools.count()
+
+
+def unravel(lin, shape) -> list:
+    """Coordinates of flat position lin (< numel) in a contiguous shape. The outermost dim needs
+    no modulo (lin < numel), which saves a 64-bit division by a run-time size per element."""
+    st = contiguous_strides(shape)
+    out = []
+    first = True
+    for stv, s in zip(st, shape):
+        if same(s, 1):
+            out.append(sympy.Integer(0))
+        elif first:
+            out.append(lin if same(stv, 1) else FloorDiv(lin, stv))
+        else:
+            out.append(ModularIndexing(lin, stv, s))
+        if not same(s, 1):
+            first = False
+    return out
+
+
 @dataclass
 class Loader:
     shape: list
@@ -47,8 +69,19 @@ class Loader:
     offset: sympy.Expr = sympy.Integer(0)
     cost: int = 0                     # elementwise ops inlined (a realisation heuristic)
 
+    def __post_init__(self):
+        self.uid = next(_UIDS)
+
     def __call__(self, k: Kernel, idx: list) -> str:
-        return self.fn(k, list(idx))
+        if self.buf is not None:
+            return self.fn(k, list(idx))
+        # a computed value read twice at the same index in one scope is computed once
+        key = ("v", self.uid, tuple(str(i) for i in idx))
+        v = k.lookup(key)
+        if v is None:
+            v = self.fn(k, list(idx))
+            k.remember(key, v)
+        return v
 
     @property
     def is_view(self) -> bool:

@@ -33,12 +33,14 @@ class Scalar:
 class SymFloat:
     """A float computed from sizes at run time (C double over size params)."""
 
-    def __init__(self, c: str, names: list):
-        self.c, self.names = c, names
+    def __init__(self, c: str, names: list, fnames: list = ()):
+        self.c, self.names, self.fnames = c, names, list(fnames)
 
     def emit(self, k) -> str:
         for n in self.names:
             k.size(n)
+        for n in self.fnames:
+            k.scalar(n)
         return f"((float)({self.c}))"
 
 
@@ -129,7 +131,7 @@ class Lowering:
             if "float" in a:
                 return float(a["float"])
             if "symf" in a:
-                return SymFloat(a["symf"], a["names"])
+                return SymFloat(a["symf"], a["names"], a.get("fnames", []))
         if isinstance(a, list):
             return [self.arg(x) for x in a]
         return a
@@ -621,7 +623,7 @@ def _prims_var(L, node, x, dims, correction=1, output_dtype=None, **kw):
     out = L.new_buffer(node["dtype"], kshape)
     corr = correction if correction is not None else 1
     L.kernels.append(templates.reduction(L.kname("var"), sq, rd, "sum", out, kshape,
-                                         scale=sympy.Max(n - int(corr), 0)))
+                                         scale=sympy.Max(n - int(corr), 0), recip=False))
     return view_of(out)
 
 
@@ -1072,6 +1074,8 @@ LOWER: dict[str, Any] = {
     "aten._to_copy.default": _to_copy, "aten.clone.default": _identity, "aten.alias.default": _identity,
     "aten.lift_fresh_copy.default": _identity, "aten.detach.default": _identity,
     "aten.contiguous.default": _identity, "aten.copy.default": _copy,
+    # functionalize writes a mutated input back with copy_ at the end: its value is the source
+    "aten.copy_.default": _copy,
     "aten._unsafe_view.default": _view, "aten.view.default": _view, "aten.reshape.default": _view,
     "aten.view_copy.default": _view,
     "aten.permute.default": _permute, "aten.transpose.int": _transpose, "aten.t.default": _t,

@@ -20,7 +20,7 @@ from torch.utils._sympy.functions import ModularIndexing
 
 from . import symexpr
 from .kernel import Buffer, Kernel, STORAGE, compute_type, convert, round_to
-from .loops import Loader, contiguous_strides, prod
+from .loops import Loader, contiguous_strides, prod, unravel
 
 BLOCK = 256
 
@@ -53,8 +53,7 @@ def pointwise(name: str, items: list[tuple[Loader, Buffer]]) -> LaunchSpec:
            f"{lin} += (long long)gridDim.x * blockDim.x)")
     for loader, buf in items:
         shape = buf.shape
-        idx = [sympy.Integer(0) if s == 1 else ModularIndexing(lin, st, s) if len(shape) > 1 else lin
-               for st, s in zip(contiguous_strides(shape), shape)]
+        idx = unravel(lin, shape)
         v = loader(k, idx)
         k.store(buf, lin, convert(v, loader.dtype, buf.dtype))
     k.close()
@@ -73,7 +72,7 @@ def _acc_type(op: str, dtype: str) -> str:
 
 
 def reduction(name: str, src: Loader, rdims: list[int], op: str, out: Buffer,
-              keep_shape: list, scale=None) -> LaunchSpec:
+              keep_shape: list, scale=None, recip: bool = True) -> LaunchSpec:
     """out[kept] = op over rdims of src (argmax/argmin: the index along the single rdim).
     scale: a C-free sympy/float divisor applied at the end (mean)."""
     k = Kernel(name)
@@ -115,10 +114,8 @@ def reduction(name: str, src: Loader, rdims: list[int], op: str, out: Buffer,
     k.open(f"if ({row} < nout_)")
     r = k.local_sym("_r")
     k.open(f"for (long long {r} = lane_; {r} < R_; {r} += {RW})")
-    kidx = [sympy.Integer(0) if s == 1 else ModularIndexing(row, st, s)
-            for st, s in zip(contiguous_strides(kshape), kshape)]
-    ridx = [sympy.Integer(0) if s == 1 else ModularIndexing(r, st, s)
-            for st, s in zip(contiguous_strides(rshape), rshape)]
+    kidx = unravel(row, kshape)
+    ridx = unravel(r, rshape)
     full = [None] * nd
     for d, e in zip(kept, kidx):
         full[d] = e
@@ -185,7 +182,9 @@ def reduction(name: str, src: Loader, rdims: list[int], op: str, out: Buffer,
     else:
         res = "acc_"
         if scale is not None:
-            res = f"(acc_ / ({acc_t})({k.c(scale)}))"
+            # mean: PyTorch multiplies the sum by 1/N (MeanOps); var divides by N - correction
+            res = (f"(acc_ * (({acc_t})1 / ({acc_t})({k.c(scale)})))" if recip
+                   else f"(acc_ / ({acc_t})({k.c(scale)}))")
         acc_dt = {"float": "float32", "double": "float64", "long long": "int64", "bool": "bool"}[acc_t]
         k.store(out, row, convert(res, acc_dt, out.dtype))
     k.close()
@@ -211,12 +210,12 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.emit(f"__shared__ float Bs_[{BK}][{BN} + 4];")
     k.emit(f"const long long M_ = {k.c(M)}, N_ = {k.c(N)}, K_ = {k.c(K)}, NB_ = {k.c(NB)};")
     k.emit("const int tx_ = threadIdx.x % 16, ty_ = threadIdx.x / 16;")
-    k.emit(f"const long long m0_ = (long long)blockIdx.y * {BM}, n0_ = (long long)blockIdx.x * {BN};")
+    # M tiles on grid.x (up to 2^31 - 1: conv rows = batch x pixels), N tiles on grid.y
+    k.emit(f"const long long m0_ = (long long)blockIdx.x * {BM}, n0_ = (long long)blockIdx.y * {BN};")
     k.open("for (long long bz_ = blockIdx.z; bz_ < NB_; bz_ += gridDim.z)")
     bz = symexpr.sym("bz_")
     k.locals.add("bz_")
-    bidx = [sympy.Integer(0) if s == 1 else ModularIndexing(bz, st, s)
-            for st, s in zip(contiguous_strides(bshape), bshape)]
+    bidx = unravel(bz, bshape)
     k.emit(f"float acc_[{TM}][{TN}];")
     k.emit(f"for (int i = 0; i < {TM}; ++i) for (int j = 0; j < {TN}; ++j) acc_[i][j] = 0.0f;")
     k.open(f"for (long long k0_ = 0; k0_ < K_; k0_ += {BK})")
@@ -270,7 +269,7 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.close()
     k.close()
     k.close()
-    grid = [f"max(1, ceil_div({symexpr.to_axis(N)}, {BN}))", f"max(1, ceil_div({symexpr.to_axis(M)}, {BM}))",
+    grid = [f"max(1, ceil_div({symexpr.to_axis(M)}, {BM}))", f"max(1, min(ceil_div({symexpr.to_axis(N)}, {BN}), 65535))",
             f"max(1, min({symexpr.to_axis(NB)}, 65535))"]
     return LaunchSpec(k, grid, [str(BLOCK)], launch_bounds=BLOCK, kind="matmul")
 
@@ -292,8 +291,7 @@ def scan(name: str, src: Loader, dim: int, op: str, out: Buffer) -> LaunchSpec:
     k.emit(f"{acc_t} acc_ = ({acc_t})({'0' if op == 'sum' else '1'});")
     j = k.local_sym("_j")
     k.open(f"for (long long {j} = 0; {j} < L_; ++{j})")
-    oidx = [sympy.Integer(0) if s == 1 else ModularIndexing(row, st, s)
-            for st, s in zip(contiguous_strides(oshape), oshape)]
+    oidx = unravel(row, oshape)
     full = list(oidx)
     full.insert(dim, j)
     v = convert(src(k, full), src.dtype, out.dtype)
@@ -366,8 +364,7 @@ def scatter(name: str, out: Buffer, iter_shape, index_fn, value: Loader, accumul
     k.emit(f"const long long n_ = {k.c(n)};")
     k.open(f"for (long long {lin} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {lin} < n_; "
            f"{lin} += (long long)gridDim.x * blockDim.x)")
-    idx = [sympy.Integer(0) if s == 1 else ModularIndexing(lin, st, s)
-           for st, s in zip(contiguous_strides(iter_shape), iter_shape)]
+    idx = unravel(lin, iter_shape)
     flat = index_fn(k, idx)
     v = convert(value(k, idx), value.dtype, out.dtype)
     p = k.ptr(out)

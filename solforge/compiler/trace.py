@@ -211,6 +211,7 @@ class _Namer:
 
     def __init__(self):
         self.map: dict = {}
+        self.float_names: set = set()
 
     def expr(self, e, shape_env) -> str:
         import sympy
@@ -246,7 +247,9 @@ def _float_expr(self, e, shape_env) -> dict:
     names = sorted(str(s) for s in e.free_symbols)
     if not names:
         return float(e)
-    return {"symf": symexpr.to_c_float(e, lambda n: "z_" + n), "names": names}
+    fl = self.float_names
+    return {"symf": symexpr.to_c_float(e, lambda n: ("f_" if n in fl else "z_") + n),
+            "names": [n for n in names if n not in fl], "fnames": [n for n in names if n in fl]}
 
 
 _Namer.float_expr = _float_expr
@@ -270,7 +273,7 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -301,7 +304,20 @@ def _trace_once(defn, wl: dict, sentinel: float) -> dict:
         if spec.is_scalar:
             kind = {"float": "float", "int": "int", "bool": "bool"}.get(
                 __import__("solforge.problem.dtypes", fromlist=["kind"]).kind(spec.dtype), "float")
-            if kind == "float":
+            if kind == "float" and symfloat:
+                # a SymFloat: Python arithmetic on it (1 / (1 - p)) stays an expression of p
+                from torch._dynamo.source import ConstantSource
+
+                hint = float(scalars.get(k, sentinel)) if isinstance(scalars.get(k), (int, float)) \
+                    else sentinel
+                src = ConstantSource(f"scalar_{k}")
+                fsym = shape_env.create_unspecified_symbol(hint, source=src,
+                                                           dynamic_dim=DimDynamic.DYNAMIC)
+                from . import symexpr
+                namer.map[fsym] = symexpr.sym(k)
+                namer.float_names.add(k)
+                args.append(shape_env.create_symfloatnode(fsym, hint=hint, source=src))
+            elif kind == "float":
                 args.append(sentinel + 0.0078125 * len(inputs_ir))
             elif kind == "int":
                 v = scalars.get(k)
@@ -460,7 +476,7 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             continue
         if n.op == "output":
             outs = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
-            return {"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]}
+            return _canonical({"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]})
         if n.op != "call_function":
             raise TraceError(f"graph node kind {n.op}")
         v = n.meta.get("val")
@@ -485,6 +501,47 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
     raise TraceError("graph without output")
 
 
+_NOOP_END = 2**62
+
+
+def _canonical(ir: dict) -> dict:
+    """Drop no-op views (a full slice, which the tracer records or elides depending on what it can
+    prove about a size) and name nodes by position, so two traces compare structurally."""
+    alias: dict[str, Any] = {}
+    names: dict[str, str] = {}
+
+    def fix(a):
+        if isinstance(a, dict) and "ref" in a:
+            if a["ref"] in alias:
+                return alias[a["ref"]]
+            return {"ref": names.get(a["ref"], a["ref"])}
+        if isinstance(a, list):
+            return [fix(x) for x in a]
+        if isinstance(a, dict):
+            return {k: fix(v) for k, v in a.items()}
+        return a
+    out = []
+    for n in ir["nodes"]:
+        args = n["args"]
+        if n["op"] == "aten.slice.Tensor" and len(args) >= 1:
+            start = args[2] if len(args) > 2 else 0
+            end = args[3] if len(args) > 3 else None
+            step = args[4] if len(args) > 4 else 1
+            if start in (0, None) and step == 1 and (end is None or (isinstance(end, int) and end >= _NOOP_END)):
+                if isinstance(args[0], dict) and "ref" in args[0]:
+                    alias[n["name"]] = fix(args[0])
+                    continue
+        if n["op"] in ("aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default") \
+                and isinstance(args[0], dict) and "ref" in args[0]:
+            alias[n["name"]] = fix(args[0])
+            continue
+        m = dict(n, args=fix(n["args"]), kwargs=fix(n["kwargs"]))
+        names[n["name"]] = f"n{len(out)}"
+        m["name"] = names[n["name"]]
+        out.append(m)
+    return {"inputs": ir["inputs"], "nodes": out, "outputs": [fix(o) for o in ir["outputs"]]}
+
+
 def _structure(ir: dict) -> str:
     return json.dumps(ir, sort_keys=True)
 
@@ -499,7 +556,12 @@ def child_main() -> int:
         defn = Definition.model_validate(req["definition"])
         irs = []
         for i, wl in enumerate(req["workloads"][:2]):
-            irs.append(_trace_once(defn, wl, _SENTINELS[i]))
+            try:
+                irs.append(_trace_once(defn, wl, _SENTINELS[i]))
+            except TraceError:
+                if not any(i_.is_scalar for i_ in defn.inputs.values()):
+                    raise
+                irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
             a, b = irs
             why = "the graph differs between two workloads"
