@@ -1,0 +1,485 @@
+// GEMM / implicit-GEMM mainloops for the trace-driven compiler (solforge/compiler/templates/gemm.py).
+//
+//   out(b, row, col) = epi( sum_k pro_A(A(b, row, k)) * pro_B(B(b, col, k)) )
+//
+// The operands are not tensors of a fixed layout: a generated struct P (one per GEMM segment) says
+// where element (b, r, k) of each operand lives (P::off<W>(b, r, k), W = 0 for A, 1 for B), whether
+// it exists (P::pred<W>: conv padding, tails are handled here), what to do with it on the way in
+// (P::pro<W>: dequant, scale, an elementwise op) and what to do with each result (P::epi: alpha,
+// bias, activation, residual, casts, several outputs). Transposes and permutes of an operand are its
+// offset expression, never a copy.
+//
+// Two mainloops share that contract:
+//  * gemm_mma: fp16/bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation), ST-stage shared
+//    ring. An operand whose elements are contiguous along K (P::CONTIG<W> == 1) or along its rows
+//    (== 2) and whose base/strides are 16-byte aligned at run time (P::vec_ok<W>) is copied with
+//    16-byte cp.async (K or row tails zero-filled by the copy's source size); otherwise each thread
+//    fetches its elements into registers before the tile's MMAs and stores them after (the loads'
+//    latency hides behind the MMAs). Shared tiles are K-major [rows][BK+8] or row-major
+//    [BK][rows+8] (the +8 halves = 16 bytes of padding make ldmatrix conflict-free); row-major
+//    tiles are read with ldmatrix.trans.
+//  * gemm_simt: fp32 operands with fp32 FMA (PyTorch's fp32 matmul does not use TF32), 2-stage
+//    register-prefetched shared tiles, TM x TN outer products per thread.
+// Split-K: SPLIT > 1 writes fp32 partial tiles to the workspace (every element, so it needs no
+// zeroing) and a second kernel (splitk_reduce) sums them in split order and runs the epilogue.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+namespace sfg {
+
+typedef long long i64;
+
+// ---- element conversions -------------------------------------------------------------------------
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__nv_fp8_e4m3 v) { return float(v); }
+__device__ __forceinline__ float to_f(__nv_fp8_e5m2 v) { return float(v); }
+__device__ __forceinline__ float to_f(signed char v) { return (float)v; }
+__device__ __forceinline__ float to_f(unsigned char v) { return (float)v; }
+__device__ __forceinline__ float to_f(int v) { return (float)v; }
+
+template <class T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_f<__nv_fp8_e4m3>(float v) { return __nv_fp8_e4m3(v); }
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_f<__nv_fp8_e5m2>(float v) { return __nv_fp8_e5m2(v); }
+
+// ---- PTX wrappers --------------------------------------------------------------------------------
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy; `bytes` (0..16) are read, the rest of the 16 destination bytes are zero-filled
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+template <class T> struct MmaKind;
+template <> struct MmaKind<__half> { static constexpr bool bf = false; };
+template <> struct MmaKind<__nv_bfloat16> { static constexpr bool bf = true; };
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    if constexpr (MmaKind<T>::bf) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// ---- tile coordinates ----------------------------------------------------------------------------
+// blockIdx.x -> (batch, split, m-tile, n-tile). Within one (batch, split), groups of GROUP m-tiles
+// sweep all n-tiles, so the A and B tiles a wave of CTAs reads are reused from L2.
+struct Tile {
+    i64 b;
+    int split, m0, n0;
+};
+template <int BM, int BN, int SPLIT>
+__device__ __forceinline__ Tile tile_of(int M, int N) {
+    constexpr int GROUP = 8;
+    const int mt = (M + BM - 1) / BM, nt = (N + BN - 1) / BN;
+    const i64 per = (i64)mt * nt;
+    const i64 bid = blockIdx.x;
+    const i64 bs = bid / per;
+    int in = (int)(bid - bs * per);
+    const int g = in / (GROUP * nt);
+    const int first = g * GROUP;
+    const int gsize = min(mt - first, GROUP);
+    in -= g * GROUP * nt;
+    Tile t;
+    t.b = bs / SPLIT;
+    t.split = (int)(bs % SPLIT);
+    t.m0 = (first + in % gsize) * BM;
+    t.n0 = (in / gsize) * BN;
+    return t;
+}
+
+// k range [kb, ke) of split `s`: whole BK tiles per split, the last one shorter
+template <int BK, int SPLIT>
+__device__ __forceinline__ void split_range(int K, int s, int& kb, int& ke) {
+    const int per = ((K + SPLIT - 1) / SPLIT + BK - 1) / BK * BK;
+    kb = min(K, s * per);
+    ke = min(K, kb + per);
+}
+
+// ---- one operand's tile loader (mma mainloop) ----------------------------------------------------
+// W: 0 = A (rows along M), 1 = B (rows along N). R rows x BK k per stage. KS: shared tile K-major.
+template <class P, class T, int W, int R, int BK, int NT, bool KS>
+struct OperandTile {
+    static constexpr int PITCH = KS ? BK + 8 : R + 8;        // elements per shared row
+    static constexpr int ELEMS = R * BK;
+    static constexpr int STAGE = R * (BK + 8) > BK * (R + 8) ? R * (BK + 8) : BK * (R + 8);
+    static constexpr int EPT = ELEMS / NT;                   // elements per thread (register path)
+    static_assert(ELEMS % NT == 0, "tile elements must divide over the threads");
+
+    // 16-byte cp.async chunks of 8 elements; KS: along k (P::CONTIG == 1), else along rows (== 2)
+    __device__ __forceinline__ static void issue(const P& p, T* s, i64 b, int row0, int rows, int k0, int ke) {
+        const T* base = p.template ptr<W>();
+        const int tid = threadIdx.x;
+        if constexpr (KS) {
+            constexpr int CPR = BK / 8;
+#pragma unroll
+            for (int j = 0; j < (R * CPR + NT - 1) / NT; ++j) {
+                const int i = tid + j * NT;
+                if ((R * CPR) % NT != 0 && i >= R * CPR) break;
+                const int r = i / CPR, c = i % CPR;
+                const int gr = row0 + r, gk = k0 + c * 8;
+                const int n = gr < rows ? min(max(ke - gk, 0), 8) : 0;
+                const T* src = n > 0 ? base + p.template off<W>(b, gr, gk) : base;
+                cp_async16(smem_u32(s + r * PITCH + c * 8), src, n * 2);
+            }
+        } else {
+            constexpr int CPK = R / 8;
+#pragma unroll
+            for (int j = 0; j < (BK * CPK + NT - 1) / NT; ++j) {
+                const int i = tid + j * NT;
+                if ((BK * CPK) % NT != 0 && i >= BK * CPK) break;
+                const int kr = i / CPK, c = i % CPK;
+                const int gr = row0 + c * 8, gk = k0 + kr;
+                const int n = gk < ke ? min(max(rows - gr, 0), 8) : 0;
+                const T* src = n > 0 ? base + p.template off<W>(b, gr, gk) : base;
+                cp_async16(smem_u32(s + kr * PITCH + c * 8), src, n * 2);
+            }
+        }
+    }
+
+    // register path: any element type, any offset function, predicate and prologue
+    __device__ __forceinline__ static void fetch(const P& p, T (&v)[EPT], i64 b, int row0, int rows, int k0, int ke) {
+        const auto* base = p.template ptr<W>();
+        // laundered: otherwise the compiler hoists every element's address, predicate and prologue
+        // terms out of the k loop and keeps them live across it (255 registers and spills)
+        int tid = threadIdx.x;
+        asm volatile("" : "+r"(tid));
+#pragma unroll
+        for (int j = 0; j < EPT; ++j) {
+            const int i = tid + j * NT;
+            int r, kk;
+            if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }  // threads along rows
+            else { r = i / BK; kk = i % BK; }                                       // threads along k
+            const int gr = row0 + r, gk = k0 + kk;
+            float x = 0.f;
+            if (gr < rows && gk < ke && p.template pred<W>(b, gr, gk))
+                x = p.template pro<W>(to_f(base[p.template off<W>(b, gr, gk)]), b, gr, gk);
+            v[j] = from_f<T>(x);
+        }
+    }
+    // the fallback of a cp.async operand whose run-time alignment check failed: one element at a
+    // time, straight to shared memory (rare; kept small so it costs no registers elsewhere)
+    __device__ __forceinline__ static void copy_slow(const P& p, T* s, i64 b, int row0, int rows, int k0, int ke) {
+        const auto* base = p.template ptr<W>();
+#pragma unroll 1
+        for (int i = threadIdx.x; i < ELEMS; i += NT) {
+            int r, kk;
+            if constexpr (KS) { r = i / BK; kk = i % BK; }
+            else { kk = i / R; r = i % R; }
+            const int gr = row0 + r, gk = k0 + kk;
+            float x = 0.f;
+            if (gr < rows && gk < ke && p.template pred<W>(b, gr, gk))
+                x = p.template pro<W>(to_f(base[p.template off<W>(b, gr, gk)]), b, gr, gk);
+            s[KS ? r * PITCH + kk : kk * PITCH + r] = from_f<T>(x);
+        }
+    }
+    __device__ __forceinline__ static void store(const T (&v)[EPT], T* s) {
+        const int tid = threadIdx.x;
+#pragma unroll
+        for (int j = 0; j < EPT; ++j) {
+            const int i = tid + j * NT;
+            int r, kk;
+            if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }
+            else { r = i / BK; kk = i % BK; }
+            s[KS ? r * PITCH + kk : kk * PITCH + r] = v[j];
+        }
+    }
+};
+
+// ---- fp16/bf16 tensor-core mainloop ----------------------------------------------------------------
+template <class P, class T, int BM, int BN, int BK, int WM, int WN, int ST, int SPLIT>
+__device__ __forceinline__ void gemm_mma(const P& p, unsigned char* smem_raw, float* ws) {
+    constexpr int NT = 32 * WM * WN;
+    constexpr int WTM = BM / WM, WTN = BN / WN;
+    constexpr int MI = WTM / 16, NI = WTN / 8;
+    static_assert(MI >= 1 && NI >= 2 && NI % 2 == 0 && WTM % 16 == 0, "warp tile");
+    static_assert(BK % 16 == 0 && ST >= 2, "BK multiple of 16, ST >= 2");
+    constexpr bool KSA = P::template smem_kmajor<0>(), KSB = P::template smem_kmajor<1>();
+    typedef OperandTile<P, T, 0, BM, BK, NT, KSA> TA;
+    typedef OperandTile<P, T, 1, BN, BK, NT, KSB> TB;
+
+    const int M = p.M, N = p.N, K = p.K;
+    const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    int kb, ke;
+    split_range<BK, SPLIT>(K, t.split, kb, ke);
+    const int KT = (ke - kb + BK - 1) / BK;
+
+    T* sA = reinterpret_cast<T*>(smem_raw);
+    T* sB = sA + ST * TA::STAGE;
+    const bool va = P::template vec<0>() && p.template vec_ok<0>(t.b);
+    const bool vb = P::template vec<1>() && p.template vec_ok<1>(t.b);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+
+    // Register path: for an operand that cannot take cp.async at all (P::vec false) the loads of
+    // stage kt+ST-1 are issued before the MMAs of stage kt and stored after them (their latency
+    // hides behind the MMAs); for a cp.async operand whose run-time alignment check failed, the
+    // loads are stored at once (correct, slower: nothing live across the MMAs costs registers).
+    constexpr bool PA = !P::template vec<0>(), PB = !P::template vec<1>();
+    T ra[PA ? TA::EPT : 1], rb[PB ? TB::EPT : 1];
+    auto issue = [&](int stage, int kt) {
+        const int k0 = kb + kt * BK;
+        if constexpr (!PA) {
+            if (va) TA::issue(p, sA + stage * TA::STAGE, t.b, t.m0, M, k0, ke);
+            else TA::copy_slow(p, sA + stage * TA::STAGE, t.b, t.m0, M, k0, ke);
+        }
+        if constexpr (!PB) {
+            if (vb) TB::issue(p, sB + stage * TB::STAGE, t.b, t.n0, N, k0, ke);
+            else TB::copy_slow(p, sB + stage * TB::STAGE, t.b, t.n0, N, k0, ke);
+        }
+    };
+    auto fetch = [&](int kt) {
+        const int k0 = kb + kt * BK;
+        if constexpr (PA) TA::fetch(p, ra, t.b, t.m0, M, k0, ke);
+        if constexpr (PB) TB::fetch(p, rb, t.b, t.n0, N, k0, ke);
+    };
+    auto store = [&](int stage) {
+        if constexpr (PA) TA::store(ra, sA + stage * TA::STAGE);
+        if constexpr (PB) TB::store(rb, sB + stage * TB::STAGE);
+    };
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < ST - 1; ++s) {
+        if (s < KT) {
+            issue(s, s);
+            fetch(s);
+            store(s);
+        }
+        cp_async_commit();
+    }
+
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<ST - 2>();
+        __syncthreads();  // stage kt landed for every thread; stage kt-1 is free again
+        const int nk = kt + ST - 1;
+        if (nk < KT) {
+            issue(nk % ST, nk);
+            fetch(nk);
+        }
+        cp_async_commit();
+
+        const T* a = sA + (kt % ST) * TA::STAGE;
+        const T* bt = sB + (kt % ST) * TB::STAGE;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+            unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                if constexpr (KSA) {
+                    const int r = wm0 + mi * 16 + (lane & 15), c = kk * 16 + (lane >> 4) * 8;
+                    ldsm_x4(af[mi], smem_u32(a + r * TA::PITCH + c));
+                } else {
+                    const int k = kk * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    const int m = wm0 + mi * 16 + ((lane >> 3) & 1) * 8;
+                    ldsm_x4_t(af[mi], smem_u32(a + k * TA::PITCH + m));
+                }
+            }
+#pragma unroll
+            for (int nj = 0; nj < NI / 2; ++nj) {
+                const int j = lane >> 3;
+                unsigned q[4];
+                if constexpr (KSB) {
+                    const int n = wn0 + nj * 16 + (j >> 1) * 8 + (lane & 7), c = kk * 16 + (j & 1) * 8;
+                    ldsm_x4(q, smem_u32(bt + n * TB::PITCH + c));
+                } else {
+                    const int n = wn0 + nj * 16 + (j >> 1) * 8, k = kk * 16 + (j & 1) * 8 + (lane & 7);
+                    ldsm_x4_t(q, smem_u32(bt + k * TB::PITCH + n));
+                }
+                bf[2 * nj][0] = q[0];
+                bf[2 * nj][1] = q[1];
+                bf[2 * nj + 1][0] = q[2];
+                bf[2 * nj + 1][1] = q[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma16816<T>(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+        }
+        if (nk < KT) store(nk % ST);  // after the MMAs: the register loads had their time
+    }
+    cp_async_wait<0>();
+
+    const int g = lane >> 2, q2 = (lane & 3) * 2;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = t.m0 + wm0 + mi * 16 + g + 8 * (e >> 1);
+                const int col = t.n0 + wn0 + ni * 8 + q2 + (e & 1);
+                if (row < M && col < N) {
+                    if (SPLIT == 1)
+                        p.epi(acc[mi][ni][e], t.b, row, col);
+                    else
+                        ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[mi][ni][e];
+                }
+            }
+}
+
+// ---- fp32 SIMT mainloop ----------------------------------------------------------------------------
+// (BM/TM) x (BN/TN) threads, each a TM x TN block of outputs (rows ty*TM.., cols tx*TN..); shared
+// tiles [BK][BM+4] and [BK][BN+4] (k-major: a k-step reads TM and TN consecutive floats).
+template <class P, int W, int R, int BK, int NT>
+struct SimtTile {
+    static constexpr int PITCH = R + 4;
+    static constexpr int EPT = R * BK / NT;
+    static_assert((R * BK) % NT == 0, "tile elements must divide over the threads");
+    __device__ __forceinline__ static void fetch(const P& p, float (&v)[EPT], i64 b, int row0, int rows, int k0, int ke) {
+        const auto* base = p.template ptr<W>();
+        int tid = threadIdx.x;
+        asm volatile("" : "+r"(tid));  // as in OperandTile::fetch
+#pragma unroll
+        for (int j = 0; j < EPT; ++j) {
+            const int i = tid + j * NT;
+            int r, kk;
+            if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }
+            else { r = i / BK; kk = i % BK; }
+            const int gr = row0 + r, gk = k0 + kk;
+            float x = 0.f;
+            if (gr < rows && gk < ke && p.template pred<W>(b, gr, gk))
+                x = p.template pro<W>(to_f(base[p.template off<W>(b, gr, gk)]), b, gr, gk);
+            v[j] = x;
+        }
+    }
+    __device__ __forceinline__ static void store(const float (&v)[EPT], float* s) {
+#pragma unroll
+        for (int j = 0; j < EPT; ++j) {
+            const int i = threadIdx.x + j * NT;
+            int r, kk;
+            if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }
+            else { r = i / BK; kk = i % BK; }
+            s[kk * PITCH + r] = v[j];
+        }
+    }
+};
+
+template <class P, int BM, int BN, int BK, int TM, int TN, int SPLIT>
+__device__ __forceinline__ void gemm_simt(const P& p, unsigned char* smem_raw, float* ws) {
+    constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY;
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "TM, TN multiples of 4 (float4 shared reads)");
+    typedef SimtTile<P, 0, BM, BK, NT> TA;
+    typedef SimtTile<P, 1, BN, BK, NT> TB;
+    const int M = p.M, N = p.N, K = p.K;
+    const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    int kb, ke;
+    split_range<BK, SPLIT>(K, t.split, kb, ke);
+    const int KT = (ke - kb + BK - 1) / BK;
+    float* sA = reinterpret_cast<float*>(smem_raw);
+    float* sB = sA + 2 * BK * TA::PITCH;
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+
+    float ra[TA::EPT], rb[TB::EPT];
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+
+    if (KT > 0) {
+        TA::fetch(p, ra, t.b, t.m0, M, kb, ke);
+        TB::fetch(p, rb, t.b, t.n0, N, kb, ke);
+        TA::store(ra, sA);
+        TB::store(rb, sB);
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < KT;
+        if (more) {
+            TA::fetch(p, ra, t.b, t.m0, M, kb + (kt + 1) * BK, ke);
+            TB::fetch(p, rb, t.b, t.n0, N, kb + (kt + 1) * BK, ke);
+        }
+        const float* a = sA + cur * BK * TA::PITCH;
+        const float* bt = sB + cur * BK * TB::PITCH;
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            float av[TM], bv[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i += 4) {
+                const float4 x = *reinterpret_cast<const float4*>(a + k * TA::PITCH + ty * TM + i);
+                av[i] = x.x; av[i + 1] = x.y; av[i + 2] = x.z; av[i + 3] = x.w;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; j += 4) {
+                const float4 x = *reinterpret_cast<const float4*>(bt + k * TB::PITCH + tx * TN + j);
+                bv[j] = x.x; bv[j + 1] = x.y; bv[j + 2] = x.z; bv[j + 3] = x.w;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        if (more) {
+            TA::store(ra, sA + (cur ^ 1) * BK * TA::PITCH);
+            TB::store(rb, sB + (cur ^ 1) * BK * TB::PITCH);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int row = t.m0 + ty * TM + i, col = t.n0 + tx * TN + j;
+            if (row < M && col < N) {
+                if (SPLIT == 1)
+                    p.epi(acc[i][j], t.b, row, col);
+                else
+                    ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i][j];
+            }
+        }
+}
+
+// ---- split-K: sum the partials in split order, then the epilogue ----------------------------------
+template <class P, int SPLIT>
+__device__ __forceinline__ void splitk_reduce(const P& p, const float* ws) {
+    const i64 total = (i64)p.batch * p.M * p.N;
+    const i64 e = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    float s = 0.f;
+#pragma unroll 4
+    for (int sp = 0; sp < SPLIT; ++sp) s += ws[(i64)sp * total + e];
+    const int col = (int)(e % p.N);
+    const i64 rest = e / p.N;
+    p.epi(s, rest / p.M, (int)(rest % p.M), col);
+}
+
+}  // namespace sfg

@@ -1,0 +1,506 @@
+"""GEMM segment template: a spec of one (batched) matrix product with its operand indexing, prologues
+and epilogue in, CUDA C++ sources and Candidate launches out.
+
+    out(b, row, col) = epilogue( alpha * sum_k pro_A(A(b, row, k)) * pro_B(B(b, col, k)) + bias )
+
+Operands are described by where their elements live, never copied: element (b, r, k) of an operand
+is at `b_offset(b) + r * r_stride + k * k_stride` elements from its base pointer (C++ expressions
+over the kernel's scalar args), or at a free-form `offset` expression over b, r, k (with a `pred`
+for elements that do not exist, e.g. convolution padding). A transposed or permuted operand is just
+other strides. B is indexed by (b, n, k): torch's `A @ W.T` with a row-major W[N, K] has
+k_stride 1, r_stride K; `A @ X` with X[K, N] has k_stride N, r_stride 1.
+
+The kernels live in kernels_cuda/compiler/sfg_gemm.cuh (mainloops); this module writes one struct
+per GEMM (the indexing, prologue and epilogue as C++) and the extern "C" entry points around it.
+Tunables are baked into the generated source (template arguments), not candidate params, so any
+number of GEMM segments coexist in one candidate without name clashes.
+
+Tiers: "mma" (fp16/bf16 operands, and FP8 operands converted on load; mma.sync m16n8k16 with fp32
+accumulation, cp.async ring for aligned contiguous operands, register path otherwise) and "simt"
+(fp32 operands: PyTorch computes fp32 matmul in full fp32, and several problems check fp32 results at
+atol/rtol 1e-5, beyond what TF32 gives).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+_CUH = Path(__file__).resolve().parents[3] / "kernels_cuda" / "compiler" / "sfg_gemm.cuh"
+HEADER_NAME = "sfg_gemm.cuh"
+
+# torch dtype name -> C++ element type
+CTYPES = {
+    "float16": "__half", "half": "__half",
+    "bfloat16": "__nv_bfloat16",
+    "float32": "float", "float": "float",
+    "float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
+    "int8": "signed char", "uint8": "unsigned char", "int32": "int",
+}
+SIXTEEN_BIT = {"float16", "half", "bfloat16"}
+FP8 = {"float8_e4m3fn", "float8_e5m2"}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def header_text() -> str:
+    return _CUH.read_text()
+
+
+@dataclass(frozen=True)
+class KArg:
+    """An extra kernel parameter the spec's C++ expressions may name (a scale pointer, a residual
+    tensor, a scalar): C++ type, C identifier, and the Candidate launch arg that fills it (a tensor
+    name, "workspace", or "int64:EXPR" / "float32:EXPR" ...)."""
+    ctype: str
+    name: str
+    launch: str
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One GEMM operand: element (b, r, k), r along M for A and along N for B.
+
+    tensor: the launch arg of its base pointer (a tensor name or "workspace"); byte_offset: a launch
+    expression added to it (an intermediate inside the workspace). Strides and b_offset are C++
+    expressions over the kernel's scalar members (M, N, K, batch, the spec's args); b_offset may
+    use `b` (the batch index, long long). `offset`, when given, replaces the strided form (over b,
+    r, k); `contig` then says which index is unit-stride ("k", "r" or None). `pred`: an extra
+    condition for an element to exist (else it reads as 0). `prologue`: a C++ float expression over
+    `v` (the element as float), b, r, k (dequant scale, an elementwise op)."""
+    tensor: str
+    dtype: str
+    k_stride: str = "1"
+    r_stride: str = "0"
+    b_offset: str = "0"
+    byte_offset: str = "0"
+    offset: Optional[str] = None
+    contig: Optional[str] = None
+    pred: Optional[str] = None
+    prologue: Optional[str] = None
+
+    @staticmethod
+    def k_major(tensor: str, dtype: str, ld: str, b_offset: str = "0", **kw) -> "Operand":
+        """Rows of `ld` elements, k contiguous (A[M, K] row-major; B as W[N, K] row-major)."""
+        return Operand(tensor, dtype, k_stride="1", r_stride=ld, b_offset=b_offset, **kw)
+
+    @staticmethod
+    def r_major(tensor: str, dtype: str, ld: str, b_offset: str = "0", **kw) -> "Operand":
+        """k rows of `ld` elements, r contiguous (A^T stored as [K, M]; B as X[K, N] row-major)."""
+        return Operand(tensor, dtype, k_stride=ld, r_stride="1", b_offset=b_offset, **kw)
+
+    def contiguity(self) -> int:
+        """1: unit stride along k, 2: along r, 0: neither (register path, threads along k)."""
+        if self.offset is not None:
+            return {"k": 1, "r": 2}.get(self.contig or "", 0)
+        if _is_one(self.k_stride):
+            return 1
+        if _is_one(self.r_stride):
+            return 2
+        return 0
+
+    def element_offset(self) -> str:
+        if self.offset is not None:
+            return f"(i64)({self.offset})"
+        return (f"(i64)({self.b_offset}) + (i64)r * (i64)({self.r_stride}) + "
+                f"(i64)k * (i64)({self.k_stride})")
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the result goes: element (b, row, col) at b_offset(b) + row * row_stride + col * col_stride,
+    or a free-form `offset` over b, row, col. tensor/byte_offset as for Operand."""
+    tensor: str
+    dtype: str
+    row_stride: str = "N"
+    col_stride: str = "1"
+    b_offset: str = "0"
+    byte_offset: str = "0"
+    offset: Optional[str] = None
+
+    def element_offset(self) -> str:
+        if self.offset is not None:
+            return f"(i64)({self.offset})"
+        return (f"(i64)({self.b_offset}) + (i64)row * (i64)({self.row_stride}) + "
+                f"(i64)col * (i64)({self.col_stride})")
+
+
+@dataclass(frozen=True)
+class Bias:
+    """Added after alpha: kind "col" (bias[col], linear/addmm), "row" (bias[row]) or "full" (a
+    tensor over (b, row, col) given by `offset`, e.g. baddbmm's input). `beta` scales it."""
+    tensor: str
+    dtype: str
+    kind: str = "col"
+    offset: Optional[str] = None
+    byte_offset: str = "0"
+    beta: Optional[str] = None
+
+    def element_offset(self) -> str:
+        if self.kind == "col":
+            return "(i64)col"
+        if self.kind == "row":
+            return "(i64)row"
+        if self.offset is None:
+            raise ValueError("a full bias needs its offset expression over b, row, col")
+        return f"(i64)({self.offset})"
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """One (batched) GEMM segment. m, n, k, batch: launch expressions (axes, scalars) of its sizes,
+    passed to the kernel as int32 M, N, K, batch. alpha: a C++ float expression. epilogue: C++
+    statements run per output element with `float v` (after alpha and bias; assign to change it),
+    `long long b`, `int row`, `int col` in scope, before v is stored to `out` (out=None: the hook
+    does every store itself, e.g. several outputs). args: every extra pointer or scalar the C++
+    expressions name. compute: the tensor-core type ("auto": the operands' 16-bit type, bf16 for
+    FP8 operands)."""
+    name: str
+    a: Operand
+    b: Operand
+    m: str
+    n: str
+    k: str
+    batch: str = "1"
+    out: Optional[Output] = None
+    alpha: Optional[str] = None
+    bias: Optional[Bias] = None
+    epilogue: Optional[str] = None
+    args: tuple[KArg, ...] = ()
+    compute: str = "auto"
+    ws_offset: str = "0"
+
+    def compute_type(self) -> str:
+        """bfloat16 | float16 | float32: what the multiply runs in."""
+        if self.compute != "auto":
+            return self.compute
+        da, db = self.a.dtype, self.b.dtype
+        if "float32" in (da, db) or da in ("int32",) or db in ("int32",):
+            return "float32"
+        for d in (da, db):
+            if d in SIXTEEN_BIT:
+                return "float16" if d in ("float16", "half") else "bfloat16"
+        return "bfloat16"  # fp8 / int8 operands: exact in bf16 (e4m3, e5m2 and int8 all fit)
+
+
+class Generated(NamedTuple):
+    sources: dict          # file name -> text (the .cu unit and the shared header)
+    kernels: list          # kernel names, in launch order
+    launches: list         # Candidate launch dicts
+    workspace: str         # bytes of workspace this GEMM needs past spec.ws_offset ("0": none)
+
+
+# ---------------------------------------------------------------------------------------------------
+# tunables
+# ---------------------------------------------------------------------------------------------------
+SMEM_LIMIT = 227 * 1024
+
+
+def _mma_ok(p: dict) -> bool:
+    bm, bn, bk, wm, wn, st = (p[x] for x in ("BM", "BN", "BK", "WM", "WN", "ST"))
+    nt = 32 * wm * wn
+    if bm % (16 * wm) or bn % (16 * wn) or bk % 16 or st < 2 or p.get("SPLIT", 1) < 1:
+        return False
+    if (bm * bk) % nt or (bn * bk) % nt:
+        return False
+    if bm * bn // nt > 128:  # accumulators per thread: more spills (128 x 128 on 4 warps: 217 registers)
+        return False
+    return mma_smem(p) <= SMEM_LIMIT and nt <= 1024
+
+
+def _simt_ok(p: dict) -> bool:
+    bm, bn, bk, tm, tn = (p[x] for x in ("BM", "BN", "BK", "TM", "TN"))
+    if bm % tm or bn % tn or tm % 4 or tn % 4:
+        return False
+    nt = (bm // tm) * (bn // tn)
+    return 32 <= nt <= 1024 and (bm * bk) % nt == 0 and (bn * bk) % nt == 0 and simt_smem(p) <= SMEM_LIMIT
+
+
+def _stage_elems(rows: int, bk: int) -> int:
+    return max(rows * (bk + 8), bk * (rows + 8))
+
+
+def mma_smem(p: dict) -> int:
+    return p["ST"] * (_stage_elems(p["BM"], p["BK"]) + _stage_elems(p["BN"], p["BK"])) * 2
+
+
+def simt_smem(p: dict) -> int:
+    return 2 * p["BK"] * ((p["BM"] + 4) + (p["BN"] + 4)) * 4
+
+
+def valid_params(spec: GemmSpec, p: dict) -> bool:
+    tier = p.get("tier")
+    if tier == "mma":
+        return spec.compute_type() != "float32" and _mma_ok(p)
+    if tier == "simt":
+        return _simt_ok(p)
+    return False
+
+
+def _split_for(tiles: Optional[int], k: Optional[int], bk: int) -> int:
+    """Split K when the output has too few tiles to fill the H200's 132 SMs and K is long."""
+    if not tiles or not k:
+        return 1
+    split = 1
+    while tiles * split * 2 <= 264 and k // (split * 2) >= 4 * bk and split < 16:
+        split *= 2
+    return split
+
+
+def default_params(spec: GemmSpec, m: Optional[int] = None, n: Optional[int] = None,
+                   k: Optional[int] = None, batch: Optional[int] = None) -> dict:
+    """A first guess by size buckets (hints may be None: a large GEMM is assumed)."""
+    bt = batch or 1
+    if spec.compute_type() == "float32":
+        if m is not None and m <= 32:
+            p = dict(tier="simt", BM=32, BN=64, BK=16, TM=4, TN=4)
+        elif (m is not None and m <= 256) or (n is not None and n <= 256):
+            p = dict(tier="simt", BM=64, BN=64, BK=16, TM=4, TN=4)
+        else:
+            p = dict(tier="simt", BM=128, BN=128, BK=16, TM=8, TN=8)
+    else:
+        if m is not None and m <= 16:
+            p = dict(tier="mma", BM=16, BN=64, BK=64, WM=1, WN=4, ST=4)
+        elif m is not None and m <= 64:
+            p = dict(tier="mma", BM=64, BN=64, BK=32, WM=2, WN=2, ST=4)
+        elif n is not None and n <= 64:
+            p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=1, ST=4)
+        else:
+            p = dict(tier="mma", BM=128, BN=128, BK=32, WM=2, WN=4, ST=4)
+    tiles = None
+    if m is not None and n is not None:
+        tiles = -(-m // p["BM"]) * -(-n // p["BN"]) * bt
+    p["SPLIT"] = _split_for(tiles, k, p["BK"])
+    return p
+
+
+def param_space(spec: GemmSpec) -> list[dict]:
+    """Every config the search may try for this spec (all valid for it)."""
+    out = []
+    if spec.compute_type() == "float32":
+        for bm, bn, tm, tn in ((32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 8), (128, 64, 8, 4),
+                               (128, 128, 8, 8)):
+            for bk in (8, 16, 32):
+                for split in (1, 2, 4, 8):
+                    p = dict(tier="simt", BM=bm, BN=bn, BK=bk, TM=tm, TN=tn, SPLIT=split)
+                    if _simt_ok(p):
+                        out.append(p)
+        return out
+    for bm, bn, wm, wn in ((16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (64, 64, 2, 2),
+                           (64, 128, 2, 2), (128, 64, 4, 1), (128, 64, 2, 2), (128, 128, 2, 4),
+                           (128, 256, 2, 4), (256, 128, 4, 2)):
+        for bk in (32, 64):
+            for st in (2, 3, 4, 5):
+                for split in (1, 2, 4, 8, 16):
+                    p = dict(tier="mma", BM=bm, BN=bn, BK=bk, WM=wm, WN=wn, ST=st, SPLIT=split)
+                    if _mma_ok(p):
+                        out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# code generation
+# ---------------------------------------------------------------------------------------------------
+def _is_one(expr: str) -> bool:
+    return expr.strip() in ("1", "(1)", "1LL", "1ll")
+
+
+def _ctype(dtype: str) -> str:
+    try:
+        return CTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {dtype!r}") from None
+
+
+def _vec_capable(op: Operand, compute: str) -> bool:
+    """cp.async 16-byte copies need the raw element to be the multiply type and a unit-stride
+    index with a plain strided offset (no gather, no predicate, no prologue)."""
+    return (op.dtype == compute and op.dtype in SIXTEEN_BIT and op.offset is None and op.pred is None
+            and op.prologue is None and op.contiguity() in (1, 2))
+
+
+def _vec_ok_expr(op: Operand, ptr: str) -> str:
+    """Run-time check that every 8-element chunk the copies read is 16-byte aligned."""
+    other = op.r_stride if op.contiguity() == 1 else op.k_stride
+    return (f"((((unsigned long long)({ptr} + (i64)({op.b_offset}))) & 15ull) == 0ull) && "
+            f"(((i64)({other})) % 8 == 0)")
+
+
+def _kernel_stem(spec: GemmSpec, params: dict) -> str:
+    if not _IDENT.match(spec.name):
+        raise ValueError(f"spec name {spec.name!r} is not a C identifier")
+    return spec.name
+
+
+def _sig_and_init(spec: GemmSpec, with_ws: bool) -> tuple[list[str], list[str], list[str]]:
+    """(kernel parameters, P member initialisations, launch args)."""
+    params, inits, largs = [], [], []
+
+    def ptr(member: str, ctype: str, tensor: str, byte_offset: str, const: bool):
+        q = "const " if const else ""
+        params.append(f"{q}void* __restrict__ {member}_raw")
+        largs.append(tensor)
+        if byte_offset.strip() not in ("0", ""):
+            params.append(f"long long {member}_boff")
+            largs.append(f"int64:{byte_offset}")
+            inits.append(f"p.{member} = reinterpret_cast<{q}{ctype}*>(reinterpret_cast<{q}char*>({member}_raw)"
+                         f" + {member}_boff);")
+        else:
+            inits.append(f"p.{member} = reinterpret_cast<{q}{ctype}*>({member}_raw);")
+
+    ptr("A", _ctype(spec.a.dtype), spec.a.tensor, spec.a.byte_offset, True)
+    ptr("B", _ctype(spec.b.dtype), spec.b.tensor, spec.b.byte_offset, True)
+    if spec.out is not None:
+        ptr("C", _ctype(spec.out.dtype), spec.out.tensor, spec.out.byte_offset, False)
+    if spec.bias is not None:
+        ptr("bias", _ctype(spec.bias.dtype), spec.bias.tensor, spec.bias.byte_offset, True)
+    for a in spec.args:
+        if not _IDENT.match(a.name):
+            raise ValueError(f"arg name {a.name!r} is not a C identifier")
+        params.append(f"{a.ctype} {a.name}")
+        largs.append(a.launch)
+        inits.append(f"p.{a.name} = {a.name};")
+    for nm, expr in (("M", spec.m), ("N", spec.n), ("K", spec.k), ("batch", spec.batch)):
+        params.append(f"int {nm}")
+        largs.append(f"int32:{expr}")
+        inits.append(f"p.{nm} = {nm};")
+    if with_ws:
+        params.append("void* __restrict__ ws_raw")
+        largs.append("workspace")
+        if spec.ws_offset.strip() != "0":
+            params.append("long long ws_off")
+            largs.append(f"int64:{spec.ws_offset}")
+    return params, inits, largs
+
+
+def _struct(spec: GemmSpec, sname: str) -> str:
+    comp = spec.compute_type()
+    ca, cb = spec.a.contiguity(), spec.b.contiguity()
+    va = comp != "float32" and _vec_capable(spec.a, comp)
+    vb = comp != "float32" and _vec_capable(spec.b, comp)
+    members = [f"    const {_ctype(spec.a.dtype)}* A;", f"    const {_ctype(spec.b.dtype)}* B;"]
+    if spec.out is not None:
+        members.append(f"    {_ctype(spec.out.dtype)}* C;")
+    if spec.bias is not None:
+        members.append(f"    const {_ctype(spec.bias.dtype)}* bias;")
+    for a in spec.args:
+        members.append(f"    {a.ctype} {a.name};")
+    members.append("    int M, N, K, batch;")
+
+    def sel(fa: str, fb: str) -> str:
+        return f"if constexpr (W == 0) {{ {fa} }} else {{ {fb} }}"
+
+    epi = ["float v = acc;"]
+    if spec.alpha is not None:
+        epi.append(f"v *= (float)({spec.alpha});")
+    if spec.bias is not None:
+        bv = f"sfg::to_f(bias[{spec.bias.element_offset()}])"
+        if spec.bias.beta is not None:
+            bv = f"(float)({spec.bias.beta}) * {bv}"
+        epi.append(f"v += {bv};")
+    if spec.epilogue:
+        epi.append("{\n" + spec.epilogue + "\n        }")
+    if spec.out is not None:
+        epi.append(f"C[{spec.out.element_offset()}] = sfg::from_f<{_ctype(spec.out.dtype)}>(v);")
+
+    pa = spec.a.prologue or "v"
+    pb = spec.b.prologue or "v"
+    return f"""
+struct {sname} {{
+{chr(10).join(members)}
+    template <int W> __device__ __forceinline__ auto ptr() const {{ if constexpr (W == 0) return A; else return B; }}
+    template <int W> __host__ __device__ static constexpr int contig() {{ return W == 0 ? {ca} : {cb}; }}
+    template <int W> __host__ __device__ static constexpr bool smem_kmajor() {{ return contig<W>() != 2; }}
+    template <int W> __host__ __device__ static constexpr bool vec() {{ return W == 0 ? {str(va).lower()} : {str(vb).lower()}; }}
+    template <int W> __device__ __forceinline__ bool vec_ok(i64 b) const {{
+        {sel("return " + (_vec_ok_expr(spec.a, "A") if va else "false") + ";",
+             "return " + (_vec_ok_expr(spec.b, "B") if vb else "false") + ";")}
+    }}
+    template <int W> __device__ __forceinline__ i64 off(i64 b, int r, int k) const {{
+        {sel("return " + spec.a.element_offset() + ";", "return " + spec.b.element_offset() + ";")}
+    }}
+    template <int W> __device__ __forceinline__ bool pred(i64 b, int r, int k) const {{
+        {sel("return " + (spec.a.pred or "true") + ";", "return " + (spec.b.pred or "true") + ";")}
+    }}
+    template <int W> __device__ __forceinline__ float pro(float v, i64 b, int r, int k) const {{
+        {sel("return (float)(" + pa + ");", "return (float)(" + pb + ");")}
+    }}
+    __device__ __forceinline__ void epi(float acc, i64 b, int row, int col) const {{
+        {(chr(10) + "        ").join(epi)}
+    }}
+}};
+"""
+
+
+def generate(spec: GemmSpec, params: Optional[dict] = None) -> Generated:
+    """CUDA sources and launches for `spec` with tunables `params` (default_params() if None)."""
+    p = dict(params) if params else default_params(spec)
+    p.setdefault("SPLIT", 1)
+    if not valid_params(spec, p):
+        raise ValueError(f"params {p} are not valid for {spec.name} (compute {spec.compute_type()})")
+    stem = _kernel_stem(spec, p)
+    sname = f"P_{stem}"
+    split = int(p["SPLIT"])
+    comp = spec.compute_type()
+    sig, inits, largs = _sig_and_init(spec, split > 1)
+    ws_line = ""
+    if split > 1:
+        off = " + ws_off" if spec.ws_offset.strip() != "0" else ""
+        ws_line = f"float* ws = reinterpret_cast<float*>(reinterpret_cast<char*>(ws_raw){off});"
+    else:
+        ws_line = "float* ws = nullptr;"
+
+    if p["tier"] == "mma":
+        nt = 32 * p["WM"] * p["WN"]
+        call = (f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
+                f"{p['WN']}, {p['ST']}, {split}>(p, smem, ws);")
+        smem = mma_smem(p)
+    else:
+        nt = (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
+        call = (f"sfg::gemm_simt<{sname}, {p['BM']}, {p['BN']}, {p['BK']}, {p['TM']}, {p['TN']}, "
+                f"{split}>(p, smem, ws);")
+        smem = simt_smem(p)
+
+    init = "\n    ".join(inits)
+    body = [f"// GEMM segment {stem}: generated by solforge/compiler/templates/gemm.py",
+            f"// params: {p}",
+            "#include <cuda_fp16.h>", "#include <cuda_bf16.h>", "#include <cuda_fp8.h>",
+            f'#include "{HEADER_NAME}"', "using sfg::i64;", _struct(spec, sname),
+            f"""extern "C" __global__ void __launch_bounds__({nt}) {stem}({", ".join(sig)}) {{
+    extern __shared__ __align__(16) unsigned char smem[];
+    {sname} p;
+    {init}
+    {ws_line}
+    {call}
+}}
+"""]
+    kernels = [stem]
+    grid = f"ceil_div({spec.m}, {p['BM']}) * ceil_div({spec.n}, {p['BN']}) * ({spec.batch}) * {split}"
+    launches = [dict(kernel=stem, grid=[grid], block=[str(nt)], smem=str(smem), args=list(largs))]
+    workspace = "0"
+    if split > 1:
+        red = f"{stem}_reduce"
+        body.append(f"""extern "C" __global__ void __launch_bounds__(256) {red}({", ".join(sig)}) {{
+    {sname} p;
+    {init}
+    {ws_line}
+    sfg::splitk_reduce<{sname}, {split}>(p, ws);
+}}
+""")
+        kernels.append(red)
+        launches.append(dict(kernel=red, grid=[f"ceil_div(({spec.batch}) * ({spec.m}) * ({spec.n}), 256)"],
+                             block=["256"], smem="0", args=list(largs)))
+        workspace = f"{split} * ({spec.batch}) * ({spec.m}) * ({spec.n}) * 4"
+    sources = {f"{stem}.cu": "\n".join(body), HEADER_NAME: header_text()}
+    return Generated(sources, kernels, launches, workspace)
+
+
+def spec_digest(spec: GemmSpec) -> str:
+    """A short stable hash of a spec (for naming kernels of specs built without a name in mind)."""
+    return hashlib.sha256(repr(spec).encode()).hexdigest()[:10]
+
+
+__all__ = ["KArg", "Operand", "Output", "Bias", "GemmSpec", "Generated", "generate", "default_params",
+           "param_space", "valid_params", "header_text", "HEADER_NAME", "CTYPES", "spec_digest"]
