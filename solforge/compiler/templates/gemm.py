@@ -171,6 +171,7 @@ class GemmSpec:
     args: tuple[KArg, ...] = ()
     compute: str = "auto"
     ws_offset: str = "0"
+    helpers: str = ""  # C++ member functions of the generated struct the expressions may call
 
     def compute_type(self) -> str:
         """bfloat16 | float16 | float32: what the multiply runs in."""
@@ -265,8 +266,11 @@ def default_params(spec: GemmSpec, m: Optional[int] = None, n: Optional[int] = N
             p = dict(tier="mma", BM=16, BN=64, BK=64, WM=1, WN=4, ST=4)
         elif m is not None and m <= 64:
             p = dict(tier="mma", BM=64, BN=64, BK=32, WM=2, WN=2, ST=4)
-        elif n is not None and n <= 64:
-            p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=1, ST=4)
+        elif (n is not None and n <= 64) or not (_vec_capable(spec.a, spec.compute_type())
+                                                 and _vec_capable(spec.b, spec.compute_type())):
+            # narrow N, or a register-path operand (gather, prologue, FP8) whose loads stay live
+            # across the MMAs: 8 warps of 32 x 32
+            p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=2, ST=3)
         else:
             p = dict(tier="mma", BM=128, BN=128, BK=32, WM=2, WN=4, ST=4)
     tiles = None
@@ -388,6 +392,8 @@ def _struct(spec: GemmSpec, sname: str) -> str:
     for a in spec.args:
         members.append(f"    {a.ctype} {a.name};")
     members.append("    int M, N, K, batch;")
+    if spec.helpers:
+        members.append(spec.helpers)
 
     def sel(fa: str, fb: str) -> str:
         return f"if constexpr (W == 0) {{ {fa} }} else {{ {fb} }}"
