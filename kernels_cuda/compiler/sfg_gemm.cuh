@@ -2,11 +2,12 @@
 //
 //   out(b, row, col) = epi( sum_k pro_A(A(b, row, k)) * pro_B(B(b, col, k)) )
 //
-// The operands are not tensors of a fixed layout: a generated struct P (one per GEMM segment) says
-// where element (b, r, k) of each operand lives (P::off<W>(b, r, k), W = 0 for A, 1 for B), whether
-// it exists (P::pred<W>: conv padding, tails are handled here), what to do with it on the way in
-// (P::pro<W>: dequant, scale, an elementwise op) and what to do with each result (P::epi: alpha,
-// bias, activation, residual, casts, several outputs). Transposes and permutes of an operand are its
+// The operands are not tensors of a fixed layout: a generated struct P (one per GEMM segment) gives
+// element (b, r, k) of each operand as a float (P::load<W>(b, r, k), W = 0 for A, 1 for B: any
+// strides, gathers such as im2col with padding, a prologue such as dequant or an elementwise op;
+// tails are handled here) and, for operands the 16-byte copy path can take, its base pointer and
+// element offset (P::ptr<W>, P::off<W>); P::epi says what to do with each result (alpha, bias,
+// activation, residual, casts, several outputs). Transposes and permutes of an operand are its
 // offset expression, never a copy.
 //
 // Two mainloops share that contract:
@@ -166,7 +167,6 @@ struct OperandTile {
 
     // register path: any element type, any offset function, predicate and prologue
     __device__ __forceinline__ static void fetch(const P& p, T (&v)[EPT], i64 b, int row0, int rows, int k0, int ke) {
-        const auto* base = p.template ptr<W>();
         // laundered: otherwise the compiler hoists every element's address, predicate and prologue
         // terms out of the k loop and keeps them live across it (255 registers and spills)
         int tid = threadIdx.x;
@@ -178,26 +178,19 @@ struct OperandTile {
             if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }  // threads along rows
             else { r = i / BK; kk = i % BK; }                                       // threads along k
             const int gr = row0 + r, gk = k0 + kk;
-            float x = 0.f;
-            if (gr < rows && gk < ke && p.template pred<W>(b, gr, gk))
-                x = p.template pro<W>(to_f(base[p.template off<W>(b, gr, gk)]), b, gr, gk);
-            v[j] = from_f<T>(x);
+            v[j] = from_f<T>(gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f);
         }
     }
     // the fallback of a cp.async operand whose run-time alignment check failed: one element at a
     // time, straight to shared memory (rare; kept small so it costs no registers elsewhere)
     __device__ __forceinline__ static void copy_slow(const P& p, T* s, i64 b, int row0, int rows, int k0, int ke) {
-        const auto* base = p.template ptr<W>();
 #pragma unroll 1
         for (int i = threadIdx.x; i < ELEMS; i += NT) {
             int r, kk;
             if constexpr (KS) { r = i / BK; kk = i % BK; }
             else { kk = i / R; r = i % R; }
             const int gr = row0 + r, gk = k0 + kk;
-            float x = 0.f;
-            if (gr < rows && gk < ke && p.template pred<W>(b, gr, gk))
-                x = p.template pro<W>(to_f(base[p.template off<W>(b, gr, gk)]), b, gr, gk);
-            s[KS ? r * PITCH + kk : kk * PITCH + r] = from_f<T>(x);
+            s[KS ? r * PITCH + kk : kk * PITCH + r] = from_f<T>(gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f);
         }
     }
     __device__ __forceinline__ static void store(const T (&v)[EPT], T* s) {
@@ -363,7 +356,6 @@ struct SimtTile {
     static constexpr int EPT = R * BK / NT;
     static_assert((R * BK) % NT == 0, "tile elements must divide over the threads");
     __device__ __forceinline__ static void fetch(const P& p, float (&v)[EPT], i64 b, int row0, int rows, int k0, int ke) {
-        const auto* base = p.template ptr<W>();
         int tid = threadIdx.x;
         asm volatile("" : "+r"(tid));  // as in OperandTile::fetch
 #pragma unroll
@@ -373,10 +365,7 @@ struct SimtTile {
             if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }
             else { r = i / BK; kk = i % BK; }
             const int gr = row0 + r, gk = k0 + kk;
-            float x = 0.f;
-            if (gr < rows && gk < ke && p.template pred<W>(b, gr, gk))
-                x = p.template pro<W>(to_f(base[p.template off<W>(b, gr, gk)]), b, gr, gk);
-            v[j] = x;
+            v[j] = gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f;
         }
     }
     __device__ __forceinline__ static void store(const float (&v)[EPT], float* s) {

@@ -70,7 +70,7 @@ class Operand:
     r, k); `contig` then says which index is unit-stride ("k", "r" or None). `pred`: an extra
     condition for an element to exist (else it reads as 0). `prologue`: a C++ float expression over
     `v` (the element as float), b, r, k (dequant scale, an elementwise op)."""
-    tensor: str
+    tensor: Optional[str]
     dtype: str
     k_stride: str = "1"
     r_stride: str = "0"
@@ -80,6 +80,8 @@ class Operand:
     contig: Optional[str] = None
     pred: Optional[str] = None
     prologue: Optional[str] = None
+    ptr: Optional[str] = None    # tensor None: the struct member holding the base pointer
+    load: Optional[str] = None   # C++ statements over b, r, k returning the element as float
 
     @staticmethod
     def k_major(tensor: str, dtype: str, ld: str, b_offset: str = "0", **kw) -> "Operand":
@@ -93,7 +95,7 @@ class Operand:
 
     def contiguity(self) -> int:
         """1: unit stride along k, 2: along r, 0: neither (register path, threads along k)."""
-        if self.offset is not None:
+        if self.offset is not None or self.load is not None:
             return {"k": 1, "r": 2}.get(self.contig or "", 0)
         if _is_one(self.k_stride):
             return 1
@@ -172,6 +174,7 @@ class GemmSpec:
     compute: str = "auto"
     ws_offset: str = "0"
     helpers: str = ""  # C++ member functions of the generated struct the expressions may call
+    init: tuple = ()   # C++ statements run at kernel entry after the members are set (`p.` ...)
 
     def compute_type(self) -> str:
         """bfloat16 | float16 | float32: what the multiply runs in."""
@@ -320,9 +323,9 @@ def _ctype(dtype: str) -> str:
 
 def _vec_capable(op: Operand, compute: str) -> bool:
     """cp.async 16-byte copies need the raw element to be the multiply type and a unit-stride
-    index with a plain strided offset (no gather, no predicate, no prologue)."""
+    index with a plain strided offset (no gather, no predicate, no prologue, no load code)."""
     return (op.dtype == compute and op.dtype in SIXTEEN_BIT and op.offset is None and op.pred is None
-            and op.prologue is None and op.contiguity() in (1, 2))
+            and op.prologue is None and op.load is None and op.contiguity() in (1, 2))
 
 
 def _vec_ok_expr(op: Operand, ptr: str) -> str:
@@ -332,68 +335,92 @@ def _vec_ok_expr(op: Operand, ptr: str) -> str:
             f"(((i64)({other})) % 8 == 0)")
 
 
-def _kernel_stem(spec: GemmSpec, params: dict) -> str:
-    if not _IDENT.match(spec.name):
-        raise ValueError(f"spec name {spec.name!r} is not a C identifier")
-    return spec.name
+def _split_decl(decl: str) -> tuple[str, str]:
+    """'const float* __restrict__ p_x' -> ('const float* __restrict__', 'p_x')."""
+    m = re.match(r"^(.*?)([A-Za-z_][A-Za-z0-9_]*)\s*$", decl.strip())
+    if not m:
+        raise ValueError(f"cannot read a declaration from {decl!r}")
+    return m.group(1).strip(), m.group(2)
 
 
-def _sig_and_init(spec: GemmSpec, with_ws: bool) -> tuple[list[str], list[str], list[str]]:
-    """(kernel parameters, P member initialisations, launch args)."""
-    params, inits, largs = [], [], []
+def _member(ctype: str, name: str) -> str:
+    return f"    {ctype.replace('__restrict__', '').strip()} {name};"
 
-    def ptr(member: str, ctype: str, tensor: str, byte_offset: str, const: bool):
+
+class _Sig:
+    """Kernel parameters (declaration, launch arg), the struct members they fill, init lines."""
+
+    def __init__(self):
+        self.params: list[tuple[str, object]] = []
+        self.members: list[str] = []
+        self.inits: list[str] = []
+
+    def ptr(self, member: str, ctype: str, tensor: str, byte_offset: str, const: bool):
         q = "const " if const else ""
-        params.append(f"{q}void* __restrict__ {member}_raw")
-        largs.append(tensor)
+        self.params.append((f"{q}void* __restrict__ {member}_raw", tensor))
+        self.members.append(f"    {q}{ctype}* {member};")
         if byte_offset.strip() not in ("0", ""):
-            params.append(f"long long {member}_boff")
-            largs.append(f"int64:{byte_offset}")
-            inits.append(f"p.{member} = reinterpret_cast<{q}{ctype}*>(reinterpret_cast<{q}char*>({member}_raw)"
-                         f" + {member}_boff);")
+            self.params.append((f"long long {member}_boff", f"int64:{byte_offset}"))
+            self.inits.append(f"p.{member} = reinterpret_cast<{q}{ctype}*>(reinterpret_cast<{q}char*>({member}_raw)"
+                              f" + {member}_boff);")
         else:
-            inits.append(f"p.{member} = reinterpret_cast<{q}{ctype}*>({member}_raw);")
+            self.inits.append(f"p.{member} = reinterpret_cast<{q}{ctype}*>({member}_raw);")
 
-    ptr("A", _ctype(spec.a.dtype), spec.a.tensor, spec.a.byte_offset, True)
-    ptr("B", _ctype(spec.b.dtype), spec.b.tensor, spec.b.byte_offset, True)
+    def arg(self, ctype: str, name: str, launch):
+        if not _IDENT.match(name):
+            raise ValueError(f"arg name {name!r} is not a C identifier")
+        self.params.append((f"{ctype} {name}", launch))
+        self.members.append(_member(ctype, name))
+        self.inits.append(f"p.{name} = {name};")
+
+
+def _signature(spec: GemmSpec, with_ws: bool) -> _Sig:
+    sg = _Sig()
+    for mem, op in (("A", spec.a), ("B", spec.b)):
+        if op.tensor is not None:
+            sg.ptr(mem, _ctype(op.dtype), op.tensor, op.byte_offset, True)
     if spec.out is not None:
-        ptr("C", _ctype(spec.out.dtype), spec.out.tensor, spec.out.byte_offset, False)
+        sg.ptr("C", _ctype(spec.out.dtype), spec.out.tensor, spec.out.byte_offset, False)
     if spec.bias is not None:
-        ptr("bias", _ctype(spec.bias.dtype), spec.bias.tensor, spec.bias.byte_offset, True)
+        sg.ptr("bias", _ctype(spec.bias.dtype), spec.bias.tensor, spec.bias.byte_offset, True)
     for a in spec.args:
-        if not _IDENT.match(a.name):
-            raise ValueError(f"arg name {a.name!r} is not a C identifier")
-        params.append(f"{a.ctype} {a.name}")
-        largs.append(a.launch)
-        inits.append(f"p.{a.name} = {a.name};")
+        sg.arg(a.ctype, a.name, a.launch)
     for nm, expr in (("M", spec.m), ("N", spec.n), ("K", spec.k), ("batch", spec.batch)):
-        params.append(f"int {nm}")
-        largs.append(f"int32:{expr}")
-        inits.append(f"p.{nm} = {nm};")
+        sg.arg("int", nm, f"int32:{expr}")
+    sg.inits += list(spec.init)
     if with_ws:
-        params.append("void* __restrict__ ws_raw")
-        largs.append("workspace")
+        sg.params.append(("void* __restrict__ ws_raw", "workspace"))
         if spec.ws_offset.strip() != "0":
-            params.append("long long ws_off")
-            largs.append(f"int64:{spec.ws_offset}")
-    return params, inits, largs
+            sg.params.append(("long long ws_off", f"int64:{spec.ws_offset}"))
+    return sg
 
 
-def _struct(spec: GemmSpec, sname: str) -> str:
+def _operand_ptr(op: Operand, mem: str) -> str:
+    """The member holding the operand's base pointer."""
+    if op.tensor is not None:
+        return mem
+    if op.ptr is None and op.load is None:
+        raise ValueError("an operand without a tensor needs `ptr` (a member) or `load` code")
+    return op.ptr or ""
+
+
+def _load_body(op: Operand, ptr: str) -> str:
+    if op.load is not None:
+        return op.load
+    body = []
+    if op.pred is not None:
+        body.append(f"if (!({op.pred})) return 0.f;")
+    body.append(f"const float v = sfg::to_f({ptr}[{op.element_offset()}]);")
+    body.append(f"return (float)({op.prologue or 'v'});")
+    return " ".join(body)
+
+
+def _struct(spec: GemmSpec, sname: str, sg: _Sig) -> str:
     comp = spec.compute_type()
     ca, cb = spec.a.contiguity(), spec.b.contiguity()
     va = comp != "float32" and _vec_capable(spec.a, comp)
     vb = comp != "float32" and _vec_capable(spec.b, comp)
-    members = [f"    const {_ctype(spec.a.dtype)}* A;", f"    const {_ctype(spec.b.dtype)}* B;"]
-    if spec.out is not None:
-        members.append(f"    {_ctype(spec.out.dtype)}* C;")
-    if spec.bias is not None:
-        members.append(f"    const {_ctype(spec.bias.dtype)}* bias;")
-    for a in spec.args:
-        members.append(f"    {a.ctype} {a.name};")
-    members.append("    int M, N, K, batch;")
-    if spec.helpers:
-        members.append(spec.helpers)
+    pa, pb = _operand_ptr(spec.a, "A"), _operand_ptr(spec.b, "B")
 
     def sel(fa: str, fb: str) -> str:
         return f"if constexpr (W == 0) {{ {fa} }} else {{ {fb} }}"
@@ -410,28 +437,30 @@ def _struct(spec: GemmSpec, sname: str) -> str:
         epi.append("{\n" + spec.epilogue + "\n        }")
     if spec.out is not None:
         epi.append(f"C[{spec.out.element_offset()}] = sfg::from_f<{_ctype(spec.out.dtype)}>(v);")
-
-    pa = spec.a.prologue or "v"
-    pb = spec.b.prologue or "v"
+    ptr_a = pa if va else "static_cast<const __half*>(nullptr)"
+    ptr_b = pb if vb else "static_cast<const __half*>(nullptr)"
+    off_a = spec.a.element_offset() if va else "0"
+    off_b = spec.b.element_offset() if vb else "0"
+    members = "\n".join(sg.members)
     return f"""
 struct {sname} {{
-{chr(10).join(members)}
-    template <int W> __device__ __forceinline__ auto ptr() const {{ if constexpr (W == 0) return A; else return B; }}
+{members}
+{spec.helpers}
     template <int W> __host__ __device__ static constexpr int contig() {{ return W == 0 ? {ca} : {cb}; }}
     template <int W> __host__ __device__ static constexpr bool smem_kmajor() {{ return contig<W>() != 2; }}
     template <int W> __host__ __device__ static constexpr bool vec() {{ return W == 0 ? {str(va).lower()} : {str(vb).lower()}; }}
-    template <int W> __device__ __forceinline__ bool vec_ok(i64 b) const {{
-        {sel("return " + (_vec_ok_expr(spec.a, "A") if va else "false") + ";",
-             "return " + (_vec_ok_expr(spec.b, "B") if vb else "false") + ";")}
-    }}
+    // the 16-byte copy path (vec operands only)
+    template <int W> __device__ __forceinline__ auto ptr() const {{ {sel("return " + ptr_a + ";", "return " + ptr_b + ";")} }}
     template <int W> __device__ __forceinline__ i64 off(i64 b, int r, int k) const {{
-        {sel("return " + spec.a.element_offset() + ";", "return " + spec.b.element_offset() + ";")}
+        {sel("return " + off_a + ";", "return " + off_b + ";")}
     }}
-    template <int W> __device__ __forceinline__ bool pred(i64 b, int r, int k) const {{
-        {sel("return " + (spec.a.pred or "true") + ";", "return " + (spec.b.pred or "true") + ";")}
+    template <int W> __device__ __forceinline__ bool vec_ok(i64 b) const {{
+        {sel("return " + (_vec_ok_expr(spec.a, pa) if va else "false") + ";",
+             "return " + (_vec_ok_expr(spec.b, pb) if vb else "false") + ";")}
     }}
-    template <int W> __device__ __forceinline__ float pro(float v, i64 b, int r, int k) const {{
-        {sel("return (float)(" + pa + ");", "return (float)(" + pb + ");")}
+    // element (b, r, k) as float: predicate, gather, prologue
+    template <int W> __device__ __forceinline__ float load(i64 b, int r, int k) const {{
+        {sel(_load_body(spec.a, pa), _load_body(spec.b, pb))}
     }}
     __device__ __forceinline__ void epi(float acc, i64 b, int row, int col) const {{
         {(chr(10) + "        ").join(epi)}
@@ -440,24 +469,35 @@ struct {sname} {{
 """
 
 
-def generate(spec: GemmSpec, params: Optional[dict] = None) -> Generated:
-    """CUDA sources and launches for `spec` with tunables `params` (default_params() if None)."""
+HEADER_GUARDED = None
+
+
+def guarded_header() -> str:
+    """The mainloop header as inline text with an include guard (for a single-unit candidate that
+    cannot ship a second file): several GEMMs in one unit define it once."""
+    body = "\n".join(l for l in header_text().splitlines() if l.strip() != "#pragma once")
+    return f"#ifndef SFG_GEMM_CUH_\n#define SFG_GEMM_CUH_\n{body}\n#endif  // SFG_GEMM_CUH_\n"
+
+
+def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = False):
+    """(source text without includes of the header unless inline_header, kernels, launches as
+    dicts with args as (decl, launch) pairs resolved, workspace bytes, params list)."""
     p = dict(params) if params else default_params(spec)
     p.setdefault("SPLIT", 1)
     if not valid_params(spec, p):
         raise ValueError(f"params {p} are not valid for {spec.name} (compute {spec.compute_type()})")
-    stem = _kernel_stem(spec, p)
+    stem = spec.name
+    if not _IDENT.match(stem):
+        raise ValueError(f"spec name {stem!r} is not a C identifier")
     sname = f"P_{stem}"
     split = int(p["SPLIT"])
     comp = spec.compute_type()
-    sig, inits, largs = _sig_and_init(spec, split > 1)
-    ws_line = ""
+    sg = _signature(spec, split > 1)
     if split > 1:
         off = " + ws_off" if spec.ws_offset.strip() != "0" else ""
         ws_line = f"float* ws = reinterpret_cast<float*>(reinterpret_cast<char*>(ws_raw){off});"
     else:
         ws_line = "float* ws = nullptr;"
-
     if p["tier"] == "mma":
         nt = 32 * p["WM"] * p["WN"]
         call = (f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
@@ -468,13 +508,13 @@ def generate(spec: GemmSpec, params: Optional[dict] = None) -> Generated:
         call = (f"sfg::gemm_simt<{sname}, {p['BM']}, {p['BN']}, {p['BK']}, {p['TM']}, {p['TN']}, "
                 f"{split}>(p, smem, ws);")
         smem = simt_smem(p)
-
-    init = "\n    ".join(inits)
+    decls = ", ".join(d for d, _ in sg.params)
+    init = "\n    ".join(sg.inits)
     body = [f"// GEMM segment {stem}: generated by solforge/compiler/templates/gemm.py",
-            f"// params: {p}",
-            "#include <cuda_fp16.h>", "#include <cuda_bf16.h>", "#include <cuda_fp8.h>",
-            f'#include "{HEADER_NAME}"', "using sfg::i64;", _struct(spec, sname),
-            f"""extern "C" __global__ void __launch_bounds__({nt}) {stem}({", ".join(sig)}) {{
+            f"// params: {p}"]
+    body.append(guarded_header() if inline_header else f'#include "{HEADER_NAME}"')
+    body += ["using sfg::i64;", _struct(spec, sname, sg),
+             f"""extern "C" __global__ void __launch_bounds__({nt}) {stem}({decls}) {{
     extern __shared__ __align__(16) unsigned char smem[];
     {sname} p;
     {init}
@@ -482,25 +522,33 @@ def generate(spec: GemmSpec, params: Optional[dict] = None) -> Generated:
     {call}
 }}
 """]
-    kernels = [stem]
     grid = f"ceil_div({spec.m}, {p['BM']}) * ceil_div({spec.n}, {p['BN']}) * ({spec.batch}) * {split}"
-    launches = [dict(kernel=stem, grid=[grid], block=[str(nt)], smem=str(smem), args=list(largs))]
+    launches = [dict(kernel=stem, grid=[grid], block=[str(nt)], smem=str(smem))]
     workspace = "0"
     if split > 1:
         red = f"{stem}_reduce"
-        body.append(f"""extern "C" __global__ void __launch_bounds__(256) {red}({", ".join(sig)}) {{
+        body.append(f"""extern "C" __global__ void __launch_bounds__(256) {red}({decls}) {{
     {sname} p;
     {init}
     {ws_line}
     sfg::splitk_reduce<{sname}, {split}>(p, ws);
 }}
 """)
-        kernels.append(red)
         launches.append(dict(kernel=red, grid=[f"ceil_div(({spec.batch}) * ({spec.m}) * ({spec.n}), 256)"],
-                             block=["256"], smem="0", args=list(largs)))
+                             block=["256"], smem="0"))
         workspace = f"{split} * ({spec.batch}) * ({spec.m}) * ({spec.n}) * 4"
-    sources = {f"{stem}.cu": "\n".join(body), HEADER_NAME: header_text()}
-    return Generated(sources, kernels, launches, workspace)
+    return "\n".join(body), launches, workspace, sg.params, p
+
+
+def generate(spec: GemmSpec, params: Optional[dict] = None) -> Generated:
+    """CUDA sources and launches for `spec` with tunables `params` (default_params() if None)."""
+    text, launches, workspace, sig, _ = render(spec, params)
+    includes = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cuda_fp8.h>\n"
+    args = [a for _, a in sig]
+    for la in launches:
+        la["args"] = list(args)
+    return Generated({f"{spec.name}.cu": includes + text, HEADER_NAME: header_text()},
+                     [la["kernel"] for la in launches], launches, workspace)
 
 
 def spec_digest(spec: GemmSpec) -> str:
@@ -508,5 +556,6 @@ def spec_digest(spec: GemmSpec) -> str:
     return hashlib.sha256(repr(spec).encode()).hexdigest()[:10]
 
 
-__all__ = ["KArg", "Operand", "Output", "Bias", "GemmSpec", "Generated", "generate", "default_params",
-           "param_space", "valid_params", "header_text", "HEADER_NAME", "CTYPES", "spec_digest"]
+__all__ = ["KArg", "Operand", "Output", "Bias", "GemmSpec", "Generated", "generate", "render",
+           "default_params", "param_space", "valid_params", "header_text", "guarded_header",
+           "HEADER_NAME", "CTYPES", "spec_digest"]
