@@ -50,6 +50,14 @@ template <> __device__ __forceinline__ __nv_fp8_e4m3 from_f<__nv_fp8_e4m3>(float
 template <> __device__ __forceinline__ __nv_fp8_e5m2 from_f<__nv_fp8_e5m2>(float v) { return __nv_fp8_e5m2(v); }
 
 // ---- PTX wrappers --------------------------------------------------------------------------------
+// Without __CUDACC__ (the host C++ emulation of tests and of the compiler's CPU check) each wrapper
+// is emulated: shared addresses are offsets into the block's dynamic shared buffer, cp.async is a
+// synchronous copy, and the warp-collective ldmatrix / mma exchange their operands through a static
+// array between two block barriers (every thread of a block reaches them together: the mainloops'
+// control flow around them is uniform).
+#if defined(__CUDACC__)
+#define SFG_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#define SFG_LAUNDER(x) asm volatile("" : "+r"(x))
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
@@ -88,6 +96,80 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 }
+#else  // host emulation
+}  // namespace sfg
+#include <algorithm>
+#include <cstring>
+namespace sfg {
+using std::max;
+using std::min;
+static unsigned char sfg_emu_smem[232448] __attribute__((aligned(128)));
+static unsigned sfg_emu_xch[1024][8];
+#define SFG_DYN_SMEM(name) unsigned char* name = sfg::sfg_emu_smem
+#define SFG_LAUNDER(x) ((void)0)
+inline unsigned smem_u32(const void* p) {
+    return (unsigned)(static_cast<const unsigned char*>(p) - sfg_emu_smem);
+}
+inline void cp_async16(unsigned dst, const void* src, int bytes) {
+    std::memset(sfg_emu_smem + dst, 0, 16);
+    if (bytes > 0) std::memcpy(sfg_emu_smem + dst, src, bytes);
+}
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+inline unsigned emu_lane() { return threadIdx.x & 31; }
+inline unsigned emu_warp0() { return threadIdx.x & ~31u; }
+inline unsigned short emu_b16(unsigned addr) { unsigned short v; std::memcpy(&v, sfg_emu_smem + addr, 2); return v; }
+template <bool TRANS>
+inline void emu_ldsm(unsigned (&r)[4], unsigned addr) {
+    sfg_emu_xch[threadIdx.x][0] = addr;
+    __syncthreads();
+    const unsigned l = emu_lane(), w0 = emu_warp0();
+    for (int i = 0; i < 4; ++i) {
+        unsigned lo, hi;
+        if (!TRANS) {   // row l/4 of matrix i, elements 2(l%4), +1
+            const unsigned row = sfg_emu_xch[w0 + i * 8 + l / 4][0];
+            lo = emu_b16(row + (l % 4) * 4);
+            hi = emu_b16(row + (l % 4) * 4 + 2);
+        } else {        // column l/4 of matrix i, rows 2(l%4), +1
+            lo = emu_b16(sfg_emu_xch[w0 + i * 8 + 2 * (l % 4)][0] + (l / 4) * 2);
+            hi = emu_b16(sfg_emu_xch[w0 + i * 8 + 2 * (l % 4) + 1][0] + (l / 4) * 2);
+        }
+        r[i] = lo | (hi << 16);
+    }
+    __syncthreads();
+}
+inline void ldsm_x4(unsigned (&r)[4], unsigned addr) { emu_ldsm<false>(r, addr); }
+inline void ldsm_x4_t(unsigned (&r)[4], unsigned addr) { emu_ldsm<true>(r, addr); }
+template <class T> inline float emu_f(unsigned short bits) { T v; std::memcpy(&v, &bits, 2); return to_f(v); }
+template <class T>
+inline void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    unsigned* x = sfg_emu_xch[threadIdx.x];
+    for (int i = 0; i < 4; ++i) x[i] = a[i];
+    x[4] = b0;
+    x[5] = b1;
+    __syncthreads();
+    const unsigned l = emu_lane(), w0 = emu_warp0();
+    float A[16][16], B[16][8];
+    for (unsigned ln = 0; ln < 32; ++ln) {
+        const unsigned* y = sfg_emu_xch[w0 + ln];
+        const unsigned g = ln / 4, t = ln % 4;
+        for (int i = 0; i < 4; ++i)
+            for (int h = 0; h < 2; ++h)   // a0 (g, 2t), a1 (g+8, 2t), a2 (g, 2t+8), a3 (g+8, 2t+8)
+                A[g + 8 * (i & 1)][2 * t + h + 8 * (i >> 1)] = emu_f<T>((unsigned short)(y[i] >> (16 * h)));
+        for (int i = 0; i < 2; ++i)
+            for (int h = 0; h < 2; ++h)   // b0 (k 2t, n g), b1 (k 2t+8, n g)
+                B[2 * t + h + 8 * i][g] = emu_f<T>((unsigned short)(y[4 + i] >> (16 * h)));
+    }
+    const unsigned g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {   // d0 (g, 2t), d1 (g, 2t+1), d2 (g+8, 2t), d3 (g+8, 2t+1)
+        const unsigned row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float s = 0.f;
+        for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
+        d[e] += s;
+    }
+    __syncthreads();
+}
+#endif
 
 // ---- tile coordinates ----------------------------------------------------------------------------
 // blockIdx.x -> (batch, split, m-tile, n-tile). Within one (batch, split), groups of GROUP m-tiles
@@ -170,7 +252,7 @@ struct OperandTile {
         // laundered: otherwise the compiler hoists every element's address, predicate and prologue
         // terms out of the k loop and keeps them live across it (255 registers and spills)
         int tid = threadIdx.x;
-        asm volatile("" : "+r"(tid));
+        SFG_LAUNDER(tid);
 #pragma unroll
         for (int j = 0; j < EPT; ++j) {
             const int i = tid + j * NT;
@@ -357,7 +439,7 @@ struct SimtTile {
     static_assert((R * BK) % NT == 0, "tile elements must divide over the threads");
     __device__ __forceinline__ static void fetch(const P& p, float (&v)[EPT], i64 b, int row0, int rows, int k0, int ke) {
         int tid = threadIdx.x;
-        asm volatile("" : "+r"(tid));  // as in OperandTile::fetch
+        SFG_LAUNDER(tid);  // as in OperandTile::fetch
 #pragma unroll
         for (int j = 0; j < EPT; ++j) {
             const int i = tid + j * NT;
@@ -424,13 +506,21 @@ __device__ __forceinline__ void gemm_simt(const P& p, unsigned char* smem_raw, f
             float av[TM], bv[TN];
 #pragma unroll
             for (int i = 0; i < TM; i += 4) {
+#if defined(__CUDACC__)
                 const float4 x = *reinterpret_cast<const float4*>(a + k * TA::PITCH + ty * TM + i);
                 av[i] = x.x; av[i + 1] = x.y; av[i + 2] = x.z; av[i + 3] = x.w;
+#else
+                for (int q = 0; q < 4; ++q) av[i + q] = a[k * TA::PITCH + ty * TM + i + q];
+#endif
             }
 #pragma unroll
             for (int j = 0; j < TN; j += 4) {
+#if defined(__CUDACC__)
                 const float4 x = *reinterpret_cast<const float4*>(bt + k * TB::PITCH + tx * TN + j);
                 bv[j] = x.x; bv[j + 1] = x.y; bv[j + 2] = x.z; bv[j + 3] = x.w;
+#else
+                for (int q = 0; q < 4; ++q) bv[j + q] = bt[k * TB::PITCH + tx * TN + j + q];
+#endif
             }
 #pragma unroll
             for (int i = 0; i < TM; ++i)

@@ -389,9 +389,9 @@ def _signature(spec: GemmSpec, with_ws: bool) -> _Sig:
         sg.arg("int", nm, f"int32:{expr}")
     sg.inits += list(spec.init)
     if with_ws:
-        sg.params.append(("void* __restrict__ ws_raw", "workspace"))
+        sg.params.append(("void* __restrict__ sfg_ws_raw", "workspace"))
         if spec.ws_offset.strip() != "0":
-            sg.params.append(("long long ws_off", f"int64:{spec.ws_offset}"))
+            sg.params.append(("long long sfg_ws_off", f"int64:{spec.ws_offset}"))
     return sg
 
 
@@ -494,19 +494,19 @@ def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = 
     comp = spec.compute_type()
     sg = _signature(spec, split > 1)
     if split > 1:
-        off = " + ws_off" if spec.ws_offset.strip() != "0" else ""
-        ws_line = f"float* ws = reinterpret_cast<float*>(reinterpret_cast<char*>(ws_raw){off});"
+        off = " + sfg_ws_off" if spec.ws_offset.strip() != "0" else ""
+        ws_line = f"float* sfg_ws = reinterpret_cast<float*>(reinterpret_cast<char*>(sfg_ws_raw){off});"
     else:
-        ws_line = "float* ws = nullptr;"
+        ws_line = "float* sfg_ws = nullptr;"
     if p["tier"] == "mma":
         nt = 32 * p["WM"] * p["WN"]
         call = (f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
-                f"{p['WN']}, {p['ST']}, {split}>(p, smem, ws);")
+                f"{p['WN']}, {p['ST']}, {split}>(p, sfg_smem, sfg_ws);")
         smem = mma_smem(p)
     else:
         nt = (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
         call = (f"sfg::gemm_simt<{sname}, {p['BM']}, {p['BN']}, {p['BK']}, {p['TM']}, {p['TN']}, "
-                f"{split}>(p, smem, ws);")
+                f"{split}>(p, sfg_smem, sfg_ws);")
         smem = simt_smem(p)
     decls = ", ".join(d for d, _ in sg.params)
     init = "\n    ".join(sg.inits)
@@ -515,7 +515,7 @@ def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = 
     body.append(guarded_header() if inline_header else f'#include "{HEADER_NAME}"')
     body += ["using sfg::i64;", _struct(spec, sname, sg),
              f"""extern "C" __global__ void __launch_bounds__({nt}) {stem}({decls}) {{
-    extern __shared__ __align__(16) unsigned char smem[];
+    SFG_DYN_SMEM(sfg_smem);  // the mainloop is block-collective (__syncthreads), also in emulation
     {sname} p;
     {init}
     {ws_line}
@@ -531,7 +531,7 @@ def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = 
     {sname} p;
     {init}
     {ws_line}
-    sfg::splitk_reduce<{sname}, {split}>(p, ws);
+    sfg::splitk_reduce<{sname}, {split}>(p, sfg_ws);
 }}
 """)
         launches.append(dict(kernel=red, grid=[f"ceil_div(({spec.batch}) * ({spec.m}) * ({spec.n}), 256)"],
