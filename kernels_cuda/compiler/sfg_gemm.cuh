@@ -103,7 +103,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
 namespace sfg {
 using std::max;
 using std::min;
-static unsigned char sfg_emu_smem[232448] __attribute__((aligned(128)));
+static unsigned char sfg_emu_smem[232448] __attribute__((aligned(1024)));
 static unsigned sfg_emu_xch[1024][8];
 #define SFG_DYN_SMEM(name) unsigned char* name = sfg::sfg_emu_smem
 #define SFG_LAUNDER(x) ((void)0)
@@ -168,6 +168,122 @@ inline void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigne
         d[e] += s;
     }
     __syncthreads();
+}
+#endif
+
+// ---- wgmma (sm_90a) -------------------------------------------------------------------------------
+// K-major operand tiles of R rows x 64 k (one 128-byte row each), stored with the 128-byte swizzle:
+// 16-byte chunk c of row r at byte r*128 + ((c ^ (r & 7)) << 4) of a 1024-aligned tile. Descriptor:
+// start >> 4, LBO 1 (unused for swizzled K-major), SBO 64 (1024 bytes between 8-row groups), layout
+// 1 = 128-byte swizzle; a k-step of 16 inside the tile advances the start by 32 bytes (the same
+// layout and descriptor as kernels_cuda/gemm_wgmma, measured on the H200).
+#if defined(__CUDACC__)
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// generic-proxy writes (cp.async, st.shared) made visible to the async proxy that wgmma reads through
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// D[64 x N] += A[64 x 16] * B[N x 16]^T, both from shared memory (generated wrappers: every one of
+// the N/2 accumulators of a thread is its own asm operand)
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+    if constexpr (N == 64) {
+        if constexpr (MmaKind<T>::bf) {
+            asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "%32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(da), "l"(db), "n"(1)
+            : "memory");
+        } else {
+            asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "%32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(da), "l"(db), "n"(1)
+            : "memory");
+        }
+    } else if constexpr (N == 128) {
+        if constexpr (MmaKind<T>::bf) {
+            asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "%64, %65, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(da), "l"(db), "n"(1)
+            : "memory");
+        } else {
+            asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "%64, %65, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(da), "l"(db), "n"(1)
+            : "memory");
+        }
+    } else if constexpr (N == 256) {
+        if constexpr (MmaKind<T>::bf) {
+            asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+            "%128, %129, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+            : "l"(da), "l"(db), "n"(1)
+            : "memory");
+        } else {
+            asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+            "%128, %129, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+            : "l"(da), "l"(db), "n"(1)
+            : "memory");
+        }
+    } else {
+        static_assert(N == 64 || N == 128 || N == 256, "wgmma N: 64, 128 or 256");
+    }
+}
+#else  // host emulation: synchronous, each thread computes its own accumulators from shared memory
+inline unsigned long long wg_desc(unsigned addr) { return addr; }
+inline void wg_fence() {}
+inline void wg_commit() {}
+template <int N> inline void wg_wait() {}
+inline void fence_proxy_async() {}
+template <int R> inline void fence_acc(float (&)[R]) {}
+// element k (< 16) of row r of a K-major 128B-swizzled operand whose descriptor start is `start`
+template <class T> inline float wg_elem(unsigned start, int r, int k) {
+    unsigned a = start + r * 128 + k * 2;
+    a ^= ((a >> 7) & 7u) << 4;
+    unsigned short bits;
+    std::memcpy(&bits, sfg_emu_smem + a, 2);
+    return emu_f<T>(bits);
+}
+template <class T, int N>
+inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
+    const unsigned t = threadIdx.x & 127, w = t >> 5, l = t & 31;
+    for (int i = 0; i < N / 2; ++i) {
+        const int row = 16 * w + l / 4 + 8 * ((i / 2) & 1), col = 8 * (i / 4) + 2 * (l % 4) + (i & 1);
+        float s = 0.f;
+        for (int k = 0; k < 16; ++k) s += wg_elem<T>((unsigned)da, row, k) * wg_elem<T>((unsigned)db, col, k);
+        d[i] += s;
+    }
 }
 #endif
 
@@ -427,6 +543,113 @@ __device__ __forceinline__ void gemm_mma(const P& p, unsigned char* smem_raw, fl
                         ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[mi][ni][e];
                 }
             }
+}
+
+// ---- fp16/bf16 wgmma mainloop (sm_90a) -----------------------------------------------------------
+// Both operands K-major with 16-byte copies (P::contig == 1, P::vec), tiles BM (64: one consumer
+// warpgroup, 128: two) x BN (64/128/256) x 64 k, ST stages (>= 3) of cp.async into 128B-swizzled
+// shared memory; every thread loads and every warpgroup multiplies (no producer warpgroup: tails
+// and strides stay in the copy path, and each k-tile needs only the block barrier). One wgmma group
+// stays in flight while the next k-tile is prepared, so a stage is refilled two k-tiles after it
+// was read (prefetch distance ST - 2). An operand whose run-time alignment check fails is written
+// element by element into the same layout.
+template <class P, class T, int W, int R, int NT>
+__device__ __forceinline__ void wg_load(const P& p, unsigned char* sgen, unsigned dst0, bool vec, i64 b, int row0,
+                                        int rows, int k0, int ke) {
+    const int tid = threadIdx.x;
+    if (vec) {
+        const T* base = p.template ptr<W>();
+#pragma unroll
+        for (int j = 0; j < (R * 8 + NT - 1) / NT; ++j) {
+            const int i = tid + j * NT;
+            if ((R * 8) % NT != 0 && i >= R * 8) break;
+            const int r = i >> 3, c = i & 7;
+            const int gr = row0 + r, gk = k0 + c * 8;
+            const int n = gr < rows ? min(max(ke - gk, 0), 8) : 0;
+            const T* src = n > 0 ? base + p.template off<W>(b, gr, gk) : base;
+            cp_async16(dst0 + r * 128 + ((c ^ (r & 7)) << 4), src, n * 2);
+        }
+    } else {
+#pragma unroll 1
+        for (int i = tid; i < R * 64; i += NT) {
+            const int r = i >> 6, kk = i & 63, c = kk >> 3;
+            const int gr = row0 + r, gk = k0 + kk;
+            const T v = from_f<T>(gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f);
+            *reinterpret_cast<T*>(sgen + dst0 + r * 128 + ((c ^ (r & 7)) << 4) + (kk & 7) * 2) = v;
+        }
+    }
+}
+
+template <class P, class T, int BM, int BN, int ST, int SPLIT>
+__device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, float* ws) {
+    constexpr int BK = 64, NWG = BM / 64, NT = 128 * NWG, R = BN / 2;
+    constexpr int STAGE = (BM + BN) * 128;
+    static_assert(BM == 64 || BM == 128, "BM: 64 or 128 (one or two consumer warpgroups)");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN: 64, 128 or 256");
+    static_assert(ST >= 3, "ST >= 3: one wgmma group in flight while a stage is refilled");
+    static_assert(P::template contig<0>() == 1 && P::template contig<1>() == 1 && P::template vec<0>() &&
+                  P::template vec<1>(), "the wgmma tier takes K-major 16-byte-copyable operands");
+    const int M = p.M, N = p.N, K = p.K;
+    const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    int kb, ke;
+    split_range<BK, SPLIT>(K, t.split, kb, ke);
+    const int KT = (ke - kb + BK - 1) / BK;
+    // 128B swizzle: every tile on a 1024-byte boundary (the shared base rounded up at run time)
+    const unsigned raw = smem_u32(smem_raw);
+    const unsigned base = (raw + 1023u) & ~1023u;
+    unsigned char* sgen = smem_raw - raw;   // generic address of shared offset 0 (+ shared address)
+    const bool va = p.template vec_ok<0>(t.b), vb = p.template vec_ok<1>(t.b);
+    const int wg = threadIdx.x >> 7;
+
+    auto load = [&](int stage, int kt) {
+        const int k0 = kb + kt * BK;
+        const unsigned sa = base + stage * STAGE;
+        wg_load<P, T, 0, BM, NT>(p, sgen, sa, va, t.b, t.m0, M, k0, ke);
+        wg_load<P, T, 1, BN, NT>(p, sgen, sa + BM * 128, vb, t.b, t.n0, N, k0, ke);
+    };
+
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < ST - 2; ++s) {
+        if (s < KT) load(s, s);
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        cp_async_wait<ST - 3>();   // this thread's copies of k-tile kt landed
+        fence_proxy_async();       // ... and are visible to wgmma's async proxy
+        __syncthreads();           // everyone's; and every wgmma of k-tile kt-2 has completed
+        const int nk = kt + ST - 2;
+        if (nk < KT) load(nk % ST, nk);   // the stage k-tile kt-2 used
+        cp_async_commit();
+        const unsigned sa = base + (kt % ST) * STAGE + wg * 64 * 128;
+        const unsigned sb = base + (kt % ST) * STAGE + BM * 128;
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) wgmma_ss<T, BN>(acc, wg_desc(sa + kk * 32), wg_desc(sb + kk * 32));
+        wg_commit();
+        wg_wait<1>();              // k-tile kt-1's group is done: its stage may be refilled next time
+    }
+    wg_wait<0>();
+    fence_acc(acc);
+    cp_async_wait<0>();
+
+    const int tw = threadIdx.x & 127, warp = tw >> 5, lane = tw & 31;
+    const int row0 = t.m0 + wg * 64 + warp * 16 + (lane >> 2);
+    const int col0 = t.n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+        if (row < M && col < N) {
+            if (SPLIT == 1)
+                p.epi(acc[i], t.b, row, col);
+            else
+                ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
+        }
+    }
 }
 
 // ---- fp32 SIMT mainloop ----------------------------------------------------------------------------

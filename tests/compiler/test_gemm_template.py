@@ -236,6 +236,12 @@ def _cases():
     # 8 warps on 128 x 64 tiles
     plain("w8_bf16", "bfloat16", False, False, 70, 66, 64, dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=2,
                                                                ST=3, SPLIT=1))
+    # wgmma (sm_90a) tier: 128B-swizzled K-major tiles, N and K tails, split-K, misaligned fallback
+    plain("wg_nt_bf16", "bfloat16", False, False, 70, 130, 100, dict(tier="wgmma", BM=128, BN=128, ST=3, SPLIT=1),
+          lda=104, ldb=104, bias=True, epi="v = v > 0.f ? v : 0.f;")
+    plain("wg_nt_f16_split", "float16", False, False, 40, 72, 300, dict(tier="wgmma", BM=64, BN=64, ST=4, SPLIT=2))
+    plain("wg_nt_bf16_256", "bfloat16", False, False, 17, 260, 64, dict(tier="wgmma", BM=64, BN=256, ST=3, SPLIT=1))
+    plain("wg_nt_f16_odd", "float16", False, False, 33, 65, 50, dict(tier="wgmma", BM=128, BN=64, ST=3, SPLIT=1))
     # fp32 SIMT, transposed A, split-K
     plain("simt_tn", "float32", True, False, 37, 45, 70, dict(tier="simt", BM=32, BN=64, BK=16, TM=4, TN=4,
                                                               SPLIT=2), bias=True)
@@ -243,10 +249,13 @@ def _cases():
                                                               SPLIT=1))
 
     # batched, permuted batch layout
-    for dt, tb in (("bfloat16", False), ("float16", True), ("float32", False)):
-        name = f"perm_{dt}_{int(tb)}"
+    for dt, tb, wg in (("bfloat16", False, False), ("float16", True, False), ("float32", False, False),
+                       ("bfloat16", False, True)):
+        name = f"perm_{dt}_{int(tb)}_{int(wg)}"
         spec = perm_spec(name, dt, tb)
         params = MMA_SMALL if dt != "float32" else dict(tier="simt", BM=32, BN=64, BK=16, TM=4, TN=4, SPLIT=1)
+        if wg:
+            params = dict(tier="wgmma", BM=64, BN=64, ST=3, SPLIT=1)
         Bt, H, M, N, K = 2, 3, 17, 24, 40
 
         def make(dt=dt, tb=tb, Bt=Bt, H=H, M=M, N=N, K=K, name=name):
@@ -315,8 +324,11 @@ def test_params_space_valid_and_default_per_bucket():
     space = G.param_space(s)
     assert space and all(G.valid_params(s, p) for p in space)
     assert G.default_params(s, 1, 4096, 4096)["BM"] == 16 and G.default_params(s, 1, 4096, 4096)["SPLIT"] > 1
-    assert G.default_params(s, 8192, 8192, 4096) == dict(tier="mma", BM=128, BN=128, BK=32, WM=2, WN=4, ST=4,
-                                                         SPLIT=1)
+    assert G.default_params(s, 8192, 8192, 4096) == dict(tier="wgmma", BM=128, BN=256, ST=4, SPLIT=1)
+    t = plain_spec("t", "bfloat16", True, False)           # a transposed operand: no wgmma tier
+    assert G.default_params(t, 8192, 8192, 4096)["tier"] == "mma"
+    assert not any(p["tier"] == "wgmma" for p in G.param_space(t))
+    assert any(p["tier"] == "wgmma" for p in space)
     f = plain_spec("y", "float32", False, False)
     assert all(p["tier"] == "simt" for p in G.param_space(f))
     with pytest.raises(ValueError):
@@ -350,8 +362,8 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
 def test_nvrtc_sm90a_no_spills(i, tmp_path):
     spec, params = NVRTC_CASES[i]
     gen = G.generate(spec, params)
-    tensor_cores = spec.compute_type() != "float32"
-    want = ("HMMA",) if tensor_cores else ("FFMA",)
-    if tensor_cores and G._vec_capable(spec.a, spec.compute_type()):
+    tier = (params or G.default_params(spec))["tier"]
+    want = {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",)}[tier]
+    if tier == "mma" and G._vec_capable(spec.a, spec.compute_type()):
         want += ("LDGSTS",)
     _compile(gen, tmp_path, want)

@@ -234,8 +234,26 @@ def simt_smem(p: dict) -> int:
     return 2 * p["BK"] * ((p["BM"] + 4) + (p["BN"] + 4)) * 4
 
 
+def wgmma_smem(p: dict) -> int:
+    return p["ST"] * (p["BM"] + p["BN"]) * 128 + 1024   # + 1024: the tiles' alignment slack
+
+
+def wgmma_eligible(spec: GemmSpec) -> bool:
+    """The wgmma tier reads both operands K-major through 16-byte copies."""
+    comp = spec.compute_type()
+    return (comp != "float32" and _vec_capable(spec.a, comp) and _vec_capable(spec.b, comp)
+            and spec.a.contiguity() == 1 and spec.b.contiguity() == 1)
+
+
+def _wgmma_ok(p: dict) -> bool:
+    return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 256) and p["ST"] >= 3 and p.get("SPLIT", 1) >= 1
+            and wgmma_smem(p) <= SMEM_LIMIT)
+
+
 def valid_params(spec: GemmSpec, p: dict) -> bool:
     tier = p.get("tier")
+    if tier == "wgmma":
+        return wgmma_eligible(spec) and _wgmma_ok(p)
     if tier == "mma":
         return spec.compute_type() != "float32" and _mma_ok(p)
     if tier == "simt":
@@ -274,12 +292,16 @@ def default_params(spec: GemmSpec, m: Optional[int] = None, n: Optional[int] = N
             # narrow N, or a register-path operand (gather, prologue, FP8) whose loads stay live
             # across the MMAs: 8 warps of 32 x 32
             p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=2, ST=3)
+        elif wgmma_eligible(spec) and (n is None or n >= 256):
+            p = dict(tier="wgmma", BM=128, BN=256, ST=4)
+        elif wgmma_eligible(spec):
+            p = dict(tier="wgmma", BM=128, BN=128, ST=5)
         else:
             p = dict(tier="mma", BM=128, BN=128, BK=32, WM=2, WN=4, ST=4)
     tiles = None
     if m is not None and n is not None:
         tiles = -(-m // p["BM"]) * -(-n // p["BN"]) * bt
-    p["SPLIT"] = _split_for(tiles, k, p["BK"])
+    p["SPLIT"] = _split_for(tiles, k, p.get("BK", 64))
     return p
 
 
@@ -295,6 +317,14 @@ def param_space(spec: GemmSpec) -> list[dict]:
                     if _simt_ok(p):
                         out.append(p)
         return out
+    if wgmma_eligible(spec):
+        for bm in (64, 128):
+            for bn in (64, 128, 256):
+                for st in (3, 4, 5, 6):
+                    for split in (1, 2, 4, 8):
+                        p = dict(tier="wgmma", BM=bm, BN=bn, ST=st, SPLIT=split)
+                        if _wgmma_ok(p):
+                            out.append(p)
     for bm, bn, wm, wn in ((16, 64, 1, 4), (16, 128, 1, 4), (32, 64, 2, 2), (64, 64, 2, 2),
                            (64, 128, 2, 2), (128, 64, 4, 1), (128, 64, 2, 2), (128, 128, 2, 4),
                            (128, 256, 2, 4), (256, 128, 4, 2)):
@@ -498,7 +528,12 @@ def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = 
         ws_line = f"float* sfg_ws = reinterpret_cast<float*>(reinterpret_cast<char*>(sfg_ws_raw){off});"
     else:
         ws_line = "float* sfg_ws = nullptr;"
-    if p["tier"] == "mma":
+    if p["tier"] == "wgmma":
+        nt = 2 * p["BM"]
+        call = (f"sfg::gemm_wgmma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, {split}>"
+                f"(p, sfg_smem, sfg_ws);")
+        smem = wgmma_smem(p)
+    elif p["tier"] == "mma":
         nt = 32 * p["WM"] * p["WN"]
         call = (f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
                 f"{p['WN']}, {p['ST']}, {split}>(p, sfg_smem, sfg_ws);")
