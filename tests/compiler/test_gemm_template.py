@@ -367,3 +367,39 @@ def test_nvrtc_sm90a_no_spills(i, tmp_path):
     if tier == "mma" and G._vec_capable(spec.a, spec.compute_type()):
         want += ("LDGSTS",)
     _compile(gen, tmp_path, want)
+
+
+@pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
+def test_m_tiers_pick_their_config_at_run_time(tmp_path):
+    """One kernel, three tile configs chosen by M (split-K only in the first): each M lands in its
+    tier in the kernel and in the launch expressions alike."""
+    spec = plain_spec("tiered", "bfloat16", False, False, bias=True)
+    params = {"tiers": [dict(tier="mma", BM=16, BN=64, BK=64, WM=1, WN=4, ST=3, SPLIT=2, max_m=16),
+                        dict(tier="wgmma", BM=64, BN=64, ST=3, SPLIT=1, max_m=48),
+                        dict(tier="mma", BM=64, BN=64, BK=32, WM=2, WN=2, ST=3, SPLIT=1)]}
+    assert G.valid_params(spec, params)
+    gen = G.generate(spec, params)
+    lib, kernels = build_emulator([gen], tmp_path)
+    env = lambda m: dict(M=m, N=70, K=96)  # noqa: E731
+    assert axis_expr.evaluate(gen.launches[0]["grid"][0], env(5)) == 1 * 2 * 2
+    assert axis_expr.evaluate(gen.launches[0]["block"][0], env(40)) == 128
+    assert axis_expr.evaluate(gen.launches[1]["grid"][0], env(40)) == 1      # reduce: idle past tier 0
+    assert axis_expr.evaluate(gen.workspace, env(100)) == 0
+    for m in (5, 16, 17, 40, 100):
+        g = torch.Generator().manual_seed(m)
+        A = torch.randn(m, 96, generator=g).to(torch.bfloat16)
+        B = torch.randn(70, 96, generator=g).to(torch.bfloat16)
+        bias = torch.randn(70, generator=g).to(torch.bfloat16)
+        t = dict(A=A, B=B, bias=bias, C=torch.full((m, 70), float("nan"), dtype=torch.bfloat16))
+        emulate(lib, kernels, gen, t, env(m))
+        close(t["C"], (A.double() @ B.double().t() + bias.double()).to(torch.bfloat16), 1e-2, 1e-2)
+
+
+def test_default_params_without_m_are_tiers():
+    s = plain_spec("x", "bfloat16", False, False)
+    p = G.default_params(s, None, 4096, 4096)
+    ts = G.tiers_of(p)
+    assert [t.get("max_m") for t in ts][:2] == [16, 64] and "max_m" not in ts[-1]
+    assert ts[0]["SPLIT"] > 1 and ts[-1]["tier"] == "wgmma" and G.valid_params(s, p)
+    with pytest.raises(ValueError):
+        G.tiers_of({"tiers": [dict(ts[0]), dict(ts[0], max_m=8)]})

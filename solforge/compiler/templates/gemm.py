@@ -251,6 +251,11 @@ def _wgmma_ok(p: dict) -> bool:
 
 
 def valid_params(spec: GemmSpec, p: dict) -> bool:
+    if "tiers" in p:
+        try:
+            return all(valid_params(spec, t) for t in tiers_of(p))
+        except ValueError:
+            return False
     tier = p.get("tier")
     if tier == "wgmma":
         return wgmma_eligible(spec) and _wgmma_ok(p)
@@ -273,7 +278,22 @@ def _split_for(tiles: Optional[int], k: Optional[int], bk: int) -> int:
 
 def default_params(spec: GemmSpec, m: Optional[int] = None, n: Optional[int] = None,
                    k: Optional[int] = None, batch: Optional[int] = None) -> dict:
-    """A first guess by size buckets (hints may be None: a large GEMM is assumed)."""
+    """A first guess by size buckets. With M unknown (a var axis), tiers picked by M at run time:
+    skinny tiles (and split-K when N and K are known and the grid would be small) for M <= 16 and
+    M <= 64, large ones above."""
+    if m is None:
+        tiers = [dict(_bucket_params(spec, 16, n, k, batch), max_m=16),
+                 dict(_bucket_params(spec, 64, n, k, batch), max_m=64)]
+        mid = _bucket_params(spec, 256, n, k, batch)
+        big = _bucket_params(spec, None, n, k, batch)
+        if mid != big:
+            tiers.append(dict(mid, max_m=256))
+        return {"tiers": tiers + [big]}
+    return _bucket_params(spec, m, n, k, batch)
+
+
+def _bucket_params(spec: GemmSpec, m: Optional[int], n: Optional[int], k: Optional[int],
+                   batch: Optional[int]) -> dict:
     bt = batch or 1
     if spec.compute_type() == "float32":
         if m is not None and m <= 32:
@@ -509,69 +529,129 @@ def guarded_header() -> str:
     return f"#ifndef SFG_GEMM_CUH_\n#define SFG_GEMM_CUH_\n{body}\n#endif  // SFG_GEMM_CUH_\n"
 
 
+def _tier_call(spec: GemmSpec, sname: str, p: dict) -> tuple[int, str, int]:
+    """(threads, the mainloop call, dynamic shared bytes) of one tier's params."""
+    comp, split = spec.compute_type(), int(p.get("SPLIT", 1))
+    if p["tier"] == "wgmma":
+        return (2 * p["BM"], f"sfg::gemm_wgmma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, "
+                f"{split}>(p, sfg_smem, sfg_ws);", wgmma_smem(p))
+    if p["tier"] == "mma":
+        return (32 * p["WM"] * p["WN"], f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, "
+                f"{p['BK']}, {p['WM']}, {p['WN']}, {p['ST']}, {split}>(p, sfg_smem, sfg_ws);", mma_smem(p))
+    return ((p["BM"] // p["TM"]) * (p["BN"] // p["TN"]), f"sfg::gemm_simt<{sname}, {p['BM']}, {p['BN']}, "
+            f"{p['BK']}, {p['TM']}, {p['TN']}, {split}>(p, sfg_smem, sfg_ws);", simt_smem(p))
+
+
+def tiers_of(p: dict) -> list[dict]:
+    """A params dict as its list of M tiers: {"tiers": [{"max_m": 16, ...}, ..., {...}]} picks a tile
+    config by M at run time (kernel and launch expressions use the same rule); a plain dict is one
+    tier for every M."""
+    if "tiers" not in p:
+        return [dict(p, SPLIT=int(p.get("SPLIT", 1)))]
+    ts = [dict(t, SPLIT=int(t.get("SPLIT", 1))) for t in p["tiers"]]
+    if not ts or "max_m" in ts[-1] or any("max_m" not in t for t in ts[:-1]):
+        raise ValueError("tiers: every tier but the last names its max_m")
+    bounds = [t["max_m"] for t in ts[:-1]]
+    if bounds != sorted(set(bounds)) or any(not isinstance(b, int) or b < 1 for b in bounds):
+        raise ValueError(f"tiers: max_m must increase: {bounds}")
+    return ts
+
+
+def _cond(m: str, lo, hi) -> str:
+    """Launch-expression factor that is 1 when lo < m <= hi (None: open)."""
+    parts = []
+    if lo is not None:
+        parts.append(f"(({m}) > {lo})")
+    if hi is not None:
+        parts.append(f"(({m}) <= {hi})")
+    return " * ".join(parts) or "1"
+
+
+def _select(m: str, tiers: list, vals: list) -> str:
+    """A launch expression worth vals[i] in tier i's M range."""
+    if len(tiers) == 1:
+        return str(vals[0])
+    out, lo = [], None
+    for t, v in zip(tiers, vals):
+        hi = t.get("max_m")
+        out.append(f"{_cond(m, lo, hi)} * ({v})")
+        lo = hi
+    return " + ".join(out)
+
+
 def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = False):
-    """(source text without includes of the header unless inline_header, kernels, launches as
-    dicts with args as (decl, launch) pairs resolved, workspace bytes, params list)."""
+    """(source text, launches without args, workspace bytes expression, [(param decl, launch arg)],
+    params). inline_header: the mainloop header inlined under an include guard (one-unit
+    candidates) instead of #included."""
     p = dict(params) if params else default_params(spec)
-    p.setdefault("SPLIT", 1)
-    if not valid_params(spec, p):
-        raise ValueError(f"params {p} are not valid for {spec.name} (compute {spec.compute_type()})")
+    tiers = tiers_of(p)
+    for t in tiers:
+        if not valid_params(spec, t):
+            raise ValueError(f"params {t} are not valid for {spec.name} (compute {spec.compute_type()})")
     stem = spec.name
     if not _IDENT.match(stem):
         raise ValueError(f"spec name {stem!r} is not a C identifier")
     sname = f"P_{stem}"
-    split = int(p["SPLIT"])
-    comp = spec.compute_type()
-    sg = _signature(spec, split > 1)
-    if split > 1:
+    any_split = any(t["SPLIT"] > 1 for t in tiers)
+    sg = _signature(spec, any_split)
+    if any_split:
         off = " + sfg_ws_off" if spec.ws_offset.strip() != "0" else ""
         ws_line = f"float* sfg_ws = reinterpret_cast<float*>(reinterpret_cast<char*>(sfg_ws_raw){off});"
     else:
         ws_line = "float* sfg_ws = nullptr;"
-    if p["tier"] == "wgmma":
-        nt = 2 * p["BM"]
-        call = (f"sfg::gemm_wgmma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, {split}>"
-                f"(p, sfg_smem, sfg_ws);")
-        smem = wgmma_smem(p)
-    elif p["tier"] == "mma":
-        nt = 32 * p["WM"] * p["WN"]
-        call = (f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
-                f"{p['WN']}, {p['ST']}, {split}>(p, sfg_smem, sfg_ws);")
-        smem = mma_smem(p)
-    else:
-        nt = (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
-        call = (f"sfg::gemm_simt<{sname}, {p['BM']}, {p['BN']}, {p['BK']}, {p['TM']}, {p['TN']}, "
-                f"{split}>(p, sfg_smem, sfg_ws);")
-        smem = simt_smem(p)
+    calls = [_tier_call(spec, sname, t) for t in tiers]
+    nts = [c[0] for c in calls]
+
+    def dispatch(stmts: list[str]) -> str:
+        if len(stmts) == 1:
+            return stmts[0]
+        out = []
+        for i, (t, st) in enumerate(zip(tiers, stmts)):
+            if i == 0:
+                out.append(f"if (M <= {t['max_m']}) {{ {st} }}")
+            elif "max_m" in t:
+                out.append(f"else if (M <= {t['max_m']}) {{ {st} }}")
+            else:
+                out.append(f"else {{ {st} }}")
+        return "\n    ".join(out)
+
     decls = ", ".join(d for d, _ in sg.params)
     init = "\n    ".join(sg.inits)
     body = [f"// GEMM segment {stem}: generated by solforge/compiler/templates/gemm.py",
             f"// params: {p}"]
     body.append(guarded_header() if inline_header else f'#include "{HEADER_NAME}"')
     body += ["using sfg::i64;", _struct(spec, sname, sg),
-             f"""extern "C" __global__ void __launch_bounds__({nt}) {stem}({decls}) {{
+             f"""extern "C" __global__ void __launch_bounds__({max(nts)}) {stem}({decls}) {{
     SFG_DYN_SMEM(sfg_smem);  // the mainloop is block-collective (__syncthreads), also in emulation
     {sname} p;
     {init}
     {ws_line}
-    {call}
+    {dispatch([c[1] for c in calls])}
 }}
 """]
-    grid = f"ceil_div({spec.m}, {p['BM']}) * ceil_div({spec.n}, {p['BN']}) * ({spec.batch}) * {split}"
-    launches = [dict(kernel=stem, grid=[grid], block=[str(nt)], smem=str(smem))]
+    grids = [f"ceil_div({spec.m}, {t['BM']}) * ceil_div({spec.n}, {t['BN']}) * ({spec.batch}) * {t['SPLIT']}"
+             for t in tiers]
+    launches = [dict(kernel=stem, grid=[_select(spec.m, tiers, grids)], block=[_select(spec.m, tiers, nts)],
+                     smem=_select(spec.m, tiers, [c[2] for c in calls]))]
     workspace = "0"
-    if split > 1:
+    if any_split:
         red = f"{stem}_reduce"
+        reduce_calls = [f"sfg::splitk_reduce<{sname}, {t['SPLIT']}>(p, sfg_ws);" if t["SPLIT"] > 1 else "return;"
+                        for t in tiers]
         body.append(f"""extern "C" __global__ void __launch_bounds__(256) {red}({decls}) {{
     {sname} p;
     {init}
     {ws_line}
-    sfg::splitk_reduce<{sname}, {split}>(p, sfg_ws);
+    {dispatch(reduce_calls)}
 }}
 """)
-        launches.append(dict(kernel=red, grid=[f"ceil_div(({spec.batch}) * ({spec.m}) * ({spec.n}), 256)"],
-                             block=["256"], smem="0"))
-        workspace = f"{split} * ({spec.batch}) * ({spec.m}) * ({spec.n}) * 4"
+        # a tier without split-K launches the reduce kernel too (it returns at once): launch lists
+        # are fixed, only their sizes follow M
+        rgrid = _select(spec.m, tiers, [f"ceil_div(({spec.batch}) * ({spec.m}) * ({spec.n}), 256)"
+                                        if t["SPLIT"] > 1 else "1" for t in tiers])
+        launches.append(dict(kernel=red, grid=[f"max(1, {rgrid})"], block=["256"], smem="0"))
+        workspace = _select(spec.m, tiers, [f"{t['SPLIT']} * ({spec.batch}) * ({spec.m}) * ({spec.n}) * 4"
+                                            if t["SPLIT"] > 1 else "0" for t in tiers])
     return "\n".join(body), launches, workspace, sg.params, p
 
 

@@ -198,7 +198,9 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
         def hint(e):
             return symexpr.as_int(e)
         params = G.default_params(spec, hint(M), hint(N), hint(K), hint(NB))
-    params = dict(params, SPLIT=1)
+    # one launch: no split-K (its reduce kernel would be a second launch)
+    params = ({"tiers": [dict(t, SPLIT=1) for t in params["tiers"]]} if "tiers" in params
+              else dict(params, SPLIT=1))
     text, launches, _, sig, _ = G.render(spec, params, inline_header=True)
     k.text = text
     k.params = list(sig)   # the generated signature, in order: the plan's args() follow it
