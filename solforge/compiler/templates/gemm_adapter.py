@@ -1,0 +1,213 @@
+"""The compiler's matmul lowering on the fast GEMM template (gemm.py): same call as the lowering's
+generic `matmul(name, a, b, out_dtype, out, out_index=None, bias=None, batch_shape=None)`, whose
+operands are loaders of shapes (*batch, M, K) and (*batch, K, N) (views, fused elementwise chains,
+implicit-GEMM convolution gathers) and whose epilogue adds `bias` (a loader over (*batch, M, N)),
+rounds to out_dtype and stores at `out_index(batch index, m, n)` (default contiguous).
+
+What it does with them:
+- an operand that is a strided view of a buffer in the multiply's own 16-bit type becomes a strided
+  operand (base pointer + stride expressions), so the mainloop can take it with 16-byte cp.async
+  when the run-time alignment check passes; any other operand (a cast or scale chain, an im2col
+  gather with padding masks, fp32 operands) becomes load code: the loader's C statements in a
+  member function over (b, r, k), fetched through registers;
+- the epilogue is the loader code of the bias and the store, as the generic kernel wrote it (same
+  rounding: the result is rounded to out_dtype once after the bias is added);
+- the kernel parameters are those the loaders registered in the lowering's Kernel (buffers, sizes,
+  workspace offsets) plus M, N, K and the batch count, so the plan packs the workspace and fills the
+  launch args exactly as for its own kernels.
+
+Split-K needs a second launch and scratch space, which a single LaunchSpec cannot carry: the
+adapter uses SPLIT = 1 (params may still choose tiles, stages and the tier).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import sympy
+
+from . import gemm as G
+
+# names of the index variables inside the generated member functions: unusual on purpose, so that a
+# problem's own size symbols (often named m, n, k, b) are never mistaken for them
+_B, _R, _K, _ROW, _COL = "sfg_b", "sfg_r", "sfg_k", "sfg_row", "sfg_col"
+
+
+@dataclass
+class GemmLaunchSpec:
+    """Duck-typed like the lowering's LaunchSpec (kernel, grid, block, smem, launch_bounds, ...)."""
+    kernel: object
+    grid: list
+    block: list
+    smem: str = "0"
+    launch_bounds: int = 0
+    notes: str = ""
+    extra_src: str = ""
+    kind: str = "matmul"
+
+
+def _kernel_class():
+    from ..kernel import Kernel
+
+    class GemmKernel(Kernel):
+        """The lowering's Kernel (its params and workspace keys drive the plan) whose source is the
+        generated GEMM text instead of its emitted lines."""
+        text: str = ""
+
+        def source(self, launch_bounds: int = 0) -> str:  # the text carries its own bounds
+            return self.text
+
+    return GemmKernel
+
+
+def _capture(k, fn):
+    """Run fn() with k's emitted lines redirected; (the lines, fn's result)."""
+    saved = (k.lines, k._indent, k._cache)
+    k.lines, k._indent, k._cache = [], 2, [{}]
+    try:
+        v = fn()
+        return k.lines, v
+    finally:
+        k.lines, k._indent, k._cache = saved
+
+
+def _batch_index(bshape):
+    from torch.utils._sympy.functions import ModularIndexing
+
+    from .. import symexpr
+    from ..loops import contiguous_strides, same
+
+    b = symexpr.sym(_B)
+    out = []
+    for st, s in zip(contiguous_strides(bshape), bshape):
+        if same(s, 1):
+            out.append(sympy.Integer(0))
+        elif len(bshape) == 1:
+            out.append(b)
+        else:
+            out.append(ModularIndexing(b, st, s))
+    return out
+
+
+def _strided_operand(k, x, bidx, rdim: int, kdim: int, compute: str) -> Optional[G.Operand]:
+    """A strided operand for a plain view in the multiply's 16-bit type, else None."""
+    from ..loops import same
+
+    if not x.is_view or x.dtype != compute or x.dtype not in G.SIXTEEN_BIT:
+        return None
+    nb = len(bidx)
+    strides = list(x.strides)
+    if len(strides) != nb + 2:
+        return None
+    ptr = k.ptr(x.buf)
+    boff = x.offset + sum((i * s for i, s in zip(bidx, strides[:nb])), sympy.Integer(0))
+    rs, ks = strides[nb + rdim], strides[nb + kdim]
+    k_stride = "1" if same(ks, 1) else k.c(ks)
+    r_stride = "1" if same(rs, 1) and not same(ks, 1) else k.c(rs)
+    # the struct's offset functions name the batch index `b`
+    b_offset = re.sub(rf"\b{_B}\b", "b", k.c(boff))
+    return G.Operand(None, x.dtype, k_stride=k_stride, r_stride=r_stride, b_offset=b_offset, ptr=ptr)
+
+
+def _load_operand(k, x, bidx, which: str) -> G.Operand:
+    """Load code: the loader's statements for element (b, r, k) (A: [.., r, k]; B: [.., k, r])."""
+    from .. import symexpr
+
+    r, kk = symexpr.sym(_R), symexpr.sym(_K)
+    idx = bidx + ([r, kk] if which == "a" else [kk, r])
+    lines, v = _capture(k, lambda: x(k, idx))
+    head = f"const long long {_B} = b; const long long {_R} = r; const long long {_K} = k; "
+    head += f"(void){_B}; (void){_R}; (void){_K};\n"
+    body = head + "\n".join(lines) + f"\n        return (float)({v});"
+    # which index is unit-stride decides how threads walk the tile (coalescing); a view tells
+    contig = None
+    if x.is_view and len(x.strides) >= 2:
+        from ..loops import same
+        kd, rd = (-1, -2) if which == "a" else (-2, -1)
+        contig = "k" if same(x.strides[kd], 1) else ("r" if same(x.strides[rd], 1) else None)
+    return G.Operand(None, x.dtype, load=body, contig=contig)
+
+
+def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
+           params: Optional[dict] = None) -> GemmLaunchSpec:
+    """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec)."""
+    from .. import symexpr
+    from ..kernel import convert, round_to
+    from ..loops import prod
+
+    bshape = list(batch_shape if batch_shape is not None else a.shape[:-2])
+    M, K = a.shape[-2], a.shape[-1]
+    N = b.shape[-1]
+    NB = prod(bshape) if bshape else sympy.Integer(1)
+    k = _kernel_class()(name)
+    k.locals.update({_B, _R, _K, _ROW, _COL})
+    bidx = _batch_index(bshape)
+
+    # the multiply's type: 16-bit tensor cores when both operands are 16-bit (or fp8), else fp32
+    dts = {a.dtype, b.dtype}
+    if dts <= {"float16"}:
+        compute = "float16"
+    elif dts <= {"bfloat16"} or dts <= {"bfloat16", "float8_e4m3fn", "float8_e5m2"}:
+        compute = "bfloat16"
+    elif dts <= {"float8_e4m3fn", "float8_e5m2"}:
+        compute = "bfloat16"
+    elif dts <= {"float16", "float8_e4m3fn", "float8_e5m2"}:
+        compute = "float16"
+    else:
+        compute = "float32"
+
+    opa = _strided_operand(k, a, bidx, 0, 1, compute) or _load_operand(k, a, bidx, "a")
+    opb = _strided_operand(k, b, bidx, 1, 0, compute) or _load_operand(k, b, bidx, "b")
+
+    om, on = symexpr.sym(_ROW), symexpr.sym(_COL)
+
+    def epilogue():
+        val = "v"
+        if bias is not None:
+            bv = bias(k, bidx + [om, on])
+            val = f"(v + (float)({bv}))"
+        if out_index is None:
+            flat = symexpr.sym(_B) * M * N + om * N + on
+        else:
+            flat = out_index(bidx, om, on)
+        k.store(out, flat, convert(round_to(val, out_dtype) if out_dtype != "float32" else val,
+                                   out_dtype, out.dtype))
+    lines, _ = _capture(k, epilogue)
+    epi = (f"const long long {_B} = b; const long long {_ROW} = row; const long long {_COL} = col; "
+           f"(void){_B}; (void){_ROW}; (void){_COL};\n" + "\n".join(lines))
+
+    # every parameter the loaders registered becomes a struct member; workspace buffers' pointers
+    # (the Kernel's head lines `T* p_x = (T*)(ws + o_x);`) are members set at entry
+    args, helpers, init = [], [], []
+    for decl, launch in k.params:
+        ctype, nm = G._split_decl(decl)
+        args.append(G.KArg(ctype, nm, launch))
+    for line in k.head:
+        m = re.match(r"\s*(.+?\*)\s*(p_\w+)\s*=\s*(.+);\s*$", line)
+        if not m:
+            raise ValueError(f"unexpected kernel head line {line!r}")
+        helpers.append(f"    {m.group(1)} {m.group(2)};")
+        init.append(f"p.{m.group(2)} = {m.group(3)};")
+
+    spec = G.GemmSpec(name=name, a=opa, b=opb, m=symexpr.to_axis(M), n=symexpr.to_axis(N),
+                      k=symexpr.to_axis(K), batch=symexpr.to_axis(NB), out=None, epilogue=epi,
+                      args=tuple(args), compute=compute, helpers="\n".join(helpers), init=tuple(init))
+    if params is None:
+        def hint(e):
+            return symexpr.as_int(e)
+        params = G.default_params(spec, hint(M), hint(N), hint(K), hint(NB))
+    # one launch: no split-K (its reduce kernel would be a second launch)
+    params = ({"tiers": [dict(t, SPLIT=1) for t in params["tiers"]]} if "tiers" in params
+              else dict(params, SPLIT=1))
+    text, launches, _, sig, _ = G.render(spec, params, inline_header=True)
+    k.text = text
+    k.params = list(sig)   # the generated signature, in order: the plan's args() follow it
+    la = launches[0]
+    return GemmLaunchSpec(kernel=k, grid=la["grid"], block=la["block"], smem=la["smem"],
+                          launch_bounds=int(la["block"][0]), kind="matmul",
+                          notes=f"gemm template {params}")
+
+
+__all__ = ["matmul", "GemmLaunchSpec"]
