@@ -653,6 +653,7 @@ class _Builder:
         self.stage = 0          # 0 scale, 1 softcap done, 2 bias/mask seen
         self.mask_nodes: set[str] = set()
         self.empty_nan = True
+        self.optional: set[str] = set()   # nodes replaced only if nothing outside reads them
 
 
 def match_attention(ir: dict) -> list[AttentionMatch]:
@@ -843,20 +844,23 @@ def _additive(b: _Builder, other, shape) -> None:
     if name is None:
         raise NoMatch("add of a constant to the scores")
     n = g.node(name)
+    passed = {name}
     if n is not None and _op(n) in CAST_OPS | {"expand", "view", "unsqueeze", "_unsafe_view"}:
         inner = n
         while inner is not None and _op(inner) in CAST_OPS | {"expand", "view", "unsqueeze", "_unsafe_view"}:
             inner = g.node(_ref(inner["args"][0]) or "")
+            if inner is not None:
+                passed.add(inner["name"])
         if inner is not None and _op(inner) == "where":
             n = inner
     if n is not None and _op(n) == "where":
         c, x, y = n["args"]
         fx, fy = _fill_value(g, x), _fill_value(g, y)
         if _is_neg_inf(fx) and fy == 0.0:
-            _mask(b, c, shape, keep=False, via=name)
+            _mask(b, c, shape, keep=False, via=passed)
             return
         if _is_neg_inf(fy) and fx == 0.0:
-            _mask(b, c, shape, keep=True, via=name)
+            _mask(b, c, shape, keep=True, via=passed)
             return
     if b.bias is not None:
         raise NoMatch("two additive biases")
@@ -864,14 +868,14 @@ def _additive(b: _Builder, other, shape) -> None:
     b.bias = broadcast_to(lay, shape)
     b.bias_dtype = g.dtype(lay.origin)
     b.stage = 2
-    b.nodes |= {c for c in chain if _exclusive(g, c, b.nodes | set(chain))}
+    b.optional |= set(chain)
 
 
 def _exclusive(g: Graph, name: str, inside: set) -> bool:
     return all(u in inside for u in g.users.get(name, []))
 
 
-def _mask(b: _Builder, cond, shape, keep: bool, via: Optional[str] = None) -> None:
+def _mask(b: _Builder, cond, shape, keep: bool, via: Optional[set] = None) -> None:
     """A -inf fill where `cond` (keep=False) or where not `cond` (keep=True)."""
     g = b.g
     name = _ref(cond)
@@ -887,7 +891,7 @@ def _mask(b: _Builder, cond, shape, keep: bool, via: Optional[str] = None) -> No
     if isinstance(band, Band):
         keep_band = band if keep else band.complement()
         b.band = keep_band if b.band is None else b.band.intersect(keep_band)
-        extra = set(ev.used) | ({via} if via else set())
+        extra = set(ev.used) | (via or set())
         # the arange nodes go with the segment where nothing else reads them
         b.mask_nodes |= extra
         return
@@ -899,9 +903,9 @@ def _mask(b: _Builder, cond, shape, keep: bool, via: Optional[str] = None) -> No
     lay, chain = trace_view(g, name)
     b.mask = broadcast_to(lay, shape)
     b.mask_keep = keep
-    b.nodes |= {c for c in chain if _exclusive(g, c, b.nodes | set(chain))}
+    b.optional |= set(chain)
     if via:
-        b.mask_nodes.add(via)
+        b.mask_nodes |= via
 
 
 def _kernel_dims(lay: Layout, bx, hq, what: str, group: int = 1) -> tuple:
@@ -1011,10 +1015,16 @@ def _finish(b: _Builder, qname, kname, vname, bmm2, in_dt, p_dt, BH, SQ, SK) -> 
                 window = to_expr(sympy.simplify(1 - lo))
             else:
                 window = to_expr(sympy.simplify(hi - lo + 1))
-    b.nodes |= {m for m in b.mask_nodes if _exclusive(g, m, b.nodes | b.mask_nodes)}
-    # views feeding q/k/v that nothing else reads go with the segment
-    for ch in (qchain, kchain, vchain):
-        b.nodes |= {c for c in ch if _exclusive(g, c, b.nodes | set(ch))}
+    # views feeding q/k/v/bias/mask and mask-building nodes go with the segment where nothing else
+    # reads them (a fixpoint: a view is dead once all its readers are inside)
+    optional = (b.optional | b.mask_nodes | set(qchain) | set(kchain) | set(vchain)) - b.nodes
+    grew = True
+    while grew:
+        grew = False
+        for c in sorted(optional - b.nodes):
+            if _exclusive(g, c, b.nodes):
+                b.nodes.add(c)
+                grew = True
     # every value the segment computes must stay inside it
     for nm in b.nodes - {o_arg}:
         for u in g.users.get(nm, []):
