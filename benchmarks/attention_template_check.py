@@ -71,6 +71,11 @@ CASES = [
     dict(name="fp32_d256_cross", dtype="float32", D=256, regime="cross"),
     dict(name="fp32_decode_split", dtype="float32", D=64, G=4, regime="decode", params=dict(BLOCK_M=16, BLOCK_N=32, STAGES=2, NSPLIT=8)),
     dict(name="fp32_kT_causal_br", dtype="float32", D=64, layout="kT", causal="br", regime="cross"),
+    dict(name="fp32_d512_single_head", dtype="float32", D=512),          # VAE-style: default DV_SPLIT 2
+    dict(name="bf16_d512_causal", D=512, causal="tl"),
+    dict(name="bf16_d80_dvsplit2", D=80, params=dict(BLOCK_M=64, BLOCK_N=64, STAGES=2, NSPLIT=1, DV_SPLIT=2)),
+    dict(name="fp32_decode_split_dvsplit", dtype="float32", D=64, G=2, regime="decode", lse=True,
+         params=dict(BLOCK_M=16, BLOCK_N=32, STAGES=2, NSPLIT=4, DV_SPLIT=2)),
 ]
 TOL = {"float32": (5e-5, 5e-5), "float16": (4e-3, 1e-2), "bfloat16": (2e-2, 2e-2)}   # (atol, rtol)
 

@@ -84,18 +84,22 @@ __device__ __forceinline__ float rnd_in(float v) {
 #define PADK 8                              // head-dim padding granule (tf32 k8)
 #define VEC 4                               // elements per 16-byte chunk
 #define QS (DQKP + 4)                       // Q/K row stride: an odd number of 16-byte units
-#define VS (DVP + ((40 - DVP % 32) % 32))   // V row stride = 8 mod 32 floats: scalar B loads conflict-free
+#define VS (DVC + ((40 - DVC % 32) % 32))   // V row stride = 8 mod 32 floats: scalar B loads conflict-free
 #else
 #define VEC 8
 #define QS (DQKP + 8)
-#define VS (DVP + 8)
+#define VS (DVC + 8)
 #endif
 #define Q_IN_REGS (IN_DTYPE != 0 && DQKP <= 128)   // else Q fragments are re-read from shared memory per block
 
 static_assert(BLOCK_M % 16 == 0 && BLOCK_M <= 128, "BLOCK_M: 16 rows per warp, at most 8 warps");
 static_assert(BLOCK_N % 16 == 0, "BLOCK_N: a multiple of 16");
 static_assert(STAGES >= 2, "STAGES >= 2");
-static_assert(DQKP % VEC == 0 && DVP % VEC == 0, "padded head dims: whole 16-byte chunks");
+#ifndef DV_SPLIT
+#define DV_SPLIT 1
+#endif
+#define DVC (DVP / DV_SPLIT)                 // V / O columns per CTA (the O accumulator's width)
+static_assert(DQKP % VEC == 0 && DVC % VEC == 0 && DVC * DV_SPLIT == DVP, "padded head dims: whole 16-byte chunks");
 
 // ---- warp-level primitives (16-bit: as kernels_cuda/common/attention_mma.cuh) ----
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -197,7 +201,8 @@ attn_fwd(ATTN_ARGS
     const int kvh = blockIdx.y;
     const int b = blockIdx.z / NSPLIT, split = blockIdx.z % NSPLIT;
     const int H = gridDim.y * GROUP;
-    const int m0 = blockIdx.x * BLOCK_M;
+    const int m0 = (blockIdx.x / DV_SPLIT) * BLOCK_M;
+    const int dv0 = (blockIdx.x % DV_SPLIT) * DVC;   // this CTA's V / O columns: [dv0, dv0 + DVC)
     const int rows_total = Sq * GROUP;
 
     // kv blocks this CTA covers: all rows' visible keys (causal / window bounds), this split's share
@@ -243,7 +248,7 @@ attn_fwd(ATTN_ARGS
         }
     }
     const in_t* kb = k + k_off + (long long)b * skb + (long long)kvh * skh;
-    const in_t* vb = v + v_off + (long long)b * svb + (long long)kvh * svh;
+    const in_t* vb = v + v_off + (long long)b * svb + (long long)kvh * svh + (long long)dv0 * svd;
     auto load_kv = [&](int blk) {   // absolute kv block blk into ring slot (blk - blk_begin) % STAGES
         const int slot = (blk - blk_begin) % STAGES;
         in_t* dk = sK + slot * BLOCK_N * QS;
@@ -262,15 +267,15 @@ attn_fwd(ATTN_ARGS
             }
         }
         if (v_vec) {
-            for (int idx = tid; idx < BLOCK_N * (DVP / VEC); idx += NTHREADS) {
-                const int r = idx / (DVP / VEC), c = idx % (DVP / VEC);
-                const bool ok = j0 + r < Sk && c * VEC < DV;
+            for (int idx = tid; idx < BLOCK_N * (DVC / VEC); idx += NTHREADS) {
+                const int r = idx / (DVC / VEC), c = idx % (DVC / VEC);
+                const bool ok = j0 + r < Sk && dv0 + c * VEC < DV;
                 cp_async16(smem_u32(dv + r * VS + c * VEC), ok ? vb + (long long)(j0 + r) * svs + c * VEC : v, ok);
             }
         } else {
-            for (int idx = tid; idx < BLOCK_N * DVP; idx += NTHREADS) {
-                const int r = idx / DVP, d = idx % DVP;
-                dv[r * VS + d] = (j0 + r < Sk && d < DV) ? vb[(long long)(j0 + r) * svs + d * svd] : in_t(0.f);
+            for (int idx = tid; idx < BLOCK_N * DVC; idx += NTHREADS) {
+                const int r = idx / DVC, d = idx % DVC;
+                dv[r * VS + d] = (j0 + r < Sk && dv0 + d < DV) ? vb[(long long)(j0 + r) * svs + d * svd] : in_t(0.f);
             }
         }
     };
@@ -321,9 +326,9 @@ attn_fwd(ATTN_ARGS
 #if Q_IN_REGS
     uint32_t qf[DQKP / 16][4];
 #endif
-    float o_acc[DVP / 8][4];
+    float o_acc[DVC / 8][4];
 #pragma unroll
-    for (int d = 0; d < DVP / 8; ++d) o_acc[d][0] = o_acc[d][1] = o_acc[d][2] = o_acc[d][3] = 0.f;
+    for (int d = 0; d < DVC / 8; ++d) o_acc[d][0] = o_acc[d][1] = o_acc[d][2] = o_acc[d][3] = 0.f;
     float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.f, l_b = 0.f;
 
     for (int it = 0; it < n_blocks; ++it) {
@@ -446,7 +451,7 @@ attn_fwd(ATTN_ARGS
         l_a = l_a * alpha_a + sum_a;   // per-thread partial sums; reduced across the quad at the end
         l_b = l_b * alpha_b + sum_b;
 #pragma unroll
-        for (int d = 0; d < DVP / 8; ++d) {
+        for (int d = 0; d < DVC / 8; ++d) {
             o_acc[d][0] *= alpha_a; o_acc[d][1] *= alpha_a;
             o_acc[d][2] *= alpha_b; o_acc[d][3] *= alpha_b;
         }
@@ -461,7 +466,7 @@ attn_fwd(ATTN_ARGS
             pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-            for (int d = 0; d < DVP / 16; ++d) {
+            for (int d = 0; d < DVC / 16; ++d) {
                 uint32_t b0, b1, b2, b3;
                 const int r = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 ldsm_x4_t(smem_u32(bv + r * VS + d * 16 + (lane >> 4) * 8), b0, b1, b2, b3);
@@ -488,7 +493,7 @@ attn_fwd(ATTN_ARGS
                 const float* vrow0 = bv + (kk * 8 + t) * VS + g;
                 const float* vrow1 = vrow0 + 4 * VS;
 #pragma unroll
-                for (int d = 0; d < DVP / 8; ++d) {
+                for (int d = 0; d < DVC / 8; ++d) {
                     uint32_t vb0, vs0, vb1, vs1;
                     split_tf32(vrow0[d * 8], vb0, vs0);   // (k = t, n = g)
                     split_tf32(vrow1[d * 8], vb1, vs1);   // (k = t + 4, n = g)
@@ -515,14 +520,14 @@ attn_fwd(ATTN_ARGS
     const long long row_a = (((long long)split * (gridDim.z / NSPLIT) + b) * H + h_a) * Sq + i_a;
     const long long row_b = (((long long)split * (gridDim.z / NSPLIT) + b) * H + h_b) * Sq + i_b;
 #pragma unroll
-    for (int d = 0; d < DVP / 8; ++d) {
-        const int c = d * 8 + (lane & 3) * 2;
+    for (int d = 0; d < DVC / 8; ++d) {
+        const int c = dv0 + d * 8 + (lane & 3) * 2;
         if (ok_a && c < DV) wo[row_a * DV + c] = o_acc[d][0] * inv_a;
         if (ok_a && c + 1 < DV) wo[row_a * DV + c + 1] = o_acc[d][1] * inv_a;
         if (ok_b && c < DV) wo[row_b * DV + c] = o_acc[d][2] * inv_b;
         if (ok_b && c + 1 < DV) wo[row_b * DV + c + 1] = o_acc[d][3] * inv_b;
     }
-    if ((lane & 3) == 0) {
+    if ((lane & 3) == 0 && dv0 == 0) {
         if (ok_a) wl[row_a] = l_a > 0.f ? m_a + __log2f(l_a) : NEG_INF;
         if (ok_b) wl[row_b] = l_b > 0.f ? m_b + __log2f(l_b) : NEG_INF;
     }
@@ -531,15 +536,15 @@ attn_fwd(ATTN_ARGS
     o_t* oa = o + o_off + (long long)b * sob + (long long)h_a * soh + (long long)i_a * sos;
     o_t* ob = o + o_off + (long long)b * sob + (long long)h_b * soh + (long long)i_b * sos;
 #pragma unroll
-    for (int d = 0; d < DVP / 8; ++d) {
-        const int c = d * 8 + (lane & 3) * 2;
+    for (int d = 0; d < DVC / 8; ++d) {
+        const int c = dv0 + d * 8 + (lane & 3) * 2;
         if (ok_a && c < DV) st(oa + c * sod, l_a > 0.f ? o_acc[d][0] * inv_a : empty);
         if (ok_a && c + 1 < DV) st(oa + (c + 1) * sod, l_a > 0.f ? o_acc[d][1] * inv_a : empty);
         if (ok_b && c < DV) st(ob + c * sod, l_b > 0.f ? o_acc[d][2] * inv_b : empty);
         if (ok_b && c + 1 < DV) st(ob + (c + 1) * sod, l_b > 0.f ? o_acc[d][3] * inv_b : empty);
     }
 #if HAS_LSE
-    if ((lane & 3) == 0) {   // natural log, as torch.logsumexp
+    if ((lane & 3) == 0 && dv0 == 0) {   // natural log, as torch.logsumexp
         if (ok_a) lse[lse_off + (long long)b * slb + (long long)h_a * slh + (long long)i_a * sli] = l_a > 0.f ? (m_a + __log2f(l_a)) * LN2 : NEG_INF;
         if (ok_b) lse[lse_off + (long long)b * slb + (long long)h_b * slh + (long long)i_b * sli] = l_b > 0.f ? (m_b + __log2f(l_b)) * LN2 : NEG_INF;
     }

@@ -43,6 +43,11 @@ def trace_ir(fn, specs: dict, scalars: dict | None = None, keep: dict | None = N
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
     sizes = {"B": 3, "H": 6, "HKV": 2, "SQ": 37, "SK": 53, "S": 41, "W": 5}
+    spare = iter([43, 47, 59, 61, 67, 71, 73, 79, 83, 89])   # other axis names: distinct sizes
+    for shape, _ in specs.values():
+        for d in shape:
+            if isinstance(d, str) and d not in sizes:
+                sizes[d] = next(spare)
     mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False), allow_non_fake_inputs=True)
     names, args, symmap, inputs = list(specs) + list(scalars or {}), [], {}, []
     for k, (shape, dt) in specs.items():

@@ -66,10 +66,12 @@ COMPILE = [
     ("fp32_d36_bias_mask_softcap_lse", dict(dt="float32", D=36, bias=True, mask="fill", softcap="50.0", lse=True), None),
     ("fp32_split", dict(dt="float32", D=80, G=2), dict(BLOCK_M=16, BLOCK_N=32, STAGES=2, NSPLIT=8)),
     ("bf16_out_fp32", dict(D=64, out_dt="float32"), None),
+    ("fp32_d512_dvsplit", dict(dt="float32", D=512), None),          # default: DV_SPLIT 2, BLOCK_M 32
+    ("bf16_d512_dvsplit_causal", dict(D=512, causal=True), None),
 ]
 # the variants the compiler offers first: no local memory (spills) allowed
 NO_SPILL = {"bf16_d128", "bf16_d64_gqa4_causal_lse", "fp16_d256_gqa2", "fp32_d64", "fp32_d128_gqa4_causal",
-            "bf16_decode_split", "fp32_d256", "bf16_bm128"}
+            "bf16_decode_split", "fp32_d256", "bf16_bm128", "fp32_d512_dvsplit", "bf16_d512_dvsplit_causal"}
 
 
 @pytest.mark.parametrize("name,kw,params", COMPILE, ids=[c[0] for c in COMPILE])
@@ -101,7 +103,8 @@ def test_params_checked():
     space = param_space(spec)
     assert space and all(smem_bytes(spec, p) <= 227 * 1024 for p in space)
     with pytest.raises(AttentionSpecError):
-        generate(make_spec(D=300))
+        generate(make_spec(D=520))
+    assert default_params(make_spec(dt="float32", D=512))["DV_SPLIT"] == 2
     with pytest.raises(AttentionSpecError):
         generate(AttentionSpec(**{**make_spec().__dict__, "k": TensorLayout("k", ("0", "0", "0", "1"), "float16")}))
 
@@ -147,6 +150,10 @@ EMULATE = [
     ("fp32_split_gqa", dict(dt="float32", D=24, G=2), dict(BLOCK_M=16, BLOCK_N=16, STAGES=2, NSPLIT=3),
      dict(B=1, H=4, SQ=5, SK=61)),
     ("bf16_dv_ne_dqk", dict(D=48, DV=24), None, dict(B=1, H=2, SQ=20, SK=33)),
+    ("bf16_dv_split_tail", dict(D=48, DV=40, causal=True), dict(BLOCK_M=16, BLOCK_N=16, STAGES=2, NSPLIT=1, DV_SPLIT=2),
+     dict(B=1, H=2, SQ=20, SK=33)),
+    ("fp32_dv_split_nsplit_lse", dict(dt="float32", D=16, DV=24, lse=True),
+     dict(BLOCK_M=16, BLOCK_N=16, STAGES=2, NSPLIT=3, DV_SPLIT=2), dict(B=1, H=2, SQ=3, SK=50)),
 ]
 
 

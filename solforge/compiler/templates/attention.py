@@ -25,7 +25,7 @@ DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMEM_LIMIT = 227 * 1024          # sm_90 opt-in dynamic shared memory per block
 COMBINE_WARPS = 8                # attn_combine's warps per CTA (#define in the .cu)
-MAX_HEAD_DIM = 256
+MAX_HEAD_DIM = 512
 
 
 class AttentionSpecError(ValueError):
@@ -88,21 +88,24 @@ def _pad(d: int, granule: int) -> int:
     return (d + granule - 1) // granule * granule
 
 
-def padded_dims(spec: AttentionSpec) -> tuple[int, int]:
+def padded_dims(spec: AttentionSpec, dv_split: int = 1) -> tuple[int, int]:
+    """(DQKP, DVP): head dims padded to the mma k granule; DVP also splits into dv_split equal
+    chunks of whole granules (each CTA of a DV_SPLIT launch owns one chunk of O's columns)."""
     g = 8 if spec.q.dtype == "float32" else 16
-    return _pad(spec.head_dim, g), _pad(spec.head_dim_v, g)
+    return _pad(spec.head_dim, g), _pad(spec.head_dim_v, g * dv_split)
 
 
-def row_strides(spec: AttentionSpec) -> tuple[int, int]:
+def row_strides(spec: AttentionSpec, dv_split: int = 1) -> tuple[int, int]:
     """Shared-memory row strides (elements) of the Q/K and V tiles, as the .cu's QS and VS."""
-    dqkp, dvp = padded_dims(spec)
+    dqkp, dvp = padded_dims(spec, dv_split)
+    dvc = dvp // dv_split
     if spec.q.dtype == "float32":
-        return dqkp + 4, dvp + ((40 - dvp % 32) % 32)
-    return dqkp + 8, dvp + 8
+        return dqkp + 4, dvc + ((40 - dvc % 32) % 32)
+    return dqkp + 8, dvc + 8
 
 
 def smem_bytes(spec: AttentionSpec, params: dict) -> int:
-    qs, vs = row_strides(spec)
+    qs, vs = row_strides(spec, params.get("DV_SPLIT", 1))
     return (params["BLOCK_M"] * qs + params["STAGES"] * params["BLOCK_N"] * (qs + vs)) * DTYPE_BYTES[spec.q.dtype]
 
 
@@ -131,17 +134,23 @@ def check_spec(spec: AttentionSpec) -> None:
 def default_params(spec: AttentionSpec, decode_like: bool = False) -> dict:
     """A first point: 64-row tiles (4 warps), BLOCK_N by head dim and dtype, split-KV for
     decode-like shapes (few query rows per kv head)."""
-    dqkp, dvp = padded_dims(spec)
-    big = max(dqkp, dvp)
+    dqkp, _ = padded_dims(spec)
+    split = 1
+    while padded_dims(spec, split)[1] // split > 256:   # O accumulator at most 256 columns per CTA
+        split *= 2
+    dvc = padded_dims(spec, split)[1] // split
+    big = max(dqkp, dvc)
     if spec.q.dtype == "float32":
         bn = 32 if big <= 128 else 16
     else:
         bn = 64 if big <= 128 else 32
-    p = {"BLOCK_M": 64, "BLOCK_N": bn, "STAGES": 2, "NSPLIT": 1}
+    p = {"BLOCK_M": 64, "BLOCK_N": bn, "STAGES": 2, "NSPLIT": 1, "DV_SPLIT": split}
     if decode_like:
         p.update(BLOCK_M=16 if spec.group <= 16 else 64, NSPLIT=8, STAGES=3)
     while smem_bytes(spec, p) > SMEM_LIMIT and p["STAGES"] > 2:
         p["STAGES"] -= 1
+    while smem_bytes(spec, p) > SMEM_LIMIT and p["BLOCK_M"] > 16:
+        p["BLOCK_M"] //= 2
     while smem_bytes(spec, p) > SMEM_LIMIT and p["BLOCK_N"] > 16:
         p["BLOCK_N"] //= 2
     return p
@@ -154,19 +163,24 @@ def param_space(spec: AttentionSpec) -> list[dict]:
         for bn in (16, 32, 64, 128):
             for st in (2, 3):
                 for ns in (1, 2, 4, 8, 16):
-                    p = {"BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "NSPLIT": ns}
-                    try:
-                        check_params(spec, p)
-                    except AttentionSpecError:
-                        continue
-                    out.append(p)
+                    for dvs in (1, 2, 4):
+                        p = {"BLOCK_M": bm, "BLOCK_N": bn, "STAGES": st, "NSPLIT": ns, "DV_SPLIT": dvs}
+                        try:
+                            check_params(spec, p)
+                        except AttentionSpecError:
+                            continue
+                        out.append(p)
     return out
 
 
 def check_params(spec: AttentionSpec, params: dict) -> None:
-    if set(params) != {"BLOCK_M", "BLOCK_N", "STAGES", "NSPLIT"}:
-        raise AttentionSpecError("attention params: BLOCK_M, BLOCK_N, STAGES, NSPLIT")
+    if not {"BLOCK_M", "BLOCK_N", "STAGES", "NSPLIT"} <= set(params) <= {"BLOCK_M", "BLOCK_N", "STAGES", "NSPLIT",
+                                                                        "DV_SPLIT"}:
+        raise AttentionSpecError("attention params: BLOCK_M, BLOCK_N, STAGES, NSPLIT (and DV_SPLIT)")
     bm, bn, st, ns = params["BLOCK_M"], params["BLOCK_N"], params["STAGES"], params["NSPLIT"]
+    dvs = params.get("DV_SPLIT", 1)
+    if dvs not in (1, 2, 4, 8):
+        raise AttentionSpecError(f"DV_SPLIT={dvs}: 1, 2, 4 or 8")
     if bm not in (16, 32, 64, 128):
         raise AttentionSpecError(f"BLOCK_M={bm}: 16, 32, 64 or 128")
     if bn not in (16, 32, 64, 128):
@@ -175,9 +189,9 @@ def check_params(spec: AttentionSpec, params: dict) -> None:
         raise AttentionSpecError(f"STAGES={st}: 2..4")
     if not 1 <= ns <= 64:
         raise AttentionSpecError(f"NSPLIT={ns}: 1..64")
-    dqkp, dvp = padded_dims(spec)
+    dqkp, dvp = padded_dims(spec, dvs)
     # register budget: the O accumulator and S tile per thread (fp32 words), measured limits
-    if dvp // 2 + bn // 2 > (160 if spec.q.dtype == "float32" else 192):
+    if dvp // dvs // 2 + bn // 2 > (160 if spec.q.dtype == "float32" else 192):
         raise AttentionSpecError(f"BLOCK_N={bn} with head_dim_v {spec.head_dim_v}: too many registers")
     if smem_bytes(spec, params) > SMEM_LIMIT:
         raise AttentionSpecError(f"{params}: {smem_bytes(spec, params)} B of shared memory > {SMEM_LIMIT}")
@@ -196,7 +210,8 @@ def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLow
     check_spec(spec)
     params = dict(params or default_params(spec))
     check_params(spec, params)
-    dqkp, dvp = padded_dims(spec)
+    params.setdefault("DV_SPLIT", 1)
+    dqkp, dvp = padded_dims(spec, params["DV_SPLIT"])
     defines = {
         "IN_DTYPE": DTYPE_CODE[spec.q.dtype], "O_DTYPE": DTYPE_CODE[spec.o.dtype],
         "BIAS_DTYPE": DTYPE_CODE[spec.bias.dtype] if spec.bias is not None else 0,
@@ -226,7 +241,7 @@ def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLow
         args += [spec.scratch_arg, f"int64:{spec.scratch_offset}"]
     kv_heads = f"{h} // {spec.group}"
     fwd = {"kernel": "attn_fwd",
-           "grid": [f"ceil_div({sq} * {spec.group}, BLOCK_M)", kv_heads, f"{b} * NSPLIT"],
+           "grid": [f"ceil_div({sq} * {spec.group}, BLOCK_M) * DV_SPLIT", kv_heads, f"{b} * NSPLIT"],
            "block": ["BLOCK_M // 16 * 32"], "smem": str(smem_bytes(spec, params)), "args": args}
     launches = [fwd]
     scratch = "0"

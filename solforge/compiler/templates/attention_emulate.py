@@ -91,7 +91,7 @@ def emulate(low: AttentionLowering, tensors: dict, env: dict) -> None:
         for kvh in range(Hkv):
             K = _view(k, ko + b * ks[0] + kvh * ks[1], (ks[2], ks[3]), (Sk, DQK)).float()
             V = _view(v, vo + b * vs[0] + kvh * vs[1], (vs[2], vs[3]), (Sk, DV)).float()
-            for bx in range(grid[0]):
+            for bx in range(grid[0] // p["DV_SPLIT"]):   # DV_SPLIT CTAs share a tile's math
                 m0 = bx * BM
                 gr = torch.arange(m0, m0 + BM)
                 row_ok = gr < rows_total
@@ -113,41 +113,47 @@ def emulate(low: AttentionLowering, tensors: dict, env: dict) -> None:
                 blk_begin = nb_lo + min(nb_all, split * per)
                 n_blocks = min(nb_all, (split + 1) * per) - min(nb_all, split * per)
 
-                m = torch.full((BM,), -math.inf)
-                l = torch.zeros(BM)
-                acc = torch.zeros(BM, DV)
-                for it in range(n_blocks):
-                    n0 = (blk_begin + it) * BN
-                    j = torch.arange(n0, n0 + BN)
-                    jv = j < Sk
-                    Kb = torch.zeros(BN, DQK)
-                    Vb = torch.zeros(BN, DV)
-                    Kb[jv], Vb[jv] = K[j[jv]], V[j[jv]]
-                    s = Q @ Kb.T
-                    s = _modify(s, p, simple, n0, BN, Sk, Sq, m0, G, row_ok, i, h, j, b, scale, coff, window,
-                                softcap, bias, mask, rs)
-                    mx = torch.maximum(m, s.max(dim=1).values)
-                    base = torch.where(mx == -math.inf, torch.zeros_like(mx), mx)
-                    alpha = torch.exp2(m - base)
-                    m = mx
-                    pm = torch.exp2(s - base[:, None])
-                    l = l * alpha + pm.sum(dim=1)
-                    acc = acc * alpha[:, None] + pm.to(in_dt).float() @ Vb
-                inv = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
-                out_rows = acc * inv[:, None]
-                lse2 = torch.where(l > 0, m + torch.log2(l), torch.full_like(l, -math.inf))
-                sel = row_ok.nonzero().flatten()
-                if NS > 1:
-                    wflat, woff = ws
-                    wo = wflat[woff:]
-                    ridx = ((split * B + b) * H + h[sel]) * Sq + i[sel]
-                    for d in range(DV):
-                        wo[ridx * DV + d] = out_rows[sel, d]
-                    wo[NS * nrows * DV + ridx] = lse2[sel]
-                else:
-                    _write_rows(o, oo, os_, b, h[sel], i[sel], out_rows[sel], l[sel] > 0, p)
-                    if lse is not None:
-                        _write_lse(lse, b, h[sel], i[sel], lse2[sel])
+                DVC = p["DVP"] // p["DV_SPLIT"]
+                for chunk in range(p["DV_SPLIT"]):   # the CTAs of one tile: O columns [dv0, dv0 + DVC)
+                    dv0 = chunk * DVC
+                    ncol = max(0, min(DVC, DV - dv0))
+                    m = torch.full((BM,), -math.inf)
+                    l = torch.zeros(BM)
+                    acc = torch.zeros(BM, DVC)
+                    for it in range(n_blocks):
+                        n0 = (blk_begin + it) * BN
+                        j = torch.arange(n0, n0 + BN)
+                        jv = j < Sk
+                        Kb = torch.zeros(BN, DQK)
+                        Vb = torch.zeros(BN, DVC)
+                        Kb[jv] = K[j[jv]]
+                        Vb[jv, :ncol] = V[j[jv], dv0:dv0 + ncol]
+                        s = Q @ Kb.T
+                        s = _modify(s, p, simple, n0, BN, Sk, Sq, m0, G, row_ok, i, h, j, b, scale, coff, window,
+                                    softcap, bias, mask, rs)
+                        mx = torch.maximum(m, s.max(dim=1).values)
+                        base = torch.where(mx == -math.inf, torch.zeros_like(mx), mx)
+                        alpha = torch.exp2(m - base)
+                        m = mx
+                        pm = torch.exp2(s - base[:, None])
+                        l = l * alpha + pm.sum(dim=1)
+                        acc = acc * alpha[:, None] + pm.to(in_dt).float() @ Vb
+                    inv = torch.where(l > 0, 1.0 / l, torch.zeros_like(l))
+                    out_rows = acc * inv[:, None]
+                    lse2 = torch.where(l > 0, m + torch.log2(l), torch.full_like(l, -math.inf))
+                    sel = row_ok.nonzero().flatten()
+                    if NS > 1:
+                        wflat, woff = ws
+                        wo = wflat[woff:]
+                        ridx = ((split * B + b) * H + h[sel]) * Sq + i[sel]
+                        for d in range(ncol):
+                            wo[ridx * DV + dv0 + d] = out_rows[sel, d]
+                        if dv0 == 0:
+                            wo[NS * nrows * DV + ridx] = lse2[sel]
+                    else:
+                        _write_rows(o, oo, os_, b, h[sel], i[sel], out_rows[sel], l[sel] > 0, dv0, ncol, p)
+                        if lse is not None and dv0 == 0:
+                            _write_lse(lse, b, h[sel], i[sel], lse2[sel])
     if NS > 1:
         _combine(low, tensors, env, nrows, B, H, Sq, DV, NS, p)
 
@@ -192,11 +198,11 @@ def _modify(s, p, simple, n0, BN, Sk, Sq, m0, G, row_ok, i, h, j, b, scale, coff
     return out
 
 
-def _write_rows(o, oo, os_, b, h, i, rows, nonempty, p):
+def _write_rows(o, oo, os_, b, h, i, rows, nonempty, dv0, ncol, p):
     empty = float("nan") if p["EMPTY_NAN"] else 0.0
     vals = torch.where(nonempty[:, None], rows, torch.full_like(rows, empty))
-    for d in range(p["DV"]):
-        o[oo + b * os_[0] + h * os_[1] + i * os_[2] + d * os_[3]] = vals[:, d].to(o.dtype)
+    for d in range(ncol):
+        o[oo + b * os_[0] + h * os_[1] + i * os_[2] + (dv0 + d) * os_[3]] = vals[:, d].to(o.dtype)
 
 
 def _write_lse(lse, b, h, i, lse2):
