@@ -21,7 +21,7 @@ from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .attention_common import kernel_source, match_gqa
 from .base import Family, FamilyError, Spec, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
 _QKV = ("q", "k_cache", "v_cache")
 _INDICES = ("kv_indptr", "kv_indices")
@@ -46,13 +46,13 @@ SMEM_EXPR = ("16 * HEAD_DIM * 2 + max(2 * STAGES * BLOCK_N * HEAD_DIM * 2, "
              "NWARPS * (NUM_QO_HEADS // NUM_KV_HEADS) * HEAD_DIM * 4)")
 
 
-class AttentionDecodeFamily(OfferedByProblem, Family):
+class AttentionDecodeFamily(OfferedByFamilyJson, Family):
     name = "attention_decode"
     description = ("paged (page size 1) GQA decode attention, split-KV: a CTA per (kv chunk, kv head) "
                    "with the GROUP q heads as mma.sync rows, cp.async gathered K/V ring, online "
                    "softmax base 2, per-chunk (O, lse) merged by a second kernel")
     ops = ("gqa_paged_decode",)
-    source_dir = "attention_decode"   # gated problem by problem (OfferedByProblem): import_kernel_check.py --attn-new
+    source_dir = "attention_decode"   # family.json "offered": the family-wide GPU gate
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=4)

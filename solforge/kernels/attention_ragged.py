@@ -22,7 +22,7 @@ from ..problem.definition import Definition
 from .attention_common import match_gqa
 from .attention_prefill import AttentionPrefillFamily
 from .base import FamilyError, Spec, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
 _QKV = ("q", "k", "v")
 _INDICES = ("qo_indptr", "kv_indptr")
@@ -37,13 +37,13 @@ _REF_PATTERNS = (
 )
 
 
-class AttentionRaggedFamily(OfferedByProblem, AttentionPrefillFamily):
+class AttentionRaggedFamily(OfferedByFamilyJson, AttentionPrefillFamily):
     name = "attention_ragged"
     description = ("ragged GQA causal prefill attention: attention_prefill's FlashAttention-2 kernel "
                    "(mma.sync bf16, cp.async K/V tiles, online softmax, base-2 lse) with RAGGED=1 "
                    "(contiguous kv rows per request instead of a page gather)")
     ops = ("gqa_ragged_prefill_causal",)
-    # family.json (the gate, problem by problem: OfferedByProblem); the source is attention_prefill's
+    # family.json (the family-wide GPU gate); the source is attention_prefill's
     source_dir = "attention_ragged"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:

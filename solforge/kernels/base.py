@@ -183,14 +183,27 @@ class Family:
             return False
 
     def _best_params(self, defn: Definition, spec: Spec, best_dir: Path) -> Optional[dict]:
-        """The params of <best_dir>/<problem>.json (the ones measured best on a GPU) if they pass
-        _check_params; None when there is no such file or it or they do not check."""
-        try:
-            params = json.loads((best_dir / f"{defn.name}.json").read_text())["params"]
-            self._check_params(defn, spec, params)
-            return params
-        except (OSError, ValueError, KeyError, TypeError, FamilyError):
-            return None
+        """The params measured best on a GPU for a problem of the same structure: the best_dir/*.json
+        whose candidate was built with exactly this problem's fixed params (spec.fixed: shapes,
+        dtypes, rounding modes), the fastest where several were; None when none is, or its params do
+        not pass _check_params. Keyed on structure, never on the file's problem name: a renamed or
+        reworded problem gets the same params."""
+        best = None
+        for f in sorted(best_dir.glob("*.json")) if best_dir.is_dir() else []:
+            try:
+                data = json.loads(f.read_text())
+                built = data["candidate"]["params"]
+                params = data["params"]
+                if any(built.get(k) != v for k, v in spec.fixed.items()):
+                    continue
+                self._check_params(defn, spec, params)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, FamilyError):
+                continue
+            speed = data.get("geomean_speedup")
+            speed = speed if isinstance(speed, (int, float)) else 0.0
+            if best is None or speed > best[0]:
+                best = (speed, params)
+        return best[1] if best else None
 
     def __repr__(self) -> str:
         return f"<Family {self.name}>"

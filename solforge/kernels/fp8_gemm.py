@@ -26,7 +26,7 @@ from typing import NamedTuple, Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import Family, FamilyError, Spec, const_value, product_expr, read_source, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
 SMEM_LIMIT = 227 * 1024
 QUANT_THREADS = 256   # #define QUANT_THREADS in the .cu
@@ -215,13 +215,13 @@ def smem_bytes(bm: int, bn: int, stages: int) -> int:
 SMEM_EXPR = "STAGES * ((BM + BN) * 128 + BM * 4)"
 
 
-class Fp8GemmFamily(OfferedByProblem, Family):
+class Fp8GemmFamily(OfferedByFamilyJson, Family):
     name = "fp8_gemm"
     description = ("blockwise-scaled FP8 GEMM (1x128 activation, 128x128 weight scales): in-call "
                    "quantization of bf16 operands (amax -> scale -> e4m3 RNE), mma.sync m16n8k32 e4m3 "
                    "with a cp.async ring, per-128-K promotion by sa * sw, + bias, bf16")
     ops = ("fp8_blockwise_gemm",)
-    source_dir = "fp8_gemm"   # gated problem by problem (OfferedByProblem): import_kernel_check.py --fp8
+    source_dir = "fp8_gemm"   # family.json "offered": the family-wide GPU gate
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         m = match_fp8_gemm(defn)

@@ -18,7 +18,7 @@ from typing import Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
 # the reference's defining lines
 _REF_PATTERNS = (
@@ -45,13 +45,13 @@ def _literal(code: str, name: str) -> Optional[int]:
     return int(found[0]) if len(found) == 1 else None
 
 
-class MoeGroupMaskFamily(OfferedByProblem, Family):
+class MoeGroupMaskFamily(OfferedByFamilyJson, Family):
     name = "moe_group_mask"
     description = ("MoE group routing mask: per token, group score = sum of each group's top-2 expert "
                    "scores, top-k groups kept, masked_scores (-inf elsewhere) + 0/1 group_mask; a warp "
                    "per row, 16-byte loads/stores, shuffle top-2 merge, rank-based group top-k")
     ops = ("moe_group_topk_mask",)
-    source_dir = "moe_group_mask"   # gated problem by problem (OfferedByProblem): import_kernel_check.py --moe
+    source_dir = "moe_group_mask"   # family.json "offered": the family-wide GPU gate
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         if set(defn.inputs) != {"scores"} or set(defn.outputs) != {"masked_scores", "group_mask"}:

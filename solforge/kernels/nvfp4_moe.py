@@ -8,8 +8,8 @@ bf16 matmul (solforge/evaluate/reference.py); this kernel family instead dequant
 registers and feeds mma.sync bf16 tiles. Five launches: amax(x), quantize x, gate+up GEMM with the
 SwiGLU epilogue and amax(h), quantize h, down GEMM. Kernel sources: kernels_cuda/nvfp4_moe/.
 
-Offered to the search per problem: kernels_cuda/nvfp4_moe/family.json `"offered": true` and the
-problem in its `"offered_problems"` (each added after a GPU check found every workload correct).
+Offered to the search while kernels_cuda/nvfp4_moe/family.json has `"offered": true` (the
+family-wide GPU gate); which problems it serves is what analyze() reads from their structure.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Optional
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
 SMEM_LIMIT = 227 * 1024
 WS_HEAD = 256  # two amax words, padded
@@ -66,13 +66,12 @@ def workspace_expr(t: str, hid: int, inter: int) -> str:
     return f"{WS_HEAD} + 2 * {hid} * ({t}) + 6 * {inter} * ({t})"
 
 
-class Nvfp4MoeFamily(OfferedByProblem, Family):
+class Nvfp4MoeFamily(OfferedByFamilyJson, Family):
     name = "nvfp4_moe"
     description = ("NVFP4 expert MLP with SwiGLU (Quant/032): reference-exact activation quantizers, "
                    "mma.sync bf16 GEMMs with FP4 weights dequantized in registers")
     ops = ("nvfp4_swiglu_mlp", "fp4_dequant_gemm")
-    # gated problem by problem (OfferedByProblem): family.json `offered_problems` lists those
-    # GPU-checked (032 first; 029 joins after its own check)
+    # family.json "offered": the family-wide GPU gate
     source_dir = "nvfp4_moe"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:

@@ -12,8 +12,7 @@ values that the pass-p sums need and block-reduces them (warp shuffles + 32 floa
 memory); the last pass computes and stores the outputs. Passes after the first re-read the row,
 which is then in L1/L2 (a row is at most a few tens of KB), so DRAM sees it about once.
 
-Gated problem by problem: kernels_cuda/pointwise_rows/family.json `offered` and `offered_problems`
-(each problem listed after a GPU check found every workload correct).
+Gated by kernels_cuda/pointwise_rows/family.json `"offered"` (the family-wide GPU gate).
 """
 
 from __future__ import annotations
@@ -23,8 +22,8 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, definition_of, read_source, reference_code
-from .gate import family_offered, family_offered_for
+from .base import Family, FamilyError, Spec, read_source, reference_code
+from .gate import family_offered
 from .pointwise_rows_trace import INPUT_TYPES, RowGraph, trace_rows
 from .pointwise_trace import _lit as pt_lit
 
@@ -48,9 +47,6 @@ class PointwiseRowsFamily(Family):
     @property
     def offered(self) -> bool:
         return family_offered(self.source_dir)
-
-    def offered_for(self, problem) -> bool:
-        return family_offered_for(self.source_dir, definition_of(problem).name)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         body = "\n".join(l for l in reference_code(defn).splitlines()

@@ -37,7 +37,7 @@ class RMSNormFamily(Family):
     name = "rmsnorm"
     description = ("RMSNorm over a constant last dimension; optional fused residual add before "
                    "(x = h + r) or after (out = r + norm(h)); one row per TPR threads, 16-byte loads")
-    ops = ("rmsnorm", "fused_add_rmsnorm", "post_norm_residual", "qk_rmsnorm")
+    ops = ("rmsnorm", "fused_add_rmsnorm", "rmsnorm_then_residual_add", "qk_rmsnorm")
     source_dir = "rmsnorm"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
