@@ -94,6 +94,11 @@ class Traced:
     outputs: dict[str, Any]             # definition output name -> In / Ref
     sizes: dict[str, int]               # the axis values the trace ran at
     input_shapes: dict[str, tuple] = field(default_factory=dict)
+    scalars: dict[str, Any] = field(default_factory=dict)   # scalar input -> the value it ran with
+
+    def scalar_named(self, value) -> Optional[str]:
+        """The scalar input a constant of the trace came from, None for a literal of the reference."""
+        return next((k for k, v in self.scalars.items() if v == value and not isinstance(value, bool)), None)
 
     def names(self) -> Counter:
         return Counter(o.name for o in self.ops)
@@ -122,7 +127,8 @@ class Traced:
         return self.ops[ref.i].shape if isinstance(ref, Ref) else None
 
 
-def _key(defn: Definition) -> str:
+def definition_key(defn: Definition) -> str:
+    """A hash of what a definition computes on (reference, tensors, axes): the trace cache key."""
     blob = json.dumps([defn.reference, {k: [v.dtype, v.shape] for k, v in defn.inputs.items()},
                        {k: [v.dtype, v.shape] for k, v in defn.outputs.items()},
                        {k: [getattr(a, "type", ""), getattr(a, "value", None), getattr(a, "expression", None)]
@@ -132,7 +138,7 @@ def _key(defn: Definition) -> str:
 
 def trace(defn: Definition) -> Optional[Traced]:
     """The reference's ATen ops on fake tensors, or None where make_fx cannot trace it."""
-    key = _key(defn)
+    key = definition_key(defn)
     if key not in _cache:
         # fake-tensor dispatch logs every failed op at ERROR: a reference that cannot be traced is an
         # answer here (no structure), not an error to print
@@ -222,4 +228,4 @@ def _trace(defn: Definition) -> Optional[Traced]:
             if len(res) != len(defn.outputs):
                 return None
             outputs = {k: conv(r) for k, r in zip(defn.outputs, res)}
-    return Traced(ops, outputs, vals, shapes)
+    return Traced(ops, outputs, vals, shapes, scalars)
