@@ -127,6 +127,17 @@ class Traced:
         return self.ops[ref.i].shape if isinstance(ref, Ref) else None
 
 
+def chain(g: Traced, ref, through: set) -> tuple:
+    """Follow `ref` back through single-input ops named in `through` (their first tensor argument):
+    (where it starts, the names of the ops passed, last first)."""
+    passed = []
+    while isinstance(ref, Ref) and g.ops[ref.i].name in through:
+        passed.append(g.ops[ref.i].name)
+        op = g.ops[ref.i]
+        ref = next((a for a in op.args if isinstance(a, (In, Ref))), None)
+    return ref, passed
+
+
 def definition_key(defn: Definition) -> str:
     """A hash of what a definition computes on (reference, tensors, axes): the trace cache key."""
     blob = json.dumps([defn.reference, {k: [v.dtype, v.shape] for k, v in defn.inputs.items()},
