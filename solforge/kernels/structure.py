@@ -147,9 +147,11 @@ def definition_key(defn: Definition) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def trace(defn: Definition) -> Optional[Traced]:
-    """The reference's ATen ops on fake tensors, or None where make_fx cannot trace it."""
-    key = definition_key(defn)
+def trace(defn: Definition, scalars: Optional[dict] = None) -> Optional[Traced]:
+    """The reference's ATen ops on fake tensors, or None where make_fx cannot trace it. `scalars`
+    overrides the values scalar inputs run with (a branch on a scalar, `if p > 0:`, shows the path
+    that value takes)."""
+    key = definition_key(defn) + json.dumps(scalars or {}, sort_keys=True)
     if key not in _cache:
         # fake-tensor dispatch logs every failed op at ERROR: a reference that cannot be traced is an
         # answer here (no structure), not an error to print
@@ -158,7 +160,7 @@ def trace(defn: Definition) -> Optional[Traced]:
         for l in quiet:
             l.setLevel(logging.CRITICAL)
         try:
-            _cache[key] = _trace(defn)
+            _cache[key] = _trace(defn, scalars or {})
         except Exception:  # noqa: BLE001 - a foreign reference failing to trace means "no structure"
             _cache[key] = None
         finally:
@@ -171,7 +173,7 @@ def _dtype_name(dt) -> Optional[str]:
     return str(dt).replace("torch.", "") if dt is not None else None
 
 
-def _trace(defn: Definition) -> Optional[Traced]:
+def _trace(defn: Definition, overrides: dict) -> Optional[Traced]:
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -188,6 +190,7 @@ def _trace(defn: Definition) -> Optional[Traced]:
         if spec.is_scalar:
             # a scalar input: a distinct value, so a matcher can tell which constant came from it
             scalars[k] = (0.5 + 0.0078125 * i) if "float" in spec.dtype else (i + 2)
+            scalars[k] = overrides.get(k, scalars[k])
         else:
             shape = tuple(_shape(defn, spec.shape, vals))
             shapes[k] = shape
