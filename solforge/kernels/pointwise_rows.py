@@ -17,21 +17,15 @@ Gated by kernels_cuda/pointwise_rows/family.json `"offered"` (the family-wide GP
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, read_source, reference_code
+from .base import Family, FamilyError, Spec, read_source
 from .gate import family_offered
 from .pointwise_rows_trace import INPUT_TYPES, RowGraph, trace_rows
 from .pointwise_trace import _lit as pt_lit
 
-# Cheap screen before tracing: calls that are never elementwise or row statistics.
-_NOT_ROWS = re.compile(r"\b(?:matmul|linear|einsum|bmm|mm|conv\w*|cumsum|topk|sort|argsort|gather|"
-                       r"scatter\w*|index\w*|cat|stack|chunk|split|arange|\w*attention\w*|repeat\w*|"
-                       r"roll|flip|pad|item|tolist|nonzero|view|reshape|permute|transpose)\s*\(|"
-                       r"@|\bfor\b")
 _ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "bool": 1}
 _GRID_BLOCKS = 132 * 16  # rows beyond this many blocks loop (grid-stride)
 
@@ -49,10 +43,6 @@ class PointwiseRowsFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        body = "\n".join(l for l in reference_code(defn).splitlines()
-                         if not re.match(r"\s*(import|from|def|@)", l))
-        if _NOT_ROWS.search(body.lower()):
-            return None
         g = trace_rows(defn)
         if g is None:
             return None
