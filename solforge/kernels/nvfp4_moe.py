@@ -1,9 +1,8 @@
 """NVFP4 expert MLP family: out = down(q(silu(gate(q(x))) * up(q(x)))) with FP4 weights.
 
-Serves SOL-ExecBench Quant problems whose reference quantizes the activations and three FP4
-weight matrices with BlockWiseScalerNVFP4 (E2M1 codes, E4M3 decode scale per 16 elements, fp32
-global decode scale) and runs gate/up/down through CuBLASRefBlockwiseGemm.scaled_mm with a SwiGLU
-in between (Quant/032). On the H200 the reference's torch._scaled_mm FP4 runs as a dequantizing
+Serves problems whose reference quantizes the activations and three FP4 weight matrices (E2M1
+codes, E4M3 decode scale per 16 elements, fp32 global decode scale) and runs gate/up/down through
+scaled_mm GEMMs with a SwiGLU in between. On the H200 the reference's torch._scaled_mm FP4 runs as a dequantizing
 bf16 matmul (solforge/evaluate/reference.py); this kernel family instead dequantizes the weights in
 registers and feeds mma.sync bf16 tiles. Five launches: amax(x), quantize x, gate+up GEMM with the
 SwiGLU epilogue and amax(h), quantize h, down GEMM. Kernel sources: kernels_cuda/nvfp4_moe/.
@@ -30,8 +29,8 @@ WS_HEAD = 256  # two amax words, padded
 # computes what the GPU computes (on the GPU the rewritten source computes the same as the original):
 # - `block_max / self.E2M1FN_MAX` divides by a Python float, which ATen's CUDA kernel
 #   (BinaryDivTrueKernel.cu) turns into a multiply by the fp32 reciprocal; the CPU kernel divides.
-# - `result * global_scale` with a bf16 result (Quant/029) and a 0-dim fp32 CUDA tensor loads the
-#   scale as bf16 on CUDA (only CPU 0-dim tensors stay fp32 scalars); for fp32 results (032) a no-op.
+# - `result * global_scale` with a bf16 result and a 0-dim fp32 CUDA tensor loads the scale as
+#   bf16 on CUDA (only CPU 0-dim tensors stay fp32 scalars); for fp32 results a no-op.
 _CPU_CUDA = (("block_max / self.E2M1FN_MAX", "block_max * (1.0 / self.E2M1FN_MAX)"),
              ("out[:, :, b] = result * global_scale",
               "out[:, :, b] = result * (global_scale.to(result.dtype) "
@@ -62,7 +61,7 @@ def workspace_expr(t: str, hid: int, inter: int) -> str:
 
 class Nvfp4MoeFamily(OfferedByFamilyJson, Family):
     name = "nvfp4_moe"
-    description = ("NVFP4 expert MLP with SwiGLU (Quant/032): reference-exact activation quantizers, "
+    description = ("NVFP4 expert MLP with SwiGLU: reference-exact activation quantizers, "
                    "mma.sync bf16 GEMMs with FP4 weights dequantized in registers")
     ops = ("nvfp4_swiglu_mlp", "fp4_dequant_gemm")
     # family.json "offered": the family-wide GPU gate

@@ -17,6 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 KERNELS = REPO / "solforge" / "kernels"
 # a SOL-ExecBench problem number: three digits then "_" and a word ("059_moe...", "032_nvfp4")
 _NUMBER = re.compile(r"(?<![\w.])\d{3}_[A-Za-z]")
+# a problem cited by subset and number ("Quant/032", "L1/059")
+_CITED = re.compile(r"\b(?:L1|L2|Quant|FlashInfer-Bench)/\d{3}\b")
+# in a family.json every zero-led three-digit number ("014 and 015") is a problem number
+_BARE = re.compile(r"(?<![\w.])0\d\d(?![\w.])")
 
 
 def _scanned() -> dict[Path, str]:
@@ -35,7 +39,9 @@ def _hits(names: set[str]) -> list[str]:
 
 def test_no_problem_number_in_family_code_or_gates():
     found = [f"{f.relative_to(REPO)}:{text[:m.start()].count(chr(10)) + 1}: {m.group(0)}"
-             for f, text in _scanned().items() for m in _NUMBER.finditer(text)]
+             for f, text in _scanned().items()
+             for pat in ((_NUMBER, _CITED, _BARE) if f.suffix == ".json" else (_NUMBER, _CITED))
+             for m in pat.finditer(text)]
     assert not found, "problem numbers in family code or gates:\n" + "\n".join(found)
 
 
@@ -61,3 +67,5 @@ def test_the_number_pattern_catches_a_name():
     # the scan above must be able to fail: a problem number in a docstring is caught
     assert _NUMBER.search('"""Serves 059_moe_group_score_aggregation."""')
     assert not _NUMBER.search("x = 1e-12 + 0.5; BLOCK_128_K = 4; ws_128_x")
+    assert _CITED.search("(Quant/032)") and _BARE.search("workloads of 014 and 015")
+    assert not _BARE.search("driver 580.159.04, commit 0aca595882e4, 0.996, L1/L2 cache")
