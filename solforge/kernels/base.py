@@ -1,7 +1,8 @@
 """What every kernel family is: a matcher, a parameter space and a Candidate factory.
 
-A family reads a problem (definition + workloads), decides whether its kernel computes that
-problem's function (`analyze`, returning a per-problem `Spec` or None), lists the tunables worth
+A family reads a problem (definition + workloads), decides from its structure whether its kernel
+computes that problem's function (`analyze`, returning a per-problem `Spec` or None: the traced
+reference's ops, dtypes and shapes, solforge/kernels/structure.py; never its name or wording), lists the tunables worth
 trying (`param_space`), and turns one choice into a `solforge.candidate.Candidate`
 (`instantiate`). Per-problem facts the kernel needs (hidden size, dtype, rounding order of the
 reference) travel as params too: the compiler #defines every param into the sources.
@@ -12,7 +13,6 @@ Sources live in kernels_cuda/<family>/ (or kernels_cute/<family>/); this module 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -54,20 +54,6 @@ def definition_of(problem) -> Definition:
 
 def workloads_of(problem) -> list:
     return list(getattr(problem, "workloads", []) or [])
-
-
-def text_of(defn: Definition) -> str:
-    """Name, op_type, description and reference, lower-cased: what the matchers search."""
-    return "\n".join(x for x in (defn.name, defn.op_type or "", defn.description or "",
-                                 defn.reference) if x).lower()
-
-
-def reference_code(defn: Definition) -> str:
-    """The reference without comments and docstrings, so prose cannot fake a pattern."""
-    code = re.sub(r'"""[\s\S]*?"""', "", defn.reference)
-    code = re.sub(r"'''[\s\S]*?'''", "", code)
-    lines = (line.split("#", 1)[0] for line in code.splitlines())
-    return "\n".join(l for l in lines if not l.lstrip().startswith("@"))  # drop decorators
 
 
 def shape_dims(defn: Definition, tensor: str) -> list[Union[str, int]]:

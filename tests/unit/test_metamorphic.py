@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from solforge.kernels import all_families, families_for
+from solforge.kernels import all_families
 from solforge.kernels.structure import trace
 from solforge.problem.loader import load_problem_dir
 
@@ -151,11 +151,13 @@ def rewrite_problem(src: Path, dst: Path) -> Path:
 
 
 def claims(problem) -> dict[str, tuple]:
-    """family -> (fixed params, first three param points) for every family that matches."""
+    """family -> (fixed params, first three param points) for every family whose matcher claims the
+    problem from its definition (`analyze`). A family that needs the workloads to decide (the
+    trace-driven compiler) is left to its own tests: it would trace every problem twice here."""
     out = {}
     for fam in all_families():
-        if fam.matches(problem):
-            spec = fam.analyze(problem.definition)
+        spec = fam.analyze(problem.definition)
+        if spec is not None:
             out[fam.name] = (spec.fixed, fam.param_space(problem)[:3])
     return out
 
@@ -172,7 +174,8 @@ def assert_same_claims(src: Path, tmp_path: Path) -> dict:
         assert sorted(o.target for o in g0.ops) == sorted(o.target for o in g1.ops)
     before, after = claims(orig), claims(new)
     assert after == before, f"{src.name}: claims changed\nbefore {before}\nafter  {after}"
-    assert [f.name for f in families_for(new)] == [f.name for f in families_for(orig)]
+    offered = {f.name for f in all_families() if getattr(f, "offered", True)}
+    assert [f for f in after if f in offered] == [f for f in before if f in offered]
     return before
 
 
@@ -257,19 +260,26 @@ def test_the_rewrite_changes_the_text():
 # ── every served shared problem ────────────────────────────────────────────────────────────────
 
 
-def _served(sol_execbench_dir: Path) -> list[Path]:
+def _served(sol_execbench_dir: Path, per_family: int = 2) -> list[Path]:
+    """Up to `per_family` shared problems of every offered family that claims some from the
+    definition (the first in directory order): every family's matcher, at the cost of a few."""
+    offered = [f for f in all_families() if getattr(f, "offered", True)]
+    taken: dict[str, int] = {}
     out = []
     for d in sorted(sol_execbench_dir.glob("*/*")):
         if (d / "definition.json").exists():
-            p = load_problem_dir(d)
-            if families_for(p):
+            defn = load_problem_dir(d).definition
+            fams = [f.name for f in offered if f.analyze(defn) is not None]
+            if any(taken.get(f, 0) < per_family for f in fams):
                 out.append(d)
+                for f in fams:
+                    taken[f] = taken.get(f, 0) + 1
     return out
 
 
 def test_served_shared_problems_keep_their_families(sol_execbench_dir, tmp_path):
     served = _served(sol_execbench_dir)
-    assert len(served) >= 42
+    assert len(served) >= 16
     failed = []
     for i, d in enumerate(served):
         try:
