@@ -3,7 +3,8 @@
 Serves a problem whose reference is FlashInfer's paged decode with page size 1: q [batch, H_qo, D],
 k_cache/v_cache [num_pages, 1, H_kv, D], kv_indptr (batch + 1), kv_indices, a scalar sm_scale;
 outputs `output` [batch, H_qo, D] (bf16) and `lse` [batch, H_qo] (fp32, base 2); a request with no kv
-gives 0 / -inf. The matcher reads these facts from the definition and the reference's code.
+gives 0 / -inf. The matcher (attention_common.match_gqa) reads these facts from the definition's
+dtypes and shapes and from what the reference computes on small requests, never from names.
 
 Two launches (kernels_cuda/attention_decode/attention_decode.cu): gqa_decode_split, a CTA per
 (chunk of CHUNK kv tokens of a request, kv head) with the kv head's GROUP q heads as mma rows, grid.x
@@ -19,20 +20,10 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .attention_common import kernel_source, match_gqa
+from .attention_common import DECODE, kernel_source, match_gqa
 from .base import Family, FamilyError, Spec, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
-_QKV = ("q", "k_cache", "v_cache")
-_INDICES = ("kv_indptr", "kv_indices")
-# the reference's defining lines: base-2 lse, GQA head map, page gather, plain (uncausal) softmax
-_REF_PATTERNS = (
-    r"token_indices\s*=\s*kv_indices\[\s*page_start\s*:\s*page_end\s*\]",
-    r"logsumexp\(\s*logits_scaled\s*,\s*dim\s*=\s*-1\s*\)\s*/\s*math\.log\(\s*2\.0\s*\)",
-    r"kv_head\s*=\s*h\s*//\s*gqa_ratio",
-    r"logits_scaled\s*=\s*logits\s*\*\s*sm_scale",
-    r"torch\.softmax\(\s*logits_scaled\s*,\s*dim\s*=\s*-1\s*\)",
-)
 SMEM_LIMIT = 227 * 1024
 COMBINE_WARPS = 8  # #define COMBINE_WARPS in the .cu
 
@@ -46,23 +37,22 @@ SMEM_EXPR = ("16 * HEAD_DIM * 2 + max(2 * STAGES * BLOCK_N * HEAD_DIM * 2, "
              "NWARPS * (NUM_QO_HEADS // NUM_KV_HEADS) * HEAD_DIM * 4)")
 
 
-class AttentionDecodeFamily(OfferedByProblem, Family):
+class AttentionDecodeFamily(OfferedByFamilyJson, Family):
     name = "attention_decode"
     description = ("paged (page size 1) GQA decode attention, split-KV: a CTA per (kv chunk, kv head) "
                    "with the GROUP q heads as mma.sync rows, cp.async gathered K/V ring, online "
                    "softmax base 2, per-chunk (O, lse) merged by a second kernel")
     ops = ("gqa_paged_decode",)
-    source_dir = "attention_decode"   # gated problem by problem (OfferedByProblem): import_kernel_check.py --attn-new
+    source_dir = "attention_decode"   # family.json "offered": the family-wide GPU gate
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=4)
+        m = match_gqa(defn, DECODE)
         if m is None or m.h_qo // m.h_kv > 16:
             return None
-        ip, ix = shape_dims(defn, "kv_indptr"), shape_dims(defn, "kv_indices")
-        if len(ip) != 1 or len(ix) != 1:
-            return None
+        ip, ix = shape_dims(defn, m.names["kv_indptr"]), shape_dims(defn, m.names["kv_indices"])
         return Spec(fixed={"NUM_QO_HEADS": m.h_qo, "NUM_KV_HEADS": m.h_kv, "HEAD_DIM": m.head_dim},
-                    info={"batch": str(m.q[0]), "len_indptr": str(ip[0]), "num_kv_indices": str(ix[0])})
+                    info={"batch": str(m.q[0]), "len_indptr": str(ip[0]), "num_kv_indices": str(ix[0]),
+                          "names": m.names})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # not GPU-checked yet (family.json "offered": false): the first guess first
@@ -90,14 +80,14 @@ class AttentionDecodeFamily(OfferedByProblem, Family):
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = kernel_source("attention_decode", "attention_decode.cu")
-        li, nkv = spec.info["len_indptr"], spec.info["num_kv_indices"]
+        li, nkv, n = spec.info["len_indptr"], spec.info["num_kv_indices"], spec.info["names"]
         n_slots = f"{nkv} // CHUNK + {li} - 1"
         split = Launch(kernel="gqa_decode_split", grid=[f"{n_slots}", "NUM_KV_HEADS"], block=["NWARPS * 32"],
                        smem=SMEM_EXPR,
-                       args=["q", "k_cache", "v_cache", "kv_indptr", "kv_indices", "output", "lse", "workspace",
-                             f"int32:{li} - 1", f"int32:{n_slots}", "float32:sm_scale"])
+                       args=[n["q"], n["k"], n["v"], n["kv_indptr"], n["kv_indices"], n["out"], n["lse"], "workspace",
+                             f"int32:{li} - 1", f"int32:{n_slots}", f"float32:{n['scale']}"])
         combine = Launch(kernel="gqa_decode_combine", grid=[f"{li} - 1"], block=[str(COMBINE_WARPS * 32)],
-                         args=["kv_indptr", "workspace", "output", "lse", f"int32:{n_slots}"])
+                         args=[n["kv_indptr"], "workspace", n["out"], n["lse"], f"int32:{n_slots}"])
         return Candidate(problem=defn.name, language="cuda", sources={"attention_decode.cu": src},
                          params={**spec.fixed, **params}, launches=[split, combine],
                          workspace=f"({n_slots}) * NUM_QO_HEADS * (HEAD_DIM + 1) * 4", workspace_zero="0",

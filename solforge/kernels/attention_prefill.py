@@ -4,7 +4,8 @@ Serves a problem whose reference is FlashInfer's paged prefill with page size 1:
 k_cache/v_cache [num_pages, 1, H_kv, D], qo_indptr/kv_indptr (batch + 1), kv_indices, a scalar
 sm_scale; outputs `output` [total_q, H_qo, D] (bf16) and `lse` [total_q, H_qo] (fp32, base 2);
 causal mask aligned to the end of the kv sequence (delta = kv_len - q_len), rows that see no kv
-give 0 / -inf. The matcher reads these facts from the definition and the reference's code.
+give 0 / -inf. The matcher (attention_common.match_gqa) reads these facts from the definition's
+dtypes and shapes and from what the reference computes on small requests, never from names.
 
 Two launches (kernels_cuda/attention_prefill/attention_prefill.cu): gqa_prefill_zero_rows writes
 0 / -inf for the tokens that see no kv (one warp per token); gqa_paged_prefill_causal tiles the
@@ -19,22 +20,10 @@ from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .attention_common import kernel_source, match_gqa
+from .attention_common import PAGED_PREFILL, kernel_source, match_gqa
 from .base import Family, FamilyError, Spec, shape_dims
 from .gate import family_offered
 
-_QKV = ("q", "k_cache", "v_cache")
-_INDICES = ("qo_indptr", "kv_indptr", "kv_indices")
-# the reference's defining lines: end-aligned causal limit, base-2 lse, GQA head map, page gather
-_REF_PATTERNS = (
-    r"delta\s*=\s*num_kv_tokens\s*-\s*num_q_tokens",
-    r"max_kv_idx\s*=\s*min\(\s*q_idx\s*\+\s*1\s*\+\s*delta\s*,\s*num_kv_tokens\s*\)",
-    r"logsumexp\(\s*logits_scaled\s*,\s*dim\s*=\s*-1\s*\)\s*/\s*math\.log\(\s*2\.0\s*\)",
-    r"kv_head\s*=\s*h\s*//\s*gqa_ratio",
-    r"kv_indices\[\s*kv_start\s*:\s*kv_end\s*\]",
-    r"logits_scaled\s*=\s*logits\s*\*\s*sm_scale",
-    r"torch\.softmax\(\s*logits_scaled\s*,\s*dim\s*=\s*-1\s*\)",
-)
 SMEM_LIMIT = 227 * 1024  # sm_90 opt-in dynamic shared memory per block
 # valid (compile-checked) but not yet GPU-checked: staged by the next GPU check (README.md)
 UNCHECKED = [{"BLOCK_M": 128, "BLOCK_N": 64, "STAGES": 2}, {"BLOCK_M": 64, "BLOCK_N": 64, "STAGES": 3},
@@ -60,12 +49,12 @@ class AttentionPrefillFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=4)
-        if m is None or shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
+        m = match_gqa(defn, PAGED_PREFILL)
+        if m is None:
             return None
         return Spec(fixed={"NUM_QO_HEADS": m.h_qo, "NUM_KV_HEADS": m.h_kv, "HEAD_DIM": m.head_dim},
-                    info={"total_q": str(m.q[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
-                          "num_kv_indices": str(shape_dims(defn, "kv_indices")[0])})
+                    info={"total_q": str(m.q[0]), "len_indptr": str(shape_dims(defn, m.names["qo_indptr"])[0]),
+                          "num_kv_indices": str(shape_dims(defn, m.names["kv_indices"])[0]), "names": m.names})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # The points the H200 check found correct on every workload of 014 and 015 (data/results/
@@ -97,11 +86,12 @@ class AttentionPrefillFamily(Family):
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         src = kernel_source("attention_prefill", "attention_prefill.cu")
         tq, li, nkv = spec.info["total_q"], spec.info["len_indptr"], spec.info["num_kv_indices"]
+        n = spec.info["names"]
         zero = Launch(kernel="gqa_prefill_zero_rows", grid=[f"max(1, ceil_div({tq}, 8))"], block=["256"],
-                      args=["qo_indptr", "kv_indptr", "output", "lse", f"int32:{li} - 1", f"int32:{tq}"])
+                      args=[n["qo_indptr"], n["kv_indptr"], n["out"], n["lse"], f"int32:{li} - 1", f"int32:{tq}"])
         n_attn = f"max(1, min({tq}, {nkv}) * (NUM_QO_HEADS // NUM_KV_HEADS) // BLOCK_M + {li} - 1)"
-        args = ["q", "k_cache", "v_cache", "qo_indptr", "kv_indptr", "kv_indices", "output", "lse",
-                f"int32:{li} - 1", "float32:sm_scale"]
+        args = [n["q"], n["k"], n["v"], n["qo_indptr"], n["kv_indptr"], n["kv_indices"], n["out"], n["lse"],
+                f"int32:{li} - 1", f"float32:{n['scale']}"]
         fused = bool(params.get("ZFUSE", 0))
         if fused:  # zero-row CTAs after the attention tiles, ZTOK tokens each (see the .cu header)
             grid = [f"{n_attn} + ceil_div({tq}, {ZTOK})", "NUM_KV_HEADS"]

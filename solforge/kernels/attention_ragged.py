@@ -19,40 +19,29 @@ from typing import Optional
 
 from ..candidate import Candidate
 from ..problem.definition import Definition
-from .attention_common import match_gqa
+from .attention_common import RAGGED_PREFILL, match_gqa
 from .attention_prefill import AttentionPrefillFamily
 from .base import FamilyError, Spec, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
 
-_QKV = ("q", "k", "v")
-_INDICES = ("qo_indptr", "kv_indptr")
-_REF_PATTERNS = (
-    r"delta\s*=\s*num_kv_tokens\s*-\s*num_q_tokens",
-    r"causal_mask\s*=\s*kv_positions\[\s*None\s*,\s*:\s*\]\s*<\s*\(\s*q_positions\[\s*:\s*,\s*None\s*\]\s*\+\s*1\s*\+\s*delta\s*\)",
-    r"logsumexp\(\s*logits\s*,\s*dim\s*=\s*-1\s*\)\s*/\s*math\.log\(\s*2\.0\s*\)",
-    r"repeat_interleave\(\s*gqa_ratio\s*,\s*dim\s*=\s*1\s*\)",
-    r"k_f32\[\s*kv_start\s*:\s*kv_end\s*\]",
-    r"\*\s*sm_scale",
-    r"torch\.softmax\(\s*logits\s*,\s*dim\s*=\s*-1\s*\)",
-)
-
-
-class AttentionRaggedFamily(OfferedByProblem, AttentionPrefillFamily):
+class AttentionRaggedFamily(OfferedByFamilyJson, AttentionPrefillFamily):
     name = "attention_ragged"
     description = ("ragged GQA causal prefill attention: attention_prefill's FlashAttention-2 kernel "
                    "(mma.sync bf16, cp.async K/V tiles, online softmax, base-2 lse) with RAGGED=1 "
                    "(contiguous kv rows per request instead of a page gather)")
     ops = ("gqa_ragged_prefill_causal",)
-    # family.json (the gate, problem by problem: OfferedByProblem); the source is attention_prefill's
+    # family.json (the family-wide GPU gate); the source is attention_prefill's
     source_dir = "attention_ragged"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        m = match_gqa(defn, _QKV, _INDICES, _REF_PATTERNS, kv_rank=3)
-        if m is None or shape_dims(defn, "qo_indptr") != shape_dims(defn, "kv_indptr"):
+        m = match_gqa(defn, RAGGED_PREFILL)
+        if m is None:
             return None
+        # kv_indptr goes in the (unread with RAGGED=1) kv_indices slot of the prefill kernel
+        names = {**m.names, "kv_indices": m.names["kv_indptr"]}
         return Spec(fixed={"NUM_QO_HEADS": m.h_qo, "NUM_KV_HEADS": m.h_kv, "HEAD_DIM": m.head_dim, "RAGGED": 1},
-                    info={"total_q": str(m.q[0]), "len_indptr": str(shape_dims(defn, "qo_indptr")[0]),
-                          "num_kv_indices": str(m.k[0])})
+                    info={"total_q": str(m.q[0]), "len_indptr": str(shape_dims(defn, names["qo_indptr"])[0]),
+                          "num_kv_indices": str(m.k[0]), "names": names})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # attention_prefill's GPU-checked points (not checked on 016/017 yet: "offered": false)
@@ -65,7 +54,4 @@ class AttentionRaggedFamily(OfferedByProblem, AttentionPrefillFamily):
 
     def _build(self, defn: Definition, spec: Spec, params: dict) -> Candidate:
         cand = super()._build(defn, spec, params)
-        swap = {"k_cache": "k", "v_cache": "v", "kv_indices": "kv_indptr"}   # kv_indices: unread
-        launches = [ln.model_copy(update={"args": [swap.get(a, a) for a in ln.args]}) for ln in cand.launches]
-        return cand.model_copy(update={"launches": launches,
-                                       "notes": f"family=attention_ragged {params}"})
+        return cand.model_copy(update={"notes": f"family=attention_ragged {params}"})

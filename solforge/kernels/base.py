@@ -1,7 +1,8 @@
 """What every kernel family is: a matcher, a parameter space and a Candidate factory.
 
-A family reads a problem (definition + workloads), decides whether its kernel computes that
-problem's function (`analyze`, returning a per-problem `Spec` or None), lists the tunables worth
+A family reads a problem (definition + workloads), decides from its structure whether its kernel
+computes that problem's function (`analyze`, returning a per-problem `Spec` or None: the traced
+reference's ops, dtypes and shapes, solforge/kernels/structure.py; never its name or wording), lists the tunables worth
 trying (`param_space`), and turns one choice into a `solforge.candidate.Candidate`
 (`instantiate`). Per-problem facts the kernel needs (hidden size, dtype, rounding order of the
 reference) travel as params too: the compiler #defines every param into the sources.
@@ -12,7 +13,6 @@ Sources live in kernels_cuda/<family>/ (or kernels_cute/<family>/); this module 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -54,20 +54,6 @@ def definition_of(problem) -> Definition:
 
 def workloads_of(problem) -> list:
     return list(getattr(problem, "workloads", []) or [])
-
-
-def text_of(defn: Definition) -> str:
-    """Name, op_type, description and reference, lower-cased: what the matchers search."""
-    return "\n".join(x for x in (defn.name, defn.op_type or "", defn.description or "",
-                                 defn.reference) if x).lower()
-
-
-def reference_code(defn: Definition) -> str:
-    """The reference without comments and docstrings, so prose cannot fake a pattern."""
-    code = re.sub(r'"""[\s\S]*?"""', "", defn.reference)
-    code = re.sub(r"'''[\s\S]*?'''", "", code)
-    lines = (line.split("#", 1)[0] for line in code.splitlines())
-    return "\n".join(l for l in lines if not l.lstrip().startswith("@"))  # drop decorators
 
 
 def shape_dims(defn: Definition, tensor: str) -> list[Union[str, int]]:
@@ -183,14 +169,27 @@ class Family:
             return False
 
     def _best_params(self, defn: Definition, spec: Spec, best_dir: Path) -> Optional[dict]:
-        """The params of <best_dir>/<problem>.json (the ones measured best on a GPU) if they pass
-        _check_params; None when there is no such file or it or they do not check."""
-        try:
-            params = json.loads((best_dir / f"{defn.name}.json").read_text())["params"]
-            self._check_params(defn, spec, params)
-            return params
-        except (OSError, ValueError, KeyError, TypeError, FamilyError):
-            return None
+        """The params measured best on a GPU for a problem of the same structure: the best_dir/*.json
+        whose candidate was built with exactly this problem's fixed params (spec.fixed: shapes,
+        dtypes, rounding modes), the fastest where several were; None when none is, or its params do
+        not pass _check_params. Keyed on structure, never on the file's problem name: a renamed or
+        reworded problem gets the same params."""
+        best = None
+        for f in sorted(best_dir.glob("*.json")) if best_dir.is_dir() else []:
+            try:
+                data = json.loads(f.read_text())
+                built = data["candidate"]["params"]
+                params = data["params"]
+                if any(built.get(k) != v for k, v in spec.fixed.items()):
+                    continue
+                self._check_params(defn, spec, params)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, FamilyError):
+                continue
+            speed = data.get("geomean_speedup")
+            speed = speed if isinstance(speed, (int, float)) else 0.0
+            if best is None or speed > best[0]:
+                best = (speed, params)
+        return best[1] if best else None
 
     def __repr__(self) -> str:
         return f"<Family {self.name}>"

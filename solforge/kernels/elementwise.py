@@ -1,25 +1,77 @@
 """Elementwise activation family: GELU (tanh form), and the gated GeGLU / SwiGLU over the two
 halves of the last dimension (`x.chunk(2, dim=-1)`).
 
-Serves a reference with one floating input and one output that computes only that activation (no
-matmul, norm or reduction). kernels_cuda/elementwise/activation.cu holds the kernel.
+Serves a reference with one floating input and one output whose trace (solforge/kernels/structure.py)
+computes only that activation: gelu(approximate='tanh') or its tanh formula (0.044715), silu or
+x * sigmoid(x); gated when the input is split into its two halves along the last dim, the activation
+of the first half times the second (no matmul, norm or reduction).
+kernels_cuda/elementwise/activation.cu holds the kernel.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, const_value, product_expr,
-                   read_source, reference_code, shape_dims)
+                   read_source, shape_dims)
+from .structure import In, Ref, Traced, trace
 
-_FOREIGN = re.compile(r"matmul|\blinear\(|softmax|conv|@|einsum|bmm|norm|mean\(|sum\(|rsqrt|cat\(|"
-                      r"backward|grad|topk|sort|scatter|gather|index|dropout|relu\b")
-_GELU_TANH = re.compile(r"gelu\([^)]*approximate\s*=\s*['\"]tanh['\"]|0\.044715")
-_SILU = re.compile(r"silu\(|sigmoid\(")
-_CHUNK = re.compile(r"\.chunk\(\s*2\s*,\s*dim\s*=\s*-1\s*\)|\.chunk\(\s*2\s*,\s*-1\s*\)")
+_ALLOWED = {"mul", "add", "tanh", "gelu", "silu", "sigmoid", "split", "pow", "view", "_unsafe_view",
+            "reshape", "alias", "detach", "clone", "_to_copy", "lift_fresh_copy"}
+GELU_TANH_COEF = 0.044715
+
+
+def _activation(g: Traced, x: str) -> Optional[tuple[str, bool]]:
+    """(gelu_tanh | silu, gated) read from the trace, or None."""
+    names = set(g.names())
+    if names - _ALLOWED:
+        return None
+    (out,) = g.outputs.values()
+    splits = g.find("split")
+    gated = bool(splits)
+    if gated:
+        if len(splits) != 1:
+            return None
+        sp = g.ops[splits[0]]
+        rank = len(g.shape_of(In(x)) or ())
+        if sp.args[0] != In(x) or len(sp.args) < 3 or sp.args[2] not in (-1, rank - 1) or \
+                sp.args[1] * 2 != (g.shape_of(In(x)) or (0,))[-1]:
+            return None
+        first, second = Ref(splits[0], 0), Ref(splits[0], 1)
+        # out = act(first) * second: the second half only multiplies, at the end
+        if not isinstance(out, Ref) or g.ops[out.i].name != "mul" or second not in g.ops[out.i].args or \
+                g.users(second) != [out.i]:
+            return None
+        act = [a for a in g.ops[out.i].args if a != second]
+        if len(act) != 1 or second in [r for r in act] or not isinstance(act[0], Ref):
+            return None
+        if g.sources(act[0]) != {x} or first not in _refs_upstream(g, act[0]):
+            return None
+    elif g.sources(out) != {x}:
+        return None
+    gelu = ("gelu" in names and all(g.ops[i].kwargs.get("approximate") == "tanh" for i in g.find("gelu"))) or \
+        ("tanh" in names and "gelu" not in names and any(GELU_TANH_COEF in o.constants() for o in g.ops))
+    silu = bool(names & {"silu", "sigmoid"})
+    if gelu and not silu:
+        return "gelu_tanh", gated
+    if silu and not gelu and "tanh" not in names and "gelu" not in names and gated:
+        return "silu", gated
+    return None
+
+
+def _refs_upstream(g: Traced, ref) -> set:
+    seen, todo = set(), [ref]
+    while todo:
+        r = todo.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if isinstance(r, Ref):
+            todo += g.ops[r.i].refs()
+    return seen
+
 
 OPS = {"gelu_tanh": 0, "geglu": 1, "swiglu": 2}
 
@@ -31,21 +83,18 @@ class ActivationFamily(Family):
     source_dir = "elementwise"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        code = reference_code(defn)
-        low = code.lower()
-        if _FOREIGN.search(low) or len(defn.inputs) != 1 or len(defn.outputs) != 1:
+        if len(defn.inputs) != 1 or len(defn.outputs) != 1:
             return None
         (xn, xs), (yn, ys) = next(iter(defn.inputs.items())), next(iter(defn.outputs.items()))
         if xs.is_scalar or xs.dtype != ys.dtype or xs.dtype not in DTYPE_CODE:
             return None
         sx, sy = shape_dims(defn, xn), shape_dims(defn, yn)
-        gated = _CHUNK.search(low) is not None
-        if _GELU_TANH.search(low) and not _SILU.search(low):
-            op = "geglu" if gated else "gelu_tanh"
-        elif _SILU.search(low) and "tanh" not in low and "gelu" not in low and gated:
-            op = "swiglu"
-        else:
+        g = trace(defn)
+        found = _activation(g, xn) if g is not None else None
+        if found is None:
             return None
+        act, gated = found
+        op = ("geglu" if gated else "gelu_tanh") if act == "gelu_tanh" else "swiglu"
         last_x, last_y = const_value(defn, sx[-1]) if sx else None, const_value(defn, sy[-1]) if sy else None
         if last_x is None or last_y is None or sx[:-1] != sy[:-1]:
             return None

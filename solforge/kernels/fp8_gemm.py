@@ -1,16 +1,21 @@
 """Blockwise-scaled FP8 GEMM family (DeepSeek-style 1x128 activation / 128x128 weight scales).
 
-Serves the SOL-ExecBench Quant problems whose reference is exactly "quantize (or take) the operands
-with BlockwiseScaler, then CuBLASRefBlockwiseGemm.scaled_mm": out = bf16(dequant(qa) @ dequant(qw)^T
-+ bias). The operand modes differ per problem: an fp8 input with given scales (mode 0), a bf16
-input quantized in the call with scales computed in the call (1) or given (2); the weight scales
-come as [N/128, K/128] or in the W^T layout [K/128, N/128].
+Serves a problem whose traced reference (solforge/kernels/structure.py) is exactly "quantize (or
+take) the operands blockwise to e4m3, dequantize, one fp32 matmul out = x @ w^T, + bias, cast to
+bf16". The operand modes: an fp8 input with given scales (mode 0), a bf16 input quantized in the
+call with scales computed in the call (1) or given (2); given weight scales come as [N/128, K/128]
+or in the W^T layout [K/128, N/128].
 
-The matcher reads the reference with `ast`: the inlined BlockwiseScaler / CuBLASRefBlockwiseGemm
-must hold their defining lines (_HELPER_PATTERNS) and run()'s statements must be, one for one, those
-of one recipe in RECIPES (an explicit table: a problem whose run() does anything more, e.g. an MLP,
-a norm or a second GEMM, matches no recipe). The definition's tensors must then agree (dtypes,
-[.., K] / [N, K] / [N] shapes, K and N constant multiples of 128, the scales' shapes).
+The matcher reads only structure, never names or wording:
+- the definition's tensors by dtype and shape: one bf16 output [.., N]; x [.., K] (bf16 or fp8,
+  the output's leading dims), w [N, K] (bf16 or fp8), optionally bias [N] (bf16), the scales of x
+  [.., K/128] and of w (fp32); K and N constant multiples of 128;
+- the trace: only quantize / dequantize / layout ops besides one mm; the output is bf16(mm) or
+  bf16(mm + bias); mm's left operand comes from x untransposed and its right one from w transposed
+  (an odd number of transposes on its data path); one e4m3 cast per in-call quantized operand with
+  clamps at +-448, scales computed as clamp(amax / 448, min=1e-12) over 1x128 (x) and 128x128 (w)
+  blocks; each operand dequantized by one multiply with its block scales; a given weight scale
+  reaching that multiply through an odd number of transposes is in the W^T layout.
 
 Launches (kernels_cuda/fp8_gemm/fp8_gemm.cu): fp8_quant (both bf16 operands in one launch, only
 where a mode is not 0) then fp8_gemm (a CTA per BM x BN tile, mma.sync m16n8k32 e4m3, per-128-K
@@ -19,193 +24,226 @@ promotion). Tunables: BM, BN, WARPS_M, WARPS_N, STAGES.
 
 from __future__ import annotations
 
-import ast
-import re
+import itertools
 from typing import NamedTuple, Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import Family, FamilyError, Spec, const_value, product_expr, read_source, shape_dims
-from .gate import OfferedByProblem
+from .gate import OfferedByFamilyJson
+from .structure import In, Ref, Traced, trace
 
 SMEM_LIMIT = 227 * 1024
 QUANT_THREADS = 256   # #define QUANT_THREADS in the .cu
 PARAMS = ("BM", "BN", "WARPS_M", "WARPS_N", "STAGES")
+E4M3_MAX = 448.0
+SCALE_FLOOR = 1e-12
+FP8 = "float8_e4m3fn"
 
-# the inlined helpers' defining lines (ast.unparse form): scale = amax / 448 clamped at 1e-12,
-# quantize = clamp(x / scale, +-448), dequantize = q * scale, one fp32 matmul, + bias, cast
-_HELPER_PATTERNS = (
-    r"E4M3_MAX = 448\.0",
-    r"ScalingType\.BlockWise1x128: \(1, 128\)",
-    r"ScalingType\.BlockWise128x128: \(128, 128\)",
-    r"block_max = tensor_blocked\.abs\(\)\.amax\(dim=3\)\.amax\(dim=1\)\n\s*scales = block_max / self\.E4M3_MAX\n"
-    r"\s*return torch\.clamp\(scales, min=1e-12\)",
-    r"tensor_scaled = tensor \* scales",
-    r"tensor_scaled = tensor / scales\n\s*if clamp_to_fp8_range:\n\s*tensor_scaled = torch\.clamp\(tensor_scaled, "
-    r"min=-self\.E4M3_MAX, max=self\.E4M3_MAX\)",
-    r"a_f32 = scaler_a\.apply_scaling\(mat_a\.to\(torch\.float32\), scale_a, inverse=True\)",
-    r"b_f32 = scaler_b\.apply_scaling\(mat_b\.to\(torch\.float32\), scale_b, inverse=True\)",
-    r"y = a_f32 @ b_f32\.T\n\s*if bias is not None and bias\.numel\(\):\n\s*y = y \+ bias\n\s*return y\.to\(output_dtype\)",
-)
-
-_GEMM = (r"output = gemm_ref\.scaled_mm\(mat_a={a}, mat_b={b}, scale_a={sa}, scale_recipe_a=ScalingType\.BlockWise1x128, "
-         r"scale_b={sb}, scale_recipe_b=ScalingType\.BlockWise128x128, bias={bias}, "
-         r"output_dtype=(?:torch\.bfloat16|{x}\.dtype), use_fast_accum=True\)")
-_SCALERS = (r"activation_scaler = BlockwiseScaler\(ScalingType\.BlockWise1x128\)",
-            r"weight_scaler = BlockwiseScaler\(ScalingType\.BlockWise128x128\)")
-_Q_ACT = r"{q} = {s}\.to\(torch\.float8_e4m3fn\)"
-_SHAPES = r"(?:\w+(?:, \w+)* = {t}\.shape(?:\[0\])?|assert .*)"   # shape reads and asserts: no effect
-
-
-class Recipe(NamedTuple):
-    name: str
-    roles: tuple[str, ...]      # run()'s parameters in order: x, w, bias, sx, sw
-    a_mode: int                 # 0 fp8 + given scales, 1 bf16 + computed scales, 2 bf16 + given scales
-    w_mode: int
-    w_scales_t: bool            # given weight scales in the W^T layout [K/128, N/128]
-    statements: tuple[str, ...]  # run()'s statements, one regex each ({x}, {w}, ... = the roles' names)
-
-
-RECIPES = (
-    # 001: both quantized in the call, weight scales computed on W^T (then transposed), + bias
-    Recipe("bf16_compute_wt_bias", ("x", "w", "bias"), 1, 1, False, (
-        _SHAPES.format(t="{x}"), _SHAPES.format(t="{w}"), *_SCALERS, r"gemm_ref = CuBLASRefBlockwiseGemm\(\)",
-        r"(?P<xf>\w+) = {x}\.to\(torch\.float32\)",
-        r"(?P<sx>\w+) = activation_scaler\.compute_scales\((?P=xf)\)",
-        r"(?P<xs>\w+) = activation_scaler\.apply_scaling\((?P=xf), (?P=sx), inverse=False, clamp_to_fp8_range=True\)",
-        _Q_ACT.format(q="(?P<qx>\\w+)", s="(?P=xs)"),
-        r"(?P<wf>\w+) = {w}\.to\(torch\.float32\)",
-        r"(?P<wt>\w+) = (?P=wf)\.T",
-        r"(?P<sw>\w+) = weight_scaler\.compute_scales\((?P=wt)\)",
-        r"(?P<ws>\w+) = weight_scaler\.apply_scaling\((?P=wt), (?P=sw), inverse=False, clamp_to_fp8_range=True\)",
-        r"(?P<qw>\w+) = (?P=ws)\.T\.to\(torch\.float8_e4m3fn\)",
-        r"(?P<swc>\w+) = (?P=sw)\.T\.contiguous\(\)",
-        _GEMM.format(a="(?P=qx)", b="(?P=qw)", sa="(?P=sx)", sb="(?P=swc)", bias="{bias}", x="{x}"),
-        r"return output")),
-    # 006: both quantized in the call with given scales (weight scales in the W^T layout), no bias
-    Recipe("bf16_given_wt", ("x", "w", "sx", "sw"), 2, 2, True, (
-        _SHAPES.format(t="{x}"), _SHAPES.format(t="{w}"), r"assert .*", *_SCALERS,
-        r"gemm_ref = CuBLASRefBlockwiseGemm\(\)",
-        r"(?P<xf>\w+) = {x}\.to\(torch\.float32\)", r"(?P<wf>\w+) = {w}\.to\(torch\.float32\)",
-        r"(?P<xs>\w+) = activation_scaler\.apply_scaling\((?P=xf), {sx}, inverse=False, clamp_to_fp8_range=True\)",
-        r"(?P<wt>\w+) = (?P=wf)\.T",
-        r"(?P<ws>\w+) = weight_scaler\.apply_scaling\((?P=wt), {sw}, inverse=False, clamp_to_fp8_range=True\)",
-        _Q_ACT.format(q="(?P<qx>\\w+)", s="(?P=xs)"),
-        r"(?P<qw>\w+) = (?P=ws)\.T\.to\(torch\.float8_e4m3fn\)",
-        r"(?P<swc>\w+) = {sw}\.T\.contiguous\(\)",
-        _GEMM.format(a="(?P=qx)", b="(?P=qw)", sa="{sx}", sb="(?P=swc)", bias="None", x="{x}"),
-        r"return output")),
-    # 015: pre-quantized [B, L, K] activations, weight scales in the W^T layout
-    Recipe("fp8_3d_wt", ("x", "w", "sx", "sw"), 0, 0, True, (
-        r"(?P<b>\w+), (?P<l>\w+), (?P<k>\w+) = {x}\.shape", _SHAPES.format(t="{w}"),
-        r"(?P<x2>\w+) = {x}\.view\(-1, (?P=k)\)", r"(?P<m>\w+) = (?P=x2)\.shape\[0\]",
-        r"(?P<sx2>\w+) = {sx}\.view\((?P=m), -1\)", r"gemm_ref = CuBLASRefBlockwiseGemm\(\)",
-        r"(?P<swc>\w+) = {sw}\.T\.contiguous\(\)",
-        _GEMM.format(a="(?P=x2)", b="{w}", sa="(?P=sx2)", sb="(?P=swc)", bias="None", x="{x}"),
-        r"output = output\.view\((?P=b), (?P=l), \w+\)", r"return output")),
-    # 021: both quantized in the call, weight scales computed on W directly ([N/128, K/128])
-    Recipe("bf16_compute_direct", ("x", "w"), 1, 1, False, (
-        _SHAPES.format(t="{x}"), _SHAPES.format(t="{w}"), r"assert .*", *_SCALERS,
-        r"gemm_ref = CuBLASRefBlockwiseGemm\(\)",
-        r"(?P<xf>\w+) = {x}\.to\(torch\.float32\)", r"(?P<wf>\w+) = {w}\.to\(torch\.float32\)",
-        r"(?P<sx>\w+) = activation_scaler\.compute_scales\((?P=xf)\)",
-        r"(?P<sw>\w+) = weight_scaler\.compute_scales\((?P=wf)\)",
-        r"(?P<xs>\w+) = activation_scaler\.apply_scaling\((?P=xf), (?P=sx), inverse=False, clamp_to_fp8_range=True\)",
-        r"(?P<ws>\w+) = weight_scaler\.apply_scaling\((?P=wf), (?P=sw), inverse=False, clamp_to_fp8_range=True\)",
-        _Q_ACT.format(q="(?P<qx>\\w+)", s="(?P=xs)"),
-        r"(?P<qw>\w+) = (?P=ws)\.to\(torch\.float8_e4m3fn\)",
-        _GEMM.format(a="(?P=qx)", b="(?P=qw)", sa="(?P=sx)", sb="(?P=sw)", bias="None", x="{x}"),
-        r"return output")),
-    # 022: pre-quantized, scales in the scaled_mm layout
-    Recipe("fp8_direct", ("x", "w", "sx", "sw"), 0, 0, False, (
-        r"gemm_ref = CuBLASRefBlockwiseGemm\(\)",
-        _GEMM.format(a="{x}", b="{w}", sa="{sx}", sb="{sw}", bias="None", x="{x}"),
-        r"return output")),
-)
+# what the reference may do besides its one mm: casts, layout, block amax, scale, clamp, bias add
+_ALLOWED = {"_to_copy", "view", "_unsafe_view", "reshape", "abs", "amax", "div", "clamp", "clamp_min",
+            "unsqueeze", "squeeze", "permute", "t", "transpose", "clone", "mul", "mm", "add", "expand",
+            "alias", "detach", "lift_fresh_copy", "copy"}
+_LAYOUT = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "clone", "alias", "detach",
+           "expand", "_to_copy", "lift_fresh_copy", "copy"}
+_TRANSPOSE = {"permute", "t", "transpose"}
 
 
 class Match(NamedTuple):
-    recipe: Recipe
-    names: dict          # role -> input name
+    a_mode: int          # 0 fp8 + given scales, 1 bf16 + computed scales, 2 bf16 + given scales
+    w_mode: int
+    w_scales_t: bool     # given weight scales in the W^T layout [K/128, N/128]
+    names: dict          # role (x, w, bias, sx, sw) -> input name
     m_expr: str          # rows of x (the product of its leading dims)
     k: int
     n: int
 
-
-def _run_statements(reference: str) -> Optional[tuple[list[str], list[str], str]]:
-    """(run's parameter names, run's statements unparsed, docstrings dropped; the module unparsed)."""
-    try:
-        mod = ast.parse(reference)
-    except SyntaxError:
-        return None
-    runs = [n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
-    if len(runs) != 1:
-        return None
-    fn = runs[0]
-    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    return [a.arg for a in fn.args.args], [ast.unparse(s) for s in body], ast.unparse(mod)
+    @property
+    def label(self) -> str:
+        """A structural label for notes: a<mode>w<mode>[t][+bias]."""
+        return f"a{self.a_mode}w{self.w_mode}{'t' if self.w_scales_t else ''}{'+bias' if 'bias' in self.names else ''}"
 
 
-def _match_recipe(recipe: Recipe, args: list[str], stmts: list[str]) -> Optional[dict]:
-    if len(args) != len(recipe.roles) or len(stmts) != len(recipe.statements):
+def _roles(defn: Definition):
+    """Every assignment of the roles to the tensor inputs that the dtypes and shapes allow."""
+    if len(defn.outputs) != 1:
+        return
+    out = next(iter(defn.outputs))
+    o = shape_dims(defn, out)
+    if defn.outputs[out].dtype != "bfloat16" or len(o) < 2:
+        return
+    n = const_value(defn, o[-1])
+    tensors = [k for k, v in defn.inputs.items() if not v.is_scalar]
+    if n is None or n <= 0 or n % 128 or len(tensors) != len(defn.inputs) or not 2 <= len(tensors) <= 5:
+        return
+    dt = {k: defn.inputs[k].dtype for k in tensors}
+    for x, w in itertools.permutations(tensors, 2):
+        xs, ws = shape_dims(defn, x), shape_dims(defn, w)
+        if dt[x] not in ("bfloat16", FP8) or dt[w] not in ("bfloat16", FP8):
+            continue
+        if len(xs) != len(o) or xs[:-1] != o[:-1] or len(ws) != 2:
+            continue
+        k, kx, nw = const_value(defn, ws[1]), const_value(defn, xs[-1]), const_value(defn, ws[0])
+        if None in (k, kx, nw) or k != kx or nw != n or k <= 0 or k % 128:
+            continue
+        rest = [t for t in tensors if t not in (x, w)]
+        names = {"x": x, "w": w}
+        for t in rest:
+            ts = shape_dims(defn, t)
+            cs = [const_value(defn, d) for d in ts]
+            if dt[t] == "bfloat16" and cs == [n] and "bias" not in names:
+                names["bias"] = t
+            elif dt[t] == "float32" and ts[:-1] == xs[:-1] and cs[-1] == k // 128 and "sx" not in names:
+                names["sx"] = t
+            elif dt[t] == "float32" and cs in ([n // 128, k // 128], [k // 128, n // 128]) and "sw" not in names:
+                names["sw"] = t
+            else:
+                break
+        else:
+            if (dt[x] == FP8 and "sx" not in names) or (dt[w] == FP8 and "sw" not in names):
+                continue
+            yield names, n, k, product_expr(xs[:-1])
+
+
+def _main(g: Traced, ref, numel: int) -> tuple[Optional[object], int]:
+    """Follow a tensor's data path back through layout, scale and cast ops to where it starts (an
+    input, or an op of another kind): (the start, transposes on the way). At a binary op the path
+    goes on through the operand of the full element count (the data, not its block scales)."""
+    flips = 0
+    while isinstance(ref, Ref):
+        op = g.ops[ref.i]
+        if op.name in _TRANSPOSE:
+            perm = op.args[1] if op.name == "permute" else None
+            if op.shape is None or len(op.shape) != 2 or (perm is not None and tuple(perm) != (1, 0)):
+                return None, flips
+            flips += 1
+        elif op.name in ("mul", "div", "clamp", "clamp_min"):
+            pass
+        elif op.name not in _LAYOUT:
+            return ref, flips
+        nxt = [r for r in op.args if isinstance(r, (In, Ref)) and _numel(g, r) == numel]
+        if len(nxt) != 1:
+            return None, flips
+        ref = nxt[0]
+    return ref, flips
+
+
+def _numel(g: Traced, ref) -> Optional[int]:
+    s = g.shape_of(ref)
+    if s is None:
         return None
-    names = dict(zip(recipe.roles, args))
-    subst = {r: re.escape(n) for r, n in names.items()}
-    # one regex over all statements so that named groups (local variables) bind across them
-    pattern = "\n".join(p.replace("{x}", subst.get("x", "")).replace("{w}", subst.get("w", ""))
-                        .replace("{bias}", subst.get("bias", "None")).replace("{sx}", subst.get("sx", ""))
-                        .replace("{sw}", subst.get("sw", "")) for p in recipe.statements)
-    return names if re.fullmatch(pattern, "\n".join(stmts)) else None
+    out = 1
+    for d in s:
+        out *= d
+    return out
+
+
+def _scale_flips(g: Traced, mul_i: int, data_numel: int, scale_input: str) -> Optional[int]:
+    """Transposes between a given scale input and the dequantizing multiply it feeds."""
+    op = g.ops[mul_i]
+    other = [r for r in op.args if isinstance(r, (In, Ref)) and _numel(g, r) != data_numel]
+    if len(other) != 1:
+        return None
+    ref, flips = other[0], 0
+    while isinstance(ref, Ref):
+        o = g.ops[ref.i]
+        if o.name in _TRANSPOSE:
+            flips += 1
+        elif o.name not in _LAYOUT:
+            return None
+        refs = [r for r in o.args if isinstance(r, (In, Ref))]
+        if len(refs) != 1:
+            return None
+        ref = refs[0]
+    return flips if ref == In(scale_input) else None
+
+
+def _check_trace(defn: Definition, g: Traced, names: dict, n: int, k: int) -> Optional[Match]:
+    if set(g.names()) - _ALLOWED or len(g.find("mm")) != 1:
+        return None
+    used = {r.name for o in g.ops for r in o.refs() if isinstance(r, In)}
+    if used != set(names.values()):
+        return None  # an input the reference never reads (or one it reads that has no role)
+    # the output: bf16(mm) or bf16(mm + bias), possibly viewed back to x's leading dims
+    out = next(iter(g.outputs.values()))
+    if not isinstance(out, Ref):
+        return None
+    while g.ops[out.i].name in ("view", "_unsafe_view", "reshape") and isinstance(g.ops[out.i].args[0], Ref):
+        out = g.ops[out.i].args[0]
+    cast = g.ops[out.i]
+    if cast.name != "_to_copy" or cast.dtype != "bfloat16" or not isinstance(cast.args[0], Ref):
+        return None
+    acc = g.ops[cast.args[0].i]
+    mm_i = g.find("mm")[0]
+    if acc.name == "add":
+        if "bias" not in names or set(acc.args) != {Ref(mm_i), In(names["bias"])}:
+            return None
+    elif cast.args[0] != Ref(mm_i) or "bias" in names:
+        return None
+    mm = g.ops[mm_i]
+    if mm.dtype != "float32" or len(mm.args) != 2 or mm.shape is None:
+        return None
+    m_rows = mm.shape[0]
+    a_start, a_flips = _main(g, mm.args[0], m_rows * k)
+    b_start, b_flips = _main(g, mm.args[1], n * k)
+    if a_start != In(names["x"]) or a_flips % 2 or b_start != In(names["w"]) or b_flips % 2 != 1:
+        return None
+    # one dequantizing multiply per operand (and nothing else multiplies)
+    muls = g.find("mul")
+    if len(muls) != 2:
+        return None
+    x_mul = [i for i in muls if names["x"] in g.sources(Ref(i)) and _numel(g, Ref(i)) == m_rows * k]
+    w_mul = [i for i in muls if names["w"] in g.sources(Ref(i)) and _numel(g, Ref(i)) == n * k]
+    if len(x_mul) != 1 or len(w_mul) != 1 or x_mul == w_mul:
+        return None
+    # quantization in the call: e4m3 casts, clamps at +-448, scales clamp(amax / 448, 1e-12)
+    dt = {r: defn.inputs[names[r]].dtype for r in ("x", "w")}
+    quantized = sum(dt[r] == "bfloat16" for r in ("x", "w"))
+    if sum(o.name == "_to_copy" and o.dtype == FP8 for o in g.ops) != quantized:
+        return None
+    computed = [r for r in ("x", "w") if dt[r] == "bfloat16" and ("sx" if r == "x" else "sw") not in names]
+    for o in g.ops:
+        c = o.constants()
+        if o.name == "clamp" and sorted(c) not in ([-E4M3_MAX, E4M3_MAX], [SCALE_FLOOR]):
+            return None
+        if o.name in ("div", "clamp_min") and c and c not in ([E4M3_MAX], [SCALE_FLOOR]):
+            return None
+        if o.name == "add" and c:
+            return None
+    amax_shapes = sorted(g.ops[i].shape for i in g.find("amax") if len(g.ops[i].shape or ()) == 2)
+    want = sorted(s for r in computed for s in (
+        [(m_rows, k // 128)] if r == "x" else [(n // 128, k // 128)]))
+    if len(g.find("amax")) != 2 * len(computed) or amax_shapes != want:
+        return None
+    # where the weight scales are given: their layout from the transposes on their way to the multiply
+    w_scales_t = False
+    if "sw" in names:
+        flips = _scale_flips(g, w_mul[0], n * k, names["sw"])
+        if flips is None:
+            return None
+        w_scales_t = flips % 2 == 1
+        want_shape = [k // 128, n // 128] if w_scales_t else [n // 128, k // 128]
+        if [const_value(defn, d) for d in shape_dims(defn, names["sw"])] != want_shape:
+            return None
+    if "sx" in names and _scale_flips(g, x_mul[0], m_rows * k, names["sx"]) != 0:
+        return None
+    a_mode = 0 if dt["x"] == FP8 else (2 if "sx" in names else 1)
+    w_mode = 0 if dt["w"] == FP8 else (2 if "sw" in names else 1)
+    return Match(a_mode, w_mode, w_scales_t, names, "", k, n)
 
 
 def match_fp8_gemm(defn: Definition) -> Optional[Match]:
-    parsed = _run_statements(defn.reference)
-    if parsed is None:
+    roles = list(_roles(defn))
+    if not roles:
         return None
-    args, stmts, module = parsed
-    if not all(re.search(p, module) for p in _HELPER_PATTERNS):
+    g = trace(defn)
+    if g is None:
         return None
-    if set(args) != set(defn.inputs) or len(defn.outputs) != 1:
-        return None
-    for recipe in RECIPES:
-        names = _match_recipe(recipe, args, stmts)
-        if names is not None:
-            return _check_tensors(defn, recipe, names)
+    for names, n, k, m_expr in roles:
+        m = _check_trace(defn, g, names, n, k)
+        if m is not None:
+            return m._replace(m_expr=m_expr)
     return None
-
-
-def _check_tensors(defn: Definition, recipe: Recipe, names: dict) -> Optional[Match]:
-    inp = defn.inputs
-    out_name = next(iter(defn.outputs))
-    if defn.outputs[out_name].dtype != "bfloat16" or any(inp[n].is_scalar for n in names.values()):
-        return None
-    x, w = shape_dims(defn, names["x"]), shape_dims(defn, names["w"])
-    o = shape_dims(defn, out_name)
-    want_x = "float8_e4m3fn" if recipe.a_mode == 0 else "bfloat16"
-    want_w = "float8_e4m3fn" if recipe.w_mode == 0 else "bfloat16"
-    if inp[names["x"]].dtype != want_x or inp[names["w"]].dtype != want_w:
-        return None
-    if len(w) != 2 or len(x) < 2 or (len(x) != 2 and recipe.name != "fp8_3d_wt"):
-        return None
-    k, n, kx = const_value(defn, w[1]), const_value(defn, w[0]), const_value(defn, x[-1])
-    if None in (k, n, kx) or k != kx or k % 128 or n % 128 or k <= 0 or n <= 0:
-        return None
-    if len(o) != len(x) or o[:-1] != x[:-1] or const_value(defn, o[-1]) != n:
-        return None
-    if "bias" in names:
-        b = shape_dims(defn, names["bias"])
-        if inp[names["bias"]].dtype != "bfloat16" or len(b) != 1 or const_value(defn, b[0]) != n:
-            return None
-    if "sx" in names:
-        s = shape_dims(defn, names["sx"])
-        if inp[names["sx"]].dtype != "float32" or s[:-1] != x[:-1] or const_value(defn, s[-1]) != k // 128:
-            return None
-    if "sw" in names:
-        s = shape_dims(defn, names["sw"])
-        want = [k // 128, n // 128] if recipe.w_scales_t else [n // 128, k // 128]
-        if inp[names["sw"]].dtype != "float32" or [const_value(defn, d) for d in s] != want:
-            return None
-    return Match(recipe, names, product_expr(x[:-1]), k, n)
 
 
 def smem_bytes(bm: int, bn: int, stages: int) -> int:
@@ -215,24 +253,23 @@ def smem_bytes(bm: int, bn: int, stages: int) -> int:
 SMEM_EXPR = "STAGES * ((BM + BN) * 128 + BM * 4)"
 
 
-class Fp8GemmFamily(OfferedByProblem, Family):
+class Fp8GemmFamily(OfferedByFamilyJson, Family):
     name = "fp8_gemm"
     description = ("blockwise-scaled FP8 GEMM (1x128 activation, 128x128 weight scales): in-call "
                    "quantization of bf16 operands (amax -> scale -> e4m3 RNE), mma.sync m16n8k32 e4m3 "
                    "with a cp.async ring, per-128-K promotion by sa * sw, + bias, bf16")
     ops = ("fp8_blockwise_gemm",)
-    source_dir = "fp8_gemm"   # gated problem by problem (OfferedByProblem): import_kernel_check.py --fp8
+    source_dir = "fp8_gemm"   # family.json "offered": the family-wide GPU gate
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
         m = match_fp8_gemm(defn)
         if m is None:
             return None
-        r = m.recipe
-        sw_sn, sw_sk = (1, m.n // 128) if r.w_scales_t else (m.k // 128, 1)
-        fixed = {"K_DIM": m.k, "N_DIM": m.n, "A_MODE": r.a_mode, "W_MODE": r.w_mode,
+        sw_sn, sw_sk = (1, m.n // 128) if m.w_scales_t else (m.k // 128, 1)
+        fixed = {"K_DIM": m.k, "N_DIM": m.n, "A_MODE": m.a_mode, "W_MODE": m.w_mode,
                  "SW_SN": sw_sn, "SW_SK": sw_sk, "HAS_BIAS": int("bias" in m.names)}
         return Spec(fixed=fixed, info={"M": m.m_expr, "names": m.names, "out": next(iter(defn.outputs)),
-                                       "recipe": r.name})
+                                       "recipe": m.label})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # the first H200 check (data/results/fp8_gemm_h200_check_log.txt): 64x64 tiles with 4 warps

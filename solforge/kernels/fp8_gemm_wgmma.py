@@ -6,7 +6,7 @@ its analyze() and its launch/workspace construction); only the GEMM kernel diffe
 kernels_cuda/fp8_gemm_wgmma/fp8_gemm_wgmma.cu, a CTA of BM/64 warpgroups per BM x BN tile, a
 cp.async ring into 128B-swizzled shared memory, per 128-K block 4 wgmma m64nBNk32 e4m3 into a fresh
 fp32 partial promoted with sa * sw exactly as fp8_gemm.cu. Tunables: BM (64/128), BN (64/128),
-STAGES. Gated problem by problem (family.json; import_kernel_check.py --fp8w after its GPU check).
+STAGES. Gated by family.json `"offered"` (false until its first GPU check).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Fp8GemmWgmmaFamily(Fp8GemmFamily):
                    "m64nNk32 e4m3 (sm_90a): fp8_gemm's in-call quantization, a cp.async ring into "
                    "128B-swizzled smem, per-128-K promotion by sa * sw, + bias, bf16")
     ops = ("fp8_blockwise_gemm",)
-    source_dir = "fp8_gemm_wgmma"   # gated problem by problem: import_kernel_check.py --fp8w
+    source_dir = "fp8_gemm_wgmma"   # family.json "offered": the family-wide GPU gate
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
         # not yet measured: 128 x 128 (two warpgroups, the usual Hopper tile) first, then the

@@ -1,7 +1,9 @@
 """GEMM family: C = A @ B.T (fp16/bf16, fp32 accumulation) with constant N, K and variable M.
 
-Serves references that are exactly one `torch.matmul(A, B.T)` / `A @ B.T` / `F.linear(A, B)` with
-A [..., K], B [N, K] and C [..., N] (the FlashInfer-Bench GEMMs). The kernel
+Serves references whose trace (solforge/kernels/structure.py) is exactly one product C = A @ B^T
+(`torch.matmul(A, B.T)`, `A @ B.t()`, `F.linear(A, B)`, a transposed local first, ...: one mm whose
+right operand is B through one transpose) with A [..., K], B [N, K] and C [..., N] in one dtype, no
+casts or other ops; A and B by their role in the mm, not their names. The kernel
 (kernels_cuda/gemm/gemm_tn.cu) switches between three tile configurations by M at run time; the
 launch grid, dynamic shared memory and workspace expressions mirror that switch, so one candidate
 serves every workload of a problem.
@@ -9,20 +11,38 @@ serves every workload of a problem.
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import (DTYPE_CODE, Family, FamilyError, Spec, const_value, product_expr, read_source,
-                   reference_code, shape_dims)
+                   shape_dims)
+from .structure import In, Ref, chain, trace
 
-_MATMUL_T = re.compile(
-    r"(?:torch\.matmul\(\s*(\w+)\s*,\s*(\w+)\s*\.\s*(?:T|t\(\))\s*\)"
-    r"|(\w+)\s*@\s*(\w+)\s*\.\s*(?:T|t\(\))"
-    r"|(?:F|torch\.nn\.functional)\.linear\(\s*(\w+)\s*,\s*(\w+)\s*\))")
-_OTHER_OPS = re.compile(r"softmax|relu|gelu|silu|sigmoid|tanh|exp\(|norm|bias|\+|scale|\.to\(|cat\(|"
-                        r"transpose|permute|reshape|view\(|contiguous")
+_LAYOUT = {"view", "_unsafe_view", "reshape", "alias", "detach", "clone", "expand", "lift_fresh_copy"}
+_TRANSPOSE = {"t", "permute", "transpose"}
+
+
+def match_bt(defn: Definition) -> Optional[tuple[str, str]]:
+    """(A, B) when the traced reference is C = A @ B^T and nothing else, else None."""
+    g = trace(defn)
+    if g is None or set(g.names()) - _LAYOUT - _TRANSPOSE - {"mm"} or len(g.find("mm")) != 1:
+        return None
+    (out,) = g.outputs.values()
+    mm_i = g.find("mm")[0]
+    start, _ = chain(g, out, _LAYOUT)
+    if start != Ref(mm_i):
+        return None
+    a, pa = chain(g, g.ops[mm_i].args[0], _LAYOUT)
+    b, pb = chain(g, g.ops[mm_i].args[1], _LAYOUT | _TRANSPOSE)
+    if not isinstance(a, In) or not isinstance(b, In) or a == b or pb.count("t") + pb.count("permute") + \
+            pb.count("transpose") != 1:
+        return None
+    t = next(g.ops[i] for i in range(len(g.ops)) if g.ops[i].name in _TRANSPOSE)
+    if t.name == "permute" and tuple(t.args[1]) != (1, 0):
+        return None
+    return a.name, b.name
+
 
 TIER_KEYS = ("BM", "BN", "BK", "WM", "ST", "SPLIT")
 SMEM_LIMIT = 227 * 1024
@@ -40,21 +60,12 @@ class GemmFamily(Family):
     source_dir = "gemm"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        code = reference_code(defn)
-        calls = _MATMUL_T.findall(code)
-        if len(calls) != 1:
+        if len(defn.inputs) != 2 or len(defn.outputs) != 1 or any(s.is_scalar for s in defn.inputs.values()):
             return None
-        names = [x for x in calls[0] if x]
-        a, b = names
-        if a not in defn.inputs or b not in defn.inputs or len(defn.inputs) != 2 or len(defn.outputs) != 1:
+        ab = match_bt(defn)
+        if ab is None:
             return None
-        # nothing but the one product: strip the matched call and look for other work
-        rest = _MATMUL_T.sub("", code)
-        body = "\n".join(l for l in rest.splitlines()
-                         if l.strip() and not l.strip().startswith(("import", "from", "def ", "return",
-                                                                    "assert", "\"", "'")))
-        if _OTHER_OPS.search(body.split("=", 1)[-1] if "=" in body else body):
-            return None
+        a, b = ab
         out = next(iter(defn.outputs))
         dts = {defn.inputs[a].dtype, defn.inputs[b].dtype, defn.outputs[out].dtype}
         if len(dts) != 1 or next(iter(dts)) not in ("float16", "bfloat16"):

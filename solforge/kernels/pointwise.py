@@ -14,21 +14,14 @@ only for problems no earlier family claims: the registry lists it last.
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .gate import family_offered
-from .base import Family, FamilyError, Spec, read_source, reference_code
+from .base import Family, FamilyError, Spec, read_source
 from .pointwise_trace import INPUT_TYPES, PointwiseGraph, trace_pointwise
 
-# Cheap screen before tracing: calls that are never elementwise.
-_NOT_POINTWISE = re.compile(r"\b(?:matmul|linear|einsum|bmm|mm|conv\w*|softmax|\w*norm\w*|mean|"
-                            r"cumsum|topk|sort|argsort|gather|scatter\w*|index\w*|cat|stack|"
-                            r"chunk|split|where|masked_fill|arange|zeros|ones|empty|full|"
-                            r"\w*attention\w*|repeat\w*|roll|flip|pad|item|tolist|nonzero)\s*\(|"
-                            r"@|\bfor\b|\[")
 _ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -45,10 +38,6 @@ class PointwiseFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        body = "\n".join(l for l in reference_code(defn).splitlines()
-                         if not re.match(r"\s*(import|from|def|@)", l))
-        if _NOT_POINTWISE.search(body.lower()):
-            return None
         g = trace_pointwise(defn)
         if g is None:
             return None

@@ -12,27 +12,20 @@ values that the pass-p sums need and block-reduces them (warp shuffles + 32 floa
 memory); the last pass computes and stores the outputs. Passes after the first re-read the row,
 which is then in L1/L2 (a row is at most a few tens of KB), so DRAM sees it about once.
 
-Gated problem by problem: kernels_cuda/pointwise_rows/family.json `offered` and `offered_problems`
-(each problem listed after a GPU check found every workload correct).
+Gated by kernels_cuda/pointwise_rows/family.json `"offered"` (the family-wide GPU gate).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
-from .base import Family, FamilyError, Spec, definition_of, read_source, reference_code
-from .gate import family_offered, family_offered_for
+from .base import Family, FamilyError, Spec, read_source
+from .gate import family_offered
 from .pointwise_rows_trace import INPUT_TYPES, RowGraph, trace_rows
 from .pointwise_trace import _lit as pt_lit
 
-# Cheap screen before tracing: calls that are never elementwise or row statistics.
-_NOT_ROWS = re.compile(r"\b(?:matmul|linear|einsum|bmm|mm|conv\w*|cumsum|topk|sort|argsort|gather|"
-                       r"scatter\w*|index\w*|cat|stack|chunk|split|arange|\w*attention\w*|repeat\w*|"
-                       r"roll|flip|pad|item|tolist|nonzero|view|reshape|permute|transpose)\s*\(|"
-                       r"@|\bfor\b")
 _ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "bool": 1}
 _GRID_BLOCKS = 132 * 16  # rows beyond this many blocks loop (grid-stride)
 
@@ -49,14 +42,7 @@ class PointwiseRowsFamily(Family):
     def offered(self) -> bool:
         return family_offered(self.source_dir)
 
-    def offered_for(self, problem) -> bool:
-        return family_offered_for(self.source_dir, definition_of(problem).name)
-
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        body = "\n".join(l for l in reference_code(defn).splitlines()
-                         if not re.match(r"\s*(import|from|def|@)", l))
-        if _NOT_ROWS.search(body.lower()):
-            return None
         g = trace_rows(defn)
         if g is None:
             return None

@@ -1,50 +1,40 @@
 """RMSNorm family: plain, fused add + RMSNorm (pre-residual), post-norm residual, per-head weights.
 
-Serves a problem when its reference is only an RMS normalization over the last dimension
-(rsqrt of the mean of squares) with a learned weight, on float32/float16/bfloat16 tensors whose
-last dimension is a constant. The reference's rounding order is read from its code (is the
-residual added in float32 or in the dtype, is the weight applied before or after the cast) and
-becomes fixed params; kernels_cuda/rmsnorm/rmsnorm.cu explains them.
+Serves a problem when its traced reference (solforge/kernels/structure.py) is only an RMS
+normalization over the last dimension (rsqrt(mean(x^2, -1) + eps)) with a learned weight, on
+float32/float16/bfloat16 tensors whose last dimension is a constant; inputs get their roles from
+their shapes (row tensors, [H] or [heads, H] weights) and from where they enter the trace (the
+normalized sum, or an add after the norm), never from their names. The reference's rounding order
+is read from the trace too (is the residual added in float32 or in the dtype, is the weight applied
+before or after the cast) and becomes fixed params; kernels_cuda/rmsnorm/rmsnorm.cu explains them.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import (CUDA_DIR, DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, const_value, product_expr,
-                   read_source, reference_code, shape_dims, text_of)
+                   read_source, shape_dims)
+from .structure import In, Ref, Traced, trace
 
-# Anything beyond a norm in the reference means another family (or an agent) should take it.
-_FOREIGN = re.compile(r"matmul|linear|softmax|conv|@|einsum|bmm|attention|\bcat\(|backward|grad|"
-                      r"gelu|silu|sigmoid|tanh|exp\(|topk|sort|scatter|gather|index|sin\(|cos\(")
+# Anything beyond a norm in the trace means another family (or an agent) should take it.
+_ALLOWED = {"_to_copy", "add", "mul", "pow", "mean", "rsqrt", "view", "_unsafe_view", "reshape",
+            "unsqueeze", "squeeze", "expand", "clone", "alias", "detach", "copy", "lift_fresh_copy"}
 WPRE_OFF_BYTES = 8192  # row size from which the weight preload is tried off first
 NSM = 132  # H200 SMs: PERSIST=1 grids are at most NSM * BPS blocks
 PERSIST_REG_SLACK = 40  # registers besides the ring and the weight (_persist_fits)
-
-_EPS_LITERAL = re.compile(r"\beps\w*\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", re.I)
-
-
-def _rms_pattern(code: str) -> bool:
-    squares = re.search(r"pow\(\s*2\s*\)|\*\*\s*2|square\(", code) is not None
-    mean = ".mean(" in code or "torch.mean(" in code
-    return squares and mean and ("rsqrt" in code or "sqrt" in code)
 
 
 class RMSNormFamily(Family):
     name = "rmsnorm"
     description = ("RMSNorm over a constant last dimension; optional fused residual add before "
                    "(x = h + r) or after (out = r + norm(h)); one row per TPR threads, 16-byte loads")
-    ops = ("rmsnorm", "fused_add_rmsnorm", "post_norm_residual", "qk_rmsnorm")
+    ops = ("rmsnorm", "fused_add_rmsnorm", "rmsnorm_then_residual_add", "qk_rmsnorm")
     source_dir = "rmsnorm"
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        code = reference_code(defn)
-        low = code.lower()
-        if not _rms_pattern(low) or _FOREIGN.search(low):
-            return None
         tensors = {k: v for k, v in defn.inputs.items() if not v.is_scalar}
         dtypes = {v.dtype for v in tensors.values()} | {v.dtype for v in defn.outputs.values()}
         if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPE_CODE:
@@ -73,25 +63,46 @@ class RMSNormFamily(Family):
                 return None
         if any(list(tensors[w].shape) != wshape for w in weights):
             return None
+        norms = _norms(defn)
+        if norms is None or len(norms.normalized) != len(out_names):
+            return None
+        g = norms.graph
 
-        resid = [k for k in full if "resid" in k.lower()]
         fixed = {"DTYPE": DTYPE_CODE[dtype], "HIDDEN": hidden, "RESID_MODE": 0, "POST_RESID": 0,
-                 "WEIGHT_MODE": _weight_mode(code, weights[0]) if dtype != "float32" else 0,
-                 "WEIGHT_ROWS": w_rows}
-        info = {"rows": product_expr(out_shape[:-1]), "eps": _eps_arg(defn, code), "dtype": dtype}
-        if len(full) == len(out_names) and len(weights) == len(out_names) and not resid:
-            # independent norms (one per output), e.g. Q and K
-            info["pairs"] = list(zip(full, weights, out_names))
-            info["res"] = None
-        elif len(full) == 2 and len(out_names) == 1 and len(weights) == 1 and len(resid) == 1:
-            x = next(k for k in full if k != resid[0])
-            post = _is_post_residual(code, resid[0])
-            if post:
+                 "WEIGHT_MODE": _weight_mode(g, weights, dtype), "WEIGHT_ROWS": w_rows}
+        info = {"rows": product_expr(out_shape[:-1]), "eps": norms.eps, "dtype": dtype}
+        if len(full) == len(out_names) == len(weights):
+            # independent norms, one per output (e.g. Q and K): each output's row input and weight
+            pairs = []
+            for o in out_names:
+                src = g.sources(g.outputs[o])
+                x, w = [k for k in full if k in src], [k for k in weights if k in src]
+                if len(x) != 1 or len(w) != 1:
+                    return None
+                pairs.append((x[0], w[0], o))
+            if sorted(p[0] for p in pairs) != sorted(full) or any(len(n) != 1 for n in norms.normalized):
+                return None
+            info["pairs"], info["res"] = pairs, None
+        elif len(full) == 2 and len(out_names) == 1 and len(weights) == 1:
+            normed = norms.normalized[0]
+            if normed == set(full):
+                # x = h + r, then the norm: added in float32 (RESID_MODE 1) or in the dtype (2)
+                add = _joining_add(g, full)
+                if add is None:
+                    return None
+                x, res = add.x, add.res
+                fixed["RESID_MODE"] = 1 if dtype == "float32" or g.ops[add.i].dtype == "float32" else 2
+            elif len(normed) == 1:
+                # out = r + norm(x): the row input the norm does not read joins after it
+                x = next(iter(normed))
+                res = next(k for k in full if k != x)
+                if res not in g.sources(g.outputs[out_names[0]]):
+                    return None
                 fixed["POST_RESID"] = 1
             else:
-                fixed["RESID_MODE"] = 1 if _add_in_float(code, resid[0]) or dtype == "float32" else 2
+                return None
             info["pairs"] = [(x, weights[0], out_names[0])]
-            info["res"] = resid[0]
+            info["res"] = res
         else:
             return None
         return Spec(fixed=fixed, info=info)
@@ -305,40 +316,69 @@ def _full_bps(threads: int) -> int:
     return max(1, min(8, 2048 // threads))
 
 
-def _eps_arg(defn: Definition, code: str) -> str:
-    for k, v in defn.inputs.items():
-        if v.is_scalar and "eps" in k.lower():
-            return k
-    m = _EPS_LITERAL.search(code)
-    if m:
-        return repr(float(m.group(1)))
-    m = re.search(r"\+\s*([0-9]*\.?[0-9]+[eE][-+]?[0-9]+)", code)  # `... + 1e-6)` inline
-    if m:
-        return repr(float(m.group(1)))
-    raise FamilyError(f"{defn.name}: cannot find epsilon in the reference")
+class _Norms(NamedTuple):
+    graph: Traced
+    normalized: list       # per rsqrt: the row inputs whose squares (of their sum) it normalizes
+    eps: str               # a scalar input's name or a float literal
 
 
-def _add_in_float(code: str, resid: str) -> bool:
-    """Is the residual added after both sides are cast to float32?"""
-    for line in code.splitlines():
-        if resid in line and "+" in line and "rsqrt" not in line:
-            return "float32" in line or ".float()" in line
-    return False
+def _norms(defn: Definition) -> Optional[_Norms]:
+    """The RMS normalizations of the traced reference, each rsqrt(mean(t^2, last dim, keepdim) +
+    eps) with one eps for all; None when the trace does anything a norm does not."""
+    g = trace(defn)
+    if g is None or set(g.names()) - _ALLOWED:
+        return None
+    normalized, eps = [], set()
+    for i in g.find("rsqrt"):
+        add = g.ops[i].args[0]
+        if not isinstance(add, Ref) or g.ops[add.i].name != "add":
+            return None
+        a = g.ops[add.i]
+        means = [r for r in a.args if isinstance(r, Ref) and g.ops[r.i].name == "mean"]
+        consts = a.constants()
+        if len(means) != 1 or len(consts) != 1:
+            return None
+        mean = g.ops[means[0].i]
+        rank = len(mean.shape or ())
+        dims = tuple(mean.args[1]) if len(mean.args) > 1 and isinstance(mean.args[1], tuple) else ()
+        keep = (mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim")) is True
+        if dims not in ((-1,), (rank - 1,)) or not keep or not isinstance(mean.args[0], Ref):
+            return None
+        sq = g.ops[mean.args[0].i]
+        if not ((sq.name == "pow" and tuple(sq.args[1:]) == (2,)) or
+                (sq.name == "mul" and len(sq.args) == 2 and sq.args[0] == sq.args[1])):
+            return None
+        normalized.append(g.sources(sq.args[0]))
+        eps.add(consts[0])
+    if not normalized or len(eps) != 1:
+        return None
+    c = eps.pop()
+    return _Norms(g, normalized, g.scalar_named(c) or repr(float(c)))
 
 
-def _is_post_residual(code: str, resid: str) -> bool:
-    """Does the residual join after the normalization (out = r + norm(x))?"""
-    lines = code.splitlines()
-    norm_at = next((i for i, l in enumerate(lines) if "rsqrt" in l or "sqrt(" in l), None)
-    add_at = [i for i, l in enumerate(lines) if resid in l and "+" in l and "def " not in l]
-    return norm_at is not None and bool(add_at) and min(add_at) > norm_at
+class _Add(NamedTuple):
+    i: int
+    x: str      # the row input on the add's left
+    res: str    # and on its right
 
 
-def _weight_mode(code: str, weight: str) -> int:
-    """1 if the reference casts the normalized value to the dtype before multiplying the weight."""
-    for line in code.splitlines():
-        if weight in line and "*" in line:
-            after_cast = re.search(r"\.to\(\s*(torch\.)?(bfloat16|float16|half|\w*dtype)", line)
-            weight_upcast = re.search(rf"{weight}\s*\.\s*(to\(\s*torch\.float32|float\(\))", line)
-            return 1 if after_cast and not weight_upcast else 0
+def _joining_add(g: Traced, full: list) -> Optional[_Add]:
+    """The add that sums the two row inputs, each side reading one of them."""
+    rows = set(full)
+    for i in g.find("add"):
+        sides = [g.sources(r) & rows if isinstance(r, (In, Ref)) else set() for r in g.ops[i].args[:2]]
+        if len(sides) == 2 and len(sides[0]) == 1 and len(sides[1]) == 1 and sides[0] != sides[1]:
+            return _Add(i, next(iter(sides[0])), next(iter(sides[1])))
+    return None
+
+
+def _weight_mode(g: Traced, weights: list, dtype: str) -> int:
+    """1 if the normalized value is cast to the dtype before the weight multiplies it (the multiply
+    runs in the low precision), 0 if in float32."""
+    if dtype == "float32":
+        return 0
+    for i in g.find("mul"):
+        sides = [g.sources(r) if isinstance(r, (In, Ref)) else set() for r in g.ops[i].args[:2]]
+        if any(s and s <= set(weights) for s in sides):
+            return 1 if g.ops[i].dtype == dtype else 0
     return 0

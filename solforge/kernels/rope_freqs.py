@@ -1,30 +1,22 @@
 """RoPE frequency-table family: cos/sin tables from position ids, per axis (Flux multi-axis RoPE).
 
-Serves a reference that builds, for each axis of a literal `axes_dim = [..]` list, frequencies
-`1.0 / (theta ** (arange(half) / half))`, multiplies them by that axis's position ids, takes cos
-and sin, repeats each frequency twice (`repeat_interleave(.., 2, dim=-1)`) and concatenates the
-axes: inputs ids [seq, n_axes] float32 and a float scalar theta; outputs cos and sin [seq, total]
-float32. kernels_cuda/rope_freqs/rope_freqs.cu holds the kernel and the rounding order.
+Serves a reference whose trace (solforge/kernels/structure.py) builds, for each axis i, frequencies
+`1.0 / (theta ** (arange(half_i) / half_i))`, multiplies them by that axis's position ids
+(ids[:, i]), takes cos and sin, repeats each frequency twice along the last dim and concatenates
+the axes: inputs ids [seq, n_axes] float32 and a float scalar theta; outputs the cos table and the
+sin table [seq, total] float32 (which is which: the op that made it, not its name). The axis widths
+are the traced pieces' widths. kernels_cuda/rope_freqs/rope_freqs.cu holds the kernel and the rounding order.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .gate import family_offered
-from .base import Family, FamilyError, Spec, const_value, read_source, reference_code, shape_dims
-
-_AXES = re.compile(r"axes_dim\s*=\s*\[\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*\]")
-_NEEDED = [re.compile(p) for p in (
-    r"repeat_interleave\(\s*\w+\s*,\s*2\s*,\s*dim\s*=\s*-1\s*\)",
-    r"1\.0\s*/\s*\(\s*theta\s*\*\*\s*\(\s*\w+\s*/\s*half_dim\s*\)\s*\)",
-    r"arange\(\s*half_dim\b", r"half_dim\s*=\s*dim\s*//\s*2", r"\bcos\(", r"\bsin\(")]
-_FOREIGN = re.compile(r"\b(?:matmul|linear|einsum|bmm|conv\w*|softmax|\w*norm\w*|exp|sigmoid|tanh|"
-                      r"scatter\w*|gather|index\w*|where|masked_fill)\s*\(|@")
-
+from .base import Family, FamilyError, Spec, const_value, read_source, shape_dims
+from .structure import In, Ref, Traced, trace
 
 class RopeFreqsFamily(Family):
     name = "rope_freqs"
@@ -38,13 +30,6 @@ class RopeFreqsFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        code = reference_code(defn)
-        m = _AXES.search(code)
-        if not m or _FOREIGN.search(code) or not all(p.search(code) for p in _NEEDED):
-            return None
-        axes = [int(x) for x in m.group(1).split(",")]
-        if not 1 <= len(axes) <= 4 or any(a <= 0 or a % 2 for a in axes):
-            return None
         tensors = {k: v for k, v in defn.inputs.items() if not v.is_scalar}
         scalars = {k: v for k, v in defn.inputs.items() if v.is_scalar}
         if len(tensors) != 1 or len(scalars) != 1 or len(defn.outputs) != 2:
@@ -54,21 +39,35 @@ class RopeFreqsFamily(Family):
         if ispec.dtype != "float32" or tspec.dtype not in ("float32", "float64"):
             return None
         ishape = shape_dims(defn, ids)
-        if len(ishape) != 2 or const_value(defn, ishape[1]) != len(axes):
+        if len(ishape) != 2:
             return None
-        outs = list(defn.outputs)
-        cos = [o for o in outs if "cos" in o.lower()]
-        sin = [o for o in outs if "sin" in o.lower()]
-        if len(cos) != 1 or len(sin) != 1 or cos == sin:
+        g = trace(defn)
+        if g is None or set(g.names()) - _ALLOWED:
             return None
-        for o in outs:
+        tables = {}
+        for out, ref in g.outputs.items():
+            t = _table(g, ref, ids, g.scalars[theta])
+            if t is None:
+                return None
+            tables[out] = t
+        kinds = {kind for kind, _ in tables.values()}
+        axes_seen = {tuple(axes) for _, axes in tables.values()}
+        if kinds != {"cos", "sin"} or len(axes_seen) != 1:
+            return None
+        axes = list(axes_seen.pop())
+        cos = next(o for o, (k, _) in tables.items() if k == "cos")
+        sin = next(o for o, (k, _) in tables.items() if k == "sin")
+        if not 1 <= len(axes) <= 4 or any(a <= 0 or a % 2 for a in axes) or \
+                const_value(defn, ishape[1]) != len(axes):
+            return None
+        for o in defn.outputs:
             s = shape_dims(defn, o)
             if (defn.outputs[o].dtype != "float32" or len(s) != 2 or s[0] != ishape[0]
                     or const_value(defn, s[1]) != sum(axes)):
                 return None
         fixed = {"N_AXES": len(axes), "TOTAL": sum(axes)}
         fixed.update({f"AXIS{i}": a for i, a in enumerate(axes)})
-        return Spec(fixed=fixed, info={"ids": ids, "theta": theta, "cos": cos[0], "sin": sin[0],
+        return Spec(fixed=fixed, info={"ids": ids, "theta": theta, "cos": cos, "sin": sin,
                                        "seq": str(ishape[0]), "axes": axes})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
@@ -93,3 +92,86 @@ class RopeFreqsFamily(Family):
                          sources={"rope_freqs.cu": read_source("rope_freqs", "rope_freqs.cu")},
                          params={**spec.fixed, **params}, launches=[launch],
                          options=["--fmad=false"], notes=f"family=rope_freqs {params}")
+
+
+_ALLOWED = {"select", "slice", "unsqueeze", "arange", "div", "pow", "reciprocal", "mul", "cos", "sin",
+            "repeat_interleave", "cat", "view", "_unsafe_view", "reshape", "expand", "clone", "alias",
+            "detach", "_to_copy", "lift_fresh_copy"}
+_PASS = {"view", "_unsafe_view", "reshape", "clone", "alias", "detach", "lift_fresh_copy"}
+
+
+def _skip(g: Traced, ref, names=_PASS):
+    while isinstance(ref, Ref) and g.ops[ref.i].name in names:
+        ref = g.ops[ref.i].args[0]
+    return ref
+
+
+def _interleaved(g: Traced, ref):
+    """T where `ref` repeats each element of T's last dim twice (repeat_interleave(T, 2, -1), which
+    the trace shows as unsqueeze(T, -1) -> expand(.., 2) -> clone -> view)."""
+    ref = _skip(g, ref)
+    if not isinstance(ref, Ref):
+        return None
+    op = g.ops[ref.i]
+    if op.name == "repeat_interleave":
+        return op.args[0] if tuple(op.args[1:2]) == (2,) else None
+    if op.name != "expand" or not op.shape or op.shape[-1] != 2:
+        return None
+    un = op.args[0]
+    if not isinstance(un, Ref) or g.ops[un.i].name != "unsqueeze" or g.ops[un.i].args[1] not in (-1, len(op.shape) - 1):
+        return None
+    return g.ops[un.i].args[0]
+
+
+def _table(g: Traced, ref, ids: str, theta: float):
+    """("cos" | "sin", the axis widths) when `ref` is cat over the axes i of
+    repeat2(cos|sin(ids[:, i, None] * 1 / theta ** (arange(h) / h))) along the last dim."""
+    ref = _skip(g, ref)
+    if not isinstance(ref, Ref) or g.ops[ref.i].name != "cat":
+        return None
+    cat = g.ops[ref.i]
+    if (cat.args[1] if len(cat.args) > 1 else 0) not in (-1, 1):
+        return None
+    kinds, axes = set(), []
+    for i, piece in enumerate(cat.args[0]):
+        t = _skip(g, _interleaved(g, piece))
+        if not isinstance(t, Ref) or g.ops[t.i].name not in ("cos", "sin"):
+            return None
+        kinds.add(g.ops[t.i].name)
+        ang = _skip(g, g.ops[t.i].args[0])
+        if not isinstance(ang, Ref) or g.ops[ang.i].name != "mul":
+            return None
+        h = g.ops[ang.i].shape[-1] if g.ops[ang.i].shape else None
+        pos, freq = None, None
+        for a in g.ops[ang.i].args:
+            b = _skip(g, a, _PASS | {"unsqueeze", "_to_copy"})
+            if isinstance(b, Ref) and g.ops[b.i].name == "select" and g.ops[b.i].args[0] == In(ids):
+                pos = g.ops[b.i].args[1:]
+            else:
+                freq = b
+        if pos != (1, i) or freq is None or not _freqs(g, freq, h, theta):
+            return None
+        axes.append(2 * h)
+    return (kinds.pop(), axes) if len(kinds) == 1 else None
+
+
+def _freqs(g: Traced, ref, h: int, theta: float) -> bool:
+    """Is `ref` 1 / theta ** (arange(h) / h): its ancestry is arange(h), a div by h, theta ** that,
+    and a reciprocal (or 1.0 / ...), nothing else?"""
+    seen, todo, names = set(), [ref], []
+    while todo:
+        r = todo.pop()
+        if not isinstance(r, Ref) or r.i in seen:
+            if isinstance(r, In):
+                return False
+            continue
+        seen.add(r.i)
+        op = g.ops[r.i]
+        names.append((op.name, op.constants()))
+        todo += op.refs()
+    ops = [n for n, _ in names]
+    if set(ops) - {"arange", "div", "pow", "reciprocal", "mul", "_to_copy", "unsqueeze"} or \
+            ops.count("arange") != 1 or ops.count("pow") != 1:
+        return False
+    consts = {n: c for n, c in names}
+    return consts["arange"] == [h] and theta in consts["pow"] and [h] in [c for n, c in names if n == "div"]

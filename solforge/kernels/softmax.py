@@ -1,10 +1,11 @@
 """Row softmax family: softmax over the last dimension, optionally after a Gemma-style soft-cap.
 
-Serves a problem when its reference is only `softmax(x, dim=-1)` on one float32/float16/bfloat16
-tensor (output of the same shape and dtype), optionally preceded by the soft-cap
-`tanh(x / c) * c` with a literal c. The row length may vary per workload (it is a kernel
-argument). What the kernel reproduces, read from the reference: whether the cap's steps run on the
-dtype tensor (each step rounded, SOFTCAP_ROUND=1) or in float32; the softmax itself always
+Serves a problem when its traced reference (solforge/kernels/structure.py) is only a softmax over
+the last dim of one float32/float16/bfloat16 tensor (output of the same shape and dtype), with
+casts around it, optionally preceded by the soft-cap `tanh(x / c) * c` with a constant c. The row
+length may vary per workload (it is a kernel argument). What the kernel reproduces, read from the
+trace: whether the cap's steps run on the dtype tensor (each step rounded, SOFTCAP_ROUND=1) or in
+float32; the softmax itself always
 accumulates in float32 and rounds once, which is what PyTorch does for
 `F.softmax(x, -1, dtype=torch.float32).to(dtype)` and for a plain half/bf16 softmax alike.
 
@@ -14,23 +15,16 @@ a GPU run finds it correct); `get_family("softmax")` works either way.
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .base import (DTYPE_BYTES, DTYPE_CODE, Family, FamilyError, Spec, product_expr,
-                   read_source, reference_code, shape_dims)
+                   read_source, shape_dims)
 from .gate import family_offered
+from .structure import In, Ref, Traced, chain, trace
 
-# Anything beyond the cap and the softmax means another family (or an agent) should take it.
-_FOREIGN = re.compile(r"\b(?:matmul|linear|einsum|bmm|conv\w*|\w*dropout|masked_fill|topk|sort|"
-                      r"scatter\w*|gather|index\w*|backward|grad|sqrt|rsqrt|mean|sum|\w*log\w*|exp|"
-                      r"sigmoid|gelu|silu|relu|cat|where|tril|triu|transpose|permute|view|reshape|"
-                      r"clamp|\w*norm\w*|max|min|abs|pow|square)\s*\(|"
-                      r"\+|\w\s*-\s*\w|@|\bfor\b|\bif\b|\[")
-_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_SOFTMAX = re.compile(r"softmax\(")
+_CASTS = {"_to_copy", "view", "_unsafe_view", "reshape", "alias", "detach", "clone", "lift_fresh_copy"}
 MAX_CACHE = 64  # registers per thread the single-pass path may hold (floats)
 
 
@@ -38,35 +32,35 @@ def offered() -> bool:
     return family_offered("softmax")
 
 
-def _softmax_dim_ok(code: str, ndim: int) -> bool:
-    """Every softmax call reduces over the last dimension (dim=-1 or dim=ndim-1)."""
-    calls = re.findall(r"softmax\(([^\n]*)\)", code)
-    if len(calls) != 1:
-        return False
-    m = re.search(r"(?:dim\s*=\s*|,\s*|^\s*)(-?\d+)\b", calls[0])  # x.softmax(-1) too
-    return m is not None and int(m.group(1)) in (-1, ndim - 1)
-
-
-def _softcap(code: str) -> Optional[tuple[float, bool]]:
-    """(c, computed_in_float) for `tanh(x / c) * c`, None when there is no tanh."""
-    if "tanh" not in code:
+def _softmax_of(g: Traced, x: str) -> Optional[tuple[float, bool]]:
+    """(c, the cap computed in float32) for out = softmax(cap(x), last dim) with casts around it;
+    c = 0.0 without a cap; None for anything else."""
+    if set(g.names()) - _CASTS - {"_softmax", "div", "tanh", "mul"} or len(g.find("_softmax")) != 1:
         return None
-    consts = {k: float(v) for k, v in re.findall(rf"^\s*(\w+)\s*=\s*{_NUM}\s*$", code, re.M)}
-    divs = [consts.get(a, None) if a in consts else _float(a)
-            for a in re.findall(r"/\s*([A-Za-z_]\w*|[0-9.eE+-]+)", code)]
-    muls = [consts.get(a, None) if a in consts else _float(a)
-            for a in re.findall(r"\*\s*([A-Za-z_]\w*|[0-9.eE+-]+)", code)]
-    if len(divs) != 1 or len(muls) != 1 or divs[0] is None or divs[0] != muls[0] or divs[0] <= 0:
-        raise FamilyError("tanh without a recognizable soft-cap tanh(x / c) * c")
-    in_float = re.search(r"\.float\(\)|to\(\s*(torch\.)?float32", code.split("softmax(")[0]) is not None
-    return divs[0], in_float
-
-
-def _float(s: str) -> Optional[float]:
-    try:
-        return float(s)
-    except ValueError:
+    (out,) = g.outputs.values()
+    sm, _ = chain(g, out, _CASTS)
+    if not isinstance(sm, Ref) or g.ops[sm.i].name != "_softmax":
         return None
+    op = g.ops[sm.i]
+    if op.args[1] not in (-1, len(op.shape or ()) - 1):
+        return None
+    src, _ = chain(g, op.args[0], _CASTS)
+    if src == In(x):
+        return (0.0, True) if len(g.ops) == len(g.find(*_CASTS)) + 1 else None
+    # the cap: mul(tanh(div(x', c)), c)
+    mul = g.ops[src.i] if isinstance(src, Ref) else None
+    if mul is None or mul.name != "mul" or len(mul.constants()) != 1:
+        return None
+    c = mul.constants()[0]
+    th = next((a for a in mul.args if isinstance(a, Ref)), None)
+    if th is None or g.ops[th.i].name != "tanh" or not isinstance(g.ops[th.i].args[0], Ref):
+        return None
+    div = g.ops[g.ops[th.i].args[0].i]
+    if div.name != "div" or div.constants() != [c] or not isinstance(div.args[0], (In, Ref)) or c <= 0:
+        return None
+    if chain(g, div.args[0], _CASTS)[0] != In(x) or len(g.ops) != len(g.find(*_CASTS)) + 4:
+        return None
+    return float(c), div.dtype == "float32"
 
 
 class SoftmaxFamily(Family):
@@ -82,14 +76,6 @@ class SoftmaxFamily(Family):
         return offered()
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        code = reference_code(defn)
-        low = code.lower()
-        if not _SOFTMAX.search(low):
-            return None
-        body = "\n".join(l for l in low.splitlines()
-                         if not re.match(r"\s*(import|from|def|return\s*$)", l))
-        if _FOREIGN.search(body.replace("softmax", "")):
-            return None
         tensors = {k: v for k, v in defn.inputs.items() if not v.is_scalar}
         if len(tensors) != 1 or len(defn.inputs) != 1 or len(defn.outputs) != 1:
             return None
@@ -100,17 +86,11 @@ class SoftmaxFamily(Family):
         shape = shape_dims(defn, x)
         if not shape or shape != shape_dims(defn, o):
             return None
-        if not _softmax_dim_ok(low, len(shape)):
+        g = trace(defn)
+        found = _softmax_of(g, x) if g is not None else None
+        if found is None:
             return None
-        try:
-            cap = _softcap(low)
-        except FamilyError:
-            return None
-        if cap is None and re.search(r"[*/]", body.replace("**", "")):
-            return None  # a scale we do not model
-        if cap is not None and low.index("tanh") > low.index("softmax("):
-            return None
-        c, in_float = cap if cap else (0.0, True)
+        c, in_float = found
         fixed = {"DTYPE": DTYPE_CODE[xs.dtype], "SOFTCAP": float(c),
                  "SOFTCAP_ROUND": 0 if (in_float or xs.dtype == "float32") else 1}
         info = {"x": x, "out": o, "rows": product_expr(shape[:-1]), "n": str(shape[-1]),

@@ -1,35 +1,27 @@
 """Softmax-backward family: grad of a row softmax (last dim), with an attention mask and dropout.
 
-Serves a float32 reference of the form
+Serves a float32 reference whose trace (solforge/kernels/structure.py) is
 
     gs = g * dropout_mask.float() / (1.0 - p_dropout)   (inside `if p_dropout > 0.0:`, else gs = g)
     s = (p * gs).sum(dim=-1, keepdim=True)
     out = (p * (gs - s)).masked_fill(~mask, 0.0)
 
-(the dropout part optional) where g, p, the dropout mask and the output share a shape
+(the dropout part optional; traced once with p_dropout > 0 and once with 0, which must give the
+plain g) where g, p, the dropout mask and the output share a shape
 [B, H, S, n] and the boolean mask is that shape or [B, 1, S, n]. The row length n may vary per
-workload. kernels_cuda/softmax_backward/softmax_backward.cu holds the kernel.
+workload. Roles come from the trace (what is cast and scaled, what is inverted, what multiplies
+twice), never from names. kernels_cuda/softmax_backward/softmax_backward.cu holds the kernel.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 from ..candidate import Candidate, Launch
 from ..problem.definition import Definition
 from .gate import family_offered
-from .base import Family, FamilyError, Spec, product_expr, read_source, reference_code, shape_dims
-
-_W = r"(\w+)"
-_DROP = re.compile(rf"^\s*if\s+{_W}\s*>\s*0(?:\.0)?\s*:\s*\n\s*{_W}\s*=\s*{_W}\s*\*\s*{_W}\.float\(\)"
-                   rf"\s*/\s*\(\s*1\.0\s*-\s*{_W}\s*\)\s*\n\s*else\s*:\s*\n\s*{_W}\s*=\s*{_W}\s*$", re.M)
-_SUM = re.compile(rf"^\s*{_W}\s*=\s*\(\s*{_W}\s*\*\s*{_W}\s*\)\.sum\(\s*dim\s*=\s*-1\s*,\s*"
-                  rf"keepdim\s*=\s*True\s*\)\s*$", re.M)
-_GRAD = re.compile(rf"^\s*{_W}\s*=\s*{_W}\s*\*\s*\(\s*{_W}\s*-\s*{_W}\s*\)\s*$", re.M)
-_MASK = re.compile(rf"^\s*{_W}\s*=\s*{_W}\.masked_fill\(\s*~\s*{_W}\s*,\s*0(?:\.0)?\s*\)\s*$", re.M)
-_RET = re.compile(rf"^\s*return\s+{_W}\s*$", re.M)
-
+from .base import Family, FamilyError, Spec, product_expr, read_source, shape_dims
+from .structure import In, Ref, Traced, chain, trace
 
 class SoftmaxBackwardFamily(Family):
     name = "softmax_backward"
@@ -44,31 +36,28 @@ class SoftmaxBackwardFamily(Family):
         return family_offered(self.source_dir)
 
     def analyze(self, defn: Definition) -> Optional[Spec]:
-        code = reference_code(defn)
-        body = "\n".join(l for l in code.splitlines()
-                         if l.strip() and not re.match(r"\s*(import|from|def|\)|[\w\s:.,\[\]]*,\s*$)", l))
-        s, gr, mk, rt = _SUM.findall(body), _GRAD.findall(body), _MASK.findall(body), _RET.findall(body)
-        if len(s) != 1 or len(gr) != 1 or len(mk) != 1 or len(rt) != 1:
+        if len(defn.outputs) != 1:
             return None
-        (sum_name, p, gs), (res, p2, gs2, sum2), (out_v, res2, mask) = s[0], gr[0], mk[0]
-        if p2 != p or gs2 != gs or sum2 != sum_name or res2 != res or rt[0] != out_v:
+        scalars = [k for k, v in defn.inputs.items() if v.is_scalar]
+        g1 = trace(defn)
+        m = _softmax_bwd(g1) if g1 is not None else None
+        if m is None:
             return None
-        d = _DROP.findall(body)
+        g, p, mask, gs = m
         drop = None
-        if d:
-            pd, gs_a, g, keep, pd2, gs_b, g2 = d[0]
-            if pd != pd2 or gs_a != gs or gs_b != gs or g2 != g:
+        if gs is not None:
+            # dropout: gs = g * keep.float() / (1 - p_drop), and with p_drop = 0 the plain g
+            keep, p_drop = gs
+            if p_drop not in scalars:
                 return None
-            drop = (pd, keep)
-            n_lines = 8
-        else:
-            alias = re.findall(rf"^\s*{re.escape(gs)}\s*=\s*(\w+)\s*$", body, re.M)
-            g, n_lines = (alias[0], 5) if len(alias) == 1 else (gs, 4)
-        if len([l for l in body.splitlines() if l.strip()]) != n_lines:
-            return None  # anything else in the reference is not ours
-        names = [g, p, mask] + ([drop[1]] if drop else [])
-        if any(k not in defn.inputs for k in names) or len(defn.outputs) != 1:
+            g0 = trace(defn, {p_drop: 0.0})
+            m0 = _softmax_bwd(g0) if g0 is not None else None
+            if m0 is None or m0[:3] != (g, p, mask) or m0[3] is not None:
+                return None
+            drop = (p_drop, keep)
+        elif scalars:
             return None
+        names = [g, p, mask] + ([drop[1]] if drop else [])
         (out, ospec), = defn.outputs.items()
         tensors = {k for k, v in defn.inputs.items() if not v.is_scalar}
         if tensors != set(names):
@@ -81,8 +70,6 @@ class SoftmaxBackwardFamily(Family):
         if defn.inputs[mask].dtype != "bool" or (drop and defn.inputs[drop[1]].dtype != "bool"):
             return None
         if drop and shape_dims(defn, drop[1]) != full:
-            return None
-        if drop and not (defn.inputs.get(drop[0]) and defn.inputs[drop[0]].is_scalar):
             return None
         ms = shape_dims(defn, mask)
         if ms == full:
@@ -128,3 +115,68 @@ class SoftmaxBackwardFamily(Family):
                          sources={"softmax_backward.cu": read_source("softmax_backward", "softmax_backward.cu")},
                          params={**spec.fixed, **params}, launches=[launch],
                          options=["--fmad=false"], notes=f"family=softmax_backward {params}")
+
+
+_ALLOWED = {"_to_copy", "mul", "div", "sum", "sub", "bitwise_not", "masked_fill", "alias", "view",
+            "_unsafe_view", "expand", "clone", "detach", "lift_fresh_copy"}
+_PASS = {"alias", "view", "_unsafe_view", "expand", "clone", "detach", "lift_fresh_copy"}
+
+
+def _other(op, ref):
+    """The operand of a binary op that is not `ref` (None if `ref` is not one of exactly two)."""
+    args = [a for a in op.args[:2]]
+    if len(args) != 2 or ref not in args:
+        return None
+    return args[1] if args[0] == ref else args[0]
+
+
+def _softmax_bwd(g: Traced):
+    """(g, p, mask, dropout) for out = (p * (gs - sum(p * gs, -1, keepdim))).masked_fill(~mask, 0),
+    gs = g or g * keep.float() / (1 - p_drop) (dropout = (keep, p_drop)); None otherwise."""
+    if set(g.names()) - _ALLOWED or len(g.outputs) != 1:
+        return None
+    (out,) = g.outputs.values()
+    out, _ = chain(g, out, _PASS)
+    if not isinstance(out, Ref) or g.ops[out.i].name != "masked_fill" or g.ops[out.i].args[2:] != (0.0,):
+        return None
+    res, notm = g.ops[out.i].args[:2]
+    notm, _ = chain(g, notm, _PASS)
+    if not isinstance(notm, Ref) or g.ops[notm.i].name != "bitwise_not":
+        return None
+    mask, _ = chain(g, g.ops[notm.i].args[0], _PASS)
+    res, _ = chain(g, res, _PASS)
+    if not isinstance(mask, In) or not isinstance(res, Ref) or g.ops[res.i].name != "mul":
+        return None
+    # res = p * sub(gs, s)
+    subs = [a for a in g.ops[res.i].args[:2] if isinstance(a, Ref) and g.ops[a.i].name == "sub"]
+    if len(subs) != 1:
+        return None
+    p = _other(g.ops[res.i], subs[0])
+    gs, s = g.ops[subs[0].i].args[:2]
+    if not isinstance(p, In) or not isinstance(s, Ref) or g.ops[s.i].name != "sum":
+        return None
+    sm = g.ops[s.i]
+    keep_dim = sm.args[2] if len(sm.args) > 2 else sm.kwargs.get("keepdim")
+    if tuple(sm.args[1]) not in ((-1,), (3,)) or keep_dim is not True or not isinstance(sm.args[0], Ref):
+        return None
+    pg = g.ops[sm.args[0].i]
+    if pg.name != "mul" or _other(pg, p) != gs:
+        return None
+    if isinstance(gs, In):
+        return gs.name, p.name, mask.name, None
+    # gs = div(mul(g, keep.float()), 1 - p_drop)
+    dv = g.ops[gs.i] if isinstance(gs, Ref) else None
+    if dv is None or dv.name != "div" or len(dv.constants()) != 1 or not isinstance(dv.args[0], Ref):
+        return None
+    mk = g.ops[dv.args[0].i]
+    if mk.name != "mul":
+        return None
+    gi = [a for a in mk.args[:2] if isinstance(a, In)]
+    kf = [a for a in mk.args[:2] if isinstance(a, Ref) and g.ops[a.i].name == "_to_copy"]
+    if len(gi) != 1 or len(kf) != 1 or not isinstance(g.ops[kf[0].i].args[0], In):
+        return None
+    keep = g.ops[kf[0].i].args[0].name
+    p_drop = next((k for k, v in g.scalars.items() if abs((1.0 - v) - dv.constants()[0]) < 1e-12), None)
+    if p_drop is None:
+        return None
+    return gi[0].name, p.name, mask.name, (keep, p_drop)

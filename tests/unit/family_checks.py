@@ -1,6 +1,6 @@
 """What the kernel family tests (test_kernels_attention_{decode,prefill,ragged}.py,
 test_kernels_fp8_gemm.py, test_kernels_moe_group_mask.py) share: the problems a family claims, the
-resource usage / SASS of a compiled cubin, and a sandbox for scripts/import_kernel_check.py."""
+resource usage / SASS of a compiled cubin."""
 
 from __future__ import annotations
 
@@ -53,25 +53,3 @@ def check_compiled(cand, tmp_path: Path, want: tuple[str, ...] = (), kernels: Op
     return sass
 
 
-def import_sandbox(tmp_path: Path, monkeypatch, families: tuple[str, ...], fresh: tuple[str, ...] = ()):
-    """scripts/import_kernel_check.py loaded as a module and pointed at a scratch repo holding copies
-    of the families' family.json; those in `fresh` as before any GPU check (nothing offered).
-    Returns (the module, the scratch repo)."""
-    import importlib.util
-    import json
-
-    spec = importlib.util.spec_from_file_location(
-        "ikc_" + "_".join(families), Path(__file__).resolve().parents[2] / "scripts" / "import_kernel_check.py")
-    ikc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ikc)
-    repo = tmp_path / "repo"
-    for fam in families:
-        (repo / "kernels_cuda" / fam).mkdir(parents=True)
-        fj = json.loads((ikc.REPO / "kernels_cuda" / fam / "family.json").read_text())
-        if fam in fresh:
-            fj.update(offered=False, offered_problems=[])
-        (repo / "kernels_cuda" / fam / "family.json").write_text(json.dumps(fj, indent=1) + "\n")
-    (repo / "data" / "results").mkdir(parents=True)
-    monkeypatch.setattr(ikc, "REPO", repo)
-    monkeypatch.setattr(ikc, "RESULTS", repo / "data" / "results")
-    return ikc, repo

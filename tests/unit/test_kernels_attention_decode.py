@@ -20,7 +20,7 @@ from solforge.candidate import Candidate, eval_expr, launch_env
 from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.attention_decode import COMBINE_WARPS, SMEM_LIMIT, smem_bytes
 from solforge.problem.loader import load_problem_dir
-from tests.unit.family_checks import check_compiled, claimed, import_sandbox
+from tests.unit.family_checks import check_compiled, claimed
 from tests.unit.test_kernels_attention_prefill import _check
 
 SUBSET = "FlashInfer-Bench"
@@ -287,38 +287,6 @@ def test_kernel_source_matches_the_emulated_formulas():
                 r"if \(n_chunks == 1\) return;",
                 r"lse\[row\] = L > 0\.f \? M \+ __log2f\(L\) : NEG_INF;"):
         assert re.search(pat, src), pat
-
-
-def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, monkeypatch):
-    """scripts/import_kernel_check.py --attn-new: 012 with both variants correct everywhere is
-    filed and opened (families_for then offers the family for 012 only); 013 with one wrong row is not."""
-    import json
-
-    ikc, repo = import_sandbox(tmp_path, monkeypatch, ("attention_decode", "attention_ragged"),
-                               fresh=("attention_decode",))
-    ragged_json = repo / "kernels_cuda" / "attention_ragged" / "family.json"
-    ragged_before = ragged_json.read_text()
-    d = tmp_path / "out"
-    d.mkdir()
-    rows = []
-    for name, p in problems.items():
-        for vi, params in enumerate(get_family("attention_decode").param_space(p)[:2]):
-            for wi, w in enumerate(p.workloads):
-                ok = not (name == CLAIMED[1] and vi == 1 and wi == 3)
-                rows.append({"problem": name, "family": "attention_decode", "variant": f"attention_decode:v{vi}",
-                             "params": params, "workload": wi, "uuid": w.uuid, "ok": ok, "t_kernel_ms": 0.01 * (vi + 1)})
-    (d / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "env.json").write_text("{}")
-    ikc.import_attn_new(d, dry=False)
-    data = json.loads((repo / "kernels_cuda" / "attention_decode" / "family.json").read_text())
-    assert data["offered"] is True and data["offered_problems"] == [CLAIMED[0]]
-    assert (repo / "data" / "results" / "attention_decode_h200_012_rows.jsonl").exists()
-    assert not (repo / "data" / "results" / "attention_decode_h200_013_rows.jsonl").exists()
-    assert ragged_json.read_text() == ragged_before   # decode rows leave attention_ragged's gate alone
-    from solforge.kernels import gate
-    monkeypatch.setattr(gate, "CUDA_DIR", repo / "kernels_cuda")
-    fam = get_family("attention_decode")
-    assert fam in families_for(problems[CLAIMED[0]]) and fam not in families_for(problems[CLAIMED[1]])
 
 
 def test_warp_fragments_on_a_column_slice():

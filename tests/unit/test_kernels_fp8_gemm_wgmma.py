@@ -25,7 +25,7 @@ from solforge.kernels import FamilyError, all_families, families_for, get_family
 from solforge.kernels.fp8_gemm import SMEM_LIMIT
 from solforge.kernels.fp8_gemm_wgmma import smem_bytes
 from tests.unit import test_kernels_fp8_gemm as F
-from tests.unit.family_checks import check_compiled, claimed, import_sandbox
+from tests.unit.family_checks import check_compiled, claimed
 
 CU = Path(__file__).resolve().parents[2] / "kernels_cuda" / "fp8_gemm_wgmma" / "fp8_gemm_wgmma.cu"
 
@@ -47,7 +47,7 @@ def test_not_offered_before_a_gpu_check(problems):
     fam = _fam()
     assert fam in all_families()
     fj = json.loads((CU.parent / "family.json").read_text())
-    assert fj["offered"] is False and fj["offered_problems"] == []
+    assert fj["offered"] is False and "offered_problems" not in fj
     for p in problems.values():
         assert fam not in families_for(p)
 
@@ -258,24 +258,3 @@ def test_wgmma_model_matches_fp8_gemm(problems, name):
             assert (diff == 0).float().mean() >= 0.99, params
 
 
-def test_import_opens_only_the_problems_a_gpu_check_proved(problems, tmp_path, monkeypatch):
-    """scripts/import_kernel_check.py --fp8w: 006 with every variant correct everywhere is filed and
-    opened for this family; 021 with one wrong row is not."""
-    ikc, repo = import_sandbox(tmp_path, monkeypatch, ("fp8_gemm_wgmma",), fresh=("fp8_gemm_wgmma",))
-    d = tmp_path / "out"
-    d.mkdir()
-    rows = []
-    for name in (F.CLAIMED[1], F.CLAIMED[3]):
-        p = problems[name]
-        for vi, params in enumerate(_fam().param_space(p)[:2]):
-            for wi, w in enumerate(p.workloads):
-                ok = not (name == F.CLAIMED[3] and vi == 1 and wi == 2)
-                rows.append({"problem": name, "family": "fp8_gemm_wgmma", "variant": f"fp8_gemm_wgmma:v{vi}",
-                             "params": params, "workload": wi, "uuid": w.uuid, "ok": ok, "t_kernel_ms": 0.1})
-    (d / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "env.json").write_text("{}")
-    ikc.import_new(d, False, ikc.NEW_FP8W)
-    data = json.loads((repo / "kernels_cuda" / "fp8_gemm_wgmma" / "family.json").read_text())
-    assert data["offered"] is True and data["offered_problems"] == [F.CLAIMED[1]]
-    assert (repo / "data" / "results" / "fp8_gemm_wgmma_h200_006_rows.jsonl").exists()
-    assert not (repo / "data" / "results" / "fp8_gemm_wgmma_h200_021_rows.jsonl").exists()

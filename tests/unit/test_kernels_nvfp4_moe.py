@@ -110,19 +110,19 @@ def pipeline_evidence(problem) -> str:
     return ""
 
 
-def test_offered_per_problem_only_with_gpu_evidence(p032, p029):
-    """Offered for a problem only when family.json lists it in offered_problems and the committed
-    GPU evidence shows every workload correct: the bench rows (every variant) or the pipeline's own
+def test_offered_only_with_gpu_evidence(p032, p029):
+    """Offered (family.json's one `offered` flag) only while the committed GPU evidence shows every
+    workload of each problem it serves correct: the bench rows (every variant) or the pipeline's own
     evaluation (every run of it)."""
     from tests.unit.test_kernels_attention_prefill import RESULTS, gpu_evidence
 
     data = json.loads((CUDA_DIR / "nvfp4_moe" / "family.json").read_text())
-    listed = data.get("offered_problems", []) if data["offered"] else []
+    assert "offered_problems" not in data
     rows = {p032.name: RESULTS / "nvfp4_moe_h200_032_rows.jsonl",
             p029.name: RESULTS / "nvfp4_moe_h200_029_rows.jsonl"}
     for p in (p032, p029):
         served = "nvfp4_moe" in [f.name for f in families_for(p)]
-        assert served == (p.name in listed), p.name
+        assert served == bool(data["offered"]), p.name
         if served:
             bench = gpu_evidence(rows[p.name], p) if rows[p.name].exists() else "no bench rows"
             assert bench == "" or pipeline_evidence(p) == "", (p.name, bench, pipeline_evidence(p))

@@ -64,24 +64,24 @@ def test_053_traced_with_its_scalar_branches(sol_execbench_dir):
     assert len(wheres) == 3 and all(g.klass[w] == "const" for w in wheres)
 
 
-def test_gate_closed_until_listed(sol_execbench_dir, monkeypatch, tmp_path):
-    """Matches 053 but is not offered for it until family.json lists it (after a GPU check)."""
+def test_gate_is_the_family_flag(sol_execbench_dir, monkeypatch, tmp_path):
+    """Served exactly while family.json's one `offered` flag is true (no per-problem list), and a
+    generic family never takes a problem from a specific one."""
     problem = load_problem_dir(sol_execbench_dir / P053)
     fam = get_family("pointwise_rows")
     assert fam.matches(problem)
     data = json.loads((fam.family_dir / "family.json").read_text())
-    listed = data.get("offered_problems", []) if data["offered"] else []
-    assert ("pointwise_rows" in [f.name for f in families_for(problem)]) == (problem.name in listed)
+    assert "offered_problems" not in data
+    assert ("pointwise_rows" in [f.name for f in families_for(problem)]) == bool(data["offered"])
     from solforge.kernels import gate
     fake = tmp_path / "pointwise_rows"
     fake.mkdir()
-    (fake / "family.json").write_text(json.dumps({**data, "offered": True, "offered_problems": [problem.name]}))
     monkeypatch.setattr(gate, "CUDA_DIR", tmp_path)
+    (fake / "family.json").write_text(json.dumps({**data, "offered": True}))
     assert [f.name for f in families_for(problem)] == ["pointwise_rows"]
-    (fake / "family.json").write_text(json.dumps({**data, "offered": True, "offered_problems": []}))
+    (fake / "family.json").write_text(json.dumps({**data, "offered": False}))
     assert families_for(problem) == []
-    # a generic family never takes a problem from a specific one, open or not
-    (fake / "family.json").write_text(json.dumps({**data, "offered": True, "offered_problems": ["069_rms_norm"]}))
+    (fake / "family.json").write_text(json.dumps({**data, "offered": True}))
     rms = load_problem_dir(sol_execbench_dir / "L1/069_rms_norm")
     assert fam.matches(rms) and "pointwise_rows" not in [f.name for f in families_for(rms)]
 
