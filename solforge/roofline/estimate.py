@@ -206,8 +206,20 @@ def count_workload(wl: ResolvedWorkload, index: int, module: dict[str, Any]) -> 
     return trace_workload(wl, index, module)[0]
 
 
-def count_problem(problem: Problem, fit: bool = True) -> list[WorkloadCount]:
-    """Counts of every workload. fit=True traces a few workloads and predicts the others from per-op
+def count_problem(problem: Problem, fit: bool = True, timeout_s: Optional[float] = None
+                  ) -> list[WorkloadCount]:
+    """Counts of every workload, the reference run in the sandbox (sandboxed.py): a reference is a
+    dataset's code, so it never runs in the caller's process. A reference that hangs past timeout_s
+    (default $SOLFORGE_REFERENCE_TIMEOUT_S or 900 s), crashes or is refused makes every workload
+    UNSUPPORTED with the reason."""
+    from .sandboxed import count_in_sandbox
+
+    return count_in_sandbox(problem, timeout_s=timeout_s, fit=fit)
+
+
+def count_problem_here(problem: Problem, fit: bool = True) -> list[WorkloadCount]:
+    """Counts of every workload, the reference run IN THIS PROCESS: only for the sandbox's entry point
+    (sandboxed.count). fit=True traces a few workloads and predicts the others from per-op
     monomial fits checked on an extra traced workload (fit.py); it falls back to tracing each workload
     whenever the fit is not exact. fit=False traces every workload."""
     patch_cuda_init()
