@@ -270,3 +270,17 @@ def load_problem_dir(path: Path, subset: Optional[str] = None) -> Problem:
     if ref.exists():
         extra["b200_reference"] = parse_json_text(_read_text(ref), ref)
     return Problem(defn, workloads, str(path), subset, warnings, extra)
+
+
+def problem_to_json(problem: Problem) -> dict:
+    """A problem as plain JSON (definition and workloads as ingested): how a problem crosses into a
+    sandboxed process (never pickle). problem_from_json reads it back, resolving the workloads again."""
+    return {"definition": problem.definition.model_dump(mode="json"),
+            "workloads": [w.workload.model_dump(mode="json") for w in problem.workloads],
+            "source": problem.source, "subset": problem.subset}
+
+
+def problem_from_json(data: dict) -> Problem:
+    defn = Definition.model_validate(data["definition"])
+    wls = [resolve(defn, Workload.model_validate(w)) for w in data["workloads"]]
+    return Problem(defn, wls, data.get("source") or "", data.get("subset"))

@@ -15,26 +15,11 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from ..problem.loader import Problem
+from ..problem.loader import Problem, problem_from_json, problem_to_json
 from .estimate import CountStatus, WorkloadCount
 
 DEFAULT_TIMEOUT_S = 900.0  # per problem; the slowest references trace in a few minutes on a loaded box
 ENTRY = "solforge.roofline.sandboxed"
-
-
-def problem_payload(problem: Problem) -> dict:
-    return {"definition": problem.definition.model_dump(mode="json"),
-            "workloads": [w.workload.model_dump(mode="json") for w in problem.workloads],
-            "source": problem.source, "subset": problem.subset}
-
-
-def _problem_from(payload: dict) -> Problem:
-    from ..problem.definition import Definition
-    from ..problem.workload import Workload, resolve
-
-    defn = Definition.model_validate(payload["definition"])
-    wls = [resolve(defn, Workload.model_validate(w)) for w in payload["workloads"]]
-    return Problem(defn, wls, payload.get("source") or "", payload.get("subset"))
 
 
 # ---- inside the sandbox ---------------------------------------------------------------------------
@@ -59,7 +44,7 @@ def count(payload: dict) -> dict:
     """Entry point (runs in the sandbox): {"counts": [WorkloadCount.to_json(), ...]}."""
     from .estimate import count_problem_here
 
-    problem = _problem_from(payload)
+    problem = problem_from_json(payload)
     return {"counts": [c.to_json() for c in count_problem_here(problem, fit=payload.get("fit", True))]}
 
 
@@ -97,7 +82,7 @@ def count_in_sandbox(problem: Problem, timeout_s: Optional[float] = None, fit: b
     """Counts of one problem, its reference run in a fresh sandboxed process."""
     from ..sandbox import SandboxError, run_python
 
-    payload = {**problem_payload(problem), "fit": fit}
+    payload = {**problem_to_json(problem), "fit": fit}
     try:
         answer = run_python(ENTRY, "count", payload, timeout_s=timeout_s or timeout_default(),
                             read_paths=_read_paths(problem))
@@ -115,7 +100,7 @@ def count_batch_in_sandbox(problems: list[Problem], timeout_s: Optional[float] =
         return []
     reads = sorted({p for pr in problems for p in _read_paths(pr)})
     try:
-        answers = run_python_batch(ENTRY, "count", [problem_payload(p) for p in problems],
+        answers = run_python_batch(ENTRY, "count", [problem_to_json(p) for p in problems],
                                    timeout_s=timeout_s or timeout_default(), warm="warm",
                                    read_paths=reads)
     except SandboxError as e:

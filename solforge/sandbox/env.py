@@ -25,7 +25,7 @@ ALLOWED_NAMES = frozenset({
 })
 # name prefixes kept (thread counts, allocator and compiler tuning, solforge's own settings)
 ALLOWED_PREFIXES = ("OPENBLAS_", "GOTO", "MALLOC_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_",
-                    "TRITON_", "CUTE_DSL_", "CUTLASS_", "NVRTC_", "SOLFORGE_")
+                    "TRITON_", "CUTE_DSL_", "CUTLASS_", "NVRTC_", "KINETO_", "CUPTI_", "SOLFORGE_")
 # dropped even when allowed above: anything that names a credential, a proxy or a database
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE"
                          r"|PROXY|DATABASE|_DB\b|_DB_|DSN|URL|URI", re.IGNORECASE)
@@ -54,6 +54,8 @@ def sandbox_env(home: Optional[str] = None, extra: Optional[Mapping[str, str]] =
     if home:
         env["HOME"] = env["TMPDIR"] = home
         env["XDG_CACHE_HOME"] = os.path.join(home, ".cache")
+    elif src.get("HOME"):  # no private home: the caller's (its files are what bwrap hides, not the name)
+        env["HOME"] = src["HOME"]
     for k, v in (extra or {}).items():
         if allowed(k):
             env[k] = str(v)
