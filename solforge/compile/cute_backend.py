@@ -282,6 +282,9 @@ def compile_cute_isolated(job: dict) -> dict:
                 except OSError:
                     pass
             _child_limits(job.get("timeout_s"))
+            from ..sandbox.child import install_guard
+
+            install_guard(allow_subprocess=False)  # a clear refusal; bwrap and the limits are the walls
             try:
                 out = compile_cute(job)
             except BaseException:  # noqa: BLE001

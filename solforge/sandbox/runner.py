@@ -25,11 +25,12 @@ class SandboxError(RuntimeError):
     """Untrusted code did not give an answer. str(e) is one line (scrubbed); `kind` is one of
     timeout | crash | error | too_large | bad_output; `log` the scrubbed tail of its stdout/stderr."""
 
-    def __init__(self, message: str, kind: str = "error", log: str = ""):
+    def __init__(self, message: str, kind: str = "error", log: str = "", pgid: Optional[int] = None):
         line = (scrub(message).strip().splitlines() or [kind])[0]
         super().__init__(line[:500])
         self.kind = kind
         self.log = log
+        self.pgid = pgid  # the process group that ran it (killed), for callers that check it is gone
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def _launch(request: dict, *, wall_s: float, gpu: bool, binds: Sequence[str], re
                 _kill_group(proc.pid)
                 proc.wait()
                 raise SandboxError(f"{what} timed out after {wall_s:g} s (its process group was killed)",
-                                   "timeout", _log_tail(logf)) from None
+                                   "timeout", _log_tail(logf), pgid=proc.pid) from None
             finally:
                 _kill_group(proc.pid)  # whatever it left behind in its group
             log = _log_tail(logf)
