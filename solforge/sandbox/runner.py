@@ -147,10 +147,14 @@ def _launch(request: dict, *, wall_s: float, gpu: bool, binds: Sequence[str], re
         try:
             data = _read_capped(os.path.join(work, "result.json"), request["limits"]["result_bytes"], what)
         except FileNotFoundError:
-            how = (f"was killed by {signal.Signals(-rc).name}" if rc < 0 and -rc in signal.Signals._value2member_map_
+            # bwrap passes a signal death on as exit code 128 + signal
+            sig = -rc if rc < 0 else rc - 128 if rc > 128 and bwrap.available() else 0
+            how = (f"was killed by {signal.Signals(sig).name}" if sig in signal.Signals._value2member_map_
                    else f"exited with code {rc}")
-            if rc < 0 and -rc == signal.SIGXCPU:
+            if sig == signal.SIGXCPU:
                 how += " (CPU time limit)"
+            elif sig == signal.SIGXFSZ:
+                how += " (file size limit)"
             raise SandboxError(f"{what} {how} without an answer: {_last_line(log)}"
                                f" [{time.monotonic() - t0:.1f} s]", "crash", log) from None
         except OSError as e:
