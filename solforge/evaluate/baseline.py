@@ -293,9 +293,10 @@ def time_problem_isolated(problem, variant: str, *, timeout_s: Optional[float] =
     kwargs = {k: (sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in kwargs.items()}
     payload = {"problem": problem_to_json(problem), "variant": variant, "kwargs": kwargs}
     try:
-        # torch.compile starts compiler processes (Triton's ptxas, inductor's C++ builds)
+        # torch.compile starts compiler processes (Triton's ptxas, inductor's C++ builds); eager
+        # needs none, so there a reference that starts one is refused in one line
         out = run_python("solforge.evaluate.baseline", "time_problem_entry", payload, timeout_s=timeout_s,
-                         gpu=True, allow_subprocess=True,
+                         gpu=True, allow_subprocess=variant != "eager",
                          env_extra={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
         return [BaselineRow(**r) for r in out["rows"]]
     except SandboxError as e:
