@@ -17,14 +17,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # exact names kept from the caller's environment
 ALLOWED_NAMES = frozenset({
-    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ", "USER", "LOGNAME",
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING",
-    "CUDA_LAUNCH_BLOCKING", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "LD_LIBRARY_PATH",
+    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_NUMERIC", "TZ", "USER", "LOGNAME", "TMPDIR",
+    "LD_LIBRARY_PATH",
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
     "PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONFAULTHANDLER",
 })
 # name prefixes kept (thread counts, allocator and compiler tuning, solforge's own settings)
-ALLOWED_PREFIXES = ("OPENBLAS_", "GOTO", "MALLOC_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_",
+ALLOWED_PREFIXES = ("CUDA_", "NVIDIA_", "OPENBLAS_", "GOTO", "MALLOC_", "TORCH_", "TORCHINDUCTOR_", "PYTORCH_",
                     "TRITON_", "CUTE_DSL_", "CUTLASS_", "NVRTC_", "KINETO_", "CUPTI_", "SOLFORGE_")
 # dropped even when allowed above: anything that names a credential, a proxy or a database
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE"
