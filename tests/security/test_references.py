@@ -111,3 +111,16 @@ def test_baseline_reference_runs_sandboxed(tmp_path, kind):
     else:
         assert all(r.status == "timeout" for r in rows)
     assert not flag.exists() and all(MARK not in r.message for r in rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["eager", "compile"])
+def test_baseline_isolated_times_a_normal_reference_on_the_gpu(tmp_path, variant):
+    """On a GPU box: the sandboxed baseline sees the GPU (device nodes bound into bwrap) and times."""
+    from solforge.evaluate.baseline import time_problem_isolated
+    from solforge.problem.loader import load_problem_dir
+
+    problem = load_problem_dir(write_problem(tmp_path, f"bl_gpu_{variant}"))
+    rows = time_problem_isolated(problem, variant, reps=5, timeout_s=600)
+    assert [r.status for r in rows] == ["passed"] * len(problem.workloads), [r.message for r in rows]
+    assert all(r.median_ms and r.median_ms > 0 for r in rows)
