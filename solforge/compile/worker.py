@@ -115,7 +115,10 @@ class Worker:
                 env.setdefault(k, v)
         argv = [sys.executable, "-s", "-m", "solforge.compile.worker", backend]
         if backend == "cute":  # runs a candidate's Python (in forked children): behind bwrap's walls
-            argv = bwrap.wrap(argv, self.home, keep_visible=(_REPO, *env["PYTHONPATH"].split(os.pathsep)))
+            from .cute_prebuilt import roots  # read on a box without the DSL: keep them visible
+
+            argv = bwrap.wrap(argv, self.home, keep_visible=(
+                _REPO, *env["PYTHONPATH"].split(os.pathsep), *(str(r) for r in roots())))
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                      cwd=self.home, start_new_session=True, close_fds=True)
 
