@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
