@@ -44,7 +44,7 @@ def _compare_one(path: str) -> dict:
     import torch
 
     from solforge.problem.loader import load_problem_dir
-    from solforge.roofline.count import count_problem
+    from solforge.roofline.sandboxed import count_problem
 
     torch.set_num_threads(1)
     d = Path(path)

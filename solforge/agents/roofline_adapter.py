@@ -48,7 +48,7 @@ _COUNTS: dict[str, dict] = {}  # problem content hash -> {uuid: WorkloadCount}; 
 
 def _counted(problem, gpu_profile: str, sols: list[WorkloadSol]) -> None:
     try:
-        from ..roofline.count import count_problem
+        from ..roofline.sandboxed import count_problem
         from ..roofline.estimate import roofline
         from ..roofline.hardware import load_profile
 

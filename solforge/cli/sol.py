@@ -21,11 +21,19 @@ def register(sub) -> None:
                    help="price on the measured ceilings where the profile has them")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     p.add_argument("--no-cache", action="store_true", help="recount even if counts are cached")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per problem for its reference to run in the sandbox (default "
+                        "$SOLFORGE_REFERENCE_TIMEOUT_S or 900)")
     p.add_argument("--store", action="store_true", help="write rows to the store's roofline table "
                                                         "(implied by --db)")
     p.add_argument("--db", default=None, help="DuckDB file")
     p.add_argument("--json", action="store_true", default=None, help="JSON on stdout")
     p.set_defaults(func=cmd_sol)
+
+
+# how sandboxed.py and the sandbox word a reference that hung, crashed or was refused
+_SANDBOX_REASON = "reference run refused or failed"
+_REFUSAL = "solforge sandbox:"
 
 
 def _select(items, wanted):
@@ -69,7 +77,7 @@ def cmd_sol(args) -> int:
     cache = None if args.no_cache else Path(st.cache_dir)
     t0, c0, load0 = time.perf_counter(), os.times(), os.getloadavg()[0]
     with con.status(f"counting {len(items)} problem(s) ..."):
-        counted = count_many(items, cache, jobs=args.jobs)
+        counted = count_many(items, cache, jobs=args.jobs, timeout_s=args.timeout)
     elapsed, c1 = time.perf_counter() - t0, os.times()
     # CPU seconds of this process and its (reaped) worker processes: the box is shared, so wall time
     # alone says little; the load average says how shared
@@ -79,7 +87,12 @@ def cmd_sol(args) -> int:
     csv_rows, db_rows, summary = [], [], []
     n_fail = 0
     methods: dict[str, int] = {}  # trace | fit | analytic workloads (how each count was obtained)
+    refused: list[str] = []  # one line per problem that could not be loaded or whose reference failed
     for pc in counted:
+        if pc.error:
+            refused.append(f"{pc.name}: {pc.error}")
+        elif pc.counts and all(_SANDBOX_REASON in c.reason or _REFUSAL in c.reason for c in pc.counts):
+            refused.append(f"{pc.name}: {pc.counts[0].reason}")
         rls = price(pc, profile, args.measured)
         csv_rows += rows_for_csv(pc, rls)
         db_rows += store_rows(pc, rls)
@@ -90,13 +103,13 @@ def cmd_sol(args) -> int:
         limiters = sorted({r.limiter for r in rls if r.limiter})
         summary.append({"problem": pc.name, "workloads": len(rls), "unsupported": len(bad),
                         "t_sol_ms_geomean": problem_t_sol(rls), "limiters": limiters,
-                        "reason": bad[0].reason if bad else ""})
+                        "reason": pc.error or (bad[0].reason if bad else "")})
     if args.csv:
         write_csv(Path(args.csv), csv_rows)
     if store is not None:
         store.upsert_rows("roofline", db_rows, key=("problem", "workload_uuid", "gpu_profile"))
     if args.json:
-        emit_json({"gpu": profile.name, "seconds": elapsed, "cpu_seconds": cpu, "load_average": load,
+        emit_json({"gpu": profile.name, "refused": refused, "seconds": elapsed, "cpu_seconds": cpu, "load_average": load,
                    "methods": methods, "problems": summary,
                    "workloads": csv_rows if len(items) <= 5 else None})
     else:
@@ -109,4 +122,6 @@ def cmd_sol(args) -> int:
                 ",".join(s["limiters"]), s["reason"][:60]) for s in summary])
         if args.csv:
             con.print(f"wrote {args.csv}")
+    for line in refused:
+        con.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from .. import settings as settings_mod
 from ..candidate import Candidate
 from ..provenance import dist_version
+from ..sandbox.redact import scrub
 from .cache import CompileCache, cache_key
 from .result import CompileResult, CompileStatus, KernelEntry
 
@@ -27,8 +28,18 @@ def compiler_identity(language: str) -> tuple[str, str]:
                      f"{v('nvidia-cuda-runtime')}, nvidia-cuda-cccl {v('nvidia-cuda-cccl')}")
 
 
+def _refused(cand: Candidate, why: str, arch: str, compiler: str, version: str, t0: float) -> CompileResult:
+    res = CompileResult(status=CompileStatus.invalid, log=scrub(why), cubins={}, entries={},
+                        cubin_hash=CompileResult.hash_cubins({}), compiler=compiler,
+                        compiler_version=version, arch=arch, options=[], cache_key="", cache_hit=False,
+                        source_hash=cand.source_hash(), compile_seconds=0.0)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
 def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, use_cache: bool = True,
-                      timeout_s: float | None = None, cache_dir=None, pch: bool | None = None) -> CompileResult:
+                      timeout_s: float | None = None, cache_dir=None, pch: bool | None = None,
+                      expect_language: str | None = None) -> CompileResult:
     """Compile every source unit of a candidate for `arch` (default settings.arch, "sm_90a").
 
     CUDA C++ units reuse NVRTC precompiled headers kept in <cache_dir>/nvrtc_pch (see pch.py), also
@@ -36,7 +47,13 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
     nvrtc_pch=False) compiles without them. The cubins are the same either way.
 
     Never raises for a bad candidate source: the result's status is error/timeout and `log` holds the
-    compiler's words verbatim. Raises pydantic's ValidationError if `candidate` is not a Candidate.
+    compiler's words verbatim, with secrets scrubbed (sandbox.scrub) before the log is cached or
+    returned. Raises pydantic's ValidationError if `candidate` is not a Candidate.
+
+    Refused before any compiler sees them (status invalid): a candidate whose language is not
+    `expect_language` (the language the run asked for: a model asked for CUDA must not get its
+    Python executed by answering "cute"), and CUDA sources whose #include lines reach outside the
+    toolchain's headers and the candidate's own files (nvrtc_backend.check_includes).
     """
     t0 = time.perf_counter()
     cand = candidate if isinstance(candidate, Candidate) else Candidate.model_validate(candidate)
@@ -44,6 +61,15 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
     arch = arch or cfg.arch
     timeout_s = timeout_s or float(getattr(cfg, "compile_timeout_s", DEFAULT_TIMEOUT_S))
     compiler, version = compiler_identity(cand.language)
+    if expect_language is not None and cand.language != expect_language:
+        return _refused(cand, f"solforge: the run asked for a {expect_language!r} candidate, got language "
+                        f"{cand.language!r}; refused without compiling", arch, compiler, version, t0)
+    if cand.language != "cute":
+        from .nvrtc_backend import check_includes
+
+        bad = check_includes(cand.sources)
+        if bad:
+            return _refused(cand, "solforge: " + "\nsolforge: ".join(bad), arch, compiler, version, t0)
     kernels = [launch.kernel for launch in cand.launches]
     key = cache_key(language=cand.language, sources=cand.sources, params=cand.params,
                     options=cand.options, arch=arch, compiler_version=version, kernels=kernels,
@@ -57,7 +83,8 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
             return hit
 
     job = {"sources": cand.sources, "params": cand.params, "options": cand.options, "arch": arch,
-           "kernels": kernels, "launches": [launch.model_dump() for launch in cand.launches]}
+           "kernels": kernels, "launches": [launch.model_dump() for launch in cand.launches],
+           "timeout_s": timeout_s}
     if cand.language != "cute" and (getattr(cfg, "nvrtc_pch", True) if pch is None else pch):
         job["pch_dir"] = str(Path(cache_dir or cfg.cache_dir) / "nvrtc_pch")
         job["pch_max_bytes"] = int(getattr(cfg, "nvrtc_pch_max_mb", 0) or 0) << 20
@@ -65,8 +92,12 @@ def compile_candidate(candidate: Candidate | dict, arch: str | None = None, *, u
 
     out = run_job("cute" if cand.language == "cute" else "nvrtc", job, timeout_s)
     cubins = out.get("cubins", {})
+    try:
+        status = CompileStatus(out.get("status"))
+    except ValueError:  # the worker's answer is checked like any other untrusted data
+        status, cubins = CompileStatus.error, {}
     result = CompileResult(
-        status=CompileStatus(out["status"]), log=out.get("log", ""), cubins=cubins,
+        status=status, log=scrub(str(out.get("log", ""))), cubins=cubins,
         entries={k: KernelEntry(**e) for k, e in out.get("entries", {}).items()},
         cubin_hash=CompileResult.hash_cubins(cubins), compiler=compiler, compiler_version=version,
         arch=arch, options=out.get("options", []), cache_key=key, cache_hit=False,

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..sandbox.redact import scrub
 from .result import CompileResult, _cubin_filename
 
 
@@ -41,9 +42,10 @@ class CompileCache:
         try:
             meta = json.loads((d / "result.json").read_text())
             cubins = {unit: (d / _cubin_filename(unit)).read_bytes() for unit in meta.pop("units")}
-        except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, KeyError):
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
             return None
         res = CompileResult(**meta, cubins=cubins, cache_hit=True)
+        res.log = scrub(res.log)  # an entry written before logs were scrubbed leaks nothing either
         if res.cubin_hash != CompileResult.hash_cubins(cubins):
             return None  # a damaged entry is a miss, and gets rewritten
         return res
@@ -58,6 +60,7 @@ class CompileCache:
             for unit, blob in result.cubins.items():
                 (tmp / _cubin_filename(unit)).write_bytes(blob)
             meta = json.loads(result.to_cache_json())
+            meta["log"] = scrub(meta.get("log", ""))
             meta["units"] = list(result.cubins)
             (tmp / "result.json").write_text(json.dumps(meta))
             if final.exists():

@@ -25,14 +25,17 @@ this backend produced in a precompiled folder, keyed without the compiler versio
 every DSL compile also lands in <cache_dir>/cute_prebuilt, which is the folder to carry).
 
 Isolation: the cute worker imports the DSL once (seconds) and forks a child per job, so candidate
-Python never runs in the long-lived worker and never in the caller.
+Python never runs in the long-lived worker and never in the caller. The worker itself runs in the
+sandbox (worker.py: allowlisted env, bwrap); each child gets its own process group, CPU and file-size
+limits, none of the worker's pipes, and answers in JSON on a pipe of its own (read with a size cap).
+The worker is a child subreaper: whatever a child leaves running is killed when its job ends.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import re
+import signal
 import tempfile
 import time
 import traceback
@@ -210,30 +213,109 @@ def warm_up(arch: str = "sm_90a") -> None:
                   "launches": cand["launches"]})
 
 
+WORKER_FDS: list[int] = []  # the worker's own pipes (set by worker.py), closed in each job's child
+MAX_ANSWER_BYTES = 512 << 20
+CHILD_FSIZE_BYTES = 1 << 30
+
+
+def _become_subreaper() -> None:
+    """Orphans of a job's child are re-parented to the worker (not init), so they can be found."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_leftovers(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    me = str(os.getpid())
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        if ppid == me:
+            try:
+                os.kill(int(d), signal.SIGKILL)
+                os.waitpid(int(d), 0)
+            except (OSError, ChildProcessError):
+                pass
+
+
+def _child_limits(timeout_s: float | None) -> None:
+    import resource
+
+    if timeout_s:
+        cpu = int(timeout_s) + 5
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 2))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    lim = CHILD_FSIZE_BYTES if hard == resource.RLIM_INFINITY else min(hard, CHILD_FSIZE_BYTES)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (lim, lim))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def compile_cute_isolated(job: dict) -> dict:
     """Fork a child that runs compile_cute (candidate Python never runs in the worker itself)."""
     import cutlass.cute  # noqa: F401 - imported once in the worker; the child inherits it
 
+    from .worker import dumps, loads
+
+    _become_subreaper()
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
-        os.close(r)
+        code = 0
         try:
-            out = compile_cute(job)
-        except BaseException:  # noqa: BLE001
-            out = _err("error", "solforge: internal CuTe compile error\n" + traceback.format_exc(),
-                       time.perf_counter())
-        data = pickle.dumps(out)
-        with os.fdopen(w, "wb") as f:
-            f.write(data)
-        os._exit(0)
+            os.setpgid(0, 0)
+            os.close(r)
+            for fd in WORKER_FDS:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            _child_limits(job.get("timeout_s"))
+            from ..sandbox.child import install_guard
+
+            install_guard(allow_subprocess=False)  # a clear refusal; bwrap and the limits are the walls
+            try:
+                out = compile_cute(job)
+            except BaseException:  # noqa: BLE001
+                out = _err("error", "solforge: internal CuTe compile error\n" + traceback.format_exc(),
+                           time.perf_counter())
+            with os.fdopen(w, "wb") as f:
+                f.write(dumps(out))
+        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+            code = 70
+        finally:
+            os._exit(code)
     os.close(w)
+    chunks, size = [], 0
     with os.fdopen(r, "rb") as f:
-        data = f.read()
+        while size <= MAX_ANSWER_BYTES:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     _, status, usage = os.wait4(pid, 0)
-    if not data:
-        return _err("error", f"solforge: the CuTe compile process died (wait status {status})",
+    _kill_leftovers(pid)
+    if size > MAX_ANSWER_BYTES:
+        return _err("error", f"solforge: the CuTe compile answered more than {MAX_ANSWER_BYTES} bytes",
                     time.perf_counter())
-    out = pickle.loads(data)
+    try:
+        out = loads(b"".join(chunks)) if chunks else None
+    except ValueError:
+        out = None
+    if not isinstance(out, dict) or "status" not in out:
+        return _err("error", f"solforge: the CuTe compile process died or gave no answer (wait status "
+                    f"{status})", time.perf_counter())
     out["compile_cpu_seconds"] = usage.ru_utime + usage.ru_stime  # the child's CPU (load-proof time)
     return out

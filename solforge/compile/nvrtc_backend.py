@@ -28,6 +28,75 @@ def split_units(sources: dict[str, str]) -> tuple[dict[str, str], dict[str, str]
     return units, headers
 
 
+# ---- which files a candidate may #include ----------------------------------------------------------
+# NVRTC reads any file the process can open: `#include "/proc/self/environ"` would put the environment
+# into the compile log. So only <name> headers (found in the toolchain's include dirs: no absolute
+# path, no ..) and "name" for the candidate's own headers are allowed, and the scan errs on the side of
+# refusing: every line that could be a directive once comments are gone is checked, digraph (%:) and
+# trigraph (??=, ??/) spellings are refused outright, and so are macro-formed includes.
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_DIRECTIVE = re.compile(r"^\s*(?:#|%:)\s*(include_next|include|import)\b(.*)$")
+_HAS_INCLUDE = re.compile(r"__has_include(?:_next)?\s*\(\s*(<[^>\n]*>|\"[^\"\n]*\")?")
+
+
+def _bad_path(name: str) -> str:
+    if not name or name.startswith(("/", "\\", "~")) or re.match(r"[A-Za-z]:", name):
+        return "an absolute path"
+    if ".." in re.split(r"[/\\]", name):
+        return "a path with .."
+    if any(c in name for c in "\0\n\r"):
+        return "a control character"
+    return ""
+
+
+def _check_target(target: str, headers: set[str], where: str) -> str:
+    target = _BLOCK_COMMENT.sub(" ", target).split("//", 1)[0].strip()
+    if target.startswith("<") and ">" in target:
+        name = target[1:target.index(">")]
+        why = _bad_path(name.strip())
+        return f"{where}: #include <{name}> is {why}" if why else ""
+    if target.startswith('"') and target.count('"') >= 2:
+        name = target[1:target.index('"', 1)]
+        if name in headers:
+            return ""
+        return (f'{where}: #include "{name}" names no header of this candidate (quoted includes are '
+                f"for the candidate's own files {sorted(headers)}; toolchain headers use <...>)")
+    return f"{where}: #include {target[:60]!r} is macro-formed or malformed (write <name> or \"name\")"
+
+
+def check_includes(sources: dict[str, str]) -> list[str]:
+    """Problems with the #include lines of CUDA sources (empty: all fine)."""
+    headers = set(sources)
+    out = []
+    for fname, src in sources.items():
+        if "??=" in src or "??/" in src:
+            out.append(f"{fname}: trigraphs (??= or ??/) are not allowed")
+        text = _SPLICE.sub("", src)
+        for m in _HAS_INCLUDE.finditer(text):
+            arg = m.group(1)
+            line = text.count("\n", 0, m.start()) + 1
+            why = _check_target(arg, headers, f"{fname}({line})") if arg else \
+                f"{fname}({line}): __has_include with a macro-formed argument"
+            if why:
+                out.append(why.replace("#include", "__has_include"))
+        for n, line in enumerate(text.split("\n"), 1):
+            # a directive may follow the end of a comment on the same line: check every such start
+            starts = [line] + [line[m.end():] for m in re.finditer(r"\*/", line)]
+            for part in starts:
+                m = _DIRECTIVE.match(_BLOCK_COMMENT.sub(" ", part))
+                if m is None:
+                    continue
+                if m.group(1) != "include":
+                    out.append(f"{fname}({n}): #{m.group(1)} is not allowed")
+                    break
+                why = _check_target(m.group(2), headers, f"{fname}({n})")
+                if why:
+                    out.append(why)
+                break
+    return out
+
+
 def _base_and_extra(arch: str, options: list[str]) -> tuple[list[str], list[str]]:
     extra = toolchain.check_options(options)
     base = toolchain.base_options(arch)
@@ -182,6 +251,10 @@ def compile_cuda(job: dict) -> dict:
     except toolchain.ToolchainError as e:
         return {"status": "invalid", "log": f"solforge: {e}", "cubins": {}, "entries": {},
                 "options": [], "compile_seconds": time.perf_counter() - t0}
+    bad = check_includes(job["sources"])
+    if bad:
+        return {"status": "invalid", "log": "solforge: " + "\nsolforge: ".join(bad), "cubins": {},
+                "entries": {}, "options": public_options(opts), "compile_seconds": time.perf_counter() - t0}
     units, headers = split_units(job["sources"])
     if not units:
         return {"status": "invalid", "log": "solforge: no source unit (*.cu) among the sources "

@@ -7,22 +7,37 @@ started once per backend and reused; a timeout or crash replaces it. CuTe DSL jo
 by an agent, so the cute worker forks a fresh child per job (see cute_backend) and the worker itself
 never executes candidate code.
 
-Protocol: the parent writes pickled (backend, job) frames to the worker's stdin; the worker answers
-with pickled dicts on a private pipe (the original stdout), while its fd 1 is pointed at stderr so a
-stray print from a compiler or a kernel author cannot corrupt the stream.
+Protocol: the parent writes JSON job frames (8-byte length + JSON; bytes as {"__bytes__": base64})
+to the worker's stdin; the worker answers with JSON dicts on a private pipe (the original stdout),
+while its fd 1 is pointed at stderr so a stray print from a compiler or a kernel author cannot corrupt
+the stream. Never pickle: a frame is data, and a hostile frame can at most be a wrong answer, which
+the parent checks like any other (size cap, shape).
+
+Isolation (solforge.sandbox): workers start in their own session with an environment from the
+sandbox's allowlist (no API keys, tokens or proxies: NVRTC or a candidate reading /proc/self/environ
+finds none), HOME and TMPDIR in a private temp dir, descriptors closed; a timeout kills the worker's
+whole process group. The cute worker, which forks children that run a candidate's Python, also runs
+inside bubblewrap (no network, read-only filesystem except its temp dir) where the machine allows it.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
-import pickle
 import select
+import shutil
+import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+
+from ..sandbox import bwrap
+from ..sandbox.env import sandbox_env
 
 _REPO = str(Path(__file__).resolve().parents[2])
 _MAX_JOBS_PER_WORKER = 500  # recycle now and then: compilers are not leak-free
@@ -30,8 +45,31 @@ _NVRTC_MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": str(512 << 20), "MALLOC_TOP_PAD_"
                      "MALLOC_MMAP_THRESHOLD_": str(64 << 20)}
 
 
+MAX_FRAME_BYTES = 1 << 30  # a compile answer is cubins + logs; more than this is not an answer
+
+
+def _bytes_out(o):
+    if isinstance(o, (bytes, bytearray, memoryview)):
+        return {"__bytes__": base64.b64encode(bytes(o)).decode("ascii")}
+    raise TypeError(f"{type(o).__name__} is not JSON")
+
+
+def _bytes_in(d: dict):
+    if len(d) == 1 and "__bytes__" in d and isinstance(d["__bytes__"], str):
+        return base64.b64decode(d["__bytes__"])
+    return d
+
+
+def dumps(obj) -> bytes:
+    return json.dumps(obj, default=_bytes_out).encode()
+
+
+def loads(data: bytes):
+    return json.loads(data, object_hook=_bytes_in)
+
+
 def _send(fd: int, obj) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    data = dumps(obj)
     os.write(fd, struct.pack("<Q", len(data)))
     view = memoryview(data)
     while view:
@@ -55,23 +93,34 @@ def _recv(fd: int, deadline: float | None = None):
         return b"".join(chunks)
 
     (size,) = struct.unpack("<Q", read_exact(8))
-    return pickle.loads(read_exact(size))
+    if size > MAX_FRAME_BYTES:
+        raise EOFError(f"frame of {size} bytes")
+    out = loads(read_exact(size))
+    if not isinstance(out, dict):
+        raise EOFError("frame is not a JSON object")
+    return out
 
 
 class Worker:
     def __init__(self, backend: str):
         self.backend = backend
         self.jobs = 0
-        env = dict(os.environ)
-        env["PYTHONPATH"] = _REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.home = tempfile.mkdtemp(prefix=f"solforge-compile-{backend}-")
+        env = sandbox_env(home=self.home)
         if backend == "nvrtc":
             # NVRTC allocates and frees ~100 MB per compile; glibc's default gives it back to the
             # kernel each time (brk shrink, munmap) and the next compile faults it in again: ~5 ms of
             # system time per compile. Keep freed memory in the worker (a caller's settings win).
             for k, v in _NVRTC_MALLOC_ENV.items():
                 env.setdefault(k, v)
-        self.proc = subprocess.Popen([sys.executable, "-m", "solforge.compile.worker", backend],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=_REPO)
+        argv = [sys.executable, "-s", "-m", "solforge.compile.worker", backend]
+        if backend == "cute":  # runs a candidate's Python (in forked children): behind bwrap's walls
+            from .cute_prebuilt import roots  # read on a box without the DSL: keep them visible
+
+            argv = bwrap.wrap(argv, self.home, keep_visible=(
+                _REPO, *env["PYTHONPATH"].split(os.pathsep), *(str(r) for r in roots())))
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                     cwd=self.home, start_new_session=True, close_fds=True)
 
     def run(self, job: dict, timeout: float) -> dict:
         self.jobs += 1
@@ -79,11 +128,24 @@ class Worker:
         return _recv(self.proc.stdout.fileno(), time.monotonic() + timeout)
 
     def kill(self) -> None:
+        """The worker and everything it started (its own process group)."""
         try:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001 - already gone
             pass
+        self.cleanup()
+
+    def cleanup(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except Exception:  # noqa: BLE001 - already closed
+                pass
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 _idle: dict[str, list[Worker]] = {}
@@ -104,7 +166,7 @@ def run_job(backend: str, job: dict, timeout: float) -> dict:
         w.kill()
         return {"status": "timeout", "log": f"solforge: compile ran past {timeout:.0f} s and was killed",
                 "cubins": {}, "entries": {}, "options": [], "compile_seconds": time.perf_counter() - t0}
-    except (EOFError, BrokenPipeError, OSError) as e:
+    except (EOFError, BrokenPipeError, OSError, ValueError) as e:
         w.kill()
         return {"status": "error", "log": f"solforge: the compiler process died ({type(e).__name__}, "
                 f"exit code {w.proc.returncode})", "cubins": {}, "entries": {}, "options": [],
@@ -132,6 +194,7 @@ def shutdown() -> None:
                 try:
                     w.proc.stdin.close()
                     w.proc.wait(timeout=2)
+                    w.cleanup()
                 except Exception:  # noqa: BLE001 - still running or already gone
                     w.kill()
         _idle.clear()
@@ -145,9 +208,12 @@ def _serve(backend: str) -> None:
         from cuda.bindings import nvrtc  # noqa: F401 - load the library before the first job
     elif backend == "cute":
         try:
+            from . import cute_backend
             from .cute_backend import compile_cute_isolated as handler
             from .cute_backend import warm_up
 
+            # the forked children that run candidate code must not hold the worker's pipes
+            cute_backend.WORKER_FDS[:] = [0, reply_fd]
             warm_up()  # import + first compile (MLIR setup) here, so every forked job starts warm
         except ImportError as e:
             missing = f"solforge: the CuTe DSL is not importable here ({e}); pip install nvidia-cutlass-dsl"
@@ -162,7 +228,7 @@ def _serve(backend: str) -> None:
     while True:
         try:
             job = _recv(0)
-        except EOFError:
+        except (EOFError, ValueError):  # end of input, or a frame that is not ours
             return
         try:
             out = handler(job)

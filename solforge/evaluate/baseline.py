@@ -1,14 +1,19 @@
 """Baselines T_b: the reference itself, timed in eager PyTorch and under torch.compile, with the same
-timer (CUPTI span, L2 flush, rotated inputs) as candidates. References are trusted code, so one
-long-lived worker process may time many problems; scripts/run_baselines.py restarts a worker that
-dies and runs several compile workers in parallel, taking a GPU lock around every measurement.
+timer (CUPTI span, L2 flush, rotated inputs) as candidates. scripts/run_baselines.py restarts a worker
+that dies and runs several compile workers in parallel, taking a GPU lock around every measurement.
+
+A reference is a dataset's code, so it runs under the same rules as a candidate: time_problem_isolated
+runs time_problem in the sandbox (solforge.sandbox: fresh process group, allowlisted environment,
+private temp dir, limits, bwrap with the GPU's device nodes where the machine has it) and gets its
+rows back as JSON; worker_env() is the sandbox's allowlisted environment for long-lived baseline
+workers. time_problem itself runs the reference in the calling process: call it only inside such a
+process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -300,7 +305,55 @@ def measure_like_nvidia(state: dict, dev, fn, args: list, reps: int, budget_s: f
 
 
 def worker_env(compile_threads: int = 2) -> dict:
-    env = dict(os.environ)
+    """Environment of a baseline worker process: the sandbox's allowlist (one list for every process
+    that runs a reference or a candidate: no API keys, tokens, proxies or database URLs)."""
+    from ..sandbox.env import sandbox_env
+
+    env = sandbox_env()
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads))
-    env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def time_problem_isolated(problem, variant: str, *, timeout_s: Optional[float] = None,
+                          **kwargs) -> list[BaselineRow]:
+    """time_problem in a sandboxed process (its keyword arguments must be JSON: numbers, strings,
+    lists). A reference that hangs past timeout_s (default: twice the problem budget plus 5 minutes
+    for torch.compile), crashes or is refused gives one runtime_error/timeout row per workload with
+    the reason in one line."""
+    from ..problem.loader import problem_to_json
+    from ..sandbox import SandboxError, run_python
+
+    budget = float(kwargs.get("problem_budget_s", 60.0))
+    timeout_s = timeout_s or 2 * budget + 300
+    kwargs = {k: (sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in kwargs.items()}
+    payload = {"problem": problem_to_json(problem), "variant": variant, "kwargs": kwargs}
+    try:
+        # torch.compile starts compiler processes (Triton's ptxas, inductor's C++ builds); eager
+        # needs none, so there a reference that starts one is refused in one line
+        out = run_python("solforge.evaluate.baseline", "time_problem_entry", payload, timeout_s=timeout_s,
+                         gpu=True, allow_subprocess=variant != "eager",
+                         env_extra={"TORCHINDUCTOR_COMPILE_THREADS": "1"})
+        return [BaselineRow(**r) for r in out["rows"]]
+    except SandboxError as e:
+        status = "timeout" if e.kind == "timeout" else "runtime_error"
+        return [BaselineRow(problem.name, w.uuid, variant, status, message=f"reference: {e}")
+                for w in problem.workloads]
+    except (KeyError, TypeError) as e:
+        return [BaselineRow(problem.name, w.uuid, variant, "runtime_error",
+                            message=f"reference run gave no usable rows ({type(e).__name__})")
+                for w in problem.workloads]
+
+
+def time_problem_entry(payload: dict) -> dict:
+    """Sandbox entry point of time_problem_isolated: {"rows": [BaselineRow.to_json(), ...]}."""
+    import tempfile
+
+    from ..problem.loader import problem_from_json
+
+    problem = problem_from_json(payload["problem"])
+    kwargs = dict(payload.get("kwargs") or {})
+    if "skip" in kwargs:
+        kwargs["skip"] = frozenset(kwargs["skip"])
+    with tempfile.TemporaryDirectory(prefix="baseline-") as stage:
+        rows = list(time_problem(problem, payload["variant"], Path(stage), **kwargs))
+    return {"rows": [r.to_json() for r in rows]}

@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -37,22 +36,14 @@ from .results import EvalResult, EvalStatus, HardwareInfo, RunReport
 LAUNCH_MODES = ("zygote", "spawn")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE",
-                     re.IGNORECASE)
-_DROP_PREFIXES = ("AWS_", "AZURE_", "GOOGLE_", "GCP_", "OPENAI", "ANTHROPIC", "HF_", "HUGGING",
-                  "LITELLM", "PREFECT_API", "GITHUB", "GH_", "SSH_", "SOLFORGE_DB")
 
 
 def scrubbed_env(extra_pythonpath: Optional[list[str]] = None) -> dict[str, str]:
-    """The parent's environment without anything that looks like a credential."""
-    env = {k: v for k, v in os.environ.items()
-           if not _SECRET.search(k) and not k.upper().startswith(_DROP_PREFIXES)}
-    paths = [str(REPO_ROOT)] + (extra_pythonpath or [])
-    paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    """The sandbox's allowlisted environment (one list for every process that runs untrusted code:
+    solforge.sandbox.env), with this solforge first on PYTHONPATH."""
+    from ..sandbox.env import sandbox_env
+
+    return sandbox_env(extra_pythonpath=extra_pythonpath)
 
 
 def write_problem(stage: Path, problem, workloads=None) -> None:

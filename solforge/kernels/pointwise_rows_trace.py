@@ -312,12 +312,23 @@ def trace_rows(defn: Definition) -> Optional[RowGraph]:
                                     sort_keys=True, default=str).encode()).hexdigest()
     if key not in _CACHE:
         global last_reason
-        try:
-            _CACHE[key] = _trace(defn)
-        except Exception as e:  # noqa: BLE001 - any failure means: not a row problem
-            last_reason = f"{type(e).__name__}: {e}"[:300]
-            _CACHE[key] = None
+        # the trace runs the problem's reference: in the sandbox (pointwise_trace.trace_in_sandbox)
+        g, why = pt.trace_in_sandbox(__name__, defn, (RowGraph, Node, InputMap))
+        if g is None:
+            last_reason = why
+        _CACHE[key] = g
     return _CACHE[key]
+
+
+def trace_entry(payload: dict) -> dict:
+    """Sandbox entry point: {"graph": tagged JSON} or {"reason": why it is not a row problem}."""
+    from ..sandbox.jsonable import encode
+
+    defn = Definition.model_validate(payload["definition"])
+    try:
+        return {"graph": encode(_trace(defn))}
+    except Exception as e:  # noqa: BLE001 - any failure means: not a row problem
+        return {"reason": f"{type(e).__name__}: {e}"[:300]}
 
 
 def _trace(defn: Definition) -> RowGraph:

@@ -431,12 +431,44 @@ def trace_pointwise(defn: Definition) -> Optional[PointwiseGraph]:
                                     sort_keys=True, default=str).encode()).hexdigest()
     if key not in _CACHE:
         global last_reason
-        try:
-            _CACHE[key] = _trace(defn)
-        except Exception as e:  # noqa: BLE001 - any failure means: not a pointwise problem
-            last_reason = f"{type(e).__name__}: {e}"[:300]
-            _CACHE[key] = None
+        g, why = trace_in_sandbox(__name__, defn, (PointwiseGraph, Node, InputMap))
+        if g is None:
+            last_reason = why
+        _CACHE[key] = g
     return _CACHE[key]
+
+
+TRACE_TIMEOUT_S = 300.0
+
+
+def trace_in_sandbox(module: str, defn: Definition, types: tuple) -> tuple[Optional[Any], str]:
+    """(graph, "") or (None, reason): `module`._trace(defn) run in the sandbox, since it executes the
+    problem's reference (a dataset's code); the graph comes back as tagged JSON of `types` only."""
+    from ..sandbox import SandboxError, run_python
+    from ..sandbox.jsonable import decode
+
+    try:
+        out = run_python(module, "trace_entry", {"definition": defn.model_dump(mode="json")},
+                         timeout_s=TRACE_TIMEOUT_S)
+    except SandboxError as e:
+        return None, str(e)[:300]
+    if out.get("reason") is not None or "graph" not in out:
+        return None, str(out.get("reason", "no graph"))[:300]
+    try:
+        return decode(out["graph"], types), ""
+    except (ValueError, TypeError) as e:
+        return None, f"the traced graph did not decode: {e}"[:300]
+
+
+def trace_entry(payload: dict) -> dict:
+    """Sandbox entry point: {"graph": tagged JSON} or {"reason": why it is not pointwise}."""
+    from ..sandbox.jsonable import encode
+
+    defn = Definition.model_validate(payload["definition"])
+    try:
+        return {"graph": encode(_trace(defn))}
+    except Exception as e:  # noqa: BLE001 - any failure means: not a pointwise problem
+        return {"reason": f"{type(e).__name__}: {e}"[:300]}
 
 
 def _trace(defn: Definition) -> PointwiseGraph:

@@ -29,6 +29,11 @@ _CMPOPS = {
 }
 _FUNCS = {"min": min, "max": max, "abs": abs, "ceil_div": lambda a, b: -(-a // b)}
 _MAX_POW = 64  # exponents beyond this are a typo, not a shape
+# Every integer an expression computes, intermediates included, stays under this many bits; the bound
+# is checked from the operands' sizes BEFORE an operation runs, so ((2**64)**64)**64 is refused in
+# microseconds instead of building a number of 2**24 bits (and so on, exponentially). 256 bits is far
+# above any shape, byte count or product of them.
+MAX_BITS = 256
 
 
 class ExprError(ValueError):
@@ -212,17 +217,20 @@ def _eval(node: ast.AST, env: Mapping[str, int | float], expr: str, tensors: Map
     if isinstance(node, ast.Name):
         if node.id not in env:
             raise ExprError(f"unknown axis {node.id!r} in {expr!r}")
-        return env[node.id]
+        return _bounded(env[node.id], expr)
     if isinstance(node, ast.BinOp):
         a, b = _eval(node.left, env, expr, tensors), _eval(node.right, env, expr, tensors)
         if isinstance(node.op, ast.Pow) and abs(b) > _MAX_POW:
             raise ExprError(f"exponent {b} too large in {expr!r}")
+        _check_size(node.op, a, b, expr)
         try:
-            return _BINOPS[type(node.op)](a, b)
+            return _bounded(_BINOPS[type(node.op)](a, b), expr)
         except ZeroDivisionError:
             raise ExprError(f"division by zero in {expr!r}") from None
+        except OverflowError:
+            raise ExprError(f"result too large in {expr!r}") from None
     if isinstance(node, ast.UnaryOp):
-        return _UNARY[type(node.op)](_eval(node.operand, env, expr, tensors))
+        return _bounded(_UNARY[type(node.op)](_eval(node.operand, env, expr, tensors)), expr)
     if isinstance(node, ast.Compare):
         left = _eval(node.left, env, expr, tensors)
         for op, comp in zip(node.ops, node.comparators):
@@ -235,8 +243,40 @@ def _eval(node: ast.AST, env: Mapping[str, int | float], expr: str, tensors: Map
         vals = (_eval(v, env, expr, tensors) for v in node.values)
         return all(vals) if isinstance(node.op, ast.And) else any(vals)
     if isinstance(node, ast.Call):
-        return _FUNCS[node.func.id](*(_eval(a, env, expr, tensors) for a in node.args))
+        try:
+            return _bounded(_FUNCS[node.func.id](*(_eval(a, env, expr, tensors) for a in node.args)), expr)
+        except (TypeError, ZeroDivisionError, OverflowError) as e:
+            raise ExprError(f"{node.func.id}() failed in {expr!r}: {e}") from None
     raise ExprError(f"cannot evaluate {ast.dump(node)} in {expr!r}")
+
+
+def _bits(v) -> int:
+    """Bits of an integer value (floats: of their integer part; they cannot grow without bound)."""
+    if isinstance(v, bool):
+        return 1
+    if isinstance(v, int):
+        return v.bit_length()
+    if isinstance(v, float) and math.isfinite(v):
+        return max(0, math.frexp(v)[1])
+    return 0
+
+
+def _bounded(v, expr: str):
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_BITS:
+        raise ExprError(f"a value in {expr!r} exceeds {MAX_BITS} bits")
+    return v
+
+
+def _check_size(op: ast.AST, a, b, expr: str) -> None:
+    """Refuse an operation whose integer result would exceed MAX_BITS, before running it."""
+    if not (isinstance(a, int) and isinstance(b, int)):
+        return  # a float result overflows to an error or inf, quickly
+    if isinstance(op, ast.Pow):
+        if b > 0 and abs(a) > 1 and (abs(a).bit_length() - 1) * b > MAX_BITS:
+            raise ExprError(f"{a.bit_length()}-bit value to the power {b} exceeds {MAX_BITS} bits in {expr!r}")
+    elif isinstance(op, ast.Mult):
+        if _bits(a) + _bits(b) > MAX_BITS + 1:
+            raise ExprError(f"a product in {expr!r} exceeds {MAX_BITS} bits")
 
 
 def as_int(value, expr: str) -> int:

@@ -31,7 +31,13 @@ class BlobError(ValueError):
 @lru_cache(maxsize=1024)
 def read_header(path: Path) -> dict:
     """The JSON header of a .safetensors file: {key: {dtype, shape, data_offsets}}."""
-    with open(path, "rb") as f:
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BlobError("not a regular file (a FIFO, socket or device is never read)")
         raw = f.read(8)
         if len(raw) != 8:
             raise BlobError("file too short for a safetensors header")
@@ -48,10 +54,26 @@ def read_header(path: Path) -> dict:
     return header
 
 
-def find_blob(rel: str, start: Path, depth: int = 5) -> Optional[Path]:
+def blob_path_problem(rel: str) -> str:
+    """Why a workload's blob path is refused ("" when fine): blobs live inside the dataset, found
+    relative to the workload file or a folder above it, so an absolute path, a .. component or a
+    control character can only point somewhere else (/dev/zero, another user's files)."""
+    if not isinstance(rel, str) or not rel.strip():
+        return "an empty path"
+    if any(c in rel for c in "\0\n\r"):
+        return "a path with a control character"
     p = Path(rel)
-    if p.is_absolute():
-        return p if p.is_file() else None
+    if p.is_absolute() or rel.startswith("~"):
+        return "an absolute path (blob paths are relative to the dataset)"
+    if ".." in p.parts:
+        return "a path with .. (blob paths stay inside the dataset)"
+    return ""
+
+
+def find_blob(rel: str, start: Path, depth: int = 5) -> Optional[Path]:
+    if blob_path_problem(rel):
+        return None
+    p = Path(rel)
     base = start
     for _ in range(depth):
         cand = base / p
@@ -72,6 +94,10 @@ def check_safetensors(rw: ResolvedWorkload, file: Path, line: Optional[int],
     for name, src in rw.workload.inputs.items():
         if not isinstance(src, SafetensorsInput) or name not in rw.definition.inputs:
             continue
+        why = blob_path_problem(src.path)
+        if why:
+            raise InputError(f"safetensors path {src.path!r} is {why}", file=file, line=line,
+                             field=f"{pre}inputs.{name}.path")
         blob = find_blob(src.path, file.parent)
         if blob is None:
             missing.append(src.path)

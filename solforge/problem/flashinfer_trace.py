@@ -80,10 +80,12 @@ def load_flashinfer_tree(root: Path) -> tuple[list[Problem], list[InputError], l
 def _name_hint(f: Path) -> str:
     """The definition name a file probably holds, to keep its workloads from being called orphans."""
     try:
-        data = json.loads(f.read_text(encoding="utf-8"))
+        from .loader import read_regular  # a FIFO or a device named *.json must not hang the walk
+
+        data = json.loads(read_regular(f).decode("utf-8"))
         if isinstance(data, dict) and isinstance(data.get("name"), str):
             return data["name"]
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # InputError is a ValueError
         pass
     return f.stem
 

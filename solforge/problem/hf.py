@@ -44,7 +44,19 @@ def parse_uri(uri: str) -> tuple[str, Optional[str], Optional[str]]:
         parts = parts[1:]
     if len(parts) < 2 or len(parts) > 3:
         raise InputError("expected hf://<owner>/<dataset>[/<subset>][@<revision>]", file=uri)
+    for part in parts[:3]:
+        if not _SAFE_NAME.match(part) or ".." in part:
+            raise InputError(f"{part!r} is not a valid owner, dataset or subset name", file=uri)
     return f"{parts[0]}/{parts[1]}", (parts[2] if len(parts) == 3 else None), revision or None
+
+
+def inside(path: Path, root: Path) -> bool:
+    """Whether `path`, resolved (symlinks and .. followed), lies inside `root`, resolved."""
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
 
 
 def cache_root() -> Path:
@@ -79,10 +91,18 @@ def ingest_hf(uri: str, cache_dir: Path | None = None) -> IngestReport:
     if not files:
         report.errors.append(InputError(f"no parquet files in {repo_id}@{commit}", file=uri))
         return report
+    if not _SAFE_NAME.match(commit):
+        report.errors.append(InputError(f"revision {commit!r} is not a usable folder name", file=uri))
+        return report
     out = cache / "unpacked" / repo_id.replace("/", "__") / commit
     for name, paths in sorted(files.items()):
+        # config names come from the dataset card: a name like ../../x must never become a path
         subset_dir = out / name
-        errors = unpack_subset(paths, subset_dir)
+        if not _SAFE_NAME.match(name) or ".." in name or not inside(subset_dir, out):
+            report.errors.append(InputError(f"config name {name!r} is not usable as a folder name; "
+                                            "subset skipped", file=uri, field="configs"))
+            continue
+        errors = unpack_subset(paths, subset_dir, root=out)
         report.errors += errors
         sub = ingest_local(subset_dir, provenance={"uri": uri, "repo": repo_id, "revision": commit,
                                                    "parquet": [p.name for p in paths]})
@@ -162,13 +182,25 @@ def read_rows(path: Path) -> list[dict]:
     return pl.read_parquet(path).to_dicts()
 
 
-def unpack_subset(parquet_files: list[Path], out_dir: Path) -> list[InputError]:
+MAX_PARQUET_BYTES = 8 << 30
+
+
+def unpack_subset(parquet_files: list[Path], out_dir: Path, root: Path | None = None) -> list[InputError]:
     """Write one problem folder per row. Rebuilt only when the parquet files change (a stamp holds
-    their digest); written to a temporary folder first so a crash never leaves half a subset."""
+    their digest); written to a temporary folder first so a crash never leaves half a subset.
+    `root` (default: out_dir's parent) is the folder out_dir must stay inside: nothing outside it is
+    ever written or removed."""
+    root = Path(root) if root is not None else out_dir.parent
+    if out_dir.name in ("", ".", "..") or not inside(out_dir, root) or \
+            out_dir.resolve() == root.resolve():
+        return [InputError(f"refusing to unpack into {out_dir}: not inside {root}", file=out_dir)]
     digest = hashlib.sha256(_UNPACK_VERSION.encode())
     for p in parquet_files:
         digest.update(p.name.encode())
-        digest.update(p.read_bytes())
+        try:
+            _hash_regular(p, digest)
+        except (OSError, ValueError) as e:
+            return [InputError(f"cannot read parquet: {e}", file=p)]
     stamp = out_dir / ".unpacked"
     errors_file = out_dir / ".errors.json"
     if stamp.is_file() and stamp.read_text() == digest.hexdigest():
@@ -191,10 +223,29 @@ def unpack_subset(parquet_files: list[Path], out_dir: Path) -> list[InputError]:
     (tmp / ".errors.json").write_text(json.dumps(
         [{"message": e.message, "file": e.file, "line": e.line, "field": e.field} for e in errors]))
     (tmp / ".unpacked").write_text(digest.hexdigest())
-    if out_dir.exists():
+    if out_dir.exists() or out_dir.is_symlink():
+        if out_dir.is_symlink() or not inside(out_dir, root):  # swapped for a link meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+            return errors + [InputError(f"refusing to replace {out_dir}: it leads outside {root}",
+                                        file=out_dir)]
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
     return errors
+
+
+def _hash_regular(path: Path, digest) -> None:
+    """Feed a regular file (symlinks followed: the Hub's cache links snapshots to blobs) to digest."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > MAX_PARQUET_BYTES:
+            raise ValueError(f"{st.st_size} bytes, over the {MAX_PARQUET_BYTES}-byte limit")
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
 
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -221,6 +272,8 @@ def _write_problem(row: dict, root: Path, pq: Path, rowno: int) -> None:
                   "axes": parsed["axes"], "custom_inputs_entrypoint": row.get("custom_inputs_entrypoint"),
                   "inputs": parsed["inputs"], "outputs": parsed["outputs"], "reference": row["reference"]}
     d = root / name
+    if not inside(d, root):
+        raise InputError(f"{name!r} is not usable as a folder name", file=pq, line=rowno, field="name")
     if d.exists():
         raise InputError(f"duplicate problem name {name!r}", file=pq, line=rowno, field="name")
     d.mkdir(parents=True)

@@ -59,7 +59,7 @@ def ingest_local(path: Path, provenance: dict | None = None) -> IngestReport:
     if path.is_file():
         _ingest_file(path, report)
     else:
-        _walk(path, report, 0)
+        _walk(path, report, 0, set())
     reject_duplicate_names(report)
     report.problems.sort(key=lambda p: (p.subset or "", p.name))
     for p in report.problems:
@@ -91,15 +91,28 @@ def _is_problem_dir(path: Path) -> bool:
     return any((path / f).is_file() for f in (DEFINITION_FILE, WORKLOAD_FILE))
 
 
-def _walk(path: Path, report: IngestReport, depth: int) -> None:
-    if is_flashinfer_tree(path):
-        problems, errors, warnings = load_flashinfer_tree(path)
-        report.problems += problems
-        report.errors += errors
-        report.warnings += warnings
-        return
-    if _is_problem_dir(path):
-        _load_problem(path, report)
+def _walk(path: Path, report: IngestReport, depth: int, visited: set) -> None:
+    """One folder of the walk. Every entry's OS error (a symlink loop, a dangling link, no permission)
+    is one report error for that entry and the walk goes on; a folder reached twice (through a symlink
+    back up the tree) is walked once."""
+    try:
+        st = path.stat()
+        key = (st.st_dev, st.st_ino)
+        if key in visited:
+            return
+        visited.add(key)
+        if is_flashinfer_tree(path):
+            problems, errors, warnings = load_flashinfer_tree(path)
+            report.problems += problems
+            report.errors += errors
+            report.warnings += warnings
+            return
+        if _is_problem_dir(path):
+            _load_problem(path, report)
+            return
+    except (OSError, RecursionError) as e:
+        report.errors.append(InputError(f"cannot read folder: {getattr(e, 'strerror', None) or e}",
+                                        file=path))
         return
     if depth >= _MAX_DEPTH:
         return
@@ -111,8 +124,13 @@ def _walk(path: Path, report: IngestReport, depth: int) -> None:
     for child in children:
         if child.name.startswith(".") or child.name in _SKIP_DIRS:
             continue
-        if child.is_dir(follow_symlinks=True):
-            _walk(Path(child.path), report, depth + 1)
+        try:
+            is_dir = child.is_dir(follow_symlinks=True)
+        except OSError as e:  # e.g. a symlink to itself (ELOOP)
+            report.errors.append(InputError(f"cannot read entry: {e.strerror or e}", file=child.path))
+            continue
+        if is_dir:
+            _walk(Path(child.path), report, depth + 1, visited)
 
 
 def _load_problem(path: Path, report: IngestReport) -> None:

@@ -6,6 +6,8 @@ A problem directory holds `definition.json`, `workload.jsonl` and optionally `re
 
 from __future__ import annotations
 
+import os
+
 import hashlib
 import json
 import re
@@ -99,18 +101,39 @@ def parse_model(model: type[M], data, file: Path | str, line: Optional[int] = No
         raise validation_to_input_error(e, file, line, prefix, data) from None
 
 
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,\-]{0,199}$")
+
+
+def name_problem(name: str) -> str:
+    """Why a problem name is refused ("" when fine). Names become folder and file names downstream
+    (staging dirs, exported solutions, unpacked datasets), so no separator, no .., no control
+    character, no leading dot or dash."""
+    if not _NAME.match(name):
+        return "use letters, digits and _ . + = @ , - only (no path separators), at most 200"
+    if ".." in name:
+        return "no .. in a name"
+    return ""
+
+
 def load_definition(path: Path, reference_file: Optional[Path] = None) -> Definition:
     text = _read_text(path)
     data = parse_json_text(text, path)
     if isinstance(data, dict) and not data.get("reference") and reference_file and reference_file.exists():
         data["reference"] = _read_text(reference_file)
         try:
-            return parse_model(Definition, data, path)
+            return _named(parse_model(Definition, data, path), path)
         except InputError as e:
             if e.field == "reference":  # the code came from reference.py: name that file
                 raise InputError(e.message, file=reference_file, field="reference") from None
             raise
-    return parse_model(Definition, data, path)
+    return _named(parse_model(Definition, data, path), path)
+
+
+def _named(defn: Definition, path: Path) -> Definition:
+    why = name_problem(defn.name)
+    if why:
+        raise InputError(f"problem name {defn.name[:80]!r} is not usable: {why}", file=path, field="name")
+    return defn
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -148,13 +171,41 @@ def resolve_at(defn: Definition, wl: Workload, path: Path, lineno: Optional[int]
         raise InputError(str(e), file=path, line=lineno, field=fld) from None
 
 
-def _read_text(path: Path) -> str:
+MAX_FILE_BYTES = 64 << 20  # a definition, reference or workload file; the largest known is ~40 KB
+
+
+def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A regular file's bytes, refusing anything else before reading: a FIFO (would block forever),
+    a device such as /dev/zero (endless), a folder, or a file over `limit` bytes. Raises InputError."""
+    import stat
+
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise InputError("file not found", file=path) from None
     except IsADirectoryError:
         raise InputError("is a folder, not a file", file=path) from None
+    except OSError as e:
+        raise InputError(f"cannot open: {e.strerror or e}", file=path) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError("is a folder, not a file", file=path)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError("not a regular file (a FIFO, socket or device is never read)", file=path)
+        if st.st_size > limit:
+            raise InputError(f"file is {st.st_size} bytes, over the {limit}-byte limit", file=path)
+        try:
+            raw = f.read(limit + 1)
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror or e}", file=path) from None
+    if len(raw) > limit:  # grew while we read it
+        raise InputError(f"file is over the {limit}-byte limit", file=path)
+    return raw
+
+
+def _read_text(path: Path) -> str:
+    raw = read_regular(path)
     try:
         return raw.decode("utf-8-sig")  # a leading BOM is harmless; drop it rather than fail JSON
     except UnicodeDecodeError as e:
@@ -219,3 +270,17 @@ def load_problem_dir(path: Path, subset: Optional[str] = None) -> Problem:
     if ref.exists():
         extra["b200_reference"] = parse_json_text(_read_text(ref), ref)
     return Problem(defn, workloads, str(path), subset, warnings, extra)
+
+
+def problem_to_json(problem: Problem) -> dict:
+    """A problem as plain JSON (definition and workloads as ingested): how a problem crosses into a
+    sandboxed process (never pickle). problem_from_json reads it back, resolving the workloads again."""
+    return {"definition": problem.definition.model_dump(mode="json"),
+            "workloads": [w.workload.model_dump(mode="json") for w in problem.workloads],
+            "source": problem.source, "subset": problem.subset}
+
+
+def problem_from_json(data: dict) -> Problem:
+    defn = Definition.model_validate(data["definition"])
+    wls = [resolve(defn, Workload.model_validate(w)) for w in data["workloads"]]
+    return Problem(defn, wls, data.get("source") or "", data.get("subset"))

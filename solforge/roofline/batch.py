@@ -1,25 +1,26 @@
-"""Counting many problems: a process pool, and a cache of counts per problem content hash.
+"""Counting many problems: sandboxes run the references, and a cache of counts per problem content hash.
 
 Counts (FLOPs per unit, bytes per workload) do not depend on the GPU, so the cache key is the problem's
-content_hash plus COUNTER_VERSION; pricing a cached count on any profile is arithmetic. The pool forks
-from a parent that has already paid torch's one-time dispatch-mode import cost (~5 s on this machine).
+content_hash plus COUNTER_VERSION; pricing a cached count on any profile is arithmetic. References are
+a dataset's code: they run only in sandboxes (sandboxed.py), `jobs` of them side by side, each
+importing torch once and forking a child per problem, with a per-problem timeout. This process only
+loads problem files (data) and writes the cache.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
-import multiprocessing as mp
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from ..errors import InputError
 from ..problem.loader import Problem, load_problem_dir
-from .count import count_problem
+from .sandboxed import count_problem
 from .estimate import COUNTER_VERSION, CountStatus, WorkloadCount
 
 
@@ -32,6 +33,7 @@ class ProblemCount:
     published: list[dict]  # b200_reference per_workload entries (may be empty)
     cached: bool = False
     seconds: float = 0.0  # wall time spent counting (0 when cached)
+    error: str = ""  # the problem could not be loaded (then counts is empty): one line
 
 
 def problem_dirs(root: Path) -> list[Path]:
@@ -61,113 +63,115 @@ def cached_only(problem: Problem, cache_dir: Optional[Path]) -> Optional[Problem
     return count_cached(problem, cache_dir)
 
 
+def _read_cache(problem: Problem, cache_dir: Optional[Path]) -> Optional[ProblemCount]:
+    if cache_dir is None:
+        return None
+    f = _cache_file(cache_dir, problem.content_hash)
+    if not f.exists():
+        return None
+    try:
+        data = json.loads(f.read_text())
+        counts = [WorkloadCount.from_json(d) for d in data["counts"]]
+        return ProblemCount(problem.name, problem.subset, problem.content_hash, counts,
+                            _published(problem), True)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a damaged cache entry is recomputed
+
+
+def _write_cache(problem: Problem, cache_dir: Optional[Path], counts: list[WorkloadCount]) -> None:
+    if cache_dir is None:
+        return
+    f = _cache_file(cache_dir, problem.content_hash)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(f".{os.getpid()}.{id(counts)}.tmp")
+    tmp.write_text(json.dumps({"problem": problem.name, "content_hash": problem.content_hash,
+                               "counter_version": COUNTER_VERSION,
+                               "counts": [c.to_json() for c in counts]}))
+    tmp.replace(f)
+
+
 def count_cached(problem: Problem, cache_dir: Optional[Path]) -> ProblemCount:
-    h = problem.content_hash
-    if cache_dir is not None:
-        f = _cache_file(cache_dir, h)
-        if f.exists():
-            try:
-                data = json.loads(f.read_text())
-                counts = [WorkloadCount.from_json(d) for d in data["counts"]]
-                return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), True)
-            except (ValueError, KeyError, TypeError):
-                pass  # a damaged cache entry is recomputed
+    hit = _read_cache(problem, cache_dir)
+    if hit is not None:
+        return hit
     t0 = time.perf_counter()
     counts = count_problem(problem)
     seconds = time.perf_counter() - t0
-    if cache_dir is not None:
-        f = _cache_file(cache_dir, h)
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"problem": problem.name, "content_hash": h,
-                                   "counter_version": COUNTER_VERSION,
-                                   "counts": [c.to_json() for c in counts]}))
-        tmp.replace(f)
-    return ProblemCount(problem.name, problem.subset, h, counts, _published(problem), False, seconds)
+    if not any("reference run refused or failed" in c.reason for c in counts):
+        _write_cache(problem, cache_dir, counts)
+    return ProblemCount(problem.name, problem.subset, problem.content_hash, counts, _published(problem),
+                        False, seconds)
 
 
-def _count_dir(args) -> ProblemCount:
-    path, subset, cache_dir = args
-    import torch
-
-    torch.set_num_threads(1)
-    return count_cached(load_problem_dir(Path(path), subset), cache_dir)
+def _cost_hint(problem: Problem) -> int:
+    return len(problem.definition.reference or "") * max(1, len(problem.workloads))
 
 
-def _count_problem(args) -> ProblemCount:
-    problem, cache_dir = args
-    import torch
-
-    torch.set_num_threads(1)
-    return count_cached(problem, cache_dir)
-
-
-def _warm() -> None:
-    """Pay the one-time import cost of torch's dispatch-mode machinery before forking workers."""
-    import torch
-
-    from .trace import HybridMode, patch_cuda_init, skip_dynamo_import
-
-    patch_cuda_init()
-    # torch's Python reference kernels import torch._dynamo on first use (seconds) only to wrap
-    # themselves for torch.compile: skip that (trace.skip_dynamo_import)
-    skip_dynamo_import()
-    with HybridMode():
-        torch.empty(2, 2, device="meta") + 1
-    # everything imported so far lives as long as the process: out of the collector's way, so that
-    # the workers' collections scan only what tracing creates (gc was ~15% of a trace's time)
-    gc.freeze()
-
-
-def _worker_gc() -> None:
-    # a trace allocates ~10^5 short-lived objects (tensors, tuples, weak references); collecting the
-    # youngest generation every 700 allocations cost more than the cycles it finds
-    gc.set_threshold(50_000, 20, 20)
-
-
-def _cost_hint(item) -> int:
+def _load(item) -> Problem | ProblemCount:
+    """A Problem, or a ProblemCount holding the one-line reason it could not be loaded."""
     if isinstance(item, Problem):
-        return len(item.definition.reference or "") * max(1, len(item.workloads))
+        return item
+    p = Path(item)
     try:
-        d = Path(item)
-        return (d / "definition.json").stat().st_size * max(1, (d / "workload.jsonl").stat().st_size // 200)
-    except OSError:
-        return 0
+        return load_problem_dir(p, p.parent.name)
+    except InputError as e:
+        return ProblemCount(p.name, p.parent.name, "", [], [], error=str(e).splitlines()[0])
+    except (OSError, RecursionError, MemoryError) as e:
+        return ProblemCount(p.name, p.parent.name, "", [], [], error=f"{p}: cannot load problem: "
+                            f"{type(e).__name__}: {e}")
 
 
 def count_many(items: Iterable, cache_dir: Optional[Path], jobs: int = 2,
-               progress: Optional[Callable[[ProblemCount], None]] = None) -> list[ProblemCount]:
-    """items: Problems, or problem directories (Path; the subset is the parent directory's name)."""
-    tasks = []
-    for it in items:
-        if isinstance(it, Problem):
-            tasks.append((_count_problem, (it, cache_dir)))
-        else:
-            p = Path(it)
-            tasks.append((_count_dir, (str(p), p.parent.name, cache_dir)))
+               progress: Optional[Callable[[ProblemCount], None]] = None,
+               timeout_s: Optional[float] = None) -> list[ProblemCount]:
+    """items: Problems, or problem directories (Path; the subset is the parent directory's name).
+
+    timeout_s: per problem (default $SOLFORGE_REFERENCE_TIMEOUT_S or 900 s). A problem that cannot
+    be loaded, or whose reference hangs, crashes or is refused, is one ProblemCount with the reason
+    (error, or every count UNSUPPORTED) and the others go on."""
+    from .sandboxed import count_batch_in_sandbox
+
     results: list[ProblemCount] = []
-    if jobs <= 1 or len(tasks) <= 1:
-        for fn, a in tasks:
-            r = fn(a)
-            results.append(r)
-            if progress:
-                progress(r)
-        return results
-    _warm()
-    # longest first, so that no big problem starts last and runs alone: the size of a problem's
-    # definition (its reference and custom-input code) is a cheap proxy of its tracing cost
-    tasks.sort(key=lambda t: -_cost_hint(t[1][0]))
-    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_gc) as ex:
-            futs = [ex.submit(fn, a) for fn, a in tasks]
-            for f in as_completed(futs):
-                r = f.result()
-                results.append(r)
-                if progress:
-                    progress(r)
-    finally:
-        gc.unfreeze()  # the parent (a flow, a long-lived process) collects as usual again
+    todo: list[Problem] = []
+
+    def done(r: ProblemCount) -> None:
+        results.append(r)
+        if progress:
+            progress(r)
+
+    for it in items:
+        got = _load(it)
+        if isinstance(got, ProblemCount):
+            done(got)
+            continue
+        hit = _read_cache(got, cache_dir)
+        if hit is not None:
+            done(hit)
+        else:
+            todo.append(got)
+    # longest first, dealt round-robin, so that no sandbox gets all the big problems: the size of a
+    # problem's definition (its reference and custom-input code) is a cheap proxy of its tracing cost
+    todo.sort(key=lambda p: -_cost_hint(p))
+    n = max(1, min(jobs, len(todo)))
+    chunks = [todo[i::n] for i in range(n)]
+
+    def run(chunk: list[Problem]) -> list[ProblemCount]:
+        t0 = time.perf_counter()
+        out = []
+        answers = count_batch_in_sandbox(chunk, timeout_s=timeout_s)
+        seconds = (time.perf_counter() - t0) / max(1, len(chunk))
+        for problem, (counts, cacheable) in zip(chunk, answers):
+            if cacheable:
+                _write_cache(problem, cache_dir, counts)
+            out.append(ProblemCount(problem.name, problem.subset, problem.content_hash, counts,
+                                    _published(problem), False, seconds))
+        return out
+
+    if todo:
+        with ThreadPoolExecutor(max_workers=n) as ex:
+            for fut in as_completed([ex.submit(run, c) for c in chunks if c]):
+                for r in fut.result():
+                    done(r)
     results.sort(key=lambda r: r.name)
     return results
 

@@ -14,8 +14,9 @@ from .fit import count_fitted
 from .trace import patch_cuda_init
 
 
-def count_problem(problem: Problem, fit: bool = True) -> list[WorkloadCount]:
-    """Counts of every workload. fit=True traces a few workloads and predicts the others from per-op
+def count_problem_here(problem: Problem, fit: bool = True) -> list[WorkloadCount]:
+    """Counts of every workload, the reference run IN THIS PROCESS: only for the sandbox's entry point
+    (sandboxed.count); everyone else calls sandboxed.count_problem. fit=True traces a few workloads and predicts the others from per-op
     monomial fits checked on an extra traced workload (fit.py); it falls back to tracing each workload
     whenever the fit is not exact. fit=False traces every workload."""
     patch_cuda_init()

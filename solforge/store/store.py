@@ -39,6 +39,30 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def _check_file(path: Path) -> None:
+    """An existing store file must be a DuckDB database: anything else is one clear line naming the
+    file (DuckDB's own error is a long traceback), and a FIFO or device is never opened."""
+    import stat
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StoreError(f"{path}: cannot open the store: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"{path}: not a DuckDB database file (not a regular file)")
+    if st.st_size == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot open the store: {e.strerror or e}") from None
+    if head[8:12] != b"DUCK":  # DuckDB's magic bytes follow an 8-byte checksum
+        raise StoreError(f"{path}: not a DuckDB database file")
+
+
 def default_path() -> Path:
     from .. import settings
 
@@ -57,13 +81,18 @@ class Store:
         if lock_timeout_s is None:
             lock_timeout_s = float(os.environ.get("SOLFORGE_DB_LOCK_TIMEOUT_S",
                                                   DEFAULT_LOCK_TIMEOUT_S))
+        _check_file(self.path)
         self._lease: Lease = lease_for(self.path, lock_timeout_s)
         self._columns: dict[str, dict[str, str]] = {}
         self.applied_migrations: list[str] = []
         if migrate:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._lease.connection() as con:
-                self.applied_migrations = [m.path.name for m in _migrate.migrate(con)]
+            try:
+                with self._lease.connection() as con:
+                    self.applied_migrations = [m.path.name for m in _migrate.migrate(con)]
+            except duckdb.IOException as e:  # e.g. damaged past its header: one line, not a traceback
+                first = (str(e).strip().splitlines() or ["?"])[0]
+                raise StoreError(f"{self.path}: cannot open the store: {first}") from None
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r})"

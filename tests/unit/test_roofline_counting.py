@@ -8,7 +8,7 @@ import pytest
 from solforge.errors import InputError
 from solforge.problem.loader import load_problem_dir
 from solforge.roofline.analytic import attention_pairs
-from solforge.roofline.count import count_problem
+from solforge.roofline.sandboxed import count_problem
 from solforge.roofline.estimate import CountStatus, roofline
 from solforge.roofline.hardware import load_profile, load_profile_file
 

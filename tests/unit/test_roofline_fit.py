@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from solforge.problem.loader import load_problem_dir
-from solforge.roofline.count import count_problem
+from solforge.roofline.sandboxed import count_problem
 from solforge.roofline.estimate import CountStatus
 from solforge.roofline.fit import MonomialFit, fit_variables
 
