@@ -21,7 +21,8 @@ from typing import Callable, Optional
 
 from ..candidate import Candidate
 from .prompts import clip
-from .segments import Segment, SegmentError, base_name, replace_segment, segments_of, shared_text
+from .segments import (Segment, SegmentError, base_name, device_functions, replace_segment,
+                       segments_of, shared_text)
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,11 @@ def render(plan: Plan, budget_chars: int = PLAN_BUDGET_CHARS) -> str:
     seg_budget = _shares([len(t) for t in texts], max(0, left - shared_budget))
     parts = ["\n".join(head)]
     if shared:
-        parts.append("### Shared source (outside the segments)\n```cuda\n"
-                     + clip(shared, shared_budget) + "\n```")
+        block = "### Shared source (outside the segments)\n```cuda\n" + clip(shared, shared_budget) \
+            + "\n```"
+        if len(shared) > shared_budget:  # what was cut still names what the kernels may call
+            block += "\n`__device__` functions it defines: " + ", ".join(device_functions(shared))
+        parts.append(block)
     for n, (seg, text, b) in enumerate(zip(segs, texts, seg_budget), 1):
         ms = plan.launch_ms.get(seg.kernel)
         timing = f", measured {ms:.4g} ms" if ms is not None else ""

@@ -197,6 +197,18 @@ def kernel_definitions(src: str) -> dict[str, tuple[int, int, int]]:
     return found
 
 
+def device_functions(src: str) -> list[str]:
+    """Names of the `__device__` functions defined at file scope, in order (each name once)."""
+    m = mask(src)
+    names: list[str] = []
+    for head, brace, _ in _items(m, 0, len(m)):
+        if re.search(r"\b__device__\b", m[head:brace]) and not _GLOBAL.search(m[head:brace]):
+            sig = _signature(m, head, brace)
+            if sig and sig[0] not in names:
+                names.append(sig[0])
+    return names
+
+
 def segments_of(cand: Candidate) -> list[Segment]:
     """One segment per distinct launched kernel, in launch order; SegmentError when a launched
     kernel has no definition the scanner can find."""

@@ -11,7 +11,7 @@ import pytest
 
 from solforge.agents.parse import ParseError, SegmentReply, parse_answer
 from solforge.agents.plan_context import make_plan, render, segment_kind
-from solforge.agents.segments import (SegmentError, kernel_definitions, replace_segment, segments_of,
+from solforge.agents.segments import (SegmentError, device_functions, kernel_definitions, replace_segment, segments_of,
                                       shared_text)
 from solforge.candidate import Candidate
 
@@ -70,6 +70,7 @@ def test_definitions_are_found_through_comments_strings_directives_and_blocks():
     assert segs[2].text(cand()).startswith("template <int B>")
     shared = shared_text(cand(), segs)
     assert "__device__ __forceinline__ float sq" in shared and "k0_sum" not in shared
+    assert device_functions(SRC) == ["sq", "tag"]
 
 
 def test_replacing_one_segment_keeps_everything_else():
