@@ -13,6 +13,7 @@ as many turns as the session allows. Every call is logged by the client; caps st
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -63,6 +64,7 @@ class LlmWorker:
         self.plan_source = plan_source      # problem -> (plan Candidate, traced ops) or None
         self.launch_times = launch_times    # (problem, candidate) -> {kernel: ms}; None: unmeasured
         self.plan_budget_chars = plan_budget_chars
+        self._plan_lock = threading.Lock()  # sessions in parallel trace a problem once, not each
         kw = {"sleep": sleep} if sleep else {}
         self.client = LlmClient(cfg, on_call=self._on_call, **kw)
         self._sink = on_call or (lambda row: None)
@@ -159,12 +161,14 @@ class LlmWorker:
         if language != "cuda" or self.plan_source is None:
             return None
         try:
-            got = self.plan_source(problem)
+            with self._plan_lock:
+                got = self.plan_source(problem)
             plan = make_plan(got[0], got[1], ctx.best, ctx.best_score) if got else None
             if plan is not None and self.launch_times is not None:
                 plan.launch_ms = dict(self.launch_times(problem, plan.candidate) or {})
         except Exception as e:  # noqa: BLE001 - a plan is a help, never a reason to stop
-            log.warning("%s: no plan for the LLM prompt: %s: %s", problem.name, type(e).__name__, e)
+            log.warning("%s: no plan for the LLM prompt: %s: %s", getattr(problem, "name", problem),
+                        type(e).__name__, e)
             return None
         return plan
 

@@ -107,7 +107,7 @@ def test_segment_reply_is_spliced_compiled_and_differs_only_in_that_kernel(store
     assert shared_text(got, gsegs).replace(
         "__device__ __forceinline__ bool sf_block_idle() { return blockIdx.x >= gridDim.x; }", ""
     ).split() == shared_text(plan, segs).split()
-    for i, (a, b) in enumerate(zip(plan.launches, got.launches)):
+    for a, b in zip(plan.launches, got.launches):
         if a.kernel == last:
             assert b.grid[0].startswith("max(1, min(") and b.args == a.args and b.block == a.block
         else:

@@ -160,3 +160,35 @@ def test_plan_base_is_the_best_candidate_when_it_refines_the_plan():
 def test_segment_kinds_follow_the_compiler_names():
     assert segment_kind("k3_mm") == "matmul" and segment_kind("k0_cumsum") == "scan"
     assert segment_kind("k2_amax") == "reduction" and segment_kind("my_kernel") == "kernel"
+
+
+def test_worker_plan_and_splice_refusals():
+    from solforge.agents.llm import Context, LlmWorker
+    from solforge.agents.llm_client import LlmConfig
+
+    calls = []
+
+    def source(problem):
+        calls.append(problem)
+        return cand(), {"aten.sum.default": 1}
+
+    w = LlmWorker(LlmConfig(model="openai/none", api_base="http://127.0.0.1:9/v1"), lab=None,
+                  plan_source=source, launch_times=lambda p, c: {"k0_sum": 0.5})
+    plan = w.plan("p", "cuda", Context())
+    assert plan is not None and [s.kernel for s in plan.segments] == ["k0_sum", "k1_out", "tscale"]
+    assert plan.launch_ms == {"k0_sum": 0.5}
+    assert w.plan("p", "cute", Context()) is None and len(calls) == 1  # CUDA sessions only
+
+    def broken(problem):
+        raise RuntimeError("trace crashed")
+    assert LlmWorker(w.cfg, None, plan_source=broken).plan("p", "cuda", Context()) is None
+    assert LlmWorker(w.cfg, None, plan_source=lambda p: None).plan("p", "cuda", Context()) is None
+
+    with pytest.raises(SegmentError, match="needs a plan"):
+        LlmWorker._splice(None, SegmentReply("k1_out", K1_NEW))
+    with pytest.raises(SegmentError, match="cannot change the language"):
+        LlmWorker._splice(plan, SegmentReply("k1_out", K1_NEW, language="cute"))
+    with pytest.raises(SegmentError, match="cannot change the language"):
+        LlmWorker._splice(plan, SegmentReply("k1_out", "import cutlass\n@cute.kernel\ndef k1_out(): pass"))
+    got = LlmWorker._splice(plan, SegmentReply("k1_out", K1_NEW, notes="n"))
+    assert got.launches == cand().launches and "inv1p" in got.sources["kernel.cu"]
