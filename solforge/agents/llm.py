@@ -1,8 +1,11 @@
 """The LLM worker: one session per planner decision — prompt, tool calls, candidate, repair turns.
 
 A session starts from the protocol (system message) and the problem with the best source so far and
-the latest feedback (user message). The model may call the benchmark tools; when it answers without
-a tool call, its reply is parsed into a Candidate and tried (an attempt: checked, compiled, evaluated
+the latest feedback (user message). When the compiler serves the problem (CUDA sessions), the user
+message also carries its plan as segments (plan_context.py), and the model may answer with a whole
+Candidate or with ONE replaced segment, which is spliced into the plan (the other segments as they
+were); a segment reply that does not fit is refused with one line. The model may call the benchmark
+tools; when it answers without a tool call, its reply is parsed into a Candidate and tried (an attempt: checked, compiled, evaluated
 where a GPU is). On a parse, compile or correctness failure the model gets the error and repairs, for
 as many turns as the session allows. Every call is logged by the client; caps stop the session cleanly.
 """
@@ -10,6 +13,7 @@ as many turns as the session allows. Every call is logged by the client; caps st
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -17,8 +21,11 @@ from ..candidate import Candidate
 from .llm_client import (BudgetExceeded, LlmClient, LlmConfig, ProviderOutage, ProviderRejected,
                          assistant_message)
 from .outcome import AttemptOutcome, Outcome
-from .parse import ParseError, parse_reply
-from .prompts import problem_prompt, repair_message, system_prompt
+from .parse import ParseError, SegmentReply, parse_answer
+from .plan_context import (PLAN_BUDGET_CHARS, LaunchTimes, Plan, PlanSource, compiler_plan,
+                           make_plan, render)
+from .prompts import problem_prompt, refusal_message, repair_message, system_prompt
+from .segments import SegmentError
 from .tools import TOOL_SPECS, ToolRuntime
 
 log = logging.getLogger(__name__)
@@ -49,9 +56,15 @@ class LlmWorker:
     name = "llm"
 
     def __init__(self, cfg: LlmConfig, lab, on_call: Optional[Callable[[dict], None]] = None,
-                 sleep=None):
+                 sleep=None, plan_source: Optional[PlanSource] = compiler_plan,
+                 launch_times: Optional[LaunchTimes] = None,
+                 plan_budget_chars: int = PLAN_BUDGET_CHARS):
         self.cfg = cfg
         self.lab = lab
+        self.plan_source = plan_source      # problem -> (plan Candidate, traced ops) or None
+        self.launch_times = launch_times    # (problem, candidate) -> {kernel: ms}; None: unmeasured
+        self.plan_budget_chars = plan_budget_chars
+        self._plan_lock = threading.Lock()  # sessions in parallel trace a problem once, not each
         kw = {"sleep": sleep} if sleep else {}
         self.client = LlmClient(cfg, on_call=self._on_call, **kw)
         self._sink = on_call or (lambda row: None)
@@ -79,13 +92,19 @@ class LlmWorker:
             parent[0] = aid  # a repair refines what it repairs: lineage follows the chain
             return aid, out
 
-        runtime = ToolRuntime(self.lab, problem, language, run_try, ctx.history)
+        plan = self.plan(problem, language, ctx)
+        runtime = ToolRuntime(self.lab, problem, language, run_try, ctx.history,
+                              splice=(lambda r: self._splice(plan, r)) if plan else None)
         best_dict = ctx.best.model_dump(exclude_defaults=True) if ctx.best is not None else None
+        if plan is not None and plan.covers_best:
+            best_dict = None  # the plan section shows it, segment by segment
         messages = [
-            {"role": "system", "content": system_prompt(language, with_tools=self.cfg.use_tools)},
+            {"role": "system", "content": system_prompt(language, with_tools=self.cfg.use_tools,
+                                                        with_plan=plan is not None)},
             {"role": "user", "content": problem_prompt(
                 problem, language, self.lab.gpu_info(), self.lab.roofline(problem), best_dict,
-                ctx.best_score, ctx.feedback)},
+                ctx.best_score, ctx.feedback,
+                plan_text=render(plan, self.plan_budget_chars) if plan else "")},
         ]
         tools = TOOL_SPECS if self.cfg.use_tools else None
         for turn in range(self.cfg.max_turns):
@@ -110,11 +129,20 @@ class LlmWorker:
                     messages.append({"role": "tool", "tool_call_id": tc["id"], "content": out})
                 continue
             try:
-                cand = parse_reply(reply["content"], problem.name, language)
+                answer = parse_answer(reply["content"], problem.name, language)
             except ParseError as e:
                 messages.append({"role": "user", "content": repair_message(
-                    Outcome(AttemptOutcome.PARSE_ERROR, str(e), compile_log=str(e)))})
+                    Outcome(AttemptOutcome.PARSE_ERROR, str(e), compile_log=str(e)),
+                    with_plan=plan is not None)})
                 continue
+            if isinstance(answer, SegmentReply):
+                try:
+                    cand = self._splice(plan, answer)
+                except (SegmentError, ParseError) as e:
+                    messages.append({"role": "user", "content": refusal_message(str(e))})
+                    continue
+            else:
+                cand = answer
             prior = runtime.evaluated.get(cand.source_hash())
             if prior is not None:  # the model answers with what it already benchmarked
                 aid, out = prior
@@ -123,6 +151,39 @@ class LlmWorker:
             if not out.status.failed:
                 result.stopped = f"candidate {out.status.value}"
                 return result
-            messages.append({"role": "user", "content": repair_message(out)})
+            messages.append({"role": "user", "content": repair_message(out, with_plan=plan is not None)})
         result.stopped = f"turn limit ({self.cfg.max_turns}) reached"
         return result
+
+    def plan(self, problem, language: str, ctx: Context) -> Optional[Plan]:
+        """The session's plan (CUDA sessions of problems the compiler serves), or None. Any failure
+        to get one leaves the session as it was without a plan."""
+        if language != "cuda" or self.plan_source is None:
+            return None
+        try:
+            with self._plan_lock:
+                got = self.plan_source(problem)
+            plan = make_plan(got[0], got[1], ctx.best, ctx.best_score) if got else None
+            if plan is not None and self.launch_times is not None:
+                plan.launch_ms = dict(self.launch_times(problem, plan.candidate) or {})
+        except Exception as e:  # noqa: BLE001 - a plan is a help, never a reason to stop
+            log.warning("%s: no plan for the LLM prompt: %s: %s", getattr(problem, "name", problem),
+                        type(e).__name__, e)
+            return None
+        return plan
+
+    @staticmethod
+    def _splice(plan: Optional[Plan], reply: SegmentReply) -> Candidate:
+        """The plan with the reply's segment replaced; SegmentError (one line) when it does not fit."""
+        if plan is None:
+            raise SegmentError("a segment reply needs a plan and this session has none; reply with a "
+                               "whole Candidate")
+        lang = plan.candidate.language
+        if (reply.language and reply.language != lang) or _looks_like_cute(reply.source):
+            raise SegmentError(f"a segment reply cannot change the language (the plan is {lang}); "
+                               "reply with a whole Candidate to use another language")
+        return plan.splice(reply.segment, reply.source, reply.launch, reply.notes)
+
+
+def _looks_like_cute(source: str) -> bool:
+    return "@cute.kernel" in source or "import cutlass" in source

@@ -1,10 +1,12 @@
-"""Turning a model's reply into a Candidate, with an error message the model can act on."""
+"""Turning a model's reply into a Candidate or a segment replacement, with an error message the model
+can act on."""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Optional, Union
 
 from pydantic import ValidationError
 
@@ -68,3 +70,39 @@ def parse_reply(text: str, problem_name: str, language: Optional[str] = None) ->
         except ParseError as e:
             first_error = first_error or e
     raise first_error  # type: ignore[misc]
+
+
+@dataclass
+class SegmentReply:
+    """One replaced segment of the plan (protocol.md, 'Segment replies')."""
+
+    segment: str
+    source: str
+    launch: dict = field(default_factory=dict)
+    language: Optional[str] = None
+    notes: str = ""
+
+
+def segment_from_obj(obj: dict) -> SegmentReply:
+    seg, src, launch = obj.get("segment"), obj.get("source"), obj.get("launch") or {}
+    if not isinstance(seg, str) or not seg.strip():
+        raise ParseError("\"segment\" must be the kernel name of one segment of the plan")
+    if not isinstance(src, str) or not src.strip():
+        raise ParseError(f"segment {seg!r}: \"source\" must be the kernel's whole new definition")
+    if not isinstance(launch, dict):
+        raise ParseError(f"segment {seg!r}: \"launch\" must be an object (grid, block, smem, ...)")
+    lang = obj.get("language")
+    notes = obj.get("notes") if isinstance(obj.get("notes"), str) else ""
+    return SegmentReply(seg.strip(), src, dict(launch), lang if isinstance(lang, str) else None,
+                        notes)
+
+
+def parse_answer(text: str, problem_name: str,
+                 language: Optional[str] = None) -> Union[Candidate, SegmentReply]:
+    """A whole Candidate or one replaced segment, whichever the reply's last JSON block holds."""
+    if not text or not text.strip():
+        raise ParseError("the reply is empty")
+    objs = [o for o in _objects(text) if "segment" in o or "sources" in o or "candidate" in o]
+    if objs and "segment" in objs[0] and "sources" not in objs[0]:
+        return segment_from_obj(objs[0])
+    return parse_reply(text, problem_name, language)

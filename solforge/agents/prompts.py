@@ -34,9 +34,10 @@ def protocol_sections() -> dict[str, str]:
     return out
 
 
-def system_prompt(language: str, with_tools: bool = True) -> str:
+def system_prompt(language: str, with_tools: bool = True, with_plan: bool = False) -> str:
     s = protocol_sections()
-    names = ["intro", "format", "rules", "tests"] + (["tools"] if with_tools else [])
+    names = ["intro", "format"] + (["segment"] if with_plan else []) + ["rules", "tests"]
+    names += ["tools"] if with_tools else []
     names.append("guide-cute" if language == "cute" else "guide-cuda")
     return "\n\n".join(s[n] for n in names if n in s)
 
@@ -79,9 +80,9 @@ class WorkloadSol:
 
 def problem_prompt(problem, language: str, gpu: GpuInfo, sols: Sequence[WorkloadSol],
                    best_source: Optional[dict] = None, best_score: Optional[float] = None,
-                   feedback: Sequence[tuple[str, Outcome]] = ()) -> str:
+                   feedback: Sequence[tuple[str, Outcome]] = (), plan_text: str = "") -> str:
     """The user message. `best_source` is a Candidate as a dict; `feedback` (label, Outcome) pairs,
-    newest last."""
+    newest last; `plan_text` the plan's section (plan_context.render), already within its budget."""
     d = problem.definition
     parts = [f"# Problem: {d.name}"]
     if d.description:
@@ -96,6 +97,8 @@ def problem_prompt(problem, language: str, gpu: GpuInfo, sols: Sequence[Workload
     parts.append(_workload_table(problem, sols))
     parts.append("## " + gpu.describe())
     parts.append(f"Write the candidate in language `{language}`; the problem name is `{d.name}`.")
+    if plan_text:
+        parts.append(plan_text)
     if best_source:
         score = f" (SOL score {best_score:.3f})" if best_score is not None else ""
         parts.append(f"## Best candidate so far{score}\nImprove on it.\n```json\n"
@@ -156,7 +159,7 @@ def clip(text: str, n: int) -> str:
     return text[:half] + f"\n... [{len(text) - n} characters cut] ...\n" + text[-half:]
 
 
-def repair_message(o: Outcome) -> str:
+def repair_message(o: Outcome, with_plan: bool = False) -> str:
     """What the model is told after a candidate it proposed failed."""
     what = {"parse_error": "Your reply did not contain a valid Candidate JSON block.",
             "invalid": "The candidate does not fit the problem.",
@@ -164,8 +167,15 @@ def repair_message(o: Outcome) -> str:
             "incorrect": "The candidate compiled but does not match the reference. Fix it.",
             "runtime_error": "The candidate crashed or was rejected at run time. Fix it.",
             "timeout": "The candidate ran past the time limit."}.get(o.status.value, "It failed.")
-    return (what + "\n\n" + format_feedback("your last candidate", o)
-            + "\n\nReply with the whole corrected Candidate JSON block.")
+    ask = ("Reply with the corrected segment (a segment reply) or the whole corrected Candidate "
+           "JSON block." if with_plan else "Reply with the whole corrected Candidate JSON block.")
+    return what + "\n\n" + format_feedback("your last candidate", o) + "\n\n" + ask
+
+
+def refusal_message(why: str) -> str:
+    """A segment reply that cannot be spliced into the plan: one line saying why, and what to send."""
+    return (f"Refused: {why}.\n\nReply with one segment of the plan replaced (a segment reply) or a "
+            "whole Candidate JSON block.")
 
 
 # ---- secrets never reach a log ------------------------------------------------------------------

@@ -11,10 +11,12 @@ import json
 from typing import Callable, Optional
 
 from .outcome import Outcome
-from .parse import ParseError, candidate_from_obj
+from .parse import ParseError, candidate_from_obj, segment_from_obj
+from .segments import SegmentError
 from .prompts import MAX_LOG_CHARS, clip
 
-_CAND = {"type": "object", "description": "the Candidate JSON object (see the output format)"}
+_CAND = {"type": "object", "description": "the Candidate JSON object (see the output format), or, "
+                                          "when a plan is shown, a segment reply object"}
 
 TOOL_SPECS = [
     {"type": "function", "function": {
@@ -49,8 +51,10 @@ class ToolRuntime:
     history(n) -> [(label, Outcome)] gives the latest attempts."""
 
     def __init__(self, lab, problem, language: str,
-                 try_candidate: Callable, history: Callable[[int], list]):
+                 try_candidate: Callable, history: Callable[[int], list],
+                 splice: Optional[Callable] = None):
         self.lab, self.problem, self.language = lab, problem, language
+        self.splice = splice  # SegmentReply -> Candidate (the plan with one segment replaced)
         self.try_candidate = try_candidate
         self.history = history
         self.evaluated: dict[str, tuple[Optional[str], Outcome]] = {}  # source_hash -> result
@@ -69,7 +73,7 @@ class ToolRuntime:
                                 "latest_results"})
         try:
             return _j(fn(args))
-        except ParseError as e:
+        except (ParseError, SegmentError) as e:
             return _j({"error": str(e)})
 
     def _candidate(self, args: dict):
@@ -81,6 +85,10 @@ class ToolRuntime:
                 raise ParseError(f"candidate is not JSON: {e}") from None
         if not isinstance(obj, dict):
             raise ParseError("candidate must be a JSON object")
+        if "segment" in obj and "sources" not in obj:
+            if self.splice is None:
+                raise ParseError("a segment reply needs a plan and this session has none")
+            return self.splice(segment_from_obj(obj))
         return candidate_from_obj(obj, self.problem.name, self.language)
 
     def _compile(self, args: dict) -> dict:

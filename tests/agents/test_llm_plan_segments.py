@@ -1,0 +1,194 @@
+"""Segments of a CUDA candidate and the plan's prompt section: spans found through comments,
+strings, `#define`s, `extern "C" {}` blocks and templates; one kernel replaced with the rest byte
+for byte the same; replies that do not fit refused with one line; the prompt kept to its budget.
+Hand-written candidates: no compiler, no network, fast."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from solforge.agents.parse import ParseError, SegmentReply, parse_answer
+from solforge.agents.plan_context import make_plan, render, segment_kind
+from solforge.agents.segments import (SegmentError, device_functions, kernel_definitions, replace_segment, segments_of,
+                                      shared_text)
+from solforge.candidate import Candidate
+
+SRC = r'''
+#include <cuda_fp16.h>
+#define OPEN {   // a brace in a directive
+__device__ __forceinline__ float sq(float x) { return x * x; }
+// a } in a comment, and "a { in a string" below
+__device__ const char* tag() { return "a { in a string"; }
+
+extern "C" __global__ void __launch_bounds__(256) k0_sum(long long n, const float* __restrict__ x,
+                                                        float* __restrict__ s) {
+    /* } */
+    if (threadIdx.x == 0) { float a = 0; for (long long i = 0; i < n; ++i) a += sq(x[i]); s[0] = a; }
+}
+
+extern "C" {
+__global__ void k1_out(long long n, const float* x, const float* s, float* y) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] / (s[0] + 1.0f);
+}
+}
+
+template <int B>
+__global__ void tscale(float* y, long long n) { long long i = threadIdx.x; if (i < n) y[i] *= B; }
+'''
+
+K1_NEW = r'''__device__ __forceinline__ float inv1p(float v) { return 1.0f / (v + 1.0f); }
+extern "C" __global__ void k1_out(long long n, const float* x, const float* s, float* y) {
+    const float r = inv1p(s[0]);
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        y[i] = x[i] * r;
+}'''
+
+
+def cand() -> Candidate:
+    return Candidate(problem="p", language="cuda", sources={"kernel.cu": SRC}, launches=[
+        {"kernel": "k0_sum", "grid": ["1"], "block": ["256"], "args": ["int64:N", "x", "workspace"]},
+        {"kernel": "k1_out", "grid": ["ceil_div(N, 256)"], "block": ["256"],
+         "args": ["int64:N", "x", "workspace", "y"]},
+        {"kernel": "tscale<2>", "grid": ["1"], "block": ["256"], "args": ["y", "int64:N"]}],
+        workspace="256")
+
+
+def test_definitions_are_found_through_comments_strings_directives_and_blocks():
+    defs = kernel_definitions(SRC)
+    assert set(defs) == {"k0_sum", "k1_out", "tscale"}  # __device__ helpers are not kernels
+    assert [defs[k][2] for k in ("k0_sum", "k1_out", "tscale")] == [3, 4, 2]
+    segs = segments_of(cand())
+    assert [s.kernel for s in segs] == ["k0_sum", "k1_out", "tscale"]
+    k0 = segs[0].text(cand())
+    assert k0.startswith('extern "C" __global__ void __launch_bounds__(256) k0_sum(')
+    assert k0.rstrip().endswith("s[0] = a; }\n}")
+    assert segs[1].text(cand()).startswith("__global__ void k1_out(")
+    assert segs[2].text(cand()).startswith("template <int B>")
+    shared = shared_text(cand(), segs)
+    assert "__device__ __forceinline__ float sq" in shared and "k0_sum" not in shared
+    assert device_functions(SRC) == ["sq", "tag"]
+
+
+def test_replacing_one_segment_keeps_everything_else():
+    c = cand()
+    segs = segments_of(c)
+    new = replace_segment(c, segs, "k1_out", K1_NEW, {"grid": ["min(ceil_div(N, 256), 1024)"]},
+                          notes="grid-stride")
+    nsegs = segments_of(new)
+    # the kernel is the segment; its helper now sits just before it, outside the segment
+    assert nsegs[1].text(new).strip() == K1_NEW.split("\n", 1)[1].strip()
+    assert nsegs[0].text(new) == segs[0].text(c) and nsegs[2].text(new) == segs[2].text(c)
+    assert "float inv1p(float v)" in shared_text(new, nsegs)
+    assert new.launches[1].grid == ["min(ceil_div(N, 256), 1024)"]
+    assert new.launches[1].args == c.launches[1].args and new.launches[0] == c.launches[0]
+    assert new.launches[2] == c.launches[2] and new.workspace == c.workspace
+    assert new.notes == "grid-stride"
+    # outside the replaced span the file is byte for byte the same
+    src, nsrc = c.sources["kernel.cu"], new.sources["kernel.cu"]
+    assert nsrc.startswith(src[:segs[1].start]) and nsrc.endswith(src[segs[1].end:].lstrip("\n"))
+
+
+@pytest.mark.parametrize("kernel,source,launch,why", [
+    ("k9_nope", K1_NEW, None, "unknown segment 'k9_nope'; the segments are k0_sum, k1_out, tscale"),
+    ("k1_out", K1_NEW.replace("k1_out", "other"), None, "does not define `__global__ void k1_out"),
+    ("k1_out", K1_NEW + "\n" + K1_NEW.split("\n", 1)[1].replace("k1_out", "k2"), None,
+     "defines 2 kernels"),
+    ("k1_out", K1_NEW.replace("float* y)", "float* y, long long m)"), None,
+     "the new kernel takes 5 parameters but its launch passes 4 args"),
+    ("k1_out", K1_NEW, {"args": ["int64:N", "x", "workspace"]},
+     "the new kernel takes 4 parameters but its launch passes 3 args"),
+    ("k1_out", K1_NEW, {"stream": 1}, "launch changes may set"),
+    ("k1_out", K1_NEW, {"grid": ["N +* 2"]}, "the spliced candidate is not valid: launches.1.grid"),
+])
+def test_a_replacement_that_does_not_fit_is_refused_with_one_line(kernel, source, launch, why):
+    with pytest.raises(SegmentError) as e:
+        replace_segment(cand(), segments_of(cand()), kernel, source, launch)
+    assert why in str(e.value) and "\n" not in str(e.value)
+
+
+def test_parse_answer_tells_a_segment_reply_from_a_candidate():
+    seg = {"segment": "k1_out", "source": K1_NEW, "launch": {"block": ["128"]}, "notes": "n"}
+    got = parse_answer("Replacing the output kernel.\n```json\n" + json.dumps(seg) + "\n```", "p",
+                       "cuda")
+    assert isinstance(got, SegmentReply) and got.segment == "k1_out" and got.launch == {"block": ["128"]}
+    whole = cand().model_dump()
+    got = parse_answer("```json\n" + json.dumps(whole) + "\n```", "p", "cuda")
+    assert isinstance(got, Candidate)
+    with pytest.raises(ParseError, match="source"):
+        parse_answer('```json\n{"segment": "k1_out"}\n```', "p", "cuda")
+
+
+def test_plan_section_lists_segments_and_keeps_to_its_budget():
+    plan = make_plan(cand(), {"aten.sum.default": 1, "aten.div.Tensor": 1})
+    text = render(plan)
+    for k in ("k0_sum", "k1_out", "tscale"):
+        assert f"`{k}`" in text
+    assert "Segment 1/3: `k0_sum` (reduction, 3 parameters)" in text
+    assert "Segment 2/3: `k1_out` (pointwise" in text
+    assert '"args": ["int64:N", "x", "workspace", "y"]' in text
+    assert "s[0] = a;" in text and "Shared source" in text and "sum x1" in text
+    assert "Time per segment: not measured" in text
+    # a big plan is cut to the budget, each segment still listed with its launch
+    big = cand().model_copy(deep=True)
+    filler = "\n".join(f"    y[i] += {j}.0f;" for j in range(3000))
+    big.sources["kernel.cu"] = SRC.replace("if (i < n) y[i] = x[i] / (s[0] + 1.0f);",
+                                           "if (i < n) {\n" + filler + "\n}")
+    small = render(make_plan(big, {}), budget_chars=6000)
+    assert len(small) < 7500 and "characters cut" in small
+    assert all(f"`{k}`" in small for k in ("k0_sum", "k1_out", "tscale"))
+    # measured times, when a source gives them, are shown per segment
+    plan.launch_ms = {"k0_sum": 0.03, "k1_out": 0.01}
+    assert "k0_sum 0.03 (75%)" in render(plan) and "measured 0.01 ms" in render(plan)
+
+
+def test_plan_base_is_the_best_candidate_when_it_refines_the_plan():
+    c = cand()
+    better = replace_segment(c, segments_of(c), "k1_out", K1_NEW)
+    plan = make_plan(c, {}, better, 0.7)
+    assert plan.candidate is better and plan.covers_best and plan.score == 0.7
+    other = Candidate(problem="p", language="cuda", sources={"kernel.cu": SRC},
+                      launches=[c.launches[1]], workspace="256")
+    plan = make_plan(c, {}, other, 0.9)
+    assert plan.candidate is c and not plan.covers_best
+    assert make_plan(c, {}, c, 0.5).covers_best
+
+
+def test_segment_kinds_follow_the_compiler_names():
+    assert segment_kind("k3_mm") == "matmul" and segment_kind("k0_cumsum") == "scan"
+    assert segment_kind("k2_amax") == "reduction" and segment_kind("my_kernel") == "kernel"
+
+
+def test_worker_plan_and_splice_refusals():
+    from solforge.agents.llm import Context, LlmWorker
+    from solforge.agents.llm_client import LlmConfig
+
+    calls = []
+
+    def source(problem):
+        calls.append(problem)
+        return cand(), {"aten.sum.default": 1}
+
+    w = LlmWorker(LlmConfig(model="openai/none", api_base="http://127.0.0.1:9/v1"), lab=None,
+                  plan_source=source, launch_times=lambda p, c: {"k0_sum": 0.5})
+    plan = w.plan("p", "cuda", Context())
+    assert plan is not None and [s.kernel for s in plan.segments] == ["k0_sum", "k1_out", "tscale"]
+    assert plan.launch_ms == {"k0_sum": 0.5}
+    assert w.plan("p", "cute", Context()) is None and len(calls) == 1  # CUDA sessions only
+
+    def broken(problem):
+        raise RuntimeError("trace crashed")
+    assert LlmWorker(w.cfg, None, plan_source=broken).plan("p", "cuda", Context()) is None
+    assert LlmWorker(w.cfg, None, plan_source=lambda p: None).plan("p", "cuda", Context()) is None
+
+    with pytest.raises(SegmentError, match="needs a plan"):
+        LlmWorker._splice(None, SegmentReply("k1_out", K1_NEW))
+    with pytest.raises(SegmentError, match="cannot change the language"):
+        LlmWorker._splice(plan, SegmentReply("k1_out", K1_NEW, language="cute"))
+    with pytest.raises(SegmentError, match="cannot change the language"):
+        LlmWorker._splice(plan, SegmentReply("k1_out", "import cutlass\n@cute.kernel\ndef k1_out(): pass"))
+    got = LlmWorker._splice(plan, SegmentReply("k1_out", K1_NEW, notes="n"))
+    assert got.launches == cand().launches and "inv1p" in got.sources["kernel.cu"]
