@@ -14,7 +14,8 @@ from typing import Any, Optional
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from . import loops, symexpr, templates
+from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
+from . import loops, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
