@@ -68,7 +68,7 @@ def _candidates(problem, workers: list[str]) -> list[tuple[str, object]]:
     return out
 
 
-def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:
+def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool = True) -> list[dict]:
     from solforge.agents.lab import Lab
     from solforge.compile import compile_candidate
     from solforge.evaluate.runner import stage_candidate
@@ -95,7 +95,13 @@ def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dic
             rows.append(row)
             continue
         stage = f"{pdir.parent.name}__{pdir.name}__{worker}"
-        job = lab.eval_job(problem)
+        if t_sol:
+            job = lab.eval_job(problem)
+        else:  # verdicts only: no roofline (the SOL-floor guard is off), the same one job builder
+            from solforge import settings
+            from solforge.evaluate.job import build_job
+
+            job = build_job(problem, settings.get(), overrides=SWEEP_SETTINGS)
         job.pop("blob_roots", None)  # the GPU box has no dataset: absent blobs are synthesized
         stage_candidate(out / stage, problem, candidate=cand, compile_result=res, job=job)
         rows.append({**row, "staged": True, "stage": stage,
@@ -114,10 +120,10 @@ def _why_unserved(problem) -> str:
         return f"compiler: {type(e).__name__}: {e}"[:200]
 
 
-def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str) -> list[dict]:
+def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool) -> list[dict]:
     t0 = time.time()
     try:
-        got = _stage_one(pdir, workers, out, arch)
+        got = _stage_one(pdir, workers, out, arch, t_sol)
     except Exception as e:  # noqa: BLE001 - one problem's failure is one line
         got = [{"problem": f"{pdir.parent.name}/{pdir.name}", "worker": None, "staged": False,
                 "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}]
@@ -136,7 +142,7 @@ def cmd_prepare(a) -> None:
     dirs = _problem_dirs(Path(a.dataset), a.only)
     # Problems are independent: a process each (tracing and compiling are CPU-bound).
     with ProcessPoolExecutor(max(1, a.jobs)) as ex:
-        futs = {ex.submit(_prepare_one, d, workers, out, a.arch): d for d in dirs}
+        futs = {ex.submit(_prepare_one, d, workers, out, a.arch, not a.no_tsol): d for d in dirs}
         for f in as_completed(futs):
             try:
                 got = f.result()
@@ -266,6 +272,8 @@ def main() -> None:
                    help="comma list: 'first' (the planner's first family) and/or family names")
     p.add_argument("--only", nargs="*", default=[], help="SUBSET/NAME or NAME globs")
     p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--no-tsol", action="store_true",
+                   help="skip pricing (T_sol): the driver's SOL-floor guard is then off")
     p.add_argument("--jobs", type=int, default=1, help="problems prepared at once (processes)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
