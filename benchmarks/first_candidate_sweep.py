@@ -184,7 +184,11 @@ def cmd_run(a) -> None:
         rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, left - 5))
         wl = [{"uuid": x.workload_uuid, "status": x.status.value, "median_ms": x.median_ms,
                "message": (x.message or "")[:240]} for x in rep.results]
-        return {**r, "wall_s": round(time.time() - t0, 1), "exit_code": rep.exit_code, "results": wl}
+        rec = {**r, "wall_s": round(time.time() - t0, 1), "exit_code": rep.exit_code, "results": wl}
+        if rep.exit_code not in (0, None):  # the driver died: its last words say why
+            err = d / r["stage"] / "driver.stderr"
+            rec["stderr_tail"] = err.read_text(errors="replace")[-1500:] if err.exists() else ""
+        return rec
 
     with ThreadPoolExecutor(a.parallel) as ex, open(res_path, "a") as fh:
         futs = [ex.submit(one, r) for r in staged]
