@@ -515,9 +515,13 @@ def _spare(env: dict, sock: socket.socket, srv: socket.socket, conns: list, keep
 
 
 def spare_enabled(env: Optional[dict] = None) -> bool:
-    """SOLFORGE_EVAL_SPARE (default on) in the request's extra environment, else the zygote's: keep
-    a spare child with its CUDA context made ahead for this environment."""
-    v = (env or {}).get("SOLFORGE_EVAL_SPARE", os.environ.get("SOLFORGE_EVAL_SPARE", "1"))
+    """SOLFORGE_EVAL_SPARE (default OFF) in the request's extra environment, else the zygote's: keep
+    a spare child with its CUDA context made ahead for this environment.
+
+    Off by default: on the H200 a candidate served by a spare died in its first synchronize with
+    'unspecified launch failure' while the same stage passed in a freshly forked child
+    (data/results/compiler_sweep/spare_diag_h200.txt); until that is understood, fresh children only."""
+    v = (env or {}).get("SOLFORGE_EVAL_SPARE", os.environ.get("SOLFORGE_EVAL_SPARE", "0"))
     return str(v).strip().lower() not in ("0", "false", "no")
 
 
