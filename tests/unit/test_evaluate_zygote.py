@@ -114,7 +114,7 @@ def test_next_candidate_runs_in_the_spare_made_ahead(problem, tmp_path, pypath):
     modes, pids = [], set()
     for i in range(3):
         rep = _run(problem, tmp_path, f"spare{i}", probe, pypath, timeout_s=120,
-                   env={"CUDA_VISIBLE_DEVICES": "5"})
+                   env={"CUDA_VISIBLE_DEVICES": "5", "SOLFORGE_EVAL_SPARE": "1"})
         r = rep.results[0]
         assert r.status.value == "passed", r.message + rep.stderr_tail
         modes.append(rep.phases["mode"])
@@ -123,9 +123,9 @@ def test_next_candidate_runs_in_the_spare_made_ahead(problem, tmp_path, pypath):
     assert len(pids) == 3
     # another slot's environment is never served by this slot's spare
     rep = _run(problem, tmp_path, "other_slot", probe.replace("'5'", "'6'"), pypath, timeout_s=120,
-               env={"CUDA_VISIBLE_DEVICES": "6"})
+               env={"CUDA_VISIBLE_DEVICES": "6", "SOLFORGE_EVAL_SPARE": "1"})
     assert rep.results[0].status.value == "passed" and rep.phases["mode"] == "zygote", rep.phases
-    # a slot that asks for no spare gets a child forked per request, as before
+    # a slot that asks for no spare (the default) gets a child forked per request
     for i in range(2):
         rep = _run(problem, tmp_path, f"nospare{i}", probe, pypath, timeout_s=120,
                    env={"CUDA_VISIBLE_DEVICES": "5", "SOLFORGE_EVAL_SPARE": "0"})
