@@ -287,7 +287,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     except (KeyError, ValueError):
         pass
     scalars = wl.get("scalars", {})
-    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference"}
+    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int()}
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
@@ -364,6 +364,24 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
             from . import symexpr
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
     return _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
+
+
+def _symint_preserving_int():
+    """`int(n)` on a SymInt would specialise the trace to this workload's value (a guard); in the
+    reference's namespace it returns the SymInt itself, for everything else it is int."""
+    import builtins
+
+    import torch
+
+    class Int(int):
+        def __new__(cls, x=0, *a):
+            if isinstance(x, torch.SymInt) and not a:
+                return x
+            return builtins.int(x, *a)
+
+        def __instancecheck__(self, obj):  # pragma: no cover - isinstance(x, int) keeps working
+            return isinstance(obj, builtins.int)
+    return Int
 
 
 def _cpu(dev):
