@@ -30,6 +30,8 @@ def register(sub) -> None:
                    help="append one JSON line per problem to this file")
     p.add_argument("--json", dest="json_out", action="store_true",
                    help="machine-readable output on stdout (same as `solforge --json coverage`)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip problems the --lines file already has as served by the compiler")
     p.add_argument("--evaluate", action="store_true",
                    help="on a GPU: run the evaluator (correctness on every workload, no timing) on "
                         "each first candidate that compiles")
@@ -135,6 +137,16 @@ def run(args) -> int:
     problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
     if args.only:
         problems = [p for p in problems if args.only in p.name]
+    if args.resume and args.jsonl and Path(args.jsonl).exists():
+        done = set()
+        for line in Path(args.jsonl).read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("compiler") and r.get("compiles") is not False:
+                done.add((r.get("subset") or "", r.get("problem")))
+        problems = [p for p in problems if ((p.subset or ""), p.name) not in done]
     emit = Path(args.emit) if args.emit else None
     if emit:
         emit.mkdir(parents=True, exist_ok=True)

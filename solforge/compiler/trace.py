@@ -402,6 +402,8 @@ def _make_cpu_device_mode():
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
+            if func is torch._C._nn.linear:
+                return _linear(*args, **kwargs)
             if "device" in kwargs:
                 kwargs["device"] = _cpu(kwargs["device"])
             if func in (torch.Tensor.cuda,):
@@ -410,6 +412,21 @@ def _make_cpu_device_mode():
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)
     return CpuDevice()
+
+
+def _linear(x, weight, bias=None):
+    """F.linear as ATen computes it, written with symbolic sizes: its C++ path for a 3-D input with
+    a bias reads concrete sizes and would specialise the trace. 2-D, or 3-D contiguous, with a bias:
+    addmm (bias added in fp32 before the one rounding); otherwise matmul, then the bias added."""
+    import torch
+
+    if bias is not None and (x.dim() == 2 or (x.dim() == 3 and x.is_contiguous())):
+        if x.dim() == 2:
+            return torch.addmm(bias, x, weight.t())
+        out = torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight.t())
+        return out.view(x.shape[0], x.shape[1], out.shape[-1])
+    out = torch.matmul(x, weight.t())
+    return out + bias if bias is not None else out
 
 
 def _CpuDevice():
