@@ -219,7 +219,7 @@ class Kernel:
     # ---- code ------------------------------------------------------------------------------
     def c(self, e) -> str:
         """A sympy index expression as C (int64)."""
-        e = sympy.sympify(e)
+        e = symexpr.fold_divmod(sympy.sympify(e))
 
         def name(n):
             return n if n in self.locals else self.size(n)

@@ -581,8 +581,30 @@ def _structure(ir: dict) -> str:
     return json.dumps(ir, sort_keys=True)
 
 
+def _symbolic_math() -> None:
+    """math.sqrt of a size (1 / math.sqrt(head_dim)) stays symbolic instead of specialising."""
+    import math
+
+    import torch
+
+    if getattr(math.sqrt, "_solforge", False):
+        return
+    orig = math.sqrt
+
+    def sqrt(x):
+        if isinstance(x, (torch.SymInt, torch.SymFloat)):
+            return torch._sym_sqrt(x)
+        return orig(x)
+    sqrt._solforge = True
+    math.sqrt = sqrt
+
+
 def child_main() -> int:
     req = json.loads(sys.stdin.read())
+    try:
+        _symbolic_math()
+    except Exception:  # noqa: BLE001 - plain math then
+        pass
     try:
         import torch  # noqa: F401
 
