@@ -210,12 +210,23 @@ def _mm_epilogue(k: Kernel, acc: str, bidx, bz, M, N, out, out_dtype, out_index,
     k.close()
 
 
+def _is_one(x) -> bool:
+    return sympy.sympify(x) == 1
+
+
 def _mm_tile_loads(k: Kernel, a: Loader, b: Loader, bidx, BM, BN, BK, conv_a: str, conv_b: str,
                    a_store: str, b_store: str) -> None:
     """Load the A (BM x BK) and B (BK x BN) tiles at (m0_, n0_, k0_) through the loaders; an
     element outside M/N/K is 0. a_store/b_store: C statements with {m} {k} {n} {v}."""
+    # consecutive threads walk the operand's contiguous dim (coalesced loads): k for a row-major
+    # A and for B = W^T (a linear layer's weight), m or n otherwise
+    a_m_fast = a.is_view and len(a.strides) >= 2 and _is_one(a.strides[-2]) and not _is_one(a.strides[-1])
+    b_k_fast = b.is_view and len(b.strides) >= 2 and _is_one(b.strides[-2]) and not _is_one(b.strides[-1])
     k.open(f"for (int e_ = threadIdx.x; e_ < {BM * BK}; e_ += {BLOCK})")
-    k.emit(f"const int tm_ = e_ / {BK}, tk_ = e_ % {BK};")
+    if a_m_fast:
+        k.emit(f"const int tm_ = e_ % {BM}, tk_ = e_ / {BM};")
+    else:
+        k.emit(f"const int tm_ = e_ / {BK}, tk_ = e_ % {BK};")
     k.emit("const long long gm_ = m0_ + tm_, gk_ = k0_ + tk_;")
     k.locals.update({"gm_", "gk_"})
     k.push_mask("gm_ < M_ && gk_ < K_")
@@ -224,7 +235,10 @@ def _mm_tile_loads(k: Kernel, a: Loader, b: Loader, bidx, BM, BN, BK, conv_a: st
     k.emit(a_store.format(m="tm_", k="tk_", v=f"(gm_ < M_ && gk_ < K_) ? {conv_a.format(va)} : {conv_a.format('0.0f')}"))
     k.close()
     k.open(f"for (int e_ = threadIdx.x; e_ < {BN * BK}; e_ += {BLOCK})")
-    k.emit(f"const int tk_ = e_ / {BN}, tn_ = e_ % {BN};")
+    if b_k_fast:
+        k.emit(f"const int tk_ = e_ % {BK}, tn_ = e_ / {BK};")
+    else:
+        k.emit(f"const int tk_ = e_ / {BN}, tn_ = e_ % {BN};")
     k.emit("const long long gk_ = k0_ + tk_, gn_ = n0_ + tn_;")
     k.locals.update({"gn_"})
     k.push_mask("gn_ < N_ && gk_ < K_")
