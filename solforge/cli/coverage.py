@@ -30,6 +30,8 @@ def register(sub) -> None:
                    help="append one JSON line per problem to this file")
     p.add_argument("--json", dest="json_out", action="store_true",
                    help="machine-readable output on stdout (same as `solforge --json coverage`)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip problems the --lines file already has as served by the compiler")
     p.add_argument("--evaluate", action="store_true",
                    help="on a GPU: run the evaluator (correctness on every workload, no timing) on "
                         "each first candidate that compiles")
@@ -72,6 +74,8 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
     try:
         fams = []
         try:
+            if worker == "compiler":
+                raise LookupError  # the compiler's own coverage: hand-written families not asked
             from ..kernels import FAMILIES, GENERIC, COMPILER, _offered
 
             specific = [f for f in FAMILIES if f not in GENERIC and f is not COMPILER
@@ -79,6 +83,8 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
             fams = specific or [f for f in GENERIC if _offered(f, problem) and f.matches(problem)]
         except _Timeout:
             raise
+        except LookupError:
+            pass
         except Exception as e:  # noqa: BLE001 - a family's matcher failing is that family's problem
             row["family_error"] = f"{type(e).__name__}: {e}"[:200]
         out = compile_problem(problem, timeout_s=timeout)
@@ -135,6 +141,16 @@ def run(args) -> int:
     problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
     if args.only:
         problems = [p for p in problems if args.only in p.name]
+    if args.resume and args.jsonl and Path(args.jsonl).exists():
+        done = set()
+        for line in Path(args.jsonl).read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("compiler") and r.get("compiles") is not False:
+                done.add((r.get("subset") or "", r.get("problem")))
+        problems = [p for p in problems if ((p.subset or ""), p.name) not in done]
     emit = Path(args.emit) if args.emit else None
     if emit:
         emit.mkdir(parents=True, exist_ok=True)

@@ -27,10 +27,60 @@ class CompileOutcome:
 _CACHE: dict[str, CompileOutcome] = {}
 
 
+def _code_version() -> str:
+    """A hash of the compiler's own sources: a cached outcome from other code is never reused."""
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _key(defn, workloads) -> str:
     axes = [sorted((getattr(w, "axes", {}) or {}).items()) for w in workloads]
-    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes], sort_keys=True,
-                                     default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes, _code_version()],
+                                     sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _disk(key: str):
+    try:
+        from .. import settings
+
+        d = settings.get().cache_dir / "compiler"
+    except Exception:  # noqa: BLE001 - no settings: no disk cache
+        return None
+    return d / f"{key}.json"
+
+
+def _load(key: str) -> Optional[CompileOutcome]:
+    f = _disk(key)
+    if f is None or not f.exists():
+        return None
+    try:
+        d = json.loads(f.read_text())
+        cand = Candidate.model_validate(d["candidate"]) if d.get("candidate") else None
+        return CompileOutcome(candidate=cand, reason=d.get("reason", ""), stage=d.get("stage", ""),
+                              ops=d.get("ops", {}), segments=d.get("segments", {}))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save(key: str, out: CompileOutcome) -> None:
+    f = _disk(key)
+    if f is None:
+        return
+    try:
+        import os
+
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"candidate": out.candidate.model_dump() if out.candidate else None,
+                                   "reason": out.reason, "stage": out.stage, "ops": out.ops,
+                                   "segments": out.segments}))
+        os.replace(tmp, f)
+    except OSError:
+        pass
 
 
 def output_specs(defn) -> dict:
@@ -71,6 +121,10 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90) -> CompileO
     key = _key(defn, workloads)
     if key in _CACHE:
         return _CACHE[key]
+    cached = _load(key)
+    if cached is not None:
+        _CACHE[key] = cached
+        return cached
     from .trace import trace_definition
 
     tr = trace_definition(defn, workloads, timeout_s=timeout_s)
@@ -79,6 +133,8 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90) -> CompileO
     else:
         out = lower_ir(defn, tr.ir)
     _CACHE[key] = out
+    if not out.reason.startswith("tracing the reference took over"):  # a timeout may pass later
+        _save(key, out)
     return out
 
 

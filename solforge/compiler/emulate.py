@@ -29,6 +29,8 @@ SHIM = r"""
 #include <vector>
 #include <mutex>
 #include <functional>
+#include <type_traits>
+#define SF_HOST 1
 using std::isinf; using std::isfinite;
 struct sf_dim3 { unsigned x, y, z; };
 static thread_local sf_dim3 threadIdx, blockIdx;
@@ -39,6 +41,7 @@ static sf_dim3 blockDim, gridDim;
 #define __forceinline__ inline
 #define __launch_bounds__(x)
 #define __shared__ static
+#define __align__(n)
 static std::barrier<>* sf_bar = nullptr;
 static std::mutex sf_atomic;
 inline void __syncthreads() { if (sf_bar) sf_bar->arrive_and_wait(); }
@@ -89,6 +92,31 @@ inline void atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { std::lock_guard<std::
     *p = __float2bfloat16_rn(__bfloat162float(*p) + __bfloat162float(v)); }
 inline void atomicAdd(__half* p, __half v) { std::lock_guard<std::mutex> g(sf_atomic);
     *p = __float2half_rn(__half2float(*p) + __half2float(v)); }
+// mma.sync m16n8k16 (row.col, fp32 accumulate) for one warp, from the PTX fragment layouts:
+// every thread of the block calls it (uniform control flow), so block barriers order the exchange
+static unsigned sf_mma_a[1024][4], sf_mma_b[1024][2];
+template <class T> float sf_half_of(unsigned v, int hi) {
+    uint16_t h = hi ? (uint16_t)(v >> 16) : (uint16_t)(v & 0xffffu);
+    T t; std::memcpy(&t, &h, 2);
+    if constexpr (sizeof(T) == 2 && std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(t);
+    else return __half2float(t); }
+template <class T> void sf_mma(float* c, const unsigned* a, const unsigned* b) {
+    unsigned t = sf_tid(), lane = t % 32, w0 = t - lane;
+    for (int i = 0; i < 4; ++i) sf_mma_a[t][i] = a[i];
+    for (int i = 0; i < 2; ++i) sf_mma_b[t][i] = b[i];
+    __syncthreads();
+    unsigned g = lane / 4, q = lane % 4;
+    for (int r = 0; r < 4; ++r) {
+        unsigned row = g + (r >= 2 ? 8 : 0), col = q * 2 + (r & 1);
+        float acc = c[r];
+        for (int k = 0; k < 16; ++k) {
+            unsigned la = w0 + (row % 8) * 4 + (k % 8) / 2, ra = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            unsigned lb = w0 + col * 4 + (k % 8) / 2, rb = k >= 8 ? 1 : 0;
+            acc += sf_half_of<T>(sf_mma_a[la][ra], k % 2) * sf_half_of<T>(sf_mma_b[lb][rb], k % 2); }
+        c[r] = acc; }
+    __syncthreads(); }
+inline void sf_mma_bf16(float* c, const unsigned* a, const unsigned* b) { sf_mma<__nv_bfloat16>(c, a, b); }
+inline void sf_mma_f16(float* c, const unsigned* a, const unsigned* b) { sf_mma<__half>(c, a, b); }
 static void sf_run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    bool sync, const std::function<void()>& body) {
     gridDim = {gx, gy, gz}; blockDim = {bx, by, bz};
@@ -127,7 +155,7 @@ def build(source: str, cache_dir: Path | None = None) -> tuple[ctypes.CDLL, dict
         end = source.find('extern "C" __global__', m.end())
         body_of[name] = source[m.end(): end if end > 0 else len(source)]
     for name, types in kernels.items():
-        sync = "__syncthreads" in body_of[name] or "__shfl" in body_of[name]
+        sync = any(w in body_of[name] for w in ("__syncthreads", "__shfl", "sf_mma"))
         call = ", ".join(f"*({t}*)a[{i}]" for i, t in enumerate(types))
         wrappers.append(f'extern "C" void run_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
                         f'unsigned by, unsigned bz, void** a) {{ sf_run(gx, gy, gz, bx, by, bz, '

@@ -195,11 +195,67 @@ def reduction(name: str, src: Loader, rdims: list[int], op: str, out: Buffer,
     return LaunchSpec(k, [grid], [str(BLOCK)], launch_bounds=BLOCK, kind="reduction")
 
 
+def _mm_epilogue(k: Kernel, acc: str, bidx, bz, M, N, out, out_dtype, out_index, bias) -> None:
+    """Store one accumulator at (om_, on_) (C locals): bias in fp32, one rounding to out_dtype."""
+    om, on = symexpr.sym("om_"), symexpr.sym("on_")
+    k.locals.update({"om_", "on_"})
+    k.open("if (om_ < M_ && on_ < N_)")
+    val = acc
+    if bias is not None:
+        bv = bias(k, bidx + [om, on])
+        val = f"({acc} + (float)({bv}))"
+    flat = bz * M * N + om * N + on if out_index is None else out_index(bidx, om, on)
+    k.store(out, flat, convert(round_to(val, out_dtype) if out_dtype != "float32" else val,
+                               out_dtype, out.dtype))
+    k.close()
+
+
+def _is_one(x) -> bool:
+    return sympy.sympify(x) == 1
+
+
+def _mm_tile_loads(k: Kernel, a: Loader, b: Loader, bidx, BM, BN, BK, conv_a: str, conv_b: str,
+                   a_store: str, b_store: str) -> None:
+    """Load the A (BM x BK) and B (BK x BN) tiles at (m0_, n0_, k0_) through the loaders; an
+    element outside M/N/K is 0. a_store/b_store: C statements with {m} {k} {n} {v}."""
+    # consecutive threads walk the operand's contiguous dim (coalesced loads): k for a row-major
+    # A and for B = W^T (a linear layer's weight), m or n otherwise
+    a_m_fast = a.is_view and len(a.strides) >= 2 and _is_one(a.strides[-2]) and not _is_one(a.strides[-1])
+    b_k_fast = b.is_view and len(b.strides) >= 2 and _is_one(b.strides[-2]) and not _is_one(b.strides[-1])
+    k.open(f"for (int e_ = threadIdx.x; e_ < {BM * BK}; e_ += {BLOCK})")
+    if a_m_fast:
+        k.emit(f"const int tm_ = e_ % {BM}, tk_ = e_ / {BM};")
+    else:
+        k.emit(f"const int tm_ = e_ / {BK}, tk_ = e_ % {BK};")
+    k.emit("const long long gm_ = m0_ + tm_, gk_ = k0_ + tk_;")
+    k.locals.update({"gm_", "gk_"})
+    k.push_mask("gm_ < M_ && gk_ < K_")
+    va = a(k, bidx + [symexpr.sym("gm_"), symexpr.sym("gk_")])
+    k.pop_mask()
+    k.emit(a_store.format(m="tm_", k="tk_", v=f"(gm_ < M_ && gk_ < K_) ? {conv_a.format(va)} : {conv_a.format('0.0f')}"))
+    k.close()
+    k.open(f"for (int e_ = threadIdx.x; e_ < {BN * BK}; e_ += {BLOCK})")
+    if b_k_fast:
+        k.emit(f"const int tk_ = e_ % {BK}, tn_ = e_ / {BK};")
+    else:
+        k.emit(f"const int tk_ = e_ / {BN}, tn_ = e_ % {BN};")
+    k.emit("const long long gk_ = k0_ + tk_, gn_ = n0_ + tn_;")
+    k.locals.update({"gn_"})
+    k.push_mask("gn_ < N_ && gk_ < K_")
+    vb = b(k, bidx + [symexpr.sym("gk_"), symexpr.sym("gn_")])
+    k.pop_mask()
+    k.emit(b_store.format(n="tn_", k="tk_", v=f"(gn_ < N_ && gk_ < K_) ? {conv_b.format(vb)} : {conv_b.format('0.0f')}"))
+    k.close()
+
+
 def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_index=None,
            bias=None, batch_shape=None) -> LaunchSpec:
-    """out[batch, m, n] = sum_k a[batch, m, k] * b[batch, k, n] (+ bias[batch, m, n]), fp32 FMA.
+    """out[batch, m, n] = sum_k a[batch, m, k] * b[batch, k, n] (+ bias[batch, m, n]), fp32
+    accumulation: mma.sync (m16n8k16) when both operands are bf16 or both fp16, SIMT FMA else.
     a, b: loaders with shapes (*batch, M, K) and (*batch, K, N); batch dims already broadcast.
     out_index(batch_idx, m, n) -> flat index into out (default: contiguous (*batch, M, N))."""
+    if a.dtype == b.dtype and a.dtype in ("bfloat16", "float16"):
+        return _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape)
     BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
     k = Kernel(name)
     bshape = list(batch_shape if batch_shape is not None else a.shape[:-2])
@@ -219,23 +275,8 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.emit(f"float acc_[{TM}][{TN}];")
     k.emit(f"for (int i = 0; i < {TM}; ++i) for (int j = 0; j < {TN}; ++j) acc_[i][j] = 0.0f;")
     k.open(f"for (long long k0_ = 0; k0_ < K_; k0_ += {BK})")
-    # A tile: BM x BK
-    k.open(f"for (int e_ = threadIdx.x; e_ < {BM * BK}; e_ += {BLOCK})")
-    k.emit(f"const long long gm_ = m0_ + e_ / {BK}, gk_ = k0_ + e_ % {BK};")
-    k.locals.update({"gm_", "gk_"})
-    k.push_mask("gm_ < M_ && gk_ < K_")
-    va = a(k, bidx + [symexpr.sym("gm_"), symexpr.sym("gk_")])
-    k.pop_mask()
-    k.emit(f"As_[e_ % {BK}][e_ / {BK}] = (gm_ < M_ && gk_ < K_) ? (float)({va}) : 0.0f;")
-    k.close()
-    k.open(f"for (int e_ = threadIdx.x; e_ < {BN * BK}; e_ += {BLOCK})")
-    k.emit(f"const long long gk_ = k0_ + e_ / {BN}, gn_ = n0_ + e_ % {BN};")
-    k.locals.update({"gn_"})
-    k.push_mask("gn_ < N_ && gk_ < K_")
-    vb = b(k, bidx + [symexpr.sym("gk_"), symexpr.sym("gn_")])
-    k.pop_mask()
-    k.emit(f"Bs_[e_ / {BN}][e_ % {BN}] = (gn_ < N_ && gk_ < K_) ? (float)({vb}) : 0.0f;")
-    k.close()
+    _mm_tile_loads(k, a, b, bidx, BM, BN, BK, "(float)({})", "(float)({})",
+                   "As_[{k}][{m}] = {v};", "Bs_[{k}][{n}] = {v};")
     k.emit("__syncthreads();")
     k.open(f"for (int kk_ = 0; kk_ < {BK}; ++kk_)")
     k.emit(f"float ra_[{TM}], rb_[{TN}];")
@@ -249,22 +290,63 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.open(f"for (int i = 0; i < {TM}; ++i)")
     k.open(f"for (int j = 0; j < {TN}; ++j)")
     k.emit("const long long om_ = m0_ + ty_ + 16 * i, on_ = n0_ + tx_ + 16 * j;")
-    k.locals.update({"om_", "on_"})
-    k.open("if (om_ < M_ && on_ < N_)")
-    om, on = symexpr.sym("om_"), symexpr.sym("on_")
-    val = "acc_[i][j]"
-    if bias is not None:
-        bv = bias(k, bidx + [om, on])
-        val = f"(acc_[i][j] + (float)({bv}))"
-    if out_index is None:
-        flat = sum((i * s for i, s in zip(bidx + [om, on], contiguous_strides(bshape + [M, N]))),
-                   sympy.Integer(0))
-        # bz_ itself is the flat batch index
-        flat = bz * M * N + om * N + on
-    else:
-        flat = out_index(bidx, om, on)
-    k.store(out, flat, convert(round_to(val, out_dtype) if out_dtype != "float32" else val,
-                               out_dtype, out.dtype))
+    _mm_epilogue(k, "acc_[i][j]", bidx, bz, M, N, out, out_dtype, out_index, bias)
+    k.close()
+    k.close()
+    k.close()
+    grid = [f"max(1, ceil_div({symexpr.to_axis(M)}, {BM}))", f"max(1, min(ceil_div({symexpr.to_axis(N)}, {BN}), 65535))",
+            f"max(1, min({symexpr.to_axis(NB)}, 65535))"]
+    return LaunchSpec(k, grid, [str(BLOCK)], launch_bounds=BLOCK, kind="matmul")
+
+
+def _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape) -> LaunchSpec:
+    """128x128x32 block tiles, 8 warps of 64x32, mma.sync m16n8k16 from padded shared memory."""
+    BM, BN, BK = 128, 128, 32
+    T = STORAGE[a.dtype]
+    to_t = "__float2bfloat16_rn({})" if a.dtype == "bfloat16" else "__float2half_rn({})"
+    mma = "sf_mma_bf16" if a.dtype == "bfloat16" else "sf_mma_f16"
+    k = Kernel(name)
+    bshape = list(batch_shape if batch_shape is not None else a.shape[:-2])
+    M, K = a.shape[-2], a.shape[-1]
+    N = b.shape[-1]
+    NB = prod(bshape)
+    k.emit(f"__shared__ __align__(16) {T} As_[{BM}][{BK} + 8];")
+    k.emit(f"__shared__ __align__(16) {T} Bs_[{BN}][{BK} + 8];")
+    k.emit(f"const long long M_ = {k.c(M)}, N_ = {k.c(N)}, K_ = {k.c(K)}, NB_ = {k.c(NB)};")
+    k.emit("const int warp_ = threadIdx.x / 32, lane_ = threadIdx.x % 32;")
+    k.emit("const int wm_ = warp_ / 4, wn_ = warp_ % 4, g_ = lane_ / 4, q_ = lane_ % 4;")
+    k.emit(f"const long long m0_ = (long long)blockIdx.x * {BM}, n0_ = (long long)blockIdx.y * {BN};")
+    k.open("for (long long bz_ = blockIdx.z; bz_ < NB_; bz_ += gridDim.z)")
+    bz = symexpr.sym("bz_")
+    k.locals.add("bz_")
+    bidx = unravel(bz, bshape)
+    k.emit("float acc_[4][4][4];")
+    k.emit("for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) for (int r = 0; r < 4; ++r) "
+           "acc_[i][j][r] = 0.0f;")
+    k.open(f"for (long long k0_ = 0; k0_ < K_; k0_ += {BK})")
+    _mm_tile_loads(k, a, b, bidx, BM, BN, BK, to_t, to_t, "As_[{m}][{k}] = {v};", "Bs_[{n}][{k}] = {v};")
+    k.emit("__syncthreads();")
+    k.open("for (int ks_ = 0; ks_ < 32; ks_ += 16)")
+    k.emit("unsigned af_[4][4], bf_[4][2];")
+    k.open("for (int i = 0; i < 4; ++i)")
+    k.emit("const int r_ = wm_ * 64 + i * 16 + g_, c_ = ks_ + q_ * 2;")
+    k.emit("af_[i][0] = *(const unsigned*)&As_[r_][c_]; af_[i][1] = *(const unsigned*)&As_[r_ + 8][c_];")
+    k.emit("af_[i][2] = *(const unsigned*)&As_[r_][c_ + 8]; af_[i][3] = *(const unsigned*)&As_[r_ + 8][c_ + 8];")
+    k.close()
+    k.open("for (int j = 0; j < 4; ++j)")
+    k.emit("const int n_ = wn_ * 32 + j * 8 + g_, c_ = ks_ + q_ * 2;")
+    k.emit("bf_[j][0] = *(const unsigned*)&Bs_[n_][c_]; bf_[j][1] = *(const unsigned*)&Bs_[n_][c_ + 8];")
+    k.close()
+    k.emit(f"for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) {mma}(acc_[i][j], af_[i], bf_[j]);")
+    k.close()
+    k.emit("__syncthreads();")
+    k.close()
+    k.open("for (int i = 0; i < 4; ++i)")
+    k.open("for (int j = 0; j < 4; ++j)")
+    k.open("for (int r = 0; r < 4; ++r)")
+    k.emit("const long long om_ = m0_ + wm_ * 64 + i * 16 + g_ + (r >= 2 ? 8 : 0), "
+           "on_ = n0_ + wn_ * 32 + j * 8 + q_ * 2 + (r & 1);")
+    _mm_epilogue(k, "acc_[i][j][r]", bidx, bz, M, N, out, out_dtype, out_index, bias)
     k.close()
     k.close()
     k.close()

@@ -142,6 +142,16 @@ __device__ __forceinline__ bool sf_max(bool a, bool b) { return a || b; }
 __device__ __forceinline__ bool sf_min(bool a, bool b) { return a && b; }
 __device__ __forceinline__ float sf_sign(float a) { return (a > 0.0f) ? 1.0f : ((a < 0.0f) ? -1.0f : a); }
 __device__ __forceinline__ float sf_round(float a) { return rintf(a); }
+#ifndef SF_HOST
+__device__ __forceinline__ void sf_mma_bf16(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+__device__ __forceinline__ void sf_mma_f16(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+#endif
 """
 
 
@@ -209,7 +219,7 @@ class Kernel:
     # ---- code ------------------------------------------------------------------------------
     def c(self, e) -> str:
         """A sympy index expression as C (int64)."""
-        e = sympy.sympify(e)
+        e = symexpr.fold_divmod(sympy.sympify(e))
 
         def name(n):
             return n if n in self.locals else self.size(n)

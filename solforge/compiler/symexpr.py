@@ -204,3 +204,65 @@ def to_c_float(e, name=lambda n: n) -> str:
             return f"((double){to_c(x, name)})"
         raise ValueError(f"cannot print {fn} in a float size expression")
     return p(e)
+
+
+def _dm(term):
+    """term = coef * ModularIndexing(x, d, m) (m None: FloorDiv(x, d); d 1, m None: x itself)
+    -> (coef, x, d, m) or None."""
+    coef = sympy.Integer(1)
+    core = term
+    if term.is_Mul:
+        nums = [a for a in term.args if a.is_number]
+        rest = [a for a in term.args if not a.is_number]
+        if len(rest) != 1 and not all(isinstance(r, (ModularIndexing, FloorDiv)) for r in rest[:1]):
+            # coef may be symbolic: split the single div/mod factor from the rest
+            dm = [a for a in term.args if isinstance(a, (ModularIndexing, FloorDiv))]
+            if len(dm) != 1:
+                return None
+            core = dm[0]
+            coef = sympy.Mul(*[a for a in term.args if a is not core])
+        elif rest:
+            core = rest[0]
+            coef = sympy.Mul(*nums)
+    if isinstance(core, ModularIndexing):
+        return coef, core.args[0], core.args[1], core.args[2]
+    if isinstance(core, FloorDiv):
+        return coef, core.args[0], core.args[1], None
+    return None
+
+
+def fold_divmod(e):
+    """Undo unravel-then-ravel: d*m*(x // (d*m)) + d*((x // d) % m) -> d*(x // d), and
+    x // 1 -> x, so a contiguous read at a flat position costs no division."""
+    e = sympy.sympify(e)
+    if not e.is_Add:
+        return e
+    terms = list(e.args)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(terms)):
+            a = _dm(terms[i])
+            if a is None:
+                continue
+            for j in range(len(terms)):
+                if i == j:
+                    continue
+                b = _dm(terms[j])
+                if b is None or a[3] is None or b[1] != a[1]:
+                    continue
+                ca, x, d, m = a
+                cb, _, d2, m2 = b
+                if sympy.expand(d2 - d * m) != 0 or sympy.expand(cb - ca * m) != 0:
+                    continue
+                nm = None if m2 is None else m * m2
+                if nm is None:
+                    new = ca * (x if d == 1 else FloorDiv(x, d))
+                else:
+                    new = ca * ModularIndexing(x, d, nm)
+                terms = [t for k_, t in enumerate(terms) if k_ not in (i, j)] + [new]
+                changed = True
+                break
+            if changed:
+                break
+    return sympy.Add(*terms)

@@ -287,7 +287,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     except (KeyError, ValueError):
         pass
     scalars = wl.get("scalars", {})
-    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference"}
+    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int()}
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
@@ -366,6 +366,24 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     return _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
 
 
+def _symint_preserving_int():
+    """`int(n)` on a SymInt would specialise the trace to this workload's value (a guard); in the
+    reference's namespace it returns the SymInt itself, for everything else it is int."""
+    import builtins
+
+    import torch
+
+    class Int(int):
+        def __new__(cls, x=0, *a):
+            if isinstance(x, torch.SymInt) and not a:
+                return x
+            return builtins.int(x, *a)
+
+        def __instancecheck__(self, obj):  # pragma: no cover - isinstance(x, int) keeps working
+            return isinstance(obj, builtins.int)
+    return Int
+
+
 def _cpu(dev):
     return "cpu" if dev is not None and str(dev).startswith("cuda") else dev
 
@@ -384,6 +402,8 @@ def _make_cpu_device_mode():
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
+            if func is torch._C._nn.linear:
+                return _linear(*args, **kwargs)
             if "device" in kwargs:
                 kwargs["device"] = _cpu(kwargs["device"])
             if func in (torch.Tensor.cuda,):
@@ -392,6 +412,21 @@ def _make_cpu_device_mode():
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)
     return CpuDevice()
+
+
+def _linear(x, weight, bias=None):
+    """F.linear as ATen computes it, written with symbolic sizes: its C++ path for a 3-D input with
+    a bias reads concrete sizes and would specialise the trace. 2-D, or 3-D contiguous, with a bias:
+    addmm (bias added in fp32 before the one rounding); otherwise matmul, then the bias added."""
+    import torch
+
+    if bias is not None and (x.dim() == 2 or (x.dim() == 3 and x.is_contiguous())):
+        if x.dim() == 2:
+            return torch.addmm(bias, x, weight.t())
+        out = torch.addmm(bias, x.reshape(-1, x.shape[-1]), weight.t())
+        return out.view(x.shape[0], x.shape[1], out.shape[-1])
+    out = torch.matmul(x, weight.t())
+    return out + bias if bias is not None else out
 
 
 def _CpuDevice():
@@ -546,8 +581,30 @@ def _structure(ir: dict) -> str:
     return json.dumps(ir, sort_keys=True)
 
 
+def _symbolic_math() -> None:
+    """math.sqrt of a size (1 / math.sqrt(head_dim)) stays symbolic instead of specialising."""
+    import math
+
+    import torch
+
+    if getattr(math.sqrt, "_solforge", False):
+        return
+    orig = math.sqrt
+
+    def sqrt(x):
+        if isinstance(x, (torch.SymInt, torch.SymFloat)):
+            return torch._sym_sqrt(x)
+        return orig(x)
+    sqrt._solforge = True
+    math.sqrt = sqrt
+
+
 def child_main() -> int:
     req = json.loads(sys.stdin.read())
+    try:
+        _symbolic_math()
+    except Exception:  # noqa: BLE001 - plain math then
+        pass
     try:
         import torch  # noqa: F401
 
