@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "solforge.cli.optimize",  # optimize: planner + workers (owner: agents)
     "solforge.cli.extract",  # extract MODEL (owner: extraction)
     "solforge.cli.report",  # report, export (owner: reports)
+    "solforge.cli.doctor_cmd",  # doctor: what this machine can do
 ]
 
 
@@ -29,7 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for sp in sub.choices.values():  # --db / --json work before or after every sub-command
+        common_options(sp)
     return p
+
+
+def common_options(p: argparse.ArgumentParser) -> None:
+    """`--db` and `--json` after a sub-command too. SUPPRESS: unless given there, the global value
+    (before the sub-command) stays. A sub-command that defines them itself keeps its own."""
+    if "--db" not in p._option_string_actions:
+        p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (as the global --db)")
+    if "--json" not in p._option_string_actions:
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                       help="machine-readable output on stdout")
 
 
 def main(argv: list[str] | None = None) -> int:

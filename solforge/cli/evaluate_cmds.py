@@ -35,6 +35,9 @@ def register(sub) -> None:
 def _evaluate(args) -> int:
     from ..evaluate.api import evaluate_candidate, record
     from ..problem import load_problem_dir
+    from .doctor_cmd import require_gpu
+
+    require_gpu("evaluate")
 
     problem = load_problem_dir(args.problem_dir)
     cand = json.loads(args.candidate.read_text())
@@ -70,6 +73,9 @@ def _baseline(args) -> int:
 def _replay(args) -> int:
     from ..evaluate.api import replay
     from ..store import Store
+    from .doctor_cmd import require_gpu
+
+    require_gpu("replay")
 
     out = replay(Store(args.db), args.attempt, record_new=args.record, timeout_s=args.timeout)
     _show(args, out, [(r["workload"][:12], r["stored_status"], r["new_status"], r["stored_ms"],

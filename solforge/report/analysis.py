@@ -22,6 +22,12 @@ SOL_BINS = [i / 10 for i in range(11)]  # 0.0 .. 1.0; a score above 1 (below the
 SPEEDUP_EDGES = [0.5, 0.8, 1.0, 1.25, 1.5, 2.0, 4.0]
 
 
+_POLARS_TYPES = {"DOUBLE": pl.Float64, "FLOAT": pl.Float64, "DECIMAL": pl.Float64, "BIGINT": pl.Int64,
+                 "INTEGER": pl.Int64, "HUGEINT": pl.Int64, "SMALLINT": pl.Int64, "UBIGINT": pl.Int64,
+                 "VARCHAR": pl.Utf8, "BOOLEAN": pl.Boolean, "TIMESTAMP": pl.Datetime,
+                 "TIMESTAMP WITH TIME ZONE": pl.Datetime("us", "UTC")}
+
+
 def frame(store: Store, sql: str, params: Optional[list] = None) -> pl.DataFrame:
     """A polars DataFrame of a query, read under the store's lock (Arrow when pyarrow is present)."""
     with store.transaction() as con:
@@ -30,9 +36,15 @@ def frame(store: Store, sql: str, params: Optional[list] = None) -> pl.DataFrame
             return cur.pl()
         except (ModuleNotFoundError, AttributeError):
             names = [d[0] for d in cur.description]
+            types = [d[1] for d in cur.description]
             rows = cur.fetchall()
-    # no pyarrow: rows -> polars directly (a report reads thousands of rows, not millions)
-    return pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+    # no pyarrow: rows -> polars directly (a report reads thousands of rows, not millions). The
+    # column types come from DuckDB, not from the values: an all-NULL column (nothing scored yet)
+    # would otherwise be of dtype Null, on which log/cum_max/median fail.
+    schema = {n: _POLARS_TYPES.get(str(t).split("(")[0], None) for n, t in zip(names, types)}
+    df = pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+    return df.with_columns(pl.col(n).cast(t) for n, t in schema.items()
+                           if t is not None and df.schema[n] == pl.Null)
 
 
 @dataclass
@@ -53,6 +65,12 @@ class ReportData:
     @property
     def empty(self) -> bool:
         return self.attempts is None or self.attempts.height == 0
+
+    @property
+    def scored(self) -> bool:
+        """True once any attempt has a correct, scored result (before that there is nothing to rank)."""
+        return (self.problems is not None and self.problems.height > 0
+                and self.problems["best_speedup"].drop_nulls().len() > 0)
 
 
 def _scope(run: Optional[str]) -> tuple[str, list]:
@@ -108,6 +126,8 @@ def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
                     pl.col("speedup_geomean").alias("best_speedup"),
                     pl.col("sol_score").alias("best_sol_score"),
                     pl.col("agent").alias("best_agent"), pl.col("language").alias("best_language")))
+    # an all-null column (nothing scored yet) comes back with dtype Null: make the numbers numbers
+    best = best.with_columns(pl.col("best_speedup", "best_sol_score").cast(pl.Float64))
     out = effort.join(best, on="problem", how="left")
     return out.with_columns(
         (pl.col("correct_attempts") / pl.col("attempts")).alias("correctness")
@@ -116,7 +136,9 @@ def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _geomean(col: str) -> pl.Expr:
-    return pl.col(col).filter(pl.col(col) > 0).log().mean().exp()
+    # cast: a store where nothing is scored yet gives an all-null column of dtype Null, which has no log
+    x = pl.col(col).cast(pl.Float64)
+    return x.filter(x > 0).log().mean().exp()
 
 
 def subset_summary(problems: pl.DataFrame) -> pl.DataFrame:
