@@ -10,8 +10,10 @@ from pathlib import Path
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="compile a candidate and evaluate it on this machine's GPU "
                                         "(spawned, isolated process)")
-    p.add_argument("problem_dir", type=Path)
-    p.add_argument("candidate", type=Path, help="candidate JSON (solforge/candidate.py format)")
+    p.add_argument("problem", help="problem folder (definition.json, workload.jsonl), or a stored "
+                                   "problem's name or SUBSET/name")
+    p.add_argument("candidate", type=Path, help="candidate JSON (solforge/candidate.py format, or a "
+                                                "saved best/ result)")
     p.add_argument("--workloads", help="comma-separated workload uuids (default: all)")
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default settings)")
     p.add_argument("--workload-timeout", type=float, default=None)
@@ -34,13 +36,13 @@ def register(sub) -> None:
 
 def _evaluate(args) -> int:
     from ..evaluate.api import evaluate_candidate, record
-    from ..problem import load_problem_dir
+    from .candidate_file import load_candidate
     from .doctor_cmd import require_gpu
 
     require_gpu("evaluate")
 
-    problem = load_problem_dir(args.problem_dir)
-    cand = json.loads(args.candidate.read_text())
+    cand = load_candidate(args.candidate).model_dump(mode="json")
+    problem = _problem(args)
     t_sol = json.loads(args.t_sol.read_text()) if args.t_sol else None
     wl = args.workloads.split(",") if args.workloads else None
     report, cr = evaluate_candidate(problem, cand, workloads=wl, t_sol_ms=t_sol,
@@ -58,6 +60,22 @@ def _evaluate(args) -> int:
                                     r.max_abs_err, r.message[:80]) for r in report.results],
           ["workload", "status", "median_ms", "max_abs_err", "message"], f"evaluate {problem.name}")
     return 0 if report.all_passed else 1
+
+
+def _problem(args):
+    """A problem folder as given, else the stored problem of that name (name or SUBSET/name)."""
+    path = Path(args.problem)
+    if path.is_dir():
+        from ..problem import load_problem_dir
+
+        return load_problem_dir(path)
+    from ..roofline.table import problems_from_store
+    from ..store import Store
+    from .problems import find_problem
+
+    store = Store(args.db)
+    row = find_problem(store, args.problem)
+    return problems_from_store(store, [row["name"]])[0]
 
 
 def _baseline(args) -> int:
