@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "solforge.cli.optimize",  # optimize: planner + workers (owner: agents)
     "solforge.cli.extract",  # extract MODEL (owner: extraction)
     "solforge.cli.report",  # report, export (owner: reports)
+    "solforge.cli.results_cmds",  # table, best: the results of a store
     "solforge.cli.doctor_cmd",  # doctor: what this machine can do
 ]
 

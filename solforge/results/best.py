@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Commit the optimize pipeline's best kernels: kernels_cuda|kernels_cute/<family>/best/<problem>.json.
 
-    .venv/bin/python scripts/save_best.py --db data/results/db/optimize_long_h200x2_s4.duckdb.gz [--write]
+    solforge best -- --db solforge.duckdb [--write]      (or: solforge --db FILE best -- --write)
 
 For every problem in an optimize DB: its best correct attempt, chosen by the same rule as the README's
-results table (scripts/results_table.py reads `v_leaderboard`, whose `best_attempt_id` comes from
+results table (`solforge table`; `v_leaderboard`, whose `best_attempt_id` comes from
 `v_best_per_problem`, migration 070: every workload correct and scored, highest mean SOL score, then
 highest geomean speedup; `--by speedup` ranks by geomean speedup vs T_b first instead). The record
 holds the candidate as stored, its tunable params (where the family's readers look: top-level
@@ -35,31 +34,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-
-import results_table  # noqa: E402  (the README table: its T_b label query and its selection view)
-
-from solforge.agents.offline import _family_of_notes  # noqa: E402
-from solforge.candidate import Candidate  # noqa: E402
-from solforge.kernels import FamilyError, get_family  # noqa: E402
-from solforge.problem.definition import Definition  # noqa: E402
-from solforge.roofline.score import geomean  # noqa: E402
-from solforge.store import Store  # noqa: E402
+from ..agents.offline import _family_of_notes
+from ..candidate import Candidate
+from ..kernels import FamilyError, get_family
+from ..problem.definition import Definition
+from ..roofline.score import geomean
+from ..settings import REPO_ROOT as REPO
+from ..store import Store
+from ..store.results import (attempt_evidence, best_attempt_ids, best_with_commit_near, run_and_hardware,
+                             t_b_variants)
 
 SOURCE = "optimize pipeline"
 TIMING = ("solforge evaluator: CUPTI kernel spans, L2 flushed before each call, median of n_reps "
           "(eval_results); scores table for T_b / T_sol / SOL score")
-# --by speedup: geomean speedup first. The default is the README table's rule (the view), so a
-# best/ file and the table name the same attempt.
-_BY_SPEEDUP = """
-SELECT problem, attempt_id AS best_attempt_id FROM v_attempt_summary
-WHERE all_correct AND n_scored > 0
-QUALIFY row_number() OVER (PARTITION BY problem
-                           ORDER BY speedup_geomean DESC NULLS LAST, sol_score DESC NULLS LAST,
-                                    created_at) = 1
-"""
 _UNKNOWN = re.compile(r"unknown params \[([^\]]*)\]")
 
 
@@ -95,15 +82,6 @@ def open_copy(db: Path, tmp: Path) -> Path:
     return out
 
 
-def best_attempt_ids(s: Store, by: str = "leaderboard") -> dict[str, str]:
-    """{problem: best correct attempt id}."""
-    if by == "speedup":
-        rows = s.query(_BY_SPEEDUP)
-    else:
-        rows = s.query("SELECT problem, best_attempt_id FROM v_leaderboard WHERE best_attempt_id IS NOT NULL")
-    return {r["problem"]: r["best_attempt_id"] for r in rows}
-
-
 def tunable_params(family, defn: Definition, stored: Candidate) -> dict:
     """The params the family's readers pass back to `instantiate` (best/ `params`): the stored
     candidate's params less the problem-fixed ones and the ones the family derives itself (it names
@@ -137,20 +115,12 @@ def remeasured_with_commit(s: Store, attempt_id: str) -> Optional[str]:
     """For a pick whose run recorded no git commit: the best attempt of the same problem, correct on
     every workload, made by a run that recorded its commit (migration 080), if its geomean speedup
     is within the run-to-run noise of the pick's (>= NOISE x); else None."""
-    row = s.query_one(
-        "SELECT v.attempt_id FROM v_attempt_summary v JOIN attempts a ON a.id = v.attempt_id "
-        "JOIN runs r ON r.id = a.run_id JOIN v_attempt_summary b ON b.attempt_id = ? "
-        "WHERE v.problem = b.problem AND v.all_correct AND v.n_scored > 0 AND r.git_commit IS NOT NULL "
-        "AND v.speedup_geomean >= ? * b.speedup_geomean "
-        "ORDER BY v.sol_score DESC NULLS LAST, v.speedup_geomean DESC NULLS LAST, v.created_at LIMIT 1",
-        [attempt_id, NOISE])
-    return row["attempt_id"] if row else None
+    return best_with_commit_near(s, attempt_id, NOISE)
 
 
 def _run_meta(s: Store, run_id: str, hardware_id: Optional[str]) -> dict:
-    run = s.query_one("SELECT * FROM runs WHERE id = ?", [run_id]) or {}
+    run, hw = run_and_hardware(s, run_id, hardware_id)
     cfg = run.get("config") or {}
-    hw = (s.query_one("SELECT * FROM hardware WHERE id = ?", [hardware_id]) if hardware_id else None) or {}
     details = hw.get("details") or {}
     ident = str(cfg.get("gpu_identity") or "").split("|")
     gpu = hw.get("gpu_name") or (ident[0] if ident[0] else None)
@@ -180,8 +150,10 @@ def _commit_before(ts) -> Optional[str]:
 
 def pipeline_record(s: Store, attempt_id: str, db_label: str) -> dict:
     """The best/ JSON for one stored attempt. Raises ValueError when it cannot be made faithfully."""
-    a = s.query_one("SELECT * FROM attempts WHERE id = ?", [attempt_id])
-    p = s.query_one("SELECT name, subset, definition FROM problems WHERE name = ?", [a["problem"]])
+    ev_all = attempt_evidence(s, attempt_id)
+    if ev_all is None:
+        raise ValueError("no such attempt")
+    a, p = ev_all["attempt"], ev_all["problem"]
     if p is None:
         raise ValueError("problem not in the DB (no definition to rebuild params from)")
     stored = Candidate.model_validate(a["candidate"])
@@ -192,16 +164,7 @@ def pipeline_record(s: Store, attempt_id: str, db_label: str) -> dict:
     defn = Definition.model_validate(p["definition"])
     params = tunable_params(family, defn, stored)
 
-    wl = {r["uuid"]: r for r in s.query(
-        "SELECT uuid, workload_index, axes FROM workloads WHERE problem = ?", [a["problem"]])}
-    ev = {r["workload_uuid"]: r for r in s.query(
-        "SELECT * FROM v_latest_evals WHERE attempt_id = ?", [attempt_id])}
-    sc = {r["workload_uuid"]: r for r in s.query(
-        "SELECT * FROM v_latest_scores WHERE attempt_id = ?", [attempt_id])}
-    base = {(r["workload_uuid"], r["variant"]): r["median_ms"] for r in s.query(
-        "SELECT workload_uuid, variant, median_ms FROM baselines WHERE problem = ? AND status = 'passed' "
-        "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant ORDER BY created_at DESC) = 1",
-        [a["problem"]])}
+    wl, ev, sc, base = ev_all["workloads"], ev_all["evals"], ev_all["scores"], ev_all["baselines"]
     rows = []
     for uuid in sorted(ev, key=lambda u: (wl.get(u, {}).get("workload_index", 1 << 30), u)):
         e, c, w = ev[uuid], sc.get(uuid, {}), wl.get(uuid, {})
@@ -220,7 +183,7 @@ def pipeline_record(s: Store, attempt_id: str, db_label: str) -> dict:
     hw_id = next((r["hardware_id"] for r in ev.values() if r.get("hardware_id")), None)
     meta = _run_meta(s, a["run_id"], hw_id)
     sols = [r["sol_score"] for r in rows if r["sol_score"] is not None]
-    tb = {r["attempt_id"]: r["tb"] for r in s.query(results_table._T_B)}.get(attempt_id)
+    tb = t_b_variants(s).get(attempt_id)
     commit = a.get("commit") or meta["commit"]
     started = meta["run"].get("started_at")
     db_unzipped = db_label[:-3] if db_label.endswith(".gz") else db_label
@@ -242,12 +205,12 @@ def pipeline_record(s: Store, attempt_id: str, db_label: str) -> dict:
         "commit_before_run": None if commit else _commit_before(started),
         "source": SOURCE, "db": db_label, "run_id": a["run_id"], "run_started_at": str(started) if started else None,
         "attempt_id": attempt_id, "agent": a.get("agent"), "model": a.get("model"),
-        "selected_by": "v_leaderboard (scripts/results_table.py): all workloads correct, highest mean SOL score, "
+        "selected_by": "v_leaderboard (solforge table): all workloads correct, highest mean SOL score, "
                        "then geomean speedup",
         "timing": TIMING,
         "baseline": "the pipeline's T_b per workload (scores.baseline_variant: eager or compile, the faster measured)",
-        "scored_by": "scripts/save_best.py",
-        "reproduce": f"{unpack}python -m solforge.cli --db {db_unzipped} replay {attempt_id}",
+        "scored_by": "solforge best",
+        "reproduce": f"{unpack}solforge --db {db_unzipped} replay {attempt_id}",
         "candidate_source_hash": stored.source_hash(),
         "candidate": a["candidate"],
         "workloads": rows,
@@ -340,14 +303,19 @@ def save_best(db: Path, *, write: bool = False, root: Path = REPO, by: str = "le
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", required=True, type=Path, help="optimize DuckDB file (.duckdb or .duckdb.gz)")
+    ap = argparse.ArgumentParser(prog="solforge best", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", type=Path, default=None,
+                    help="optimize DuckDB file (.duckdb or .duckdb.gz; default: the store's default)")
     ap.add_argument("--write", action="store_true", help="write the new/replaced files (default: dry run)")
     ap.add_argument("--by", choices=("leaderboard", "speedup"), default="leaderboard",
                     help="best attempt: the README table's rule (default) or highest geomean speedup")
     ap.add_argument("--problem", action="append", help="only these problems (repeatable)")
     ap.add_argument("--root", type=Path, default=REPO, help="where kernels_cuda/ and kernels_cute/ are")
     args = ap.parse_args(argv)
+    if args.db is None:
+        from ..store.store import default_path
+
+        args.db = default_path()
     if not args.db.exists():
         ap.error(f"--db {args.db}: no such file")
     decisions = save_best(args.db, write=args.write, root=args.root, by=args.by,
