@@ -46,8 +46,33 @@ def common_options(p: argparse.ArgumentParser) -> None:
                        help="machine-readable output on stdout")
 
 
+# sub-commands that hand every argument after their name to a program of their own
+PASS_THROUGH = ("baseline",)
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the sub-command's name is in argv (after the global --db X / --json), else None."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--db":
+            i += 2
+        elif a.startswith("--db=") or a == "--json":
+            i += 1
+        else:
+            return i if not a.startswith("-") else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    i = _command_index(argv)
+    rest = None
+    if i is not None and argv[i] in PASS_THROUGH:
+        argv, rest = argv[:i + 1], argv[i + 1:]
     args = build_parser().parse_args(argv)
+    if rest is not None:
+        args.rest = rest
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

@@ -22,10 +22,13 @@ def register(sub) -> None:
     p.add_argument("--record", action="store_true", help="store the attempt and its results (--db)")
     p.set_defaults(func=_evaluate)
 
-    b = sub.add_parser("baseline", help="T_b for every workload: eager and torch.compile references "
-                                        "(runs scripts/run_baselines.py)")
-    b.add_argument("rest", nargs="*", help="arguments for scripts/run_baselines.py (after --)")
-    b.set_defaults(func=_baseline)
+    b = sub.add_parser("baseline", help="T_b for every workload: eager and torch.compile references, "
+                                        "timed on every GPU within a deadline",
+                       description="The baselines scheduler (solforge/baselines/scheduler.py); every "
+                       "argument after `baseline` is its own: `solforge baseline --help-scheduler` lists "
+                       "them (--dataset, --out, --deadline-s, --gpus, --device cpu for a dry run).",
+                       add_help=False)
+    b.set_defaults(func=_baseline, rest=[])  # rest: every argument after `baseline` (solforge.cli.main)
 
     r = sub.add_parser("replay", help="re-run a stored attempt on this GPU and compare")
     r.add_argument("attempt")
@@ -79,13 +82,15 @@ def _problem(args):
 
 
 def _baseline(args) -> int:
-    import importlib.util
+    from ..baselines.scheduler import main
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "run_baselines.py"
-    spec = importlib.util.spec_from_file_location("run_baselines", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main(args.rest)
+    rest = ["--help" if a in ("--help-scheduler", "-h", "--help") else a for a in args.rest]
+    dry = "--device" in rest and rest[rest.index("--device") + 1:][:1] == ["cpu"]
+    if not dry and "--help" not in rest and "--plan-only" not in rest:
+        from .doctor_cmd import require_gpu
+
+        require_gpu("baseline")
+    return main(rest)
 
 
 def _replay(args) -> int:

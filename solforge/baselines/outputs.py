@@ -1,4 +1,4 @@
-"""The outputs of scripts/run_baselines.py: the merged CSV (every workload of the dataset, with its
+"""The outputs of solforge baseline (solforge/baselines/scheduler.py): the merged CSV (every workload of the dataset, with its
 eager and torch.compile times or the reason it has none), the failures list and a summary per subset
 and per problem. Kept apart from the scheduler so each stays readable."""
 
@@ -167,10 +167,10 @@ def summary_md(table: dict, problems: list[dict], run, stats: dict) -> str:
     the reasons for the ones without."""
     gpus = Counter((e.get("gpu"), e.get("driver")) for e in table.values() if e.get("gpu"))
     lines = ["# PyTorch baselines T_b on the H200: eager and torch.compile per workload", "",
-             "Written by `scripts/run_baselines.py` (see baselines_h200_notes.md); the table is "
+             "Written by `solforge baseline` (see baselines_h200_notes.md); the table is "
              "`baselines_h200.csv` (one row per workload: times, status and message per variant, "
              "label, GPU, driver, clocks, timing method). Load it into DuckDB with "
-             "`.venv/bin/python scripts/run_baselines.py --existing data/results/baselines_h200.csv "
+             "`solforge baseline --existing data/results/baselines/baselines_h200.csv "
              "--to-duckdb FILE` (table `hardware`: GPU, driver, clocks; table `baselines`: one row "
              "per workload and variant, status and message included).",
              "", "Rows by GPU and driver: " + ", ".join(f"{g} / driver {d}: {n}"

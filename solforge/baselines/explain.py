@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """torch._dynamo.explain of every reference on the CPU: how many graphs and graph breaks torch.compile
-makes of it, and why. It decides nothing by itself; scripts/run_baselines.py reads the result to order
+makes of it, and why. It decides nothing by itself; the baselines scheduler reads the result to order
 the torch.compile work (references that break into many graphs last) and to give the reason for a
 workload left without a torch.compile time.
 
-    .venv/bin/python scripts/explain_references.py --dataset ../shared/sol_execbench \
-        --out data/results/baselines_dynamo_explain.jsonl [--jobs 2] [--timeout-s 120]
+    python -m solforge.baselines.explain --dataset ../shared/sol_execbench \
+        --out data/results/baselines/baselines_dynamo_explain.jsonl [--jobs 2] [--timeout-s 120]
 
 One JSON line per problem: graph_count, graph_break_count, break_reasons (distinct, first few),
 op_count, the workload explained (the one with the fewest input elements), seconds, or an error.
@@ -25,8 +24,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from ..settings import REPO_ROOT as REPO
+from ..settings import get as _settings
 
 
 def _numel(shape) -> int:
@@ -109,7 +108,7 @@ def run_all(dirs: list[Path], out: Path, jobs: int, timeout_s: float, stage: Pat
     def spawn(q):
         if not q:
             return None
-        p = subprocess.Popen([sys.executable, __file__, "--worker", *map(str, q), "--stage",
+        p = subprocess.Popen([sys.executable, "-m", "solforge.baselines.explain", "--worker", *map(str, q), "--stage",
                               str(stage)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
         lines: queue.Queue = queue.Queue()
@@ -167,7 +166,7 @@ def run_all(dirs: list[Path], out: Path, jobs: int, timeout_s: float, stage: Pat
 
 def summary_md(recs: list[dict]) -> str:
     lines = ["# torch._dynamo.explain of every reference (CPU, smallest workload)", "",
-             "Produced by `scripts/explain_references.py`; one graph and no break means torch.compile "
+             "Produced by `python -m solforge.baselines.explain`; one graph and no break means torch.compile "
              "captures the whole reference.", "",
              "No graph captured (graph_count 0): dynamo skipped the whole frame (a graph break inside "
              "a Python loop, e.g. Tensor.item()), so torch.compile runs the reference as eager PyTorch.",
@@ -197,9 +196,9 @@ def summary_md(recs: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "sol_execbench")
-    ap.add_argument("--out", type=Path, default=REPO / "data/results/baselines_dynamo_explain.jsonl")
+    ap = argparse.ArgumentParser(prog="python -m solforge.baselines.explain", description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", type=Path, default=_settings().shared_dir / "sol_execbench")
+    ap.add_argument("--out", type=Path, default=REPO / "data/results/baselines/baselines_dynamo_explain.jsonl")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=120.0)
     ap.add_argument("--stage", type=Path, default=Path("/tmp/explain_stage"))

@@ -2,8 +2,9 @@
 """T_b for every workload of every problem: the reference in eager PyTorch and under torch.compile,
 timed with the evaluator's timer (CUPTI span, L2 flush, rotated inputs); T_b = the faster of the two.
 
-    python3 scripts/run_baselines.py --dataset DIR --out OUTDIR --work /tmp/blw --deadline-s 180
-        [--existing data/results/baselines_h200.csv] [--gpus auto|0,1|N] [--device cuda|cpu]
+    solforge baseline --dataset DIR --out OUTDIR --work /tmp/blw --deadline-s 180
+        [--existing data/results/baselines/baselines_h200.csv] [--gpus auto|0,1|N] [--device cuda|cpu]
+    (the same as python -m solforge.baselines.scheduler ...)
 
 Plan, made to finish inside a hard deadline on a box with a few GPUs and many CPU cores:
 1. Eager first, on every GPU at once (one worker per GPU, CUDA_VISIBLE_DEVICES pins it): every
@@ -18,7 +19,7 @@ Plan, made to finish inside a hard deadline on a box with a few GPUs and many CP
    torch while eager runs, and begin when the GPU's eager work is done; compiles run in parallel on the
    CPU, every timed measurement (and input generation) holds the GPU's lock. Cheap-to-compile problems
    first; references that loop over `.item()` values last.
-3. Out of memory: a task holds a lease on its GPU while it runs (shared; scripts/baselines_plan.py),
+3. Out of memory: a task holds a lease on its GPU while it runs (shared; solforge/baselines/plan.py),
    and one that must run alone takes it exclusively, so the GPU's other workers finish their current
    task, give their memory back (torch.cuda.empty_cache after every workload and task) and wait.
    Alone: a ".oom" retry (a task that ran out of memory beside the others, queued once more), a task
@@ -50,20 +51,20 @@ import time
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ..settings import REPO_ROOT as REPO
+from ..settings import get as _settings
+from .outputs import CSV_COLS, write_outputs  # noqa: F401 - CSV_COLS: for importers
+from .outputs import atomic_write as _atomic_write
+from .outputs import deadline_reason
+from .plan import compile_rate, gpu_lease, is_alone, plan_lines, workload_bytes
 
-from baselines_outputs import CSV_COLS, write_outputs  # noqa: E402,F401 - CSV_COLS: for importers
-from baselines_outputs import atomic_write as _atomic_write  # noqa: E402
-from baselines_outputs import deadline_reason  # noqa: E402
-from baselines_plan import compile_rate, gpu_lease, is_alone, plan_lines, workload_bytes  # noqa: E402
+RESULTS = REPO / "data" / "results" / "baselines"
 
 
 
 # ── the plan ─────────────────────────────────────────────────────────────────────────────────────
 def read_explain(path) -> dict:
-    """problem -> scripts/explain_references.py's record (graphs, graph breaks and why, on the CPU)."""
+    """problem -> solforge.baselines.explain's record (graphs, graph breaks and why, on the CPU)."""
     if not path or not Path(path).exists():
         return {}
     recs = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
@@ -357,7 +358,7 @@ class Proc:
 
     def start(self) -> None:
         a = self.run.args
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--variant", self.variant,
+        cmd = [sys.executable, "-m", "solforge.baselines.scheduler", "--worker", "--variant", self.variant,
                "--tasks", str(self.run.task_file[self.variant]), "--claims", str(self.run.claims),
                "--rows", str(self.rows_path), "--stage", str(self.run.work / "stage" / self.name),
                "--lock", str(self.run.work / f"gpu{self.gpu}.lock"), "--gpu-index", str(self.gpu),
@@ -572,13 +573,13 @@ def sample_clocks(run: Run, stop: threading.Event) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "sol_execbench")
+    ap = argparse.ArgumentParser(prog="solforge baseline", description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", type=Path, default=_settings().shared_dir / "sol_execbench")
     ap.add_argument("--out", type=Path, default=Path("baselines_out"),
                     help="the results: baselines_h200.csv, baselines_failures.md, baselines_rows.jsonl")
     ap.add_argument("--work", type=Path, default=None,
                     help="scratch: worker logs, claims, locks (default OUT/work)")
-    ap.add_argument("--existing", default=str(REPO / "data/results/baselines_h200.csv"),
+    ap.add_argument("--existing", default=str(RESULTS / "baselines_h200.csv"),
                     help="earlier CSV: its measured rows are kept and not measured again ('' = none)")
     ap.add_argument("--deadline-s", type=float, default=180.0, help="hard limit for the whole run")
     ap.add_argument("--gpus", default="auto", help="auto, a count, or indices such as 0,1")
@@ -601,8 +602,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile-timeout-s", type=float, default=150.0,
                     help="limit on a compile task's first workload (the compile itself); one that "
                          "overruns is recorded with its reason and not tried again")
-    ap.add_argument("--explain", default=str(REPO / "data/results/baselines_dynamo_explain.jsonl"),
-                    help="scripts/explain_references.py's output: compile order and reasons ('' = none)")
+    ap.add_argument("--explain", default=str(RESULTS / "baselines_dynamo_explain.jsonl"),
+                    help="solforge.baselines.explain's output: compile order and reasons ('' = none)")
     ap.add_argument("--compile-no-graph", action="store_true",
                     help="time torch.compile also for references dynamo captures no graph of")
     ap.add_argument("--no-dynamic-dims", action="store_true",
@@ -616,7 +617,7 @@ def main(argv=None) -> int:
                          "these are not tried again (e.g. 'runtime_error:,took over')")
     ap.add_argument("--plan-only", action="store_true",
                     help="print the plan (what is missing per problem, and why) and exit")
-    ap.add_argument("--rate-log", default=str(REPO / "data/results/baselines_h200_run_x2_topup_log.txt"),
+    ap.add_argument("--rate-log", default=str(RESULTS / "baselines_h200_run_x2_topup_log.txt"),
                     help="an earlier run's log: its compile rate gives the plan's time estimate")
     ap.add_argument("--flush-s", type=float, default=20.0)
     ap.add_argument("--only", default="", help="comma-separated problem-name prefixes")
@@ -642,7 +643,7 @@ def main(argv=None) -> int:
     if args.merge_rows is not None:
         return merge_rows(args)
     if args.to_duckdb is not None:
-        from baselines_outputs import load_duckdb
+        from .outputs import load_duckdb
 
         print(json.dumps(load_duckdb(Path(args.existing), args.to_duckdb), indent=1))
         return 0

@@ -1,4 +1,4 @@
-"""Helpers of scripts/run_baselines.py kept apart from the scheduler: the memory estimate that marks
+"""Helpers of solforge baseline (solforge/baselines/scheduler.py) kept apart from the scheduler: the memory estimate that marks
 the tasks to run alone on their GPU, the GPU lease that makes them run alone, and the plan print of a
 re-run (what is still missing per problem, and why)."""
 
