@@ -108,7 +108,7 @@ def test_by_speedup_picks_the_fastest_correct_attempt(db, tmp_path):
 
 
 def _existing(root: Path, problem, speedup: float, uuids=None) -> dict:
-    old = {"problem": problem.name, "family": "rmsnorm", "params": {"VEC": 1}, "scored_by": "scripts/sol_scores.py",
+    old = {"problem": problem.name, "family": "rmsnorm", "params": {"VEC": 1}, "scored_by": "solforge/results/bench_scores.py",
            "commit": "abc", "workloads": [{"uuid": u, "t_k_ms": 1.0, "t_b_ms": speedup}
                                           for u in (uuids or [w.uuid for w in problem.workloads])]}
     _target(root).parent.mkdir(parents=True, exist_ok=True)
