@@ -31,7 +31,7 @@ def register(sub) -> None:
     b.set_defaults(func=_baseline, rest=[])  # rest: every argument after `baseline` (solforge.cli.main)
 
     r = sub.add_parser("replay", help="re-run a stored attempt on this GPU and compare")
-    r.add_argument("attempt")
+    r.add_argument("attempt", help="attempt id or a unique prefix of one")
     r.add_argument("--record", action="store_true", help="store the re-run as a child attempt")
     r.add_argument("--timeout", type=float, default=None)
     r.set_defaults(func=_replay)
@@ -99,12 +99,29 @@ def _replay(args) -> int:
     from .doctor_cmd import require_gpu
 
     require_gpu("replay")
+    store = Store(args.db)
+    attempt = resolve_attempt(store, args.attempt)
 
-    out = replay(Store(args.db), args.attempt, record_new=args.record, timeout_s=args.timeout)
+    out = replay(store, attempt, record_new=args.record, timeout_s=args.timeout)
     _show(args, out, [(r["workload"][:12], r["stored_status"], r["new_status"], r["stored_ms"],
                        r["new_ms"], r["ratio"]) for r in out["rows"]],
           ["workload", "stored", "now", "stored_ms", "now_ms", "ratio"], f"replay {args.attempt}")
     return 0 if all(r["same_status"] for r in out["rows"]) else 1
+
+
+def resolve_attempt(store, ref: str) -> str:
+    """An attempt id from an id or a unique prefix; one InputError line otherwise."""
+    from ..errors import InputError
+    from ..store.results import attempt_ids_with_prefix
+
+    ids = attempt_ids_with_prefix(store, ref)
+    if not ids:
+        raise InputError(f"no attempt {ref!r} in {store.path} (`solforge attempts` lists them)",
+                         field="attempt")
+    if len(ids) > 1:
+        raise InputError(f"attempt prefix {ref!r} is ambiguous: {', '.join(i[:12] for i in ids)}",
+                         field="attempt")
+    return ids[0]
 
 
 def _show(args, obj, rows, cols, title) -> None:

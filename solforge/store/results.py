@@ -102,3 +102,12 @@ def attempt_evidence(store: Store, attempt_id: str) -> Optional[dict]:
             "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant ORDER BY created_at DESC) = 1",
             [problem])},
     }
+
+
+def attempt_ids_with_prefix(store: Store, prefix: str, limit: int = 3) -> list[str]:
+    """Attempt ids starting with prefix (an exact id first), at most limit of them."""
+    exact = store.query("SELECT id FROM attempts WHERE id = ?", [prefix])
+    if exact:
+        return [exact[0]["id"]]
+    return [r["id"] for r in store.query(
+        "SELECT id FROM attempts WHERE starts_with(id, ?) ORDER BY id LIMIT ?", [prefix, limit])]

@@ -125,3 +125,17 @@ def test_doctor_one_line_per_check(tmp_path, capsys):
     assert main(["doctor", "--json"]) in (0, 1)
     checks = json.loads(capsys.readouterr().out)
     assert {c["name"] for c in checks} >= {"GPU", "NVRTC", "store"}
+
+
+def test_replay_resolves_an_attempt_prefix(tmp_path):
+    from solforge.cli.evaluate_cmds import resolve_attempt
+    from solforge.store import Store
+
+    s = Store(tmp_path / "s.duckdb")
+    a = s.create_attempt("p", agent="cli", language="cuda", candidate={"x": 1}, id="abc123" + "0" * 26)
+    s.create_attempt("p", agent="cli", language="cuda", candidate={"x": 2}, id="abd" + "0" * 29)
+    assert resolve_attempt(s, "abc1") == a and resolve_attempt(s, a) == a
+    with pytest.raises(InputError, match="ambiguous"):
+        resolve_attempt(s, "ab")
+    with pytest.raises(InputError, match="no attempt"):
+        resolve_attempt(s, "zz")
