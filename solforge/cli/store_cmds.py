@@ -22,7 +22,7 @@ def common_options(p) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("attempts", help="list attempts (newest first)")
-    p.add_argument("--problem", help="problem name (exact) or substring with %%")
+    p.add_argument("--problem", help="problem NAME or SUBSET/NAME (exact), or a pattern with %%")
     p.add_argument("--status", help="queued | compiled | evaluated | failed | interrupted")
     p.add_argument("--run", help="run id")
     p.add_argument("--limit", type=int, default=50)
@@ -55,8 +55,13 @@ def cmd_attempts(args) -> int:
                         highlight=False, markup=False)
     where, params = [], []
     if args.problem:
-        where.append("problem LIKE ?" if "%" in args.problem else "problem = ?")
-        params.append(args.problem)
+        problem = args.problem
+        if "/" in problem and "%" not in problem:  # SUBSET/NAME, as every command names problems
+            from .problems import find_problem
+
+            problem = find_problem(store, problem)["name"]
+        where.append("problem LIKE ?" if "%" in problem else "problem = ?")
+        params.append(problem)
     if args.status:
         try:
             params.append(AttemptStatus(args.status.lower()).value)
