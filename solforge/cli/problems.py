@@ -8,8 +8,8 @@ from collections import Counter
 from rich.markup import escape
 
 from ..store import report_queries as rq
-from .output import console, emit_json
-from .store_cmds import common_options, table
+from . import common_options
+from .output import console, emit_json, table
 
 _MAX_WARNINGS_SHOWN = 10
 

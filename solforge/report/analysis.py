@@ -45,6 +45,12 @@ class ReportData:
     def empty(self) -> bool:
         return self.attempts is None or self.attempts.height == 0
 
+    @property
+    def scored(self) -> bool:
+        """True once any attempt has a correct, scored result (before that there is nothing to rank)."""
+        return (self.problems is not None and self.problems.height > 0
+                and self.problems["best_speedup"].drop_nulls().len() > 0)
+
 
 def load(store: Store, run: Optional[str] = None) -> ReportData:
     d = ReportData(db=str(store.path), run=run,
@@ -86,6 +92,8 @@ def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
                     pl.col("speedup_geomean").alias("best_speedup"),
                     pl.col("sol_score").alias("best_sol_score"),
                     pl.col("agent").alias("best_agent"), pl.col("language").alias("best_language")))
+    # an all-null column (nothing scored yet) comes back with dtype Null: make the numbers numbers
+    best = best.with_columns(pl.col("best_speedup", "best_sol_score").cast(pl.Float64))
     out = effort.join(best, on="problem", how="left")
     return out.with_columns(
         (pl.col("correct_attempts") / pl.col("attempts")).alias("correctness")
@@ -94,7 +102,9 @@ def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _geomean(col: str) -> pl.Expr:
-    return pl.col(col).filter(pl.col(col) > 0).log().mean().exp()
+    # cast: a store where nothing is scored yet gives an all-null column of dtype Null, which has no log
+    x = pl.col(col).cast(pl.Float64)
+    return x.filter(x > 0).log().mean().exp()
 
 
 def subset_summary(problems: pl.DataFrame) -> pl.DataFrame:
