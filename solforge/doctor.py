@@ -12,6 +12,7 @@ import importlib.metadata as md
 import os
 import shutil
 import subprocess
+import sys
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,8 +92,26 @@ def _hidden_by_env() -> Optional[str]:
     return None
 
 
+def _torch_gpu_names(timeout_s: float = 60.0) -> list[str]:
+    """Last resort when neither the driver's /proc files nor nvidia-smi are visible (some containers):
+    ask a CUDA build of torch, in a child process, so this one never initialises CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not getattr(torch.version, "cuda", None):
+        return []
+    code = ("import torch\nif torch.cuda.is_available():\n"
+            "    print('\\n'.join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())))")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [x.strip() for x in out.stdout.splitlines() if x.strip()] if out.returncode == 0 else []
+
+
 def check_gpu() -> Check:
-    names = _gpu_names()
+    names = _gpu_names() or _torch_gpu_names()
     if not names:
         return Check("GPU", False, "no NVIDIA GPU found",
                      "run GPU commands (evaluate, replay, baseline, optimize --gpus) on a machine "

@@ -139,3 +139,24 @@ def test_replay_resolves_an_attempt_prefix(tmp_path):
         resolve_attempt(s, "ab")
     with pytest.raises(InputError, match="no attempt"):
         resolve_attempt(s, "zz")
+
+
+@pytest.mark.parametrize("kind", ["empty", "compiled-only"])
+def test_report_of_an_unscored_store(tmp_path, capsys, kind):
+    """Nothing scored (no attempts, or attempts that only compiled: every numeric column all NULL,
+    which polars reads as dtype Null without pyarrow) renders, in the terminal and as HTML."""
+    from solforge.store import Store
+
+    s = Store(tmp_path / "s.duckdb")
+    if kind == "compiled-only":
+        run = s.create_run(kind="optimize")
+        for _ in range(2):
+            s.mark_attempt(s.create_attempt("p", run_id=run, agent="offline", language="cuda",
+                                            candidate={"x": 1}), "compiled")
+    html = tmp_path / "r.html"
+    assert main(["report", "--db", str(s.path), "--html", str(html)]) == 0
+    assert "nothing scored yet" in capsys.readouterr().err
+    assert "Nothing scored yet" in html.read_text()
+    assert main(["--json", "report", "--db", str(s.path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(p["best_speedup"] is None for p in out["problems"])
