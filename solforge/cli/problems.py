@@ -5,12 +5,18 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from rich.markup import escape
-
 from .output import console, emit_json
 from .store_cmds import common_options, table
 
 _MAX_WARNINGS_SHOWN = 10
+
+
+def escape(text: str) -> str:
+    """rich markup escaped; imported here so that building the parser needs no rich (a bare GPU box
+    runs `solforge doctor` and `--json evaluate` without it)."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
 
 
 def register(sub) -> None:
