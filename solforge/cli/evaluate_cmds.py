@@ -39,8 +39,6 @@ def register(sub) -> None:
 
 def _evaluate(args) -> int:
     from ..evaluate.api import evaluate_candidate
-    from ..orchestrate.attempts import open_attempt
-    from ..orchestrate.replay import record
     from .candidate_file import load_candidate
     from .doctor_cmd import require_gpu
 
@@ -53,7 +51,9 @@ def _evaluate(args) -> int:
     report, cr = evaluate_candidate(problem, cand, workloads=wl, t_sol_ms=t_sol,
                                     timeout_s=args.timeout, workload_timeout_s=args.workload_timeout,
                                     timing=not args.no_timing)
-    if args.record:
+    if args.record:  # the store (duckdb) only here: a bare GPU box evaluates without it
+        from ..orchestrate.attempts import open_attempt
+        from ..orchestrate.replay import record
         from ..store import Store
 
         s = Store(args.db)

@@ -160,3 +160,26 @@ def test_report_of_an_unscored_store(tmp_path, capsys, kind):
     assert main(["--json", "report", "--db", str(s.path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert all(p["best_speedup"] is None for p in out["problems"])
+
+
+def test_doctor_and_the_gpu_refusal_need_no_orchestration_packages(tmp_path):
+    """On a bare GPU box (no rich, duckdb, polars, prefect) `doctor` and `--json evaluate` still run."""
+    import subprocess
+    import sys
+
+    prog = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] in ('rich', 'duckdb', 'polars', 'prefect'):\n"
+            "            raise ImportError('blocked ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from solforge.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    r = subprocess.run([sys.executable, "-c", prog, "doctor"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and "NVRTC" in r.stdout, r.stderr[-2000:]
+    if NO_GPU:
+        r = subprocess.run([sys.executable, "-c", prog, "--json", "evaluate", str(EXAMPLE / "problem"),
+                            str(EXAMPLE / "candidate.json")], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+        assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr and "Traceback" not in r.stderr
