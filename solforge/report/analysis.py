@@ -87,8 +87,8 @@ def load(store: Store, run: Optional[str] = None) -> ReportData:
             "SELECT id, kind, status, note, config, gpu_profile, started_at, finished_at FROM runs "
             + ("WHERE id = ? " if run else "WHERE id IN (SELECT DISTINCT run_id FROM attempts) ")
             + "ORDER BY started_at", params)]
-    d.attempts = frame(store, f"SELECT * FROM v_attempt_summary {where} "
-                              "ORDER BY created_at, attempt_id", params)
+    d.attempts = typed(frame(store, f"SELECT * FROM v_attempt_summary {where} "
+                                    "ORDER BY created_at, attempt_id", params))
     d.problems = best_per_problem(d.attempts)
     d.subsets = subset_summary(d.problems)
     d.timeline = timeline(d.attempts)
@@ -101,6 +101,23 @@ def load(store: Store, run: Optional[str] = None) -> ReportData:
                arg_max(left(coalesce(message, ''), 300), created_at) AS latest_message
         FROM v_failures {fw} GROUP BY stage, kind ORDER BY n DESC, stage, kind""", params)
     return d
+
+
+_BOOL_COLUMNS = {"all_correct"}
+_TEXT_COLUMNS = {"attempt_id", "run_id", "problem", "subset", "parent_id", "agent", "model", "language",
+                 "status", "outcome", "error"}
+
+
+def typed(df: pl.DataFrame) -> pl.DataFrame:
+    """Columns that came back all NULL (nothing scored yet: speedups, SOL scores, costs) have dtype
+    Null, on which log, cum_max and median fail: give them the type v_attempt_summary declares."""
+    fix = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.Null:
+            to = (pl.Boolean if name in _BOOL_COLUMNS else pl.Utf8 if name in _TEXT_COLUMNS
+                  else pl.Datetime if name.endswith("_at") else pl.Float64)
+            fix.append(pl.col(name).cast(to))
+    return df.with_columns(fix) if fix else df
 
 
 def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
