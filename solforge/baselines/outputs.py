@@ -264,7 +264,9 @@ def load_duckdb(csv_path: Path, db_path: Path) -> dict:
                        else None})
     hw["clocks"] = clocks.most_common(1)[0][0] if clocks else None
     store = Store(db_path)
-    if not store.query("SELECT 1 FROM hardware WHERE id = ?", [hw["id"]]):
+    from ..store.results import hardware_known
+
+    if not hardware_known(store, hw["id"]):
         store.insert_rows("hardware", [hw])
     n = import_baselines(store, Path(csv_path), hw["id"])
     return {"hardware_id": hw["id"], "gpu": gpu, "driver": driver, "baseline_rows": n,
