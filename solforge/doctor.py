@@ -193,11 +193,9 @@ def check_store(db: Optional[str] = None) -> Check:
                      "solforge ingest <problems folder> (or bash scripts/main.sh) creates it", "all")
     try:
         from .store import Store
-        from .store.report_queries import count_attempts, count_problems
+        from .store.results import store_counts
 
-        store = Store(path, lock_timeout_s=10)
-        n = count_problems(store)
-        a = count_attempts(store)
+        n, a = store_counts(Store(path, lock_timeout_s=10))
     except Exception as e:  # noqa: BLE001 - a locked or broken file: one line
         return Check("store", False, f"{path}: {str(e).splitlines()[0][:120]}",
                      "close the process holding it, or point --db / SOLFORGE_DB_PATH elsewhere", "all")

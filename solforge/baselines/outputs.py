@@ -252,7 +252,6 @@ def load_duckdb(csv_path: Path, db_path: Path) -> dict:
     rows; it skips a file it has loaded before). Returns counts."""
     from solforge.report.import_results import hardware_row, import_baselines
     from solforge.store import Store
-    from solforge.store.attempt_queries import ensure_hardware
 
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -265,7 +264,10 @@ def load_duckdb(csv_path: Path, db_path: Path) -> dict:
                        else None})
     hw["clocks"] = clocks.most_common(1)[0][0] if clocks else None
     store = Store(db_path)
-    ensure_hardware(store, hw)
+    from ..store.results import hardware_known
+
+    if not hardware_known(store, hw["id"]):
+        store.insert_rows("hardware", [hw])
     n = import_baselines(store, Path(csv_path), hw["id"])
     return {"hardware_id": hw["id"], "gpu": gpu, "driver": driver, "baseline_rows": n,
             "other_gpus": {f"{g} / {d}": c for (g, d), c in gpus.items() if (g, d) != (gpu, driver)}}

@@ -58,7 +58,7 @@ def load(store: Store, run: Optional[str] = None) -> ReportData:
     d.sources = [
         {**r, "config": json.loads(r["config"]) if isinstance(r.get("config"), str) else r.get("config")}
         for r in rq.report_runs(store, run)]
-    d.attempts = rq.attempt_summary_frame(store, run)
+    d.attempts = typed(rq.attempt_summary_frame(store, run))
     d.problems = best_per_problem(d.attempts)
     d.subsets = subset_summary(d.problems)
     d.timeline = timeline(d.attempts)
@@ -67,6 +67,23 @@ def load(store: Store, run: Optional[str] = None) -> ReportData:
     d.llm_runs = rq.llm_spend_frame(store, run)
     d.failures = rq.failures_frame(store, run)
     return d
+
+
+_BOOL_COLUMNS = {"all_correct"}
+_TEXT_COLUMNS = {"attempt_id", "run_id", "problem", "subset", "parent_id", "agent", "model", "language",
+                 "status", "outcome", "error"}
+
+
+def typed(df: pl.DataFrame) -> pl.DataFrame:
+    """Columns that came back all NULL (nothing scored yet: speedups, SOL scores, costs) have dtype
+    Null, on which log, cum_max and median fail: give them the type v_attempt_summary declares."""
+    fix = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.Null:
+            to = (pl.Boolean if name in _BOOL_COLUMNS else pl.Utf8 if name in _TEXT_COLUMNS
+                  else pl.Datetime if name.endswith("_at") else pl.Float64)
+            fix.append(pl.col(name).cast(to))
+    return df.with_columns(fix) if fix else df
 
 
 def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:

@@ -92,10 +92,6 @@ def count_problems(store: Store) -> int:
     return store.scalar("SELECT count(*) FROM problems")
 
 
-def count_attempts(store: Store) -> int:
-    return store.scalar("SELECT count(*) FROM attempts")
-
-
 def list_problems(store: Store, *, subset: Optional[str] = None, op: Optional[str] = None,
                   dtype: Optional[str] = None, model: Optional[str] = None,
                   name: Optional[str] = None, limit: Optional[int] = None) -> list[dict]:

@@ -111,3 +111,13 @@ def attempt_ids_with_prefix(store: Store, prefix: str, limit: int = 3) -> list[s
         return [exact[0]["id"]]
     return [r["id"] for r in store.query(
         "SELECT id FROM attempts WHERE starts_with(id, ?) ORDER BY id LIMIT ?", [prefix, limit])]
+
+
+def hardware_known(store: Store, hardware_id: str) -> bool:
+    return bool(store.query("SELECT 1 FROM hardware WHERE id = ?", [hardware_id]))
+
+
+def store_counts(store: Store) -> tuple[int, int]:
+    """(problems, attempts) in the store: what `solforge doctor` reports."""
+    return (store.scalar("SELECT count(*) FROM problems") or 0,
+            store.scalar("SELECT count(*) FROM attempts") or 0)
