@@ -55,10 +55,10 @@ TARGET_PER_MIN = 60.0
 
 
 def _default_shared() -> Path:
-    for d in REPO.parents:
-        if (d / "shared" / "sol_execbench").is_dir():
-            return d / "shared"
-    return REPO.parent / "shared"
+    """The dataset folder: settings.shared_dir ($SOLFORGE_SHARED_DIR, default ../shared)."""
+    from solforge.settings import get
+
+    return get().shared_dir
 
 
 # ──────────────────────────────────────────── prepare (CPU) ──────────────────────────────────────
@@ -228,7 +228,7 @@ def cmd_run(args) -> None:
     bad = [c for c in configs if c not in CONFIGS]
     if bad:
         raise SystemExit(f"unknown config(s) {bad}; known: {sorted(CONFIGS)}")
-    dest = Path(args.out or os.environ.get("OUT") or REPO / "data" / "results")
+    dest = Path(args.out or os.environ.get("OUT") or REPO / "data" / "results" / "eval_throughput")
     dest.mkdir(parents=True, exist_ok=True)
     doc = {"command": " ".join(["python3", "benchmarks/eval_throughput.py", *sys.argv[1:]]),
            "host": os.uname().nodename, "records": [], "candidates": list(meta.values()),

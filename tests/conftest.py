@@ -21,7 +21,30 @@ def _has_gpu() -> bool:
         return False
 
 
+# Tests that take more than a few seconds on 2 cores, one node id (or id prefix: a file, a folder) per
+# line: the default run (`pytest`, addopts -m "not slow") leaves them out; `scripts/test.sh --all`
+# and CI run them. docs/testing.md says how the list is measured and refreshed.
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def _slow_prefixes() -> tuple[str, ...]:
+    try:
+        lines = SLOW_LIST.read_text().splitlines()
+    except OSError:
+        return ()
+    return tuple(ln.split("#", 1)[0].strip() for ln in lines if ln.split("#", 1)[0].strip())
+
+
+def _is_slow(nodeid: str, prefixes: tuple[str, ...]) -> bool:
+    return any(nodeid == p or nodeid.startswith(p + "::") or nodeid.startswith(p + "[")
+               or (p.endswith("/") and nodeid.startswith(p)) for p in prefixes)
+
+
 def pytest_collection_modifyitems(config, items):
+    prefixes = _slow_prefixes()
+    for item in items:
+        if _is_slow(item.nodeid, prefixes):
+            item.add_marker(pytest.mark.slow)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

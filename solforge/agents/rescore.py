@@ -1,7 +1,7 @@
 """Score attempts again once baselines arrive later than their evaluation.
 
 The loop scores an attempt with the T_b it knows at the time. Baselines are often measured in another
-run (scripts/run_baselines.py, a second GPU), so attempts evaluated before them keep per-workload kernel
+run (solforge/baselines/scheduler.py, a second GPU), so attempts evaluated before them keep per-workload kernel
 times but no speedup or SOL score. This fills those from the store: T_b = the faster of the latest
 passed eager and torch.compile baselines, T_sol from the score row; then the attempt's problem-level
 SOL score (geomean, only when every workload has one).

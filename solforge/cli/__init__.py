@@ -20,6 +20,8 @@ COMMAND_MODULES = [
     "solforge.cli.extract",  # extract MODEL (owner: extraction)
     "solforge.cli.report",  # report, export (owner: reports)
     "solforge.cli.coverage",  # coverage: what solforge serves and why not (owner: compiler)
+    "solforge.cli.results_cmds",  # table, best: the results of a store
+    "solforge.cli.doctor_cmd",  # doctor: what this machine can do
 ]
 
 
@@ -30,11 +32,48 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for sp in sub.choices.values():  # --db / --json work before or after every sub-command
+        common_options(sp)
     return p
 
 
+def common_options(p: argparse.ArgumentParser) -> None:
+    """`--db` and `--json` after a sub-command too. SUPPRESS: unless given there, the global value
+    (before the sub-command) stays. A sub-command that defines them itself keeps its own."""
+    if "--db" not in p._option_string_actions:
+        p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (as the global --db)")
+    if "--json" not in p._option_string_actions:
+        p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                       help="machine-readable output on stdout")
+
+
+# sub-commands that hand every argument after their name to a program of their own
+PASS_THROUGH = ("baseline",)
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the sub-command's name is in argv (after the global --db X / --json), else None."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--db":
+            i += 2
+        elif a.startswith("--db=") or a == "--json":
+            i += 1
+        else:
+            return i if not a.startswith("-") else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    i = _command_index(argv)
+    rest = None
+    if i is not None and argv[i] in PASS_THROUGH:
+        argv, rest = argv[:i + 1], argv[i + 1:]
     args = build_parser().parse_args(argv)
+    if rest is not None:
+        args.rest = rest
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

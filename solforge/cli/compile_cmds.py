@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 
 def register(sub) -> None:
     p = sub.add_parser("compile", help="compile a candidate (JSON, solforge/candidate.py format) to cubins",
                        description="Compile a candidate's sources with NVRTC (CUDA C++) or the CuTe DSL "
                        "to cubins for one arch; cached on disk. Exit code 1 if the compile fails.")
-    p.add_argument("candidate", help="candidate JSON file")
+    p.add_argument("candidate", help="candidate JSON file (or a saved best/ result that holds one)")
     p.add_argument("--arch", default=None, help="target, e.g. sm_90a (H200) or sm_100a (B200); "
                    "default: settings.arch")
     p.add_argument("--out", default=None, help="stage candidate.json, manifest.json and cubins here "
@@ -21,23 +18,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from pydantic import ValidationError
-
-    from ..candidate import Candidate
     from ..compile.api import compile_candidate, stage
-    from ..errors import InputError
+    from .candidate_file import load_candidate
     from .output import console, emit_json
 
-    path = Path(args.candidate)
-    try:
-        cand = Candidate.model_validate(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise InputError("file not found", file=path) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"not JSON: {e.msg}", file=path, line=e.lineno) from None
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(err["msg"], file=path, field=".".join(str(x) for x in err["loc"])) from None
+    cand = load_candidate(args.candidate)
     res = compile_candidate(cand, args.arch, use_cache=not args.no_cache, timeout_s=args.timeout)
     if args.out and res.ok:
         stage(cand, res, args.out)

@@ -10,9 +10,10 @@ from pathlib import Path
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="compile a candidate and evaluate it on this machine's GPU "
                                         "(spawned, isolated process)")
-    p.add_argument("problem_dir", metavar="problem", type=Path,
-                   help="a stored problem (name or SUBSET/name) or a problem folder")
-    p.add_argument("candidate", type=Path, help="candidate JSON (solforge/candidate.py format)")
+    p.add_argument("problem", help="problem folder (definition.json, workload.jsonl), or a stored "
+                                   "problem's name or SUBSET/name")
+    p.add_argument("candidate", type=Path, help="candidate JSON (solforge/candidate.py format, or a "
+                                                "saved best/ result)")
     p.add_argument("--workloads", help="comma-separated workload uuids (default: all)")
     p.add_argument("--timeout", type=float, help="wall-clock limit in seconds (default settings)")
     p.add_argument("--workload-timeout", type=float, default=None)
@@ -21,13 +22,16 @@ def register(sub) -> None:
     p.add_argument("--record", action="store_true", help="store the attempt and its results (--db)")
     p.set_defaults(func=_evaluate)
 
-    b = sub.add_parser("baseline", help="T_b for every workload: eager and torch.compile references "
-                                        "(runs scripts/run_baselines.py)")
-    b.add_argument("rest", nargs="*", help="arguments for scripts/run_baselines.py (after --)")
-    b.set_defaults(func=_baseline)
+    b = sub.add_parser("baseline", help="T_b for every workload: eager and torch.compile references, "
+                                        "timed on every GPU within a deadline",
+                       description="The baselines scheduler (solforge/baselines/scheduler.py); every "
+                       "argument after `baseline` is its own: `solforge baseline --help-scheduler` lists "
+                       "them (--dataset, --out, --deadline-s, --gpus, --device cpu for a dry run).",
+                       add_help=False)
+    b.set_defaults(func=_baseline, rest=[])  # rest: every argument after `baseline` (solforge.cli.main)
 
     r = sub.add_parser("replay", help="re-run a stored attempt on this GPU and compare")
-    r.add_argument("attempt")
+    r.add_argument("attempt", help="attempt id or a unique prefix of one")
     r.add_argument("--record", action="store_true", help="store the re-run as a child attempt")
     r.add_argument("--timeout", type=float, default=None)
     r.set_defaults(func=_replay)
@@ -35,28 +39,21 @@ def register(sub) -> None:
 
 def _evaluate(args) -> int:
     from ..evaluate.api import evaluate_candidate
-    from ..orchestrate.attempts import open_attempt
-    from ..orchestrate.replay import record
-    from ..problem import load_problem_dir
+    from .candidate_file import load_candidate
+    from .doctor_cmd import require_gpu
 
-    if args.problem_dir.is_dir():
-        problem = load_problem_dir(args.problem_dir)
-    else:  # a stored problem, read back from the store like every command after ingest
-        from ..errors import InputError
-        from ..store import Store
-        from ..store.problems import find_problem
+    require_gpu("evaluate")
 
-        try:
-            problem = find_problem(Store(args.db), str(args.problem_dir))
-        except LookupError as e:
-            raise InputError(str(e), field="problem") from None
-    cand = json.loads(args.candidate.read_text())
+    cand = load_candidate(args.candidate).model_dump(mode="json")
+    problem = _problem(args)
     t_sol = json.loads(args.t_sol.read_text()) if args.t_sol else None
     wl = args.workloads.split(",") if args.workloads else None
     report, cr = evaluate_candidate(problem, cand, workloads=wl, t_sol_ms=t_sol,
                                     timeout_s=args.timeout, workload_timeout_s=args.workload_timeout,
                                     timing=not args.no_timing)
-    if args.record:
+    if args.record:  # the store (duckdb) only here: a bare GPU box evaluates without it
+        from ..orchestrate.attempts import open_attempt
+        from ..orchestrate.replay import record
         from ..store import Store
 
         s = Store(args.db)
@@ -69,25 +66,62 @@ def _evaluate(args) -> int:
     return 0 if report.all_passed else 1
 
 
-def _baseline(args) -> int:
-    import importlib.util
+def _problem(args):
+    """A problem folder as given, else the stored problem of that name (name or SUBSET/name)."""
+    path = Path(args.problem)
+    if path.is_dir():
+        from ..problem import load_problem_dir
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "run_baselines.py"
-    spec = importlib.util.spec_from_file_location("run_baselines", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main(args.rest)
+        return load_problem_dir(path)
+    from ..roofline.table import problems_from_store
+    from ..store import Store
+    from .problems import find_problem
+
+    store = Store(args.db)
+    row = find_problem(store, args.problem)
+    return problems_from_store(store, [row["name"]])[0]
+
+
+def _baseline(args) -> int:
+    from ..baselines.scheduler import main
+
+    rest = ["--help" if a in ("--help-scheduler", "-h", "--help") else a for a in args.rest]
+    dry = "--device" in rest and rest[rest.index("--device") + 1:][:1] == ["cpu"]
+    if not dry and "--help" not in rest and "--plan-only" not in rest:
+        from .doctor_cmd import require_gpu
+
+        require_gpu("baseline")
+    return main(rest)
 
 
 def _replay(args) -> int:
     from ..orchestrate.replay import replay
     from ..store import Store
+    from .doctor_cmd import require_gpu
 
-    out = replay(Store(args.db), args.attempt, record_new=args.record, timeout_s=args.timeout)
+    require_gpu("replay")
+    store = Store(args.db)
+    attempt = resolve_attempt(store, args.attempt)
+    out = replay(store, attempt, record_new=args.record, timeout_s=args.timeout)
     _show(args, out, [(r["workload"][:12], r["stored_status"], r["new_status"], r["stored_ms"],
                        r["new_ms"], r["ratio"]) for r in out["rows"]],
           ["workload", "stored", "now", "stored_ms", "now_ms", "ratio"], f"replay {args.attempt}")
     return 0 if all(r["same_status"] for r in out["rows"]) else 1
+
+
+def resolve_attempt(store, ref: str) -> str:
+    """An attempt id from an id or a unique prefix; one InputError line otherwise."""
+    from ..errors import InputError
+    from ..store.results import attempt_ids_with_prefix
+
+    ids = attempt_ids_with_prefix(store, ref)
+    if not ids:
+        raise InputError(f"no attempt {ref!r} in {store.path} (`solforge attempts` lists them)",
+                         field="attempt")
+    if len(ids) > 1:
+        raise InputError(f"attempt prefix {ref!r} is ambiguous: {', '.join(i[:12] for i in ids)}",
+                         field="attempt")
+    return ids[0]
 
 
 def _show(args, obj, rows, cols, title) -> None:

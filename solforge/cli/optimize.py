@@ -10,7 +10,6 @@ that correctness and timing need a GPU.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -19,8 +18,6 @@ import sys
 def register(sub) -> None:
     r = sub.add_parser("rescore", help="fill speedups and SOL scores of attempts whose baselines "
                                        "arrived after their evaluation")
-    r.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (also accepted before the command)")
-    r.add_argument("--json", action="store_true")
     r.add_argument("--refresh", action="store_true",
                    help="also redo scores whose T_b has changed since (newer or faster baselines)")
     r.set_defaults(func=_rescore)
@@ -79,8 +76,6 @@ def register(sub) -> None:
                         "unfinished attempts are finished, none evaluated twice)")
     p.add_argument("--arch", help="compile target (default settings.arch)")
     p.add_argument("--gpu-profile", help="roofline profile (default settings.gpu_profile)")
-    p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file")
-    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     p.add_argument("--dry-run", action="store_true",
                    help="list the selected problems (source folder, kernel families) and stop")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -98,6 +93,7 @@ def run(args) -> int:
     from .output import emit_json
 
     console, table = _output()
+    check_flags(args)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -135,6 +131,27 @@ def run(args) -> int:
         for n in report.notes:
             con.print(n, markup=False)
     return 0
+
+
+def check_flags(args) -> None:
+    """Refuse what would only fail later, before anything is written: an unknown roofline profile,
+    and GPUs asked for on a machine that has none (every evaluation would be stored as an error)."""
+    if args.gpu_profile:
+        from ..roofline.hardware import load_profile
+
+        load_profile(args.gpu_profile)  # InputError naming the known profiles
+    if args.dry_run:
+        return
+    if args.gpus is None:
+        from ..orchestrate.gpus import visible_gpus
+
+        wanted = visible_gpus()  # none visible: compile-only, as documented
+    else:
+        wanted = [g for g in args.gpus.split(",") if g.strip()]
+    if wanted:
+        from .doctor_cmd import require_gpu
+
+        require_gpu(f"optimize on GPU(s) {','.join(wanted)}")
 
 
 def _dry_run(problems, as_json: bool) -> int:

@@ -5,13 +5,22 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from rich.markup import escape
-
-from ..store import report_queries as rq
-from .output import console, emit_json
-from .store_cmds import common_options, table
+from . import common_options
+from .output import console, emit_json, table
 
 _MAX_WARNINGS_SHOWN = 10
+
+
+# store.report_queries (duckdb) is imported inside the commands, as rich is (escape): building the
+# parser needs neither
+
+
+def escape(text: str) -> str:
+    """rich markup escaped; imported here so that building the parser needs no rich (a bare GPU box
+    runs `solforge doctor` and `--json evaluate` without it)."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
 
 
 def register(sub) -> None:
@@ -126,6 +135,8 @@ def warning_kinds(warnings: list[str]) -> list[dict]:
 
 # ---- problems ---------------------------------------------------------------------------------
 def cmd_problems(args) -> int:
+    from ..store import report_queries as rq
+
     store = _store(args)
     rows = rq.list_problems(store, subset=args.subset, op=args.op, dtype=args.dtype, model=args.model,
                             name=getattr(args, "name", None), limit=args.limit)
@@ -141,6 +152,7 @@ def cmd_problems(args) -> int:
 # ---- show -------------------------------------------------------------------------------------
 def find_problem(store, ref: str) -> dict:
     from ..errors import InputError
+    from ..store import report_queries as rq
 
     row = rq.problem_by_name(store, ref)
     if row is None and "/" in ref:
@@ -160,6 +172,8 @@ def find_problem(store, ref: str) -> dict:
 
 
 def problem_details(store, row: dict) -> dict:
+    from ..store import report_queries as rq
+
     name = row["name"]
     d = row["definition"] or {}
     workloads = rq.workload_notes(store, name)

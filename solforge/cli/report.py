@@ -20,7 +20,7 @@ def register(sub) -> None:
 
     e = sub.add_parser("export", help="write an attempt as a SOL-ExecBench solution or a torch op",
                        description="Export ATTEMPT (an attempt id or unique prefix; 'best:PROBLEM' for "
-                       "the best correct attempt of a problem).")
+                       "the best correct attempt of a problem, named as NAME or SUBSET/NAME).")
     e.add_argument("attempt", metavar="ATTEMPT")
     e.add_argument("--solution", metavar="DIR", help="write solution.json (+ its sources) here")
     e.add_argument("--torch-op", metavar="DIR", help="write a torch.library custom-op package here")
@@ -67,7 +67,13 @@ def cmd_export(args) -> int:
 
     if not args.solution and not args.torch_op:
         raise SolforgeError("export: give --solution DIR and/or --torch-op DIR")
-    att = load_attempt(_store(args), args.attempt)
+    store = _store(args)
+    ref = args.attempt
+    if ref.startswith("best:"):  # best:NAME or best:SUBSET/NAME, as every command names problems
+        from .problems import find_problem
+
+        ref = "best:" + find_problem(store, ref[len("best:"):])["name"]
+    att = load_attempt(store, ref)
     written = {}
     if args.solution:
         from ..export.solution import write_solution

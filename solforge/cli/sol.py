@@ -13,9 +13,9 @@ def register(sub) -> None:
     p = sub.add_parser("sol", help="speed-of-light time (roofline) of every workload on a GPU profile")
     p.add_argument("--gpu", default=None, help="profile: h200 | h100 | b200 or a YAML path "
                                                  "(default $SOLFORGE_GPU_PROFILE or h200)")
-    p.add_argument("--problem", action="append", help="problem name or substring (repeatable)")
-    p.add_argument("--root", help="problem folder (default: the store's problems if --db has any, "
-                                  "else <shared>/sol_execbench)")
+    p.add_argument("--problem", action="append", help="name, SUBSET/name or a substring (repeatable)")
+    p.add_argument("--root", help="problem folder (default: the store's problems, as every command; "
+                                  "<shared>/sol_execbench when the store has none)")
     p.add_argument("--csv", help="write one row per workload to this CSV file")
     p.add_argument("--measured", action="store_true",
                    help="price on the measured ceilings where the profile has them")
@@ -26,23 +26,29 @@ def register(sub) -> None:
                         "$SOLFORGE_REFERENCE_TIMEOUT_S or 900)")
     p.add_argument("--store", action="store_true", help="write rows to the store's roofline table "
                                                         "(implied by --db)")
-    p.add_argument("--db", default=None, help="DuckDB file")
-    p.add_argument("--json", action="store_true", default=None, help="JSON on stdout")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help=f"the per-problem table even for more than {_TABLE_MAX} problems")
     p.set_defaults(func=cmd_sol)
 
 
 # how sandboxed.py and the sandbox word a reference that hung, crashed or was refused
 _SANDBOX_REASON = "reference run refused or failed"
 _REFUSAL = "solforge sandbox:"
+_TABLE_MAX = 20  # above this many problems the table is a log flood: a summary line unless --verbose
 
 
 def _select(items, wanted):
+    """Problems named by `name`, `SUBSET/name` (the convention of every command) or a substring."""
     if not wanted:
         return items
     out = []
     for it in items:
-        name = it.name if hasattr(it, "name") and not isinstance(it, Path) else Path(it).name
-        if any(w == name or w in name for w in wanted):
+        if isinstance(it, Path):
+            name, subset = it.name, it.parent.name
+        else:
+            name, subset = it.name, getattr(it, "subset", None) or ""
+        key = f"{subset}/{name}"
+        if any(w == name or w in name or w.lower() == key.lower() for w in wanted):
             out.append(it)
     return out
 
@@ -60,7 +66,9 @@ def cmd_sol(args) -> int:
     profile = load_profile(args.gpu or st.gpu_profile)
     con = console()
     store = None
-    if args.db or args.store:
+    from ..store.store import default_path
+
+    if args.db or args.store or default_path().exists():
         from ..store import Store
 
         store = Store(args.db)
@@ -106,12 +114,18 @@ def cmd_sol(args) -> int:
                         "reason": pc.error or (bad[0].reason if bad else "")})
     if args.csv:
         write_csv(Path(args.csv), csv_rows)
-    if store is not None:
+    if store is not None and (args.db or args.store):
         store.upsert_rows("roofline", db_rows, key=("problem", "workload_uuid", "gpu_profile"))
     if args.json:
         emit_json({"gpu": profile.name, "refused": refused, "seconds": elapsed, "cpu_seconds": cpu, "load_average": load,
                    "methods": methods, "problems": summary,
                    "workloads": csv_rows if len(items) <= 5 else None})
+    elif len(summary) > _TABLE_MAX and not args.verbose:
+        con.print(f"speed of light on {profile.display_name}: {len(summary)} problems, "
+                  f"{len(csv_rows)} workloads, {n_fail} unsupported, {elapsed:.1f} s"
+                  + (f"; stored in {store.path}" if store is not None and (args.db or args.store)
+                     else "") + " (--verbose: the table; --json: every row)",
+                  markup=False, highlight=False)
     else:
         table(f"speed of light on {profile.display_name} ({len(csv_rows)} workloads, "
               f"{n_fail} unsupported, {elapsed:.1f} s wall, {cpu:.1f} s CPU, load {load:.1f}; "

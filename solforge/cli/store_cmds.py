@@ -2,37 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
-
 from .output import console, emit_json
 
 
-_FOLD = ("name", "problem", "id", "subset", "uuid")
+def table(title: str, columns, rows, fold=None) -> None:
+    """output.table (kept here for the modules that import it from this one)."""
+    from .output import FOLD
+    from .output import table as _table
 
-
-def table(title: str, columns, rows, fold: tuple[str, ...] = _FOLD) -> None:
-    """Like output.table, but identifying columns wrap instead of being cut to "…"."""
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=Text(title))
-    for c in columns:
-        t.add_column(Text(str(c)), overflow="fold" if c in fold else "ellipsis")
-    for r in rows:  # Text, not str: data such as "[axes.M]" must not be read as rich markup
-        t.add_row(*(Text("" if v is None else str(v)) for v in r))
-    console().print(t)
+    _table(title, columns, rows, fold=FOLD if fold is None else fold)
 
 
 def common_options(p) -> None:
-    """`--db` and `--json` also after the sub-command (SUPPRESS: the global value stays otherwise)."""
-    p.add_argument("--db", default=argparse.SUPPRESS, help="DuckDB file (as the global --db)")
-    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                   help="machine-readable output on stdout")
+    """`--db` and `--json` also after the sub-command (see solforge.cli.common_options)."""
+    from . import common_options as _common
+
+    _common(p)
 
 
 def register(sub) -> None:
     p = sub.add_parser("attempts", help="list attempts (newest first)")
-    p.add_argument("--problem", help="problem name (exact) or substring with %%")
+    p.add_argument("--problem", help="problem NAME or SUBSET/NAME (exact), or a pattern with %%")
     p.add_argument("--status", help="queued | compiled | evaluated | failed | interrupted")
     p.add_argument("--run", help="run id")
     p.add_argument("--limit", type=int, default=50)
@@ -65,13 +55,18 @@ def cmd_attempts(args) -> int:
         console().print(f"run {args.interrupt_run}: {n} attempts marked interrupted",
                         highlight=False, markup=False)
     status = None
+    problem = args.problem
+    if problem and "/" in problem and "%" not in problem:  # SUBSET/NAME, as every command names problems
+        from .problems import find_problem
+
+        problem = find_problem(store, problem)["name"]
     if args.status:
         try:
             status = AttemptStatus(args.status.lower()).value
         except ValueError:
             raise InputError(f"unknown status {args.status!r} (one of "
                              f"{', '.join(s.value for s in AttemptStatus)})", field="--status") from None
-    rows = list_attempts(store, problem=args.problem, status=status, run=args.run, limit=args.limit)
+    rows = list_attempts(store, problem=problem, status=status, run=args.run, limit=args.limit)
     if args.json:
         emit_json(rows)
         return 0

@@ -266,7 +266,7 @@ def compile_cute_isolated(job: dict) -> dict:
     """Fork a child that runs compile_cute (candidate Python never runs in the worker itself)."""
     import cutlass.cute  # noqa: F401 - imported once in the worker; the child inherits it
 
-    from .worker import dumps, loads
+    from .frames import dumps, loads
 
     _become_subreaper()
     r, w = os.pipe()

@@ -150,7 +150,7 @@ def lookup_job(job: dict, missing: str, extra_roots=None) -> dict:
             "log": f"{missing}\nsolforge: {why}no precompiled cubin for this CuTe candidate "
                    f"(key {key}) in {searched or ['(no folders)']}; compile it where the DSL is "
                    f"installed and carry the folder: solforge.compile.cute_prebuilt.write_prebuilt "
-                   f"or `python scripts/cute_eval_gpu.py prebuild` (set ${ENV} to it)"}
+                   f"or `python benchmarks/cute_eval_gpu.py prebuild` (set ${ENV} to it)"}
 
 
 __all__ = ["ENV", "prebuilt_key", "roots", "write_prebuilt", "lookup_job"]

@@ -5,7 +5,7 @@ Why: the evaluator times a call from its first GPU operation's start to its last
 SOL-ExecBench does. Issued one by one from Python, each operation after the first waits for the
 interpreter to reach the next driver call, so a zeroed workspace plus a 10 us GEMM measured ~7 us
 slower than the same kernels launched back to back from C++ (NVIDIA's sol-execbench on the H200,
-data/results/sol_execbench_compare_h200.md). A graph issues the whole sequence at once; the GPU runs
+data/results/sol_execbench_compare/sol_execbench_compare_h200.md). A graph issues the whole sequence at once; the GPU runs
 its nodes back to back in the declared order (each depends on the previous), which is what a native
 host launcher achieves. Single-kernel plans do not need it and keep their direct launch, and so does a
 single kernel whose workspace needs no memset (the candidate's workspace_zero "0": the kernel leaves

@@ -22,8 +22,6 @@ inside bubblewrap (no network, read-only filesystem except its temp dir) where t
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import select
 import shutil
@@ -38,6 +36,7 @@ from pathlib import Path
 
 from ..sandbox import bwrap
 from ..sandbox.env import sandbox_env
+from .frames import dumps, loads
 
 _REPO = str(Path(__file__).resolve().parents[2])
 _MAX_JOBS_PER_WORKER = 500  # recycle now and then: compilers are not leak-free
@@ -46,26 +45,6 @@ _NVRTC_MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": str(512 << 20), "MALLOC_TOP_PAD_"
 
 
 MAX_FRAME_BYTES = 1 << 30  # a compile answer is cubins + logs; more than this is not an answer
-
-
-def _bytes_out(o):
-    if isinstance(o, (bytes, bytearray, memoryview)):
-        return {"__bytes__": base64.b64encode(bytes(o)).decode("ascii")}
-    raise TypeError(f"{type(o).__name__} is not JSON")
-
-
-def _bytes_in(d: dict):
-    if len(d) == 1 and "__bytes__" in d and isinstance(d["__bytes__"], str):
-        return base64.b64decode(d["__bytes__"])
-    return d
-
-
-def dumps(obj) -> bytes:
-    return json.dumps(obj, default=_bytes_out).encode()
-
-
-def loads(data: bytes):
-    return json.loads(data, object_hook=_bytes_in)
 
 
 def _send(fd: int, obj) -> None:

@@ -1,5 +1,5 @@
 """Baselines T_b: the reference itself, timed in eager PyTorch and under torch.compile, with the same
-timer (CUPTI span, L2 flush, rotated inputs) as candidates. scripts/run_baselines.py restarts a worker
+timer (CUPTI span, L2 flush, rotated inputs) as candidates. solforge/baselines/scheduler.py restarts a worker
 that dies and runs several compile workers in parallel, taking a GPU lock around every measurement.
 
 A reference is a dataset's code, so it runs under the same rules as a candidate: time_problem_isolated

@@ -37,7 +37,7 @@ SM clock drops (8192^3: 1.39 ms cool, 1.60 ms after ~10 s of load; 15% between t
 so back-to-back timing measures the card's recent history, not the kernel. Idling as long as the
 kernel ran keeps the average power far under the limit, so each measurement starts and stays in the
 same (full-clock) state; clocks are never touched. Short kernels already idle between calls (marker,
-flush, synchronize, Python) and are left as they were. scripts/timing_spread.py measures this.
+flush, synchronize, Python) and are left as they were. benchmarks/timing_spread.py measures this.
 """
 
 from __future__ import annotations

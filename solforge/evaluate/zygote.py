@@ -49,7 +49,7 @@ PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
 # Best effort (a failure is reported in the hello, the zygote still serves): torch.profiler's first
 # session runs `hasattr(torch, "_inductor")` (profiler.py, prepare_trace), and torch's lazy __getattr__
 # then imports torch._inductor -> torch._dynamo -> sympy: ~800 modules, ~4 s in every fresh child,
-# nearly all of the "first CUPTI session" cost (data/results/profiler_first_session.txt). Imported here
+# nearly all of the "first CUPTI session" cost (data/results/profiler/profiler_first_session.txt). Imported here
 # once instead; it initializes no CUDA (checked below, as for every preload). cupti-python (the
 # timer's CUPTI backend, where installed): loading it only loads libcupti; CUPTI attaches at the
 # child's first measurement.

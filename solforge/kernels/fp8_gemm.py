@@ -272,7 +272,7 @@ class Fp8GemmFamily(OfferedByFamilyJson, Family):
                                        "recipe": m.label})
 
     def _space(self, defn: Definition, spec: Spec, workloads: list) -> list[dict]:
-        # the first H200 check (data/results/fp8_gemm_h200_check_log.txt): 64x64 tiles with 4 warps
+        # the first H200 check (data/results/kernels_fp8_gemm/fp8_gemm_h200_check_log.txt): 64x64 tiles with 4 warps
         # won on all four problems (1.2-1.3x over the others: more CTAs in flight per SM), so they
         # go first, with ring depths around the checked 4; the checked larger tiles after them
         return [{"BM": 64, "BN": 64, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 4},

@@ -15,7 +15,7 @@ TS0_MAXM = 0 turns the skinny tiers off (TS1_MAXM = TS0_MAXM: S1 unused).
 
 Offered to the search only when kernels_cuda/gemm_wgmma/family.json says `"offered": true`,
 which is set after an H200 run found every benchmarked variant correct
-(data/results/kernels_wgmma_h200.txt); `get_family("gemm_wgmma")` works either way.
+(data/results/kernels_bench/kernels_wgmma_h200.txt); `get_family("gemm_wgmma")` works either way.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ parent never changes its own). Within a process a condition variable hands slots
 processes on one host an flock per GPU (the same idea as solforge.evaluate.baseline.gpu_lock) keeps
 a second run, a baseline script or another worker off a GPU that is busy.
 
-Stdlib only: the bare GPU box runs this (scripts/two_gpu_run.py).
+Stdlib only: the bare GPU box runs this (benchmarks/two_gpu_run.py).
 """
 
 from __future__ import annotations

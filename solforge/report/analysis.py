@@ -45,6 +45,12 @@ class ReportData:
     def empty(self) -> bool:
         return self.attempts is None or self.attempts.height == 0
 
+    @property
+    def scored(self) -> bool:
+        """True once any attempt has a correct, scored result (before that there is nothing to rank)."""
+        return (self.problems is not None and self.problems.height > 0
+                and self.problems["best_speedup"].drop_nulls().len() > 0)
+
 
 def load(store: Store, run: Optional[str] = None) -> ReportData:
     d = ReportData(db=str(store.path), run=run,
@@ -52,7 +58,7 @@ def load(store: Store, run: Optional[str] = None) -> ReportData:
     d.sources = [
         {**r, "config": json.loads(r["config"]) if isinstance(r.get("config"), str) else r.get("config")}
         for r in rq.report_runs(store, run)]
-    d.attempts = rq.attempt_summary_frame(store, run)
+    d.attempts = typed(rq.attempt_summary_frame(store, run))
     d.problems = best_per_problem(d.attempts)
     d.subsets = subset_summary(d.problems)
     d.timeline = timeline(d.attempts)
@@ -61,6 +67,23 @@ def load(store: Store, run: Optional[str] = None) -> ReportData:
     d.llm_runs = rq.llm_spend_frame(store, run)
     d.failures = rq.failures_frame(store, run)
     return d
+
+
+_BOOL_COLUMNS = {"all_correct"}
+_TEXT_COLUMNS = {"attempt_id", "run_id", "problem", "subset", "parent_id", "agent", "model", "language",
+                 "status", "outcome", "error"}
+
+
+def typed(df: pl.DataFrame) -> pl.DataFrame:
+    """Columns that came back all NULL (nothing scored yet: speedups, SOL scores, costs) have dtype
+    Null, on which log, cum_max and median fail: give them the type v_attempt_summary declares."""
+    fix = []
+    for name, dtype in df.schema.items():
+        if dtype == pl.Null:
+            to = (pl.Boolean if name in _BOOL_COLUMNS else pl.Utf8 if name in _TEXT_COLUMNS
+                  else pl.Datetime if name.endswith("_at") else pl.Float64)
+            fix.append(pl.col(name).cast(to))
+    return df.with_columns(fix) if fix else df
 
 
 def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
@@ -86,6 +109,8 @@ def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
                     pl.col("speedup_geomean").alias("best_speedup"),
                     pl.col("sol_score").alias("best_sol_score"),
                     pl.col("agent").alias("best_agent"), pl.col("language").alias("best_language")))
+    # an all-null column (nothing scored yet) comes back with dtype Null: make the numbers numbers
+    best = best.with_columns(pl.col("best_speedup", "best_sol_score").cast(pl.Float64))
     out = effort.join(best, on="problem", how="left")
     return out.with_columns(
         (pl.col("correct_attempts") / pl.col("attempts")).alias("correctness")
@@ -94,7 +119,9 @@ def best_per_problem(attempts: pl.DataFrame) -> pl.DataFrame:
 
 
 def _geomean(col: str) -> pl.Expr:
-    return pl.col(col).filter(pl.col(col) > 0).log().mean().exp()
+    # cast: a store where nothing is scored yet gives an all-null column of dtype Null, which has no log
+    x = pl.col(col).cast(pl.Float64)
+    return x.filter(x > 0).log().mean().exp()
 
 
 def subset_summary(problems: pl.DataFrame) -> pl.DataFrame:

@@ -147,8 +147,14 @@ def render(d: analysis.ReportData, source_label: Optional[str] = None,
                f" attempts on {d.problems.height if d.problems is not None else 0} problems</p>",
              _source_block(d, source_label)]
     if d.empty:
-        parts.append('<p class="note">No attempts in this store (or run).</p></body></html>')
+        parts.append('<p class="note" data-state="empty">Nothing scored yet: no attempts in this store '
+                     '(or run). <code>solforge optimize</code> makes some; scores need a GPU.</p>'
+                     '</body></html>')
         return "".join(parts)
+    if not d.scored:
+        parts.append('<p class="note" data-state="unscored">Nothing scored yet: '
+                     f'{d.attempts.height} attempt(s), none with a correct, timed result. Correctness '
+                     'and timing need a GPU (<code>solforge doctor</code> says what this machine has).</p>')
     parts += [
         "<h2>Summary per subset</h2>",
         '<p class="note">Best correct attempt per problem. "Beat baseline": share of attempted '

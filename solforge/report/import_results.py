@@ -1,6 +1,6 @@
 """Import committed benchmark measurements (data/results/) into a store, so reports work on real data.
 
-Sources, as scripts/bench_kernels.py and scripts/run_baselines.py wrote them on the H200:
+Sources, as benchmarks/bench_kernels.py and solforge/baselines/scheduler.py wrote them on the H200:
 - `kernels_h200_round{1,2,3}_rows.jsonl` (or the merged `kernels_h200_rows.jsonl`): one JSON line per
   (problem, variant, workload) with t_kernel_ms, the same session's t_eager_ms / t_compile_ms, ok,
   max_abs_err, the family and its params;
@@ -173,7 +173,12 @@ def import_bench_rows(store: Store, rows_files: Iterable[Path], *, baselines_csv
 
     names = sorted({r["problem"] for _, _, rows in todo for r in rows})
     problems = {}
-    root = Path(problems_root) if problems_root else REPO.parent / "shared" / "sol_execbench"
+    if problems_root:
+        root = Path(problems_root)
+    else:
+        from ..settings import get
+
+        root = get().shared_dir / "sol_execbench"
     for n in names:
         d = _find_problem_dir(root, n)
         if d is None:

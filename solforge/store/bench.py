@@ -119,7 +119,7 @@ def bench_concurrent(db: Path, writers: int = 2, n: int = 200) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="data/results/store_bench.json")
+    ap.add_argument("--out", default="data/results/cpu_benchmarks/store_bench.json")
     ap.add_argument("--source", default=None, help="dataset to ingest (default: shared sol_execbench)")
     args = ap.parse_args(argv)
     from .. import settings

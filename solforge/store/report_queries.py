@@ -198,11 +198,21 @@ def frame(store: Store, sql: str, params: Optional[Sequence[Any]] = None):
             return cur.pl()
         except (ModuleNotFoundError, AttributeError):
             names = [d[0] for d in cur.description]
+            types = [d[1] for d in cur.description]
             rows = cur.fetchall()
     import polars as pl
 
-    # no pyarrow: rows -> polars directly (a report reads thousands of rows, not millions)
-    return pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+    # no pyarrow: rows -> polars directly (a report reads thousands of rows, not millions). The
+    # column types come from DuckDB, not from the values: an all-NULL column (nothing scored yet)
+    # would otherwise be of dtype Null, on which log/cum_max/median fail.
+    polars_types = {"DOUBLE": pl.Float64, "FLOAT": pl.Float64, "DECIMAL": pl.Float64, "BIGINT": pl.Int64,
+                    "INTEGER": pl.Int64, "HUGEINT": pl.Int64, "SMALLINT": pl.Int64, "UBIGINT": pl.Int64,
+                    "VARCHAR": pl.Utf8, "BOOLEAN": pl.Boolean, "TIMESTAMP": pl.Datetime,
+                    "TIMESTAMP WITH TIME ZONE": pl.Datetime("us", "UTC")}
+    schema = {n: polars_types.get(str(t).split("(")[0], None) for n, t in zip(names, types)}
+    df = pl.DataFrame(rows, schema=names, orient="row", infer_schema_length=None)
+    return df.with_columns(pl.col(n).cast(t) for n, t in schema.items()
+                           if t is not None and df.schema[n] == pl.Null)
 
 
 def _scope(run: Optional[str]) -> tuple[str, list]:

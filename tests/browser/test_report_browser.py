@@ -1,7 +1,9 @@
 """The HTML report renders in a real browser: Debian's chromium, headless, no network.
 
---dump-dom must show the SVG plots with their data marks; the screenshot must show the bars (pixels of
-the first series colour) and the page must not be blank. Installs nothing: chromium comes from apt
+On a scored store, --dump-dom must show the SVG plots with their data marks; the screenshot must show
+the bars (pixels of the first series colour) and the page must not be blank. On an empty store and on
+one where attempts compiled but nothing was scored (a machine without a GPU), the page says "Nothing
+scored yet", draws no bars, and is still a page (text on it). Installs nothing: chromium comes from apt
 (`apt-get install -y chromium`); without it the test skips and says so.
 """
 
@@ -42,6 +44,33 @@ def page(tmp_path_factory):
     f = tmp / "report.html"
     f.write_text(html.render(analysis.load(s), source_label="synthetic history (browser test)"))
     return tmp, f
+
+
+def _compiled_only_store(path):
+    """Attempts that compiled and were never evaluated: what `bash scripts/main.sh` leaves without a GPU."""
+    from solforge.store import Store
+
+    s = Store(path)
+    s.insert_rows("problems", [{"name": "p_cpu", "subset": "L1", "content_hash": "h",
+                                "definition": {"name": "p_cpu"}, "n_workloads": 2}])
+    run = s.create_run(kind="optimize")
+    for _ in range(3):
+        a = s.create_attempt("p_cpu", run_id=run, agent="offline", language="cuda", candidate={"x": 1})
+        s.mark_attempt(a, "compiled")
+    return s
+
+
+@pytest.fixture(scope="module", params=["empty", "compiled-only"])
+def unscored_page(request, tmp_path_factory):
+    from solforge.report import analysis, html
+    from solforge.store import Store
+
+    tmp = tmp_path_factory.mktemp(f"browser-{request.param}")
+    path = tmp / "u.duckdb"
+    s = Store(path) if request.param == "empty" else _compiled_only_store(path)
+    f = tmp / "report.html"
+    f.write_text(html.render(analysis.load(s), title=f"solforge report ({request.param})"))
+    return tmp, f, request.param
 
 
 def _chromium(tmp: Path, *args: str, timeout: int = 90) -> subprocess.CompletedProcess:
@@ -115,3 +144,33 @@ def test_screenshot_shows_the_plots(page):
                 n_ink += 1
     assert n_blue > 500, f"bars not drawn: {n_blue} pixels of the first series colour"
     assert n_ink > 5000, "page looks blank"
+
+
+def _count(rows, w: int, bpp: int) -> tuple[int, int]:
+    blue = (0x4E, 0x79, 0xA7)
+    n_blue = n_ink = 0
+    for row in rows:
+        for x in range(0, w * bpp, bpp):
+            px = tuple(row[x:x + 3])
+            if all(abs(px[i] - blue[i]) <= 6 for i in range(3)):
+                n_blue += 1
+            if sum(px) < 600:
+                n_ink += 1
+    return n_blue, n_ink
+
+
+def test_unscored_store_renders_nothing_scored_yet(unscored_page):
+    tmp, f, kind = unscored_page
+    r = _chromium(tmp, "--dump-dom", f.as_uri())
+    dom = r.stdout
+    assert "Nothing scored yet" in dom, r.stderr[-2000:]
+    assert f'data-state="{"empty" if kind == "empty" else "unscored"}"' in dom
+    bars = re.findall(r'<rect class="bar"[^>]*data-value="([0-9.]+)"', dom)
+    assert all(float(v) == 0 for v in bars), bars  # nothing to count: every bar is empty
+    shot = tmp / "shot.png"
+    r = _chromium(tmp, "--window-size=1000,700", "--hide-scrollbars", f"--screenshot={shot}", f.as_uri())
+    assert shot.exists(), r.stderr[-2000:]
+    w, bpp, rows = _png_pixels(shot.read_bytes())
+    n_blue, n_ink = _count(rows, w, bpp)
+    assert n_ink > 500, f"page looks blank ({kind}): {n_ink} dark pixels"
+    assert n_blue < 50, f"bars drawn on an unscored store ({kind}): {n_blue} pixels"

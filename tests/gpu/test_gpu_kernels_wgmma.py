@@ -1,7 +1,7 @@
 """gemm_wgmma on a GPU: every tier, partial tiles (M not a multiple of BM) and split-K against
 torch.matmul in float32, with fresh random inputs and a NaN-poisoned output.
 
-The H200 benchmark (data/results/kernels_wgmma_h200_by_m.txt) checked M = 1, 16, 64, 512, 4096;
+The H200 benchmark (data/results/kernels_bench/kernels_wgmma_h200_by_m.txt) checked M = 1, 16, 64, 512, 4096;
 this adds the odd sizes of the real workloads (partial tiles in tiers 1 and 2) and tier edges.
 Compiles here (NVRTC from cuda-python) unless the stage folder is given in $SOLFORGE_WGMMA_STAGES
 (built on the CPU side by build_stages below)."""

@@ -14,7 +14,7 @@ import pytest
 
 from solforge.candidate import eval_expr
 from solforge.problem import axis_expr
-from solforge.problem.ingest import ingest_path
+from solforge.problem.sources import ingest_path
 
 from .conftest import MARK
 from .problems import write_problem

@@ -49,7 +49,7 @@ def test_hostile_model_leaks_nothing_anywhere(tmp_path, monkeypatch, caplog):
     from solforge.agents.lab import Lab
     from solforge.agents.llm import LlmWorker
     from solforge.agents.llm_client import LlmConfig
-    from solforge.agents.loop import LoopConfig, OptimizeLoop
+    from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
     from solforge.agents.planner import Budget, PlannerConfig
     from solforge.problem.loader import load_problem_dir
     from solforge.store import Store

@@ -84,7 +84,8 @@ def test_roofline_count_in_process_callers_get_sandboxed_counts(tmp_path):
     """count_problem (used by the optimize loop's roofline adapter) never runs a reference in the
     caller: a leaking one fails with the allowlisted environment only."""
     from solforge.problem.loader import load_problem_dir
-    from solforge.roofline.estimate import CountStatus, count_problem
+    from solforge.roofline.estimate import CountStatus
+    from solforge.roofline.sandboxed import count_problem
 
     out = tmp_path / "env.json"
     counts = count_problem(load_problem_dir(write_problem(tmp_path, "leak", leaker(out))), timeout_s=60)

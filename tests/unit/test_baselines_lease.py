@@ -1,4 +1,4 @@
-"""scripts/run_baselines.py's GPU lease: a task that ran out of memory (earlier, or in this run: its
+"""The baselines scheduler's GPU lease (solforge.baselines): a task that ran out of memory (earlier, or in this run: its
 ".oom" retry) or whose memory estimate is too big runs with no other task on its GPU, while the
 others share it; the plan marks and orders those tasks and prints what a re-run has left, and why."""
 
@@ -14,9 +14,8 @@ from pathlib import Path
 from tests.unit.adv_problem import write_problem
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-import baselines_plan as bp  # noqa: E402
-import run_baselines as rb  # noqa: E402
+from solforge.baselines import plan as bp  # noqa: E402
+from solforge.baselines import scheduler as rb  # noqa: E402
 
 
 def _problem(root: Path, name: str, reference: str, sizes=(4096, 8192, 16384)) -> Path:
@@ -30,7 +29,7 @@ def _overlap(a, b) -> bool:
 HOLD = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from baselines_plan import gpu_lease
+from solforge.baselines.plan import gpu_lease
 time.sleep(float(sys.argv[4]))
 t0 = time.time()
 with gpu_lease(sys.argv[2], sys.argv[3] == "alone"):
@@ -47,7 +46,7 @@ def test_an_alone_lease_waits_for_the_shared_holders_and_new_ones_wait_for_it(tm
     # a shared one asking while the alone one waits: it must not slip in ahead (no starvation)
     spec = {"s1": ("shared", 0.0, 2.0), "s2": ("shared", 0.0, 2.0), "x": ("alone", 0.6, 1.0),
             "late": ("shared", 1.2, 0.5)}
-    procs = {k: subprocess.Popen([sys.executable, "-c", HOLD, str(REPO / "scripts"), lease, m,
+    procs = {k: subprocess.Popen([sys.executable, "-c", HOLD, str(REPO), lease, m,
                                   str(d), str(h)], stdout=subprocess.PIPE, text=True)
              for k, (m, d, h) in spec.items()}
     got = {}
@@ -127,7 +126,7 @@ def test_oom_tasks_run_with_no_other_task_on_their_gpu(tmp_path):
                         "compile_status": "oom", "compile_message": "CUDA out of memory"})
     out = tmp_path / "out"
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset", str(data),
+    r = subprocess.run([sys.executable, "-m", "solforge.baselines.scheduler", "--dataset", str(data),
                         "--out", str(out), "--existing", str(old), "--device", "cpu", "--gpus", "1",
                         "--variants", "compile", "--compile-workers", "3", "--compile-backend", "eager",
                         "--deadline-s", "90", "--reps", "2", "--min-reps", "1",

@@ -1,4 +1,4 @@
-"""scripts/compare_sol_execbench.py without a GPU: which problems a spec selects, which workloads
+"""benchmarks/compare_sol_execbench.py without a GPU: which problems a spec selects, which workloads
 NVIDIA's CLI cannot run (safetensors blobs missing), and the report it writes from recorded results."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-RECORDED = REPO / "data" / "results" / "sol_execbench_compare_h200.json"
+RECORDED = REPO / "data" / "results" / "sol_execbench_compare" / "sol_execbench_compare_h200.json"
 
 
 @pytest.fixture(scope="module")
 def cmp():
     spec = importlib.util.spec_from_file_location("compare_sol_execbench",
-                                                  REPO / "scripts" / "compare_sol_execbench.py")
+                                                  REPO / "benchmarks" / "compare_sol_execbench.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -38,7 +38,7 @@ def _box(tmp: Path, code: str, prebuilt: Path | None = None, cache: Path | None 
     blocker.mkdir(exist_ok=True)
     (blocker / "sitecustomize.py").write_text(_BLOCK_DSL)
     env = {k: v for k, v in os.environ.items() if k != ENV}
-    env["PYTHONPATH"] = os.pathsep.join([str(blocker), str(REPO), str(REPO / "scripts")])
+    env["PYTHONPATH"] = os.pathsep.join([str(blocker), str(REPO)])
     env["SOLFORGE_CACHE_DIR"] = str(cache or tmp / "box-cache")
     if prebuilt is not None:
         env[ENV] = str(prebuilt)
@@ -181,12 +181,10 @@ def test_key_follows_what_shapes_the_cubin(rmsnorm):
 
 def test_export_check_of_a_cute_attempt_resolves_on_a_box_without_dsl(rmsnorm, sol_execbench_dir,
                                                                       tmp_path):
-    """#10: scripts/check_export_gpu.py prepare writes the CuTe cubin where the box's compile finds
+    """#10: solforge.export.gpu_check prepare writes the CuTe cubin where the box's compile finds
     it; the evaluator-side runtime then has the manifest entry, and its cubin is the op package's."""
     problem, cand, _ = rmsnorm
-    spec = importlib.util.spec_from_file_location("check_export_gpu", REPO / "scripts" / "check_export_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from solforge.export import gpu_check as mod
     from solforge.export import ExportAttempt
 
     att = ExportAttempt(attempt_id="0123456789abcdef", problem_name=problem.name,
@@ -197,7 +195,7 @@ def test_export_check_of_a_cute_attempt_resolves_on_a_box_without_dsl(rmsnorm, s
     op_cubins, op_manifest = read_stage(d / problem.name / "op" / entry["package"])
     resolve_entries(cand.model_dump(), op_manifest, op_cubins)  # the package itself was fine
     check = """
-import check_export_gpu as m
+import solforge.export.gpu_check as m
 from pathlib import Path
 from solforge.candidate import Candidate
 cand = Candidate.model_validate_json(open({path!r}).read())

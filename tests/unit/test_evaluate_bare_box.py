@@ -27,9 +27,8 @@ CHILD = textwrap.dedent("""
     for n in names + ["solforge.compile.launcher", "solforge.problem.loader"]:
         importlib.import_module(n)
 
-    # the baseline path of scripts/run_baselines.py: one eager row on the CPU
-    sys.path.insert(0, sys.argv[2])
-    import run_baselines
+    # the baseline path of the baselines scheduler: one eager row on the CPU
+    from solforge.baselines import scheduler as run_baselines
     from solforge.evaluate.baseline import time_problem
     from solforge.problem import load_problem_dir
 
@@ -58,7 +57,7 @@ def test_every_evaluate_module_imports_and_baselines_run_on_the_bare_box(tmp_pat
     d = _blocker_dir(tmp_path)
     report = tmp_path / "report.json"
     problem = REPO / "tests/adversarial/problem"
-    r = subprocess.run([sys.executable, "-c", CHILD, str(report), str(REPO / "scripts"), str(problem)],
+    r = subprocess.run([sys.executable, "-c", CHILD, str(report), str(REPO), str(problem)],
                        capture_output=True, text=True, timeout=240, cwd=tmp_path,
                        env={"PYTHONPATH": f"{d}:{REPO}", "PATH": "/usr/bin:/bin",
                             "PYTHONDONTWRITEBYTECODE": "1"})

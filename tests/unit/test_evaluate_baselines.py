@@ -1,4 +1,4 @@
-"""scripts/run_baselines.py: the plan (skip measured rows, eager chunks, order), the merge into the
+"""The baselines scheduler (solforge baseline): the plan (skip measured rows, eager chunks, order), the merge into the
 CSV, and one real dry run on the CPU (--device cpu): two workers sharing tasks through claim files, an
 earlier CSV kept, a hung reference stopped by the hard deadline with every output still written."""
 
@@ -14,8 +14,7 @@ from pathlib import Path
 from tests.unit.adv_problem import write_problem
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-import run_baselines as rb  # noqa: E402
+from solforge.baselines import scheduler as rb  # noqa: E402
 
 
 def _problem(root: Path, subset: str, name: str, reference: str | None = None,
@@ -64,7 +63,7 @@ def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path)
         w.writerow({"problem": "gone", "workload_uuid": "x", "eager_ms": "9.000000"})
     out = tmp_path / "out"
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset", str(data),
+    r = subprocess.run([sys.executable, "-m", "solforge.baselines.scheduler", "--dataset", str(data),
                         "--out", str(out), "--existing", str(old), "--device", "cpu", "--gpus", "2",
                         "--deadline-s", "45", "--eager-share", "0.3", "--task-timeout-s", "600", "--compile-workers", "1",
                         "--compile-backend", "eager", "--chunk", "1", "--reps", "3"],
@@ -107,7 +106,7 @@ def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path)
 
     # the OUT folder lost (e.g. not brought back from the GPU box): the workers' own row files rebuild it
     again = tmp_path / "again"
-    r2 = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset", str(data),
+    r2 = subprocess.run([sys.executable, "-m", "solforge.baselines.scheduler", "--dataset", str(data),
                          "--existing", str(old), "--out", str(again), "--merge-rows",
                          *map(str, sorted((out / "work/workers").glob("*.jsonl")))],
                         capture_output=True, text=True, timeout=120)
@@ -141,7 +140,7 @@ def test_an_earlier_failure_that_was_not_retried_keeps_its_status_and_message():
     import threading
     from types import SimpleNamespace
 
-    from baselines_outputs import fill_reasons
+    from solforge.baselines.outputs import fill_reasons
 
     table = {("p", "u"): {"problem": "p", "workload_uuid": "u", "eager_ms": "1.0",
                           "compile_status": "runtime_error", "compile_message": "InductorError: x"}}
@@ -153,7 +152,7 @@ def test_an_earlier_failure_that_was_not_retried_keeps_its_status_and_message():
 
 
 def test_a_task_stopped_at_the_deadline_says_what_it_had_done_and_at_what_cost():
-    from baselines_outputs import deadline_reason
+    from solforge.baselines.outputs import deadline_reason
 
     rows = [{"task": "compile-p-0", "variant": "compile", "seconds": 360.0, "median_ms": 4.8},
             {"task": "compile-p-0.r", "variant": "compile", "seconds": 150.0, "median_ms": 6.1},
@@ -211,7 +210,7 @@ def test_compile_order_puts_references_with_graph_breaks_last_and_notes_why(tmp_
     import threading
     from types import SimpleNamespace
 
-    import baselines_outputs as bo
+    from solforge.baselines import outputs as bo
 
     run = SimpleNamespace(rows=[], failures=[], lock=threading.Lock(), clocks={}, hardware={},
                           args=SimpleNamespace(compile_no_graph=False))
@@ -248,7 +247,7 @@ def test_a_compile_that_overruns_is_killed_and_its_workloads_not_queued_again(tm
 
 
 def test_explain_counts_graph_breaks_of_a_reference_on_the_cpu(tmp_path):
-    import explain_references as ex
+    from solforge.baselines import explain as ex
 
     clean = _problem(tmp_path, "A", "clean")
     # a graph break inside a Python loop: dynamo skips the whole frame, torch.compile runs eager
@@ -271,7 +270,7 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
     import threading
     from types import SimpleNamespace
 
-    import baselines_outputs as bo
+    from solforge.baselines import outputs as bo
     from solforge.report.import_results import import_baselines
     from solforge.store import Store
 
@@ -314,7 +313,7 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
                                          "variant": "compile"}]
     # the script's own loader: a hardware row with GPU, driver and clocks, the baselines linked to it
     db = tmp_path / "c.duckdb"
-    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--existing",
+    r = subprocess.run([sys.executable, "-m", "solforge.baselines.scheduler", "--existing",
                         str(run.out / "baselines_h200.csv"), "--to-duckdb", str(db)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -372,7 +371,7 @@ def test_a_worker_takes_tasks_the_parent_appends_while_it_runs(tmp_path):
 
 
 def test_a_dataset_path_without_problems_is_an_error_not_an_empty_run(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "scripts/run_baselines.py"), "--dataset",
+    r = subprocess.run([sys.executable, "-m", "solforge.baselines.scheduler", "--dataset",
                         str(tmp_path / "nothing"), "--out", str(tmp_path / "o"), "--device", "cpu"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "no problem (*/*/definition.json) under" in r.stderr

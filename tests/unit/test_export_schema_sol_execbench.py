@@ -128,7 +128,7 @@ def test_nvidia_models_reject_what_they_should(sxb, tmp_path, sol_execbench_dir)
 
 def test_flashinfer_definitions_need_the_empty_hf_id_dropped(sxb, sol_execbench_dir):
     """The shared copy's FlashInfer-Bench definitions carry hf_id "", which NVIDIA's own model
-    refuses; scripts/compare_sol_execbench.py drops that key before calling their CLI."""
+    refuses; benchmarks/compare_sol_execbench.py drops that key before calling their CLI."""
     raw = json.loads((sol_execbench_dir / "FlashInfer-Bench" / "004_gemm_n128_k2048" /
                       "definition.json").read_text())
     if raw.get("hf_id") != "":

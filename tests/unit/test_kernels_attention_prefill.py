@@ -33,7 +33,7 @@ def test_claims_exactly_014_and_015(sol_execbench_dir):
     assert claimed(get_family("attention_prefill"), sol_execbench_dir) == CLAIMED
 
 
-RESULTS = Path(__file__).resolve().parents[2] / "data" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "data" / "results" / "kernels_attention"
 
 
 def gpu_evidence(rows_path: Path, problem) -> str:

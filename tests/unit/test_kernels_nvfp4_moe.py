@@ -94,7 +94,7 @@ def test_029_compiles_without_spills(p029, tmp_path):
 
 def pipeline_evidence(problem) -> str:
     """'' when the committed runs of the pipeline's own evaluation on the H200
-    (data/results/nvfp4_moe_h200_s4_pipeline_eval_*.json, scripts/pipeline_eval_check.py) passed every
+    (data/results/kernels_nvfp4_moe/nvfp4_moe_h200_s4_pipeline_eval_*.json, benchmarks/pipeline_eval_check.py) passed every
     workload of the problem in every run of it (at least one); else what is missing or wrong."""
     from tests.unit.test_kernels_attention_prefill import RESULTS
 
@@ -593,7 +593,7 @@ def gpu_stages(p032, tmp_path_factory):
     fam, out = get_family("nvfp4_moe"), {}
     staged = os.environ.get("NVFP4_STAGES")
     if staged:
-        # the bench plan dir (scripts/bench_kernels.py prepare): its cubins were built on the CPU
+        # the bench plan dir (benchmarks/bench_kernels.py prepare): its cubins were built on the CPU
         # box, so the GPU box needs no NVRTC headers and no compile time
         plan = json.loads((Path(staged) / "plan.json").read_text())
         entry = next(e for e in plan["problems"] if e["problem"] == p032.name and e["family"] == fam.name)

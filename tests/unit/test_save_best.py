@@ -1,4 +1,4 @@
-"""scripts/save_best.py on a real DuckDB file written through the store API: which attempt becomes
+"""solforge best (solforge.results.best) on a real DuckDB file written through the store API: which attempt becomes
 best/<problem>.json (the README table's rule, or --by speedup), what the file holds (params that
 rebuild the stored candidate), and when an existing best/ file is replaced."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 import shutil
 import sys
@@ -23,15 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROB = ("L1", "069_rms_norm")   # served by the rmsnorm family, which fixes some params per problem
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("save_best", REPO / "scripts" / "save_best.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["save_best"] = mod   # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sb = _script()
+from solforge.results import best as sb  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +108,7 @@ def test_by_speedup_picks_the_fastest_correct_attempt(db, tmp_path):
 
 
 def _existing(root: Path, problem, speedup: float, uuids=None) -> dict:
-    old = {"problem": problem.name, "family": "rmsnorm", "params": {"VEC": 1}, "scored_by": "scripts/sol_scores.py",
+    old = {"problem": problem.name, "family": "rmsnorm", "params": {"VEC": 1}, "scored_by": "solforge/results/bench_scores.py",
            "commit": "abc", "workloads": [{"uuid": u, "t_k_ms": 1.0, "t_b_ms": speedup}
                                           for u in (uuids or [w.uuid for w in problem.workloads])]}
     _target(root).parent.mkdir(parents=True, exist_ok=True)
