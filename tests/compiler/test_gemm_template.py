@@ -354,6 +354,8 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
     (plain_spec("skinny", "bfloat16", False, False), dict(tier="mma", BM=16, BN=128, BK=64, WM=1, WN=4, ST=4,
                                                           SPLIT=8)),
     (plain_spec("big_f32", "float32", True, True), None),
+    (plain_spec("wg_256", "bfloat16", False, False, bias=True), dict(tier="wgmma", BM=128, BN=256, ST=4, SPLIT=1)),
+    (plain_spec("wg_128_split", "float16", False, False), dict(tier="wgmma", BM=64, BN=128, ST=5, SPLIT=4)),
 ]
 
 
@@ -362,10 +364,11 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
 def test_nvrtc_sm90a_no_spills(i, tmp_path):
     spec, params = NVRTC_CASES[i]
     gen = G.generate(spec, params)
-    tier = (params or G.default_params(spec))["tier"]
-    want = {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",)}[tier]
-    if tier == "mma" and G._vec_capable(spec.a, spec.compute_type()):
-        want += ("LDGSTS",)
+    want = ()
+    for t in G.tiers_of(params or G.default_params(spec)):   # a tiered kernel holds every tier's code
+        want += {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",)}[t["tier"]]
+        if t["tier"] == "mma" and G._vec_capable(spec.a, spec.compute_type()):
+            want += ("LDGSTS",)
     _compile(gen, tmp_path, want)
 
 

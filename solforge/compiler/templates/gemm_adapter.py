@@ -130,9 +130,31 @@ def _load_operand(k, x, bidx, which: str) -> G.Operand:
     return G.Operand(None, x.dtype, load=body, contig=contig)
 
 
+_TAKES = {"float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"}
+
+
+def _generic_matmul():
+    """The lowering's generic matmul template (the templates package's own `matmul`), or None."""
+    import importlib
+
+    fn = getattr(importlib.import_module(__package__), "matmul", None)
+    return None if fn is matmul else fn
+
+
 def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
-           params: Optional[dict] = None) -> GemmLaunchSpec:
-    """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec)."""
+           params: Optional[dict] = None):
+    """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec). Operands
+    or outputs it does not take (float64, integers) go to the generic template."""
+    if not ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
+            and (bias is None or bias.dtype in _TAKES)):
+        generic = _generic_matmul()
+        if generic is None:
+            raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
+        return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape)
+    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params)
+
+
+def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params) -> GemmLaunchSpec:
     from .. import symexpr
     from ..kernel import convert, round_to
     from ..loops import prod
@@ -205,8 +227,9 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
     k.text = text
     k.params = list(sig)   # the generated signature, in order: the plan's args() follow it
     la = launches[0]
+    bounds = int(re.search(r"__launch_bounds__\((\d+)\)", text).group(1))
     return GemmLaunchSpec(kernel=k, grid=la["grid"], block=la["block"], smem=la["smem"],
-                          launch_bounds=int(la["block"][0]), kind="matmul",
+                          launch_bounds=bounds, kind="matmul",
                           notes=f"gemm template {params}")
 
 
