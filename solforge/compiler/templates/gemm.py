@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -517,9 +517,6 @@ struct {sname} {{
     }}
 }};
 """
-
-
-HEADER_GUARDED = None
 
 
 def guarded_header() -> str:
