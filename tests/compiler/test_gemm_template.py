@@ -268,6 +268,27 @@ def _cases():
             return dict(A=A, B=B, C=torch.full((Bt, H, M, N), float("nan"), dtype=t)), ref
         out.append((spec, params, dict(Bt=Bt, H=H, M=M, N=N, K=K), make, "C", dt))
 
+    # epilogue hook with a residual input and two outputs (out=None: the hook stores both)
+    spec = G.GemmSpec(name="epi_two_outputs", a=G.Operand.k_major("A", "bfloat16", "K"),
+                      b=G.Operand.k_major("B", "bfloat16", "K"), m="M", n="N", k="K",
+                      epilogue=("v += sfg::to_f(R[(i64)row * N + col]);\n"
+                                "Y1[(i64)row * N + col] = sfg::from_f<__nv_bfloat16>(v);\n"
+                                "Y2[(i64)col * M + row] = v > 0.f ? v : 0.f;"),
+                      args=(G.KArg("const __nv_bfloat16*", "R", "R"), G.KArg("__nv_bfloat16*", "Y1", "Y1"),
+                            G.KArg("float*", "Y2", "Y2")))
+
+    def make_two(M=19, N=40, K=64):
+        g = torch.Generator().manual_seed(5)
+        A = torch.randn(M, K, generator=g).to(torch.bfloat16)
+        B = torch.randn(N, K, generator=g).to(torch.bfloat16)
+        R = torch.randn(M, N, generator=g).to(torch.bfloat16)
+        v = A.double() @ B.double().t() + R.double()
+        tens = dict(A=A, B=B, R=R, Y1=torch.full((M, N), float("nan"), dtype=torch.bfloat16),
+                    Y2=torch.full((N, M), float("nan")))
+        return tens, (v, torch.relu(v).t())
+    out.append((spec, dict(tier="wgmma", BM=64, BN=64, ST=3, SPLIT=1), dict(M=19, N=40, K=64), make_two,
+                ("Y1", "Y2"), "bfloat16"))
+
     # FP8 e4m3 with 1 x 128 activation and 128 x 128 weight block scales, dequantized on load
     spec = G.GemmSpec(name="fp8_block", a=G.Operand.k_major("A", "float8_e4m3fn", "K",
                                                             prologue="v * sa[(i64)r * (K / 128) + k / 128]"),
@@ -302,10 +323,12 @@ def test_whole_kernels_on_the_cpu_match_torch(tmp_path):
     for (spec, params, axes, make, out_name, dt), gen in zip(CASES, gens):
         tensors, ref = make()
         emulate(lib, kernels, gen, tensors, axes)
-        try:
-            close(tensors[out_name], ref.to(tensors[out_name].dtype), *TOL[dt])
-        except AssertionError as e:
-            fails.append(f"{spec.name} {params}: {e}")
+        names, refs = (out_name, ref) if isinstance(out_name, tuple) else ((out_name,), (ref,))
+        for nm, r in zip(names, refs):
+            try:
+                close(tensors[nm], r.to(tensors[nm].dtype), *TOL[dt])
+            except AssertionError as e:
+                fails.append(f"{spec.name} {params} {nm}: {e}")
     assert not fails, "\n".join(fails)
 
 
