@@ -15,10 +15,19 @@ per GEMM (the indexing, prologue and epilogue as C++) and the extern "C" entry p
 Tunables are baked into the generated source (template arguments), not candidate params, so any
 number of GEMM segments coexist in one candidate without name clashes.
 
-Tiers: "mma" (fp16/bf16 operands, and FP8 operands converted on load; mma.sync m16n8k16 with fp32
-accumulation, cp.async ring for aligned contiguous operands, register path otherwise) and "simt"
-(fp32 operands: PyTorch computes fp32 matmul in full fp32, and several problems check fp32 results at
-atol/rtol 1e-5, beyond what TF32 gives).
+Tiers (params["tier"]):
+- "wgmma" (sm_90a): both operands K-major 16-bit with 16-byte copies (x @ W.T, the usual linear):
+  cp.async into 128B-swizzled tiles, wgmma m64nNk16 from shared memory; the default for large GEMMs.
+- "mma": fp16/bf16 operands of any layout, and FP8/int8 operands converted on load; mma.sync
+  m16n8k16, fp32 accumulation, cp.async ring for aligned unit-stride operands (ldmatrix.trans for
+  row-major tiles), a register path otherwise (gathers, prologues).
+- "simt": fp32 operands in fp32 FMA, the default: PyTorch's fp32 matmul is full fp32 (no TF32), and
+  256 of the shared workloads check results at atol 1e-5 with rtol 1e-5 or 1e-2, beyond TF32.
+- "tf32": fp32 operands on tensor cores, PASSES 3 (3xTF32, fp32-level error) or 1 (TF32, what
+  cuDNN uses for fp32 convolutions by default): search options the evaluator accepts or refuses.
+params {"tiers": [{..., "max_m": 16}, ..., {...}]} puts several configs in one kernel, picked by M
+at run time (the launch expressions follow the same rule): what default_params gives when M is a
+var axis, so one candidate serves decode-sized and prefill-sized workloads.
 """
 
 from __future__ import annotations
