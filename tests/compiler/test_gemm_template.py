@@ -321,6 +321,7 @@ def _cases():
 CASES = _cases()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
 def test_whole_kernels_on_the_cpu_match_torch(tmp_path):
     gens = [G.generate(spec, params) for spec, params, *_ in CASES]
@@ -402,6 +403,7 @@ def test_nvrtc_sm90a_no_spills(i, tmp_path):
     _compile(gen, tmp_path, want)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
 def test_m_tiers_pick_their_config_at_run_time(tmp_path):
     """One kernel, three tile configs chosen by M (split-K only in the first): each M lands in its
