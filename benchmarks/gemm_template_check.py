@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 TOL = {"float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2)}
+TOL_TF32 = (5e-2, 1e-2)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -62,10 +63,28 @@ def gemm_cases(rng: random.Random) -> list[dict]:
         for (m, n, k) in ((8, 4096, 4096), (200, 1000, 1000), (2048, 2048, 2048)):
             cases.append(dict(kind="gemm", dtype="bfloat16", M=m, N=n, K=k, batch=1, ta=rng.random() < 0.3,
                               tb=rng.random() < 0.5, bias=True, epi="", alpha=None, params=p))
+    for p in ({"tier": "wgmma", "BM": 128, "BN": 256, "ST": 4, "SPLIT": 1},
+              {"tier": "wgmma", "BM": 128, "BN": 128, "ST": 5, "SPLIT": 1},
+              {"tier": "wgmma", "BM": 64, "BN": 128, "ST": 4, "SPLIT": 4},
+              {"tier": "wgmma", "BM": 64, "BN": 256, "ST": 3, "SPLIT": 2}):
+        for (m, n, k) in ((64, 4096, 4096), (1000, 1000, 1000), (4096, 4096, 4096)):
+            cases.append(dict(kind="gemm", dtype=rng.choice(["bfloat16", "float16"]), M=m, N=n, K=k, batch=1,
+                              ta=False, tb=False, bias=rng.random() < 0.5, epi="", alpha=None, params=p))
+    # one kernel with M tiers picked at run time (what the compiler emits when M is a var axis)
+    for m in (1, 16, 50, 200, 3000):
+        cases.append(dict(kind="gemm", dtype="bfloat16", M=m, N=4096, K=4096, batch=1, ta=False, tb=False,
+                          bias=True, epi="", alpha=None, tiers=True))
     for p in ({"tier": "simt", "BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "SPLIT": 4},
               {"tier": "simt", "BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "SPLIT": 1}):
         cases.append(dict(kind="gemm", dtype="float32", M=64, N=1000, K=3000, batch=1, ta=True, tb=False,
                           bias=True, epi="", alpha=None, params=p))
+    # fp32 on tensor cores: 3xTF32 (checked at the fp32 tolerance) and TF32 (looser, see TOL_TF32)
+    for passes in (3, 1):
+        for (m, n, k) in ((512, 1024, 1024), (4096, 4096, 4096), (33, 2000, 3000)):
+            cases.append(dict(kind="gemm", dtype="float32", M=m, N=n, K=k, batch=1, ta=rng.random() < 0.5,
+                              tb=rng.random() < 0.5, bias=False, epi="", alpha=None,
+                              params={"tier": "tf32", "BM": 128, "BN": 128, "BK": 32, "WM": 4, "WN": 2, "ST": 2,
+                                      "PASSES": passes, "SPLIT": 1}))
     # misaligned rows (K odd): the 16-byte path's run-time check falls back to element loads
     for dt in ("bfloat16", "float16"):
         cases.append(dict(kind="gemm", dtype=dt, M=300, N=200, K=129, batch=1, ta=False, tb=False,
@@ -132,8 +151,11 @@ def build(case: dict, name: str):
                               bias=G.Bias("bias", dt) if case["bias"] else None,
                               alpha=(f"{case['alpha']}f" if case["alpha"] is not None else None),
                               epilogue=_epi_code(case["epi"]) or None)
-        params = case.get("params") or G.default_params(spec, case["M"], case["N"], case["K"],
-                                                         case["batch"] * case.get("heads", 1))
+        if case.get("tiers"):   # M unknown when generated: tiers by M
+            params = G.default_params(spec, None, case["N"], case["K"])
+        else:
+            params = case.get("params") or G.default_params(spec, case["M"], case["N"], case["K"],
+                                                             case["batch"] * case.get("heads", 1))
         gen = G.generate(spec, params)
     elif case["kind"] == "fp8":
         if case["scales"] == "tensor":
@@ -192,11 +214,12 @@ def prepare(out: Path, cases: list[dict], limit: float) -> None:
 
 def describe(c: dict) -> str:
     if c["kind"] == "gemm":
-        lay = ("T" if c.get("ta") else "N") + ("N" if c.get("tb") else "T")
+        lay = ("T" if c.get("ta") else "N") + ("N" if c.get("tb") else "T")   # torch's A @ B.T is "NT"
         bt = f" batch={c['batch']}x{c['heads']}(perm)" if c.get("perm") else ""
         ex = "".join([" +bias" if c.get("bias") else "", f" {c['epi']}" if c.get("epi") else "",
                       f" alpha={c['alpha']}" if c.get("alpha") is not None else ""])
-        return f"gemm {c['dtype']} {lay} M={c['M']} N={c['N']} K={c['K']}{bt}{ex}"
+        tiers = " (M-tiered kernel)" if c.get("tiers") else ""
+        return f"gemm {c['dtype']} {lay} M={c['M']} N={c['N']} K={c['K']}{bt}{ex}{tiers}"
     if c["kind"] == "fp8":
         return f"fp8 e4m3 {c['scales']}-scaled M={c['M']} N={c['N']} K={c['K']}"
     return (f"conv{len(c['k'])}d {c['dtype']} N={c['nb']} C={c['cin']}->{c['cout']} in={c['size']} k={c['k']} "
@@ -345,6 +368,8 @@ def run(folder: Path, limit: float) -> None:
             atol, rtol = TOL.get(dt, (2e-2, 2e-2))
             if c["kind"] == "conv" and dt == "float32":
                 atol, rtol = 2e-3, 2e-3   # torch's cuDNN convolution may use TF32
+            if (ent["params"] or {}).get("PASSES") == 1:
+                atol, rtol = TOL_TF32     # plain TF32: 10-bit operand mantissas
             err = (got - expect).abs()
             bad = ~(err <= atol + rtol * expect.abs())
             ok = not bool(bad.any()) and bool(torch.isfinite(got).all())

@@ -96,6 +96,19 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 }
+__device__ __forceinline__ float u2f(unsigned u) { return __uint_as_float(u); }
+// tf32: x rounded to 10 mantissa bits (round to nearest, ties away), kept in an fp32 register
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void mma1688_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 #else  // host emulation
 }  // namespace sfg
 #include <algorithm>
@@ -166,6 +179,40 @@ inline void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigne
         float s = 0.f;
         for (int k = 0; k < 16; ++k) s += A[row][k] * B[k][col];
         d[e] += s;
+    }
+    __syncthreads();
+}
+inline unsigned to_tf32(float x) {
+    unsigned u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    return u;
+}
+inline float u2f(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline void mma1688_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    unsigned* x = sfg_emu_xch[threadIdx.x];
+    for (int i = 0; i < 4; ++i) x[i] = a[i];
+    x[4] = b0;
+    x[5] = b1;
+    __syncthreads();
+    const unsigned l = emu_lane(), w0 = emu_warp0();
+    float A[16][8], B[8][8];
+    for (unsigned ln = 0; ln < 32; ++ln) {
+        const unsigned* y = sfg_emu_xch[w0 + ln];
+        const unsigned g = ln / 4, t = ln % 4;   // a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4)
+        A[g][t] = u2f(y[0]);
+        A[g + 8][t] = u2f(y[1]);
+        A[g][t + 4] = u2f(y[2]);
+        A[g + 8][t + 4] = u2f(y[3]);
+        B[t][g] = u2f(y[4]);                 // b0 (k t, n g), b1 (k t+4, n g)
+        B[t + 4][g] = u2f(y[5]);
+    }
+    const unsigned g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+        const unsigned row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float acc = 0.f;
+        for (int k = 0; k < 8; ++k) acc += A[row][k] * B[k][col];
+        d[e] += acc;
     }
     __syncthreads();
 }
@@ -650,6 +697,144 @@ __device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, 
                 ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
         }
     }
+}
+
+// ---- fp32 operands on tensor cores: TF32 (PASSES 1) or 3xTF32 (PASSES 3) -------------------------
+// Each fp32 operand element x = big + small with big = tf32(x), small = tf32(x - big); 3xTF32 sums
+// small*big + big*small + big*big (the small*small term is below fp32's last bit), which keeps
+// fp32-level accuracy at tensor-core speed; 1 pass is plain TF32 (what cuDNN uses for fp32
+// convolutions by default). Tiles K-major [rows][BK + 4] floats (fragment reads conflict-free),
+// filled through registers (every fp32 operand layout), mma.sync m16n8k8.
+template <class P, int W, int R, int BK, int NT>
+struct F32Tile {
+    static constexpr int PITCH = BK + 4;
+    static constexpr int EPT = R * BK / NT;
+    static_assert((R * BK) % NT == 0, "tile elements must divide over the threads");
+    __device__ __forceinline__ static void fetch(const P& p, float (&v)[EPT], i64 b, int row0, int rows, int k0, int ke) {
+        int tid = threadIdx.x;
+        SFG_LAUNDER(tid);
+#pragma unroll
+        for (int j = 0; j < EPT; ++j) {
+            const int i = tid + j * NT;
+            int r, kk;
+            if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }
+            else { r = i / BK; kk = i % BK; }
+            const int gr = row0 + r, gk = k0 + kk;
+            v[j] = gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f;
+        }
+    }
+    __device__ __forceinline__ static void store(const float (&v)[EPT], float* s) {
+#pragma unroll
+        for (int j = 0; j < EPT; ++j) {
+            const int i = threadIdx.x + j * NT;
+            int r, kk;
+            if constexpr (P::template contig<W>() == 2) { kk = i / R; r = i % R; }
+            else { r = i / BK; kk = i % BK; }
+            s[r * PITCH + kk] = v[j];
+        }
+    }
+};
+
+template <class P, int BM, int BN, int BK, int WM, int WN, int ST, int SPLIT, int PASSES>
+__device__ __forceinline__ void gemm_tf32(const P& p, unsigned char* smem_raw, float* ws) {
+    constexpr int NT = 32 * WM * WN;
+    constexpr int WTM = BM / WM, WTN = BN / WN;
+    constexpr int MI = WTM / 16, NI = WTN / 8;
+    static_assert(MI >= 1 && NI >= 1 && WTM % 16 == 0 && WTN % 8 == 0 && BK % 8 == 0 && ST == 2, "tf32 tiles");
+    static_assert(PASSES == 1 || PASSES == 3, "PASSES: 1 (TF32) or 3 (3xTF32)");
+    typedef F32Tile<P, 0, BM, BK, NT> TA;
+    typedef F32Tile<P, 1, BN, BK, NT> TB;
+    const int M = p.M, N = p.N, K = p.K;
+    const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    int kb, ke;
+    split_range<BK, SPLIT>(K, t.split, kb, ke);
+    const int KT = (ke - kb + BK - 1) / BK;
+    float* sA = reinterpret_cast<float*>(smem_raw);
+    float* sB = sA + 2 * BM * TA::PITCH;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    const int g = lane >> 2, q = lane & 3;
+
+    float ra[TA::EPT], rb[TB::EPT];
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    if (KT > 0) {
+        TA::fetch(p, ra, t.b, t.m0, M, kb, ke);
+        TB::fetch(p, rb, t.b, t.n0, N, kb, ke);
+        TA::store(ra, sA);
+        TB::store(rb, sB);
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int kt = 0; kt < KT; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < KT;
+        if (more) {
+            TA::fetch(p, ra, t.b, t.m0, M, kb + (kt + 1) * BK, ke);
+            TB::fetch(p, rb, t.b, t.n0, N, kb + (kt + 1) * BK, ke);
+        }
+        const float* a = sA + cur * BM * TA::PITCH;
+        const float* bt = sB + cur * BN * TB::PITCH;
+#pragma unroll
+        for (int kk = 0; kk < BK / 8; ++kk) {
+            unsigned ab[MI][4], as[MI][4], bb[NI][2], bs[NI][2];
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+                const float* r0 = a + (wm0 + mi * 16 + g) * TA::PITCH + kk * 8 + q;
+                const float x[4] = {r0[0], r0[8 * TA::PITCH], r0[4], r0[8 * TA::PITCH + 4]};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    ab[mi][e] = to_tf32(x[e]);
+                    if (PASSES == 3) as[mi][e] = to_tf32(x[e] - u2f(ab[mi][e]));
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const float* c0 = bt + (wn0 + ni * 8 + g) * TB::PITCH + kk * 8 + q;
+                const float x[2] = {c0[0], c0[4]};
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    bb[ni][e] = to_tf32(x[e]);
+                    if (PASSES == 3) bs[ni][e] = to_tf32(x[e] - u2f(bb[ni][e]));
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) {
+                    if (PASSES == 3) {
+                        mma1688_tf32(acc[mi][ni], as[mi], bb[ni][0], bb[ni][1]);
+                        mma1688_tf32(acc[mi][ni], ab[mi], bs[ni][0], bs[ni][1]);
+                    }
+                    mma1688_tf32(acc[mi][ni], ab[mi], bb[ni][0], bb[ni][1]);
+                }
+        }
+        if (more) {
+            TA::store(ra, sA + (cur ^ 1) * BM * TA::PITCH);
+            TB::store(rb, sB + (cur ^ 1) * BN * TB::PITCH);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = t.m0 + wm0 + mi * 16 + g + 8 * (e >> 1);
+                const int col = t.n0 + wn0 + ni * 8 + 2 * q + (e & 1);
+                if (row < M && col < N) {
+                    if (SPLIT == 1)
+                        p.epi(acc[mi][ni][e], t.b, row, col);
+                    else
+                        ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[mi][ni][e];
+                }
+            }
 }
 
 // ---- fp32 SIMT mainloop ----------------------------------------------------------------------------

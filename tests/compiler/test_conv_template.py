@@ -63,6 +63,7 @@ def _make(case):
     return tens, ref, axes
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
 def test_convolutions_on_the_cpu_match_torch(tmp_path):
     specs = [spec_of(*c[:12]) for c in CASES]
@@ -79,6 +80,7 @@ def test_convolutions_on_the_cpu_match_torch(tmp_path):
     assert not fails, "\n".join(fails)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
 def test_epilogue_hook_sees_batch_channel_and_position(tmp_path):
     """The hook's n, oc, o are the output's own coordinates (GEMM path and direct path alike)."""

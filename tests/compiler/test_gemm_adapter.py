@@ -1,7 +1,8 @@
 """The GEMM template behind the compiler's matmul lowering (templates/gemm_adapter.py): problems
 written here (a linear with bias and relu, a batched Q K^T with a transposed operand and a scale,
-an fp32 matmul with a transposed view, a conv2d) go through trace -> lower (matmul swapped for the
-adapter) -> plan, compile for sm_90a, and run on the CPU emulation against their reference.
+an fp32 matmul with a transposed view, a conv2d, depthwise convolutions: causal conv1d and a 2-D
+one with a channel multiplier) go through trace -> lower (matmul and convolution swapped for the
+adapter's) -> plan, compile for sm_90a, and run on the CPU emulation against their reference.
 
 Needs the compiler package (trace, lower, plan, emulate, check); skipped where it is absent."""
 
@@ -50,6 +51,21 @@ PROBLEMS = {
              def run(x, w, b):
                  return torch.nn.functional.conv2d(x, w, b, padding=1)
              """, [{"Nb": 1, "H": 8}, {"Nb": 2, "H": 12}]),
+    "dwconv_causal": ({"Bt": {"type": "var"}, "L": {"type": "var"}, "C": {"type": "const", "value": 24}},
+                      {"x": B16("Bt", "C", "L"), "w": B16("C", 1, 4), "b": B16("C")}, {"y": B16("Bt", "C", "L")},
+                      """
+                      import torch
+                      def run(x, w, b):
+                          L = x.shape[-1]
+                          return torch.nn.functional.conv1d(x, w, b, padding=3, groups=x.shape[1])[..., :L]
+                      """, [{"Bt": 2, "L": 9}, {"Bt": 1, "L": 20}]),
+    "dwconv2d_f32": ({"Nb": {"type": "var"}, "H": {"type": "var"}},
+                     {"x": F32("Nb", 6, "H", "H"), "w": F32(12, 1, 3, 3)}, {"y": F32("Nb", 12, "H", "H")},
+                     """
+                     import torch
+                     def run(x, w):
+                         return torch.nn.functional.conv2d(x, w, None, padding=1, groups=6)
+                     """, [{"Nb": 1, "H": 5}, {"Nb": 2, "H": 7}]),
 }
 
 
@@ -59,6 +75,7 @@ def adapter_lowering(monkeypatch):
     if not hasattr(templates, "matmul"):
         pytest.skip("the compiler's generic templates are not in the templates package")
     monkeypatch.setattr(templates, "matmul", gemm_adapter.matmul)
+    monkeypatch.setitem(lower.LOWER, "aten.convolution.default", gemm_adapter.lower_convolution)
     api._CACHE.clear()
     yield
     api._CACHE.clear()
@@ -74,7 +91,10 @@ def test_adapter_candidates_compile_and_match_the_reference(name, tmp_path, adap
     out = api.compile_problem(p)
     assert out.ok, out.reason
     src = out.candidate.sources["kernel.cu"]
-    assert "sfg::gemm_" in src             # the template, not the generic tiled kernel
+    if name.startswith("dwconv"):          # depthwise: the direct kernel, no GEMM
+        assert "dwconv" in src and "sfg::gemm_" not in src
+    else:                                  # the template, not the generic tiled kernel
+        assert "sfg::gemm_" in src
     res = compile_candidate(out.candidate, arch="sm_90a")
     assert res.ok, res.log[-3000:]
     r = check.check_problem(p, candidate=out.candidate)

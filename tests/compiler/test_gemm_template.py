@@ -163,6 +163,7 @@ def close(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> No
 # specs
 # ---------------------------------------------------------------------------------------------------
 TOL = {"float32": (1e-4, 1e-4), "float16": (2e-3, 5e-3), "bfloat16": (1e-2, 1e-2)}
+TOL_CASE = {"tf32_1x": (5e-2, 1e-2)}   # TF32 rounds each operand to 10 mantissa bits
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -247,6 +248,11 @@ def _cases():
                                                               SPLIT=2), bias=True)
     plain("simt_nn", "float32", False, True, 33, 20, 17, dict(tier="simt", BM=64, BN=64, BK=8, TM=4, TN=4,
                                                               SPLIT=1))
+    # fp32 on tensor cores: 3xTF32 (fp32-level error) and TF32 (a 10-bit mantissa: looser)
+    plain("tf32_3x", "float32", True, False, 37, 45, 70, dict(tier="tf32", BM=64, BN=64, BK=32, WM=2, WN=2, ST=2,
+                                                              PASSES=3, SPLIT=1), bias=True)
+    plain("tf32_1x", "float32", False, True, 20, 70, 45, dict(tier="tf32", BM=128, BN=64, BK=32, WM=4, WN=2,
+                                                              ST=2, PASSES=1, SPLIT=2))
 
     # batched, permuted batch layout
     for dt, tb, wg in (("bfloat16", False, False), ("float16", True, False), ("float32", False, False),
@@ -267,6 +273,27 @@ def _cases():
             ref = A.permute(0, 2, 1, 3).double() @ Bl.double()
             return dict(A=A, B=B, C=torch.full((Bt, H, M, N), float("nan"), dtype=t)), ref
         out.append((spec, params, dict(Bt=Bt, H=H, M=M, N=N, K=K), make, "C", dt))
+
+    # epilogue hook with a residual input and two outputs (out=None: the hook stores both)
+    spec = G.GemmSpec(name="epi_two_outputs", a=G.Operand.k_major("A", "bfloat16", "K"),
+                      b=G.Operand.k_major("B", "bfloat16", "K"), m="M", n="N", k="K",
+                      epilogue=("v += sfg::to_f(R[(i64)row * N + col]);\n"
+                                "Y1[(i64)row * N + col] = sfg::from_f<__nv_bfloat16>(v);\n"
+                                "Y2[(i64)col * M + row] = v > 0.f ? v : 0.f;"),
+                      args=(G.KArg("const __nv_bfloat16*", "R", "R"), G.KArg("__nv_bfloat16*", "Y1", "Y1"),
+                            G.KArg("float*", "Y2", "Y2")))
+
+    def make_two(M=19, N=40, K=64):
+        g = torch.Generator().manual_seed(5)
+        A = torch.randn(M, K, generator=g).to(torch.bfloat16)
+        B = torch.randn(N, K, generator=g).to(torch.bfloat16)
+        R = torch.randn(M, N, generator=g).to(torch.bfloat16)
+        v = A.double() @ B.double().t() + R.double()
+        tens = dict(A=A, B=B, R=R, Y1=torch.full((M, N), float("nan"), dtype=torch.bfloat16),
+                    Y2=torch.full((N, M), float("nan")))
+        return tens, (v, torch.relu(v).t())
+    out.append((spec, dict(tier="wgmma", BM=64, BN=64, ST=3, SPLIT=1), dict(M=19, N=40, K=64), make_two,
+                ("Y1", "Y2"), "bfloat16"))
 
     # FP8 e4m3 with 1 x 128 activation and 128 x 128 weight block scales, dequantized on load
     spec = G.GemmSpec(name="fp8_block", a=G.Operand.k_major("A", "float8_e4m3fn", "K",
@@ -294,6 +321,7 @@ def _cases():
 CASES = _cases()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
 def test_whole_kernels_on_the_cpu_match_torch(tmp_path):
     gens = [G.generate(spec, params) for spec, params, *_ in CASES]
@@ -302,10 +330,12 @@ def test_whole_kernels_on_the_cpu_match_torch(tmp_path):
     for (spec, params, axes, make, out_name, dt), gen in zip(CASES, gens):
         tensors, ref = make()
         emulate(lib, kernels, gen, tensors, axes)
-        try:
-            close(tensors[out_name], ref.to(tensors[out_name].dtype), *TOL[dt])
-        except AssertionError as e:
-            fails.append(f"{spec.name} {params}: {e}")
+        names, refs = (out_name, ref) if isinstance(out_name, tuple) else ((out_name,), (ref,))
+        for nm, r in zip(names, refs):
+            try:
+                close(tensors[nm], r.to(tensors[nm].dtype), *TOL_CASE.get(spec.name, TOL[dt]))
+            except AssertionError as e:
+                fails.append(f"{spec.name} {params} {nm}: {e}")
     assert not fails, "\n".join(fails)
 
 
@@ -330,7 +360,8 @@ def test_params_space_valid_and_default_per_bucket():
     assert not any(p["tier"] == "wgmma" for p in G.param_space(t))
     assert any(p["tier"] == "wgmma" for p in space)
     f = plain_spec("y", "float32", False, False)
-    assert all(p["tier"] == "simt" for p in G.param_space(f))
+    fs = G.param_space(f)
+    assert {p["tier"] for p in fs} == {"simt", "tf32"} and G.default_params(f, 512, 512, 512)["tier"] == "simt"
     with pytest.raises(ValueError):
         G.generate(f, MMA_SMALL)          # fp32 operands never take the 16-bit tensor-core tier
 
@@ -354,6 +385,8 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
     (plain_spec("skinny", "bfloat16", False, False), dict(tier="mma", BM=16, BN=128, BK=64, WM=1, WN=4, ST=4,
                                                           SPLIT=8)),
     (plain_spec("big_f32", "float32", True, True), None),
+    (plain_spec("wg_256", "bfloat16", False, False, bias=True), dict(tier="wgmma", BM=128, BN=256, ST=4, SPLIT=1)),
+    (plain_spec("wg_128_split", "float16", False, False), dict(tier="wgmma", BM=64, BN=128, ST=5, SPLIT=4)),
 ]
 
 
@@ -362,13 +395,15 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
 def test_nvrtc_sm90a_no_spills(i, tmp_path):
     spec, params = NVRTC_CASES[i]
     gen = G.generate(spec, params)
-    tier = (params or G.default_params(spec))["tier"]
-    want = {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",)}[tier]
-    if tier == "mma" and G._vec_capable(spec.a, spec.compute_type()):
-        want += ("LDGSTS",)
+    want = ()
+    for t in G.tiers_of(params or G.default_params(spec)):   # a tiered kernel holds every tier's code
+        want += {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",), "tf32": ("HMMA",)}[t["tier"]]
+        if t["tier"] == "mma" and G._vec_capable(spec.a, spec.compute_type()):
+            want += ("LDGSTS",)
     _compile(gen, tmp_path, want)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAVE_GXX, reason="needs g++")
 def test_m_tiers_pick_their_config_at_run_time(tmp_path):
     """One kernel, three tile configs chosen by M (split-K only in the first): each M lands in its

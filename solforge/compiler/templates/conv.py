@@ -149,7 +149,6 @@ def gemm_spec(s: ConvSpec) -> GemmSpec:
     ks = 1
     for k in s.kernel:
         ks *= k
-    names = _names(s.nd)
     sp_out = " * ".join(f"({o})" for o in s.out_size())
     m = f"({s.batch}) * {sp_out}"
     a = Operand(s.x, s.dtype, offset="x_off(b, r, k)", pred="x_ok(b, r, k)",
@@ -168,7 +167,6 @@ def gemm_spec(s: ConvSpec) -> GemmSpec:
     bias = None
     if s.bias is not None:
         bias = Bias(s.bias, s.bias_dtype or s.dtype, kind="full", offset=f"b * {ocg} + col")
-    del names
     return GemmSpec(name=s.name, a=a, b=b, m=m, n=str(ocg), k=str(cg * ks), batch=str(s.groups), out=out,
                     alpha=s.alpha, bias=bias, epilogue=epi, args=_size_args(s) + tuple(s.args),
                     helpers=_helpers(s), ws_offset=s.ws_offset)
@@ -289,10 +287,8 @@ def default_params(s: ConvSpec, batch: Optional[int] = None, in_size: Optional[t
 
 
 def param_space(s: ConvSpec) -> list[dict]:
-    space = [dict(tier="direct")]
-    if not s.direct() or True:  # the GEMM path is always a valid alternative
-        space += gemm_param_space(gemm_spec(s))
-    return space
+    # the direct kernel and the implicit GEMM are both valid for every convolution
+    return [dict(tier="direct")] + gemm_param_space(gemm_spec(s))
 
 
 def generate(s: ConvSpec, params: Optional[dict] = None) -> Generated:

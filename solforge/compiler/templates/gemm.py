@@ -15,17 +15,26 @@ per GEMM (the indexing, prologue and epilogue as C++) and the extern "C" entry p
 Tunables are baked into the generated source (template arguments), not candidate params, so any
 number of GEMM segments coexist in one candidate without name clashes.
 
-Tiers: "mma" (fp16/bf16 operands, and FP8 operands converted on load; mma.sync m16n8k16 with fp32
-accumulation, cp.async ring for aligned contiguous operands, register path otherwise) and "simt"
-(fp32 operands: PyTorch computes fp32 matmul in full fp32, and several problems check fp32 results at
-atol/rtol 1e-5, beyond what TF32 gives).
+Tiers (params["tier"]):
+- "wgmma" (sm_90a): both operands K-major 16-bit with 16-byte copies (x @ W.T, the usual linear):
+  cp.async into 128B-swizzled tiles, wgmma m64nNk16 from shared memory; the default for large GEMMs.
+- "mma": fp16/bf16 operands of any layout, and FP8/int8 operands converted on load; mma.sync
+  m16n8k16, fp32 accumulation, cp.async ring for aligned unit-stride operands (ldmatrix.trans for
+  row-major tiles), a register path otherwise (gathers, prologues).
+- "simt": fp32 operands in fp32 FMA, the default: PyTorch's fp32 matmul is full fp32 (no TF32), and
+  256 of the shared workloads check results at atol 1e-5 with rtol 1e-5 or 1e-2, beyond TF32.
+- "tf32": fp32 operands on tensor cores, PASSES 3 (3xTF32, fp32-level error) or 1 (TF32, what
+  cuDNN uses for fp32 convolutions by default): search options the evaluator accepts or refuses.
+params {"tiers": [{..., "max_m": 16}, ..., {...}]} puts several configs in one kernel, picked by M
+at run time (the launch expressions follow the same rule): what default_params gives when M is a
+var axis, so one candidate serves decode-sized and prefill-sized workloads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -250,6 +259,18 @@ def _wgmma_ok(p: dict) -> bool:
             and wgmma_smem(p) <= SMEM_LIMIT)
 
 
+def tf32_smem(p: dict) -> int:
+    return 2 * p["BK"] * (p["BM"] + p["BN"]) * 4 + 2 * 4 * 4 * (p["BM"] + p["BN"])  # [rows][BK + 4] x 2
+
+
+def _tf32_ok(p: dict) -> bool:
+    bm, bn, bk, wm, wn = (p[x] for x in ("BM", "BN", "BK", "WM", "WN"))
+    nt = 32 * wm * wn
+    return (p.get("PASSES") in (1, 3) and bm % (16 * wm) == 0 and bn % (8 * wn) == 0 and bk % 8 == 0
+            and (bm * bk) % nt == 0 and (bn * bk) % nt == 0 and bm * bn // nt <= 64 and nt <= 1024
+            and tf32_smem(p) <= SMEM_LIMIT)
+
+
 def valid_params(spec: GemmSpec, p: dict) -> bool:
     if "tiers" in p:
         try:
@@ -257,6 +278,8 @@ def valid_params(spec: GemmSpec, p: dict) -> bool:
         except ValueError:
             return False
     tier = p.get("tier")
+    if tier == "tf32":   # fp32 operands on tensor cores (PASSES 3: 3xTF32, 1: TF32): a search option
+        return spec.compute_type() == "float32" and _tf32_ok(p)
     if tier == "wgmma":
         return wgmma_eligible(spec) and _wgmma_ok(p)
     if tier == "mma":
@@ -329,6 +352,15 @@ def param_space(spec: GemmSpec) -> list[dict]:
     """Every config the search may try for this spec (all valid for it)."""
     out = []
     if spec.compute_type() == "float32":
+        # tensor cores for fp32 operands: 3xTF32 keeps fp32-level accuracy, TF32 is what cuDNN's
+        # fp32 convolutions use by default; neither is the default (PyTorch's fp32 matmul is exact
+        # fp32 and some problems check it at 1e-5): the evaluator decides per problem
+        for bm, bn, wm, wn in ((64, 64, 2, 2), (128, 64, 4, 2), (128, 128, 4, 2), (64, 128, 2, 4)):
+            for passes in (3, 1):
+                for split in (1, 4):
+                    p = dict(tier="tf32", BM=bm, BN=bn, BK=32, WM=wm, WN=wn, ST=2, PASSES=passes, SPLIT=split)
+                    if _tf32_ok(p):
+                        out.append(p)
         for bm, bn, tm, tn in ((32, 64, 4, 4), (64, 64, 4, 4), (64, 128, 4, 8), (128, 64, 8, 4),
                                (128, 128, 8, 8)):
             for bk in (8, 16, 32):
@@ -519,9 +551,6 @@ struct {sname} {{
 """
 
 
-HEADER_GUARDED = None
-
-
 def guarded_header() -> str:
     """The mainloop header as inline text with an include guard (for a single-unit candidate that
     cannot ship a second file): several GEMMs in one unit define it once."""
@@ -535,6 +564,9 @@ def _tier_call(spec: GemmSpec, sname: str, p: dict) -> tuple[int, str, int]:
     if p["tier"] == "wgmma":
         return (2 * p["BM"], f"sfg::gemm_wgmma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, "
                 f"{split}>(p, sfg_smem, sfg_ws);", wgmma_smem(p))
+    if p["tier"] == "tf32":
+        return (32 * p["WM"] * p["WN"], f"sfg::gemm_tf32<{sname}, {p['BM']}, {p['BN']}, {p['BK']}, {p['WM']}, "
+                f"{p['WN']}, 2, {split}, {p['PASSES']}>(p, sfg_smem, sfg_ws);", tf32_smem(p))
     if p["tier"] == "mma":
         return (32 * p["WM"] * p["WN"], f"sfg::gemm_mma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, "
                 f"{p['BK']}, {p['WM']}, {p['WN']}, {p['ST']}, {split}>(p, sfg_smem, sfg_ws);", mma_smem(p))

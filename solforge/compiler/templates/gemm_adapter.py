@@ -130,9 +130,31 @@ def _load_operand(k, x, bidx, which: str) -> G.Operand:
     return G.Operand(None, x.dtype, load=body, contig=contig)
 
 
+_TAKES = {"float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"}
+
+
+def _generic_matmul():
+    """The lowering's generic matmul template (the templates package's own `matmul`), or None."""
+    import importlib
+
+    fn = getattr(importlib.import_module(__package__), "matmul", None)
+    return None if fn is matmul else fn
+
+
 def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
-           params: Optional[dict] = None) -> GemmLaunchSpec:
-    """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec)."""
+           params: Optional[dict] = None):
+    """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec). Operands
+    or outputs it does not take (float64, integers) go to the generic template."""
+    if not ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
+            and (bias is None or bias.dtype in _TAKES)):
+        generic = _generic_matmul()
+        if generic is None:
+            raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
+        return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape)
+    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params)
+
+
+def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params) -> GemmLaunchSpec:
     from .. import symexpr
     from ..kernel import convert, round_to
     from ..loops import prod
@@ -205,9 +227,88 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
     k.text = text
     k.params = list(sig)   # the generated signature, in order: the plan's args() follow it
     la = launches[0]
+    bounds = int(re.search(r"__launch_bounds__\((\d+)\)", text).group(1))
     return GemmLaunchSpec(kernel=k, grid=la["grid"], block=la["block"], smem=la["smem"],
-                          launch_bounds=int(la["block"][0]), kind="matmul",
+                          launch_bounds=bounds, kind="matmul",
                           notes=f"gemm template {params}")
 
 
-__all__ = ["matmul", "GemmLaunchSpec"]
+# ---------------------------------------------------------------------------------------------------
+# depthwise / tiny-group convolutions: a direct kernel instead of a degenerate per-group GEMM
+# ---------------------------------------------------------------------------------------------------
+DIRECT_BELOW = 16   # a group GEMM with N (output channels per group) or K (c_in/g x kernel) below one MMA
+
+
+def lower_convolution(L, node, x, w, bias, stride, padding, dilation, transposed, output_padding, groups, **kw):
+    """The lowering of aten.convolution with the same arguments as the compiler's own: a direct
+    kernel (one thread per output element, fp32 accumulation over the group's channels and the
+    window, loaders for x, w and bias as every kernel of the lowering reads them) when the
+    per-group GEMM would be degenerate (depthwise: 1 output channel per group); otherwise the
+    compiler's implicit-GEMM lowering (whose matmul is the GEMM template through `matmul`)."""
+    from .. import lower as lw
+    from .. import symexpr
+    from ..kernel import Kernel, convert, round_to
+    from ..loops import contiguous_strides, prod, view_of
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+    def generic():
+        return lw._convolution(L, node, x, w, bias, stride, padding, dilation, transposed, output_padding,
+                               groups, **kw)
+
+    G = int(groups)
+    Cout, Cg, ks = w.shape[0], w.shape[1], list(w.shape[2:])
+    ocg = symexpr.as_int(sympy.simplify(Cout / G))
+    cg = symexpr.as_int(Cg)
+    kvol = symexpr.as_int(prod(ks))
+    out_dt = node["dtype"]
+    if (transposed or ocg is None or cg is None or kvol is None or out_dt not in _TAKES
+            or not (ocg < DIRECT_BELOW or cg * kvol < DIRECT_BELOW)):
+        return generic()
+    nsp = len(x.shape) - 2
+    oshape = [symexpr.parse(sz) for sz in node["shape"]]
+    stride = list(stride) * (nsp if len(stride) == 1 else 1)
+    padding = list(padding) * (nsp if len(padding) == 1 else 1)
+    dilation = list(dilation) * (nsp if len(dilation) == 1 else 1)
+    x, w = L.operand(x), L.operand(w)
+    isp = x.shape[2:]
+    buf = L.new_buffer(out_dt, oshape)
+    k = Kernel(L.kname("dwconv"))
+    total = prod(oshape)
+    e = symexpr.sym("e_")
+    k.locals.add("e_")
+    k.emit("const long long e_ = (long long)blockIdx.x * 256 + threadIdx.x;")
+    k.emit(f"if (e_ >= {k.c(total)}) return;")
+    st = contiguous_strides(oshape)
+    idx = [FloorDiv(e, st[0])] + [ModularIndexing(e, a, b) for a, b in zip(st[1:], oshape[1:])]
+    n, oc, pos = idx[0], idx[1], idx[2:]
+    g = FloorDiv(oc, ocg) if ocg != 1 else oc
+    k.emit("float acc_ = 0.0f;")
+    c = symexpr.sym("c_")
+    k.locals.add("c_")
+    k.open(f"for (long long c_ = 0; c_ < {cg}; ++c_)")
+    kq = []
+    for d, kd in enumerate(ks):
+        nm = f"q{d}_"
+        k.locals.add(nm)
+        k.open(f"for (long long {nm} = 0; {nm} < {k.c(kd)}; ++{nm})")
+        kq.append(symexpr.sym(nm))
+    ipos = [o * s_ - p_ + q * d_ for o, s_, p_, q, d_ in zip(pos, stride, padding, kq, dilation)]
+    k.push_mask(" && ".join(f"({k.c(ip)} >= 0 && {k.c(ip)} < {k.c(sz)})" for ip, sz in zip(ipos, isp)))
+    xv = x(k, [n, g * cg + c] + ipos)
+    k.pop_mask()
+    wv = w(k, [oc, c] + kq)
+    k.emit(f"acc_ += (float)({xv}) * (float)({wv});")
+    for _ in ks:
+        k.close()
+    k.close()
+    val = "acc_"
+    if bias is not None:
+        val = f"(acc_ + (float)({bias(k, [oc])}))"
+    k.store(buf, e, convert(round_to(val, out_dt) if out_dt != "float32" else val, out_dt, buf.dtype))
+    L.kernels.append(GemmLaunchSpec(kernel=k, grid=[f"max(1, ceil_div({symexpr.to_axis(total)}, 256))"],
+                                    block=["256"], launch_bounds=256, kind="conv",
+                                    notes="direct convolution (depthwise / tiny groups)"))
+    return view_of(buf)
+
+
+__all__ = ["matmul", "lower_convolution", "GemmLaunchSpec", "DIRECT_BELOW"]
