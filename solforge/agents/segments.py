@@ -209,6 +209,12 @@ def device_functions(src: str) -> list[str]:
     return names
 
 
+def signature(text: str) -> str:
+    """A definition's text up to its body's `{`, whitespace runs folded: what a caller must match."""
+    brace = mask(text).find("{")
+    return " ".join((text if brace < 0 else text[:brace]).split())
+
+
 def segments_of(cand: Candidate) -> list[Segment]:
     """One segment per distinct launched kernel, in launch order; SegmentError when a launched
     kernel has no definition the scanner can find."""

@@ -192,3 +192,23 @@ def test_worker_plan_and_splice_refusals():
         LlmWorker._splice(plan, SegmentReply("k1_out", "import cutlass\n@cute.kernel\ndef k1_out(): pass"))
     got = LlmWorker._splice(plan, SegmentReply("k1_out", K1_NEW, notes="n"))
     assert got.launches == cand().launches and "inv1p" in got.sources["kernel.cu"]
+
+
+def test_a_plan_of_many_segments_keeps_to_its_budget():
+    """Many kernels: sources that do not fit show their signature, and when even the launch lines
+    do not fit, the least important segments shrink to one title line; every segment is named."""
+    kernels, launches = [], []
+    for i in range(60):
+        kernels.append(f'extern "C" __global__ void k{i}_out(const float* x, float* y, long long n) '
+                       "{\n" + "\n".join(f"    y[{j}] = x[{j}] * {i}.0f;" for j in range(40)) + "\n}")
+        launches.append({"kernel": f"k{i}_out", "grid": ["ceil_div(N, 256)"], "block": ["256"],
+                         "args": ["x", "y", "int64:N"]})
+    big = Candidate(problem="p", language="cuda", sources={"kernel.cu": "\n".join(kernels)},
+                    launches=launches)
+    for budget in (12000, 30000):
+        text = render(make_plan(big, {}), budget_chars=budget)
+        assert len(text) <= budget * 1.03
+        assert all(f"`k{i}_out`" in text for i in range(60))
+        assert "`k59_out` (pointwise; not shown: prompt budget)" in text
+        assert 'extern "C" __global__ void k0_out(const float* x, float* y, long long n) {\n' in text
+    assert "its signature:" in text
