@@ -158,24 +158,29 @@ def _signature(m: str, head: int, brace: int) -> Optional[tuple[str, int, int]]:
     return (name.group(1), j, close) if name else None
 
 
-def count_params(masked_params: str) -> int:
-    """Parameters in a masked `(...)` parameter list's inside (commas at depth 0; `void` is none)."""
-    inner = masked_params.strip()
+def split_params(src: str, masked: str, lo: int, hi: int) -> list[str]:
+    """The parameter declarations of the list src[lo:hi] (the inside of its parentheses), split at
+    commas outside brackets (found on the masked text); `void` or nothing is no parameter."""
+    inner = masked[lo:hi].strip()
     if not inner or inner == "void":
-        return 0
-    depth, n = 0, 1
-    for c in inner:
+        return []
+    out, depth, start = [], 0, lo
+    for j in range(lo, hi):
+        c = masked[j]
         if c in "(<[{":
             depth += 1
         elif c in ")>]}":
             depth -= 1
         elif c == "," and depth == 0:
-            n += 1
-    return n
+            out.append(" ".join(src[start:j].split()))
+            start = j + 1
+    out.append(" ".join(src[start:hi].split()))
+    return out
 
 
-def kernel_definitions(src: str) -> dict[str, tuple[int, int, int]]:
-    """`__global__` definitions at file scope (or in `extern "C" {}`): name -> (start, end, params)."""
+def kernel_definitions(src: str) -> dict[str, tuple[int, int, list[str]]]:
+    """`__global__` definitions at file scope (or in `extern "C" {}`): name -> (start, end, the
+    parameter declarations)."""
     m = mask(src)
     found: dict[str, tuple[int, int, int]] = {}
 
@@ -191,7 +196,7 @@ def kernel_definitions(src: str) -> dict[str, tuple[int, int, int]]:
             if sig is None:
                 continue
             name, po, pc = sig
-            found.setdefault(name, (head, end, count_params(m[po + 1:pc])))
+            found.setdefault(name, (head, end, split_params(src, m, po + 1, pc)))
 
     walk(0, len(m))
     return found
@@ -230,8 +235,8 @@ def segments_of(cand: Candidate) -> list[Segment]:
         where = [(f, d[name]) for f, d in defs.items() if name in d]
         if not where:
             raise SegmentError(f"no __global__ definition of launched kernel {name!r} found")
-        f, (start, end, n) = where[0]
-        segs[name] = Segment(name, f, start, end, n, [i])
+        f, (start, end, params) = where[0]
+        segs[name] = Segment(name, f, start, end, len(params), [i])
     return list(segs.values())
 
 
@@ -254,6 +259,21 @@ def shared_text(cand: Candidate, segs: list[Segment]) -> str:
 
 
 _LAUNCH_KEYS = {"grid", "block", "smem", "cluster", "args"}
+_SCALAR_ARG = re.compile(r"^(int32|int64|uint32|uint64|float32|float64):")
+
+
+def _mismatch(decl: str, arg) -> str:
+    """Why a launch arg cannot feed a parameter (a pointer gets a tensor or the workspace, a scalar
+    gets a TYPE:EXPR), or ''. Sizes are checked against the cubin when it compiles."""
+    if not isinstance(arg, str):
+        return f"gets {arg!r}, which is not an arg string"
+    pointer = "*" in decl or "[" in decl
+    scalar = _SCALAR_ARG.match(arg)
+    if pointer and scalar:
+        return f"is a pointer but its launch passes the scalar {arg!r}"
+    if not pointer and not scalar:
+        return f"is a scalar but its launch passes the buffer {arg!r}"
+    return ""
 
 
 def replace_segment(cand: Candidate, segs: list[Segment], kernel: str, source: str,
@@ -277,14 +297,19 @@ def replace_segment(cand: Candidate, segs: list[Segment], kernel: str, source: s
     bad = set(launch) - _LAUNCH_KEYS
     if bad:
         raise SegmentError(f"launch changes may set {sorted(_LAUNCH_KEYS)}, not {sorted(bad)}")
-    n_params = defs[seg.kernel][2]
+    params = defs[seg.kernel][2]
     d = cand.model_dump()
     for i in seg.launches:
         d["launches"][i].update(launch)
-        n_args = len(d["launches"][i]["args"])
-        if n_args != n_params:
-            raise SegmentError(f"segment {seg.kernel!r}: the new kernel takes {n_params} parameters "
-                               f"but its launch passes {n_args} args {d['launches'][i]['args']}")
+        args = d["launches"][i]["args"]
+        if not isinstance(args, list) or len(args) != len(params):
+            raise SegmentError(f"segment {seg.kernel!r}: the new kernel takes {len(params)} "
+                               f"parameters but its launch passes "
+                               f"{len(args) if isinstance(args, list) else 'no list of'} args {args}")
+        for k, (decl, arg) in enumerate(zip(params, args), 1):
+            why = _mismatch(decl, arg)
+            if why:
+                raise SegmentError(f"segment {seg.kernel!r}: parameter {k} `{decl}` {why}")
     src = cand.sources[seg.file]
     d["sources"][seg.file] = src[:seg.start] + source.strip() + "\n" + src[seg.end:].lstrip("\n")
     d["notes"] = notes or f"segment {seg.kernel} replaced"

@@ -60,7 +60,8 @@ def cand() -> Candidate:
 def test_definitions_are_found_through_comments_strings_directives_and_blocks():
     defs = kernel_definitions(SRC)
     assert set(defs) == {"k0_sum", "k1_out", "tscale"}  # __device__ helpers are not kernels
-    assert [defs[k][2] for k in ("k0_sum", "k1_out", "tscale")] == [3, 4, 2]
+    assert [len(defs[k][2]) for k in ("k0_sum", "k1_out", "tscale")] == [3, 4, 2]
+    assert defs["k0_sum"][2] == ["long long n", "const float* __restrict__ x", "float* __restrict__ s"]
     segs = segments_of(cand())
     assert [s.kernel for s in segs] == ["k0_sum", "k1_out", "tscale"]
     k0 = segs[0].text(cand())
@@ -102,6 +103,11 @@ def test_replacing_one_segment_keeps_everything_else():
     ("k1_out", K1_NEW, {"args": ["int64:N", "x", "workspace"]},
      "the new kernel takes 4 parameters but its launch passes 3 args"),
     ("k1_out", K1_NEW, {"stream": 1}, "launch changes may set"),
+    ("k1_out", K1_NEW, {"args": ["x", "x", "workspace", "y"]},
+     "parameter 1 `long long n` is a scalar but its launch passes the buffer 'x'"),
+    ("k1_out", K1_NEW, {"args": ["int64:N", "int64:N", "workspace", "y"]},
+     "parameter 2 `const float* x` is a pointer but its launch passes the scalar 'int64:N'"),
+    ("k1_out", K1_NEW[:-1], None, "unbalanced {} in the source"),
     ("k1_out", K1_NEW, {"grid": ["N +* 2"]}, "the spliced candidate is not valid: launches.1.grid"),
 ])
 def test_a_replacement_that_does_not_fit_is_refused_with_one_line(kernel, source, launch, why):
