@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 from ..candidate import Candidate
 from .prompts import clip
-from .segments import (Segment, SegmentError, base_name, device_functions, replace_segment,
-                       segments_of, shared_text, signature)
+from .segments import (Segment, SegmentError, base_name, device_functions, headers,
+                       replace_segment, segments_of, shared_text, signature)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,10 @@ def render(plan: Plan, budget_chars: int = PLAN_BUDGET_CHARS) -> str:
     head.append(f"Candidate fields outside the sources: params {json.dumps(cand.params)}, "
                 f"workspace {json.dumps(cand.workspace)}, workspace_zero "
                 f"{json.dumps(cand.workspace_zero)}, options {json.dumps(cand.options)}.")
+    hdrs = headers(cand)
+    if hdrs:  # library code: named, not shown; a segment reply keeps them, a whole Candidate may not
+        head.append("Headers the source includes (kept as they are, not shown): " + ", ".join(
+            f"`{f}` ({n} characters)" for f, n in hdrs.items()) + ".")
     shared = shared_text(cand, segs)
     texts = [s.text(cand) for s in segs]
     first: dict[str, int] = {}

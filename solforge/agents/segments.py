@@ -241,12 +241,14 @@ def segments_of(cand: Candidate) -> list[Segment]:
 
 
 def shared_text(cand: Candidate, segs: list[Segment]) -> str:
-    """The source outside every segment (includes, helpers, the compiler's prelude)."""
+    """The source of the `.cu` units outside every segment (includes, helpers, the compiler's
+    prelude). Headers are not in it: they are library code the units include (headers())."""
     by_file: dict[str, list[Segment]] = {}
     for s in segs:
         by_file.setdefault(s.file, []).append(s)
     parts = []
-    for f, src in cand.sources.items():
+    units = {f: src for f, src in cand.sources.items() if f.endswith(".cu")}
+    for f, src in units.items():
         keep, pos = [], 0
         for s in sorted(by_file.get(f, []), key=lambda s: s.start):
             keep.append(src[pos:s.start])
@@ -254,8 +256,13 @@ def shared_text(cand: Candidate, segs: list[Segment]) -> str:
         keep.append(src[pos:])
         text = re.sub(r"\n{3,}", "\n\n", "".join(keep)).strip()
         if text:
-            parts.append(text if len(cand.sources) == 1 else f"// ---- {f}\n{text}")
+            parts.append(text if len(units) == 1 else f"// ---- {f}\n{text}")
     return "\n\n".join(parts)
+
+
+def headers(cand: Candidate) -> dict[str, int]:
+    """The candidate's non-unit source files (headers the units include): name -> characters."""
+    return {f: len(src) for f, src in cand.sources.items() if not f.endswith(".cu")}
 
 
 _LAUNCH_KEYS = {"grid", "block", "smem", "cluster", "args"}

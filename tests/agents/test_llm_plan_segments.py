@@ -137,7 +137,12 @@ def test_plan_section_lists_segments_and_keeps_to_its_budget():
     assert "Segment 2/3: `k1_out` (pointwise" in text
     assert '"args": ["int64:N", "x", "workspace", "y"]' in text
     assert "s[0] = a;" in text and "Shared source" in text and "sum x1" in text
-    assert "Time per segment: not measured" in text
+    assert "Time per segment: not measured" in text and "Headers" not in text
+    # headers the units include are named, not shown
+    with_hdr = cand().model_copy(deep=True)
+    with_hdr.sources["lib.cuh"] = "// a big library\n" * 500
+    text = render(make_plan(with_hdr, {}))
+    assert "`lib.cuh` (8500 characters)" in text and "a big library" not in text
     # a big plan is cut to the budget, each segment still listed with its launch
     big = cand().model_copy(deep=True)
     filler = "\n".join(f"    y[i] += {j}.0f;" for j in range(3000))
