@@ -35,7 +35,8 @@ def rownorm(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("plan") / "rownorm_relu"
     d.mkdir()
-    defn = {"name": "rownorm_relu", "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 64}},
+    defn = {"name": "rownorm_relu",
+            "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 64}},
             "inputs": {"x": F32("M", "N")}, "outputs": {"y": F32("M", "N")},
             "reference": textwrap.dedent(REFERENCE)}
     (d / "definition.json").write_text(json.dumps(defn))

@@ -11,8 +11,8 @@ import pytest
 
 from solforge.agents.parse import ParseError, SegmentReply, parse_answer
 from solforge.agents.plan_context import make_plan, render, segment_kind
-from solforge.agents.segments import (SegmentError, device_functions, kernel_definitions, replace_segment, segments_of,
-                                      shared_text)
+from solforge.agents.segments import (SegmentError, device_functions, kernel_definitions,
+                                      replace_segment, segments_of, shared_text)
 from solforge.candidate import Candidate
 
 SRC = r'''
