@@ -126,6 +126,10 @@ def test_parse_answer_tells_a_segment_reply_from_a_candidate():
     assert isinstance(got, Candidate)
     with pytest.raises(ParseError, match="source"):
         parse_answer('```json\n{"segment": "k1_out"}\n```', "p", "cuda")
+    # the source in its own ```cuda block, unescaped
+    got = parse_answer('```json\n{"segment": "k1_out", "notes": "n"}\n```\nThe kernel:\n```cuda\n'
+                       + K1_NEW + "\n```\n", "p", "cuda")
+    assert isinstance(got, SegmentReply) and got.source.strip() == K1_NEW.strip()
 
 
 def test_plan_section_lists_segments_and_keeps_to_its_budget():
