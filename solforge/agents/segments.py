@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..candidate import Candidate
 
+_MAX_NESTING = 8   # extern "C" / namespace blocks looked into
 _IDENT_BEFORE_PAREN = re.compile(r"([A-Za-z_]\w*)\s*$")
 _GLOBAL = re.compile(r"\b__global__\b")
 
@@ -184,11 +185,12 @@ def kernel_definitions(src: str) -> dict[str, tuple[int, int, list[str]]]:
     m = mask(src)
     found: dict[str, tuple[int, int, int]] = {}
 
-    def walk(lo: int, hi: int) -> None:
+    def walk(lo: int, hi: int, depth: int) -> None:
         for head, brace, end in _items(m, lo, hi):
             header = m[head:brace]
             if re.fullmatch(r'\s*extern\s*"C"\s*', header) or re.match(r"\s*namespace\b", header):
-                walk(brace + 1, end - 1)
+                if depth < _MAX_NESTING:  # a hostile source cannot recurse without bound
+                    walk(brace + 1, end - 1, depth + 1)
                 continue
             if not _GLOBAL.search(header):
                 continue
@@ -198,7 +200,7 @@ def kernel_definitions(src: str) -> dict[str, tuple[int, int, list[str]]]:
             name, po, pc = sig
             found.setdefault(name, (head, end, split_params(src, m, po + 1, pc)))
 
-    walk(0, len(m))
+    walk(0, len(m), 0)
     return found
 
 

@@ -108,6 +108,7 @@ def test_replacing_one_segment_keeps_everything_else():
     ("k1_out", K1_NEW, {"args": ["int64:N", "int64:N", "workspace", "y"]},
      "parameter 2 `const float* x` is a pointer but its launch passes the scalar 'int64:N'"),
     ("k1_out", K1_NEW[:-1], None, "unbalanced {} in the source"),
+    ("k1_out", "namespace a {" * 5000 + K1_NEW + "}" * 5000, None, "does not define"),
     ("k1_out", K1_NEW, {"grid": ["N +* 2"]}, "the spliced candidate is not valid: launches.1.grid"),
 ])
 def test_a_replacement_that_does_not_fit_is_refused_with_one_line(kernel, source, launch, why):
