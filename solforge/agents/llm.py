@@ -5,9 +5,10 @@ the latest feedback (user message). When the compiler serves the problem (CUDA s
 message also carries its plan as segments (plan_context.py), and the model may answer with a whole
 Candidate or with ONE replaced segment, which is spliced into the plan (the other segments as they
 were); a segment reply that does not fit is refused with one line. The model may call the benchmark
-tools; when it answers without a tool call, its reply is parsed into a Candidate and tried (an attempt: checked, compiled, evaluated
-where a GPU is). On a parse, compile or correctness failure the model gets the error and repairs, for
-as many turns as the session allows. Every call is logged by the client; caps stop the session cleanly.
+tools; when it answers without a tool call, its reply is parsed into a Candidate and tried (an
+attempt: checked, compiled, evaluated where a GPU is). On a parse, compile or correctness failure
+the model gets the error and repairs, for as many turns as the session allows. Every call is logged
+by the client; caps stop the session cleanly.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ class LlmWorker:
             if not out.status.failed:
                 result.stopped = f"candidate {out.status.value}"
                 return result
-            messages.append({"role": "user", "content": repair_message(out, with_plan=plan is not None)})
+            messages.append({"role": "user",
+                             "content": repair_message(out, with_plan=plan is not None)})
         result.stopped = f"turn limit ({self.cfg.max_turns}) reached"
         return result
 

@@ -13,6 +13,8 @@ from pydantic import ValidationError
 from ..candidate import Candidate
 
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)```", re.S)
+# a segment's source may come in its own fenced block instead of a JSON string (no escaping)
+_CODE_FENCE = re.compile(r"```(?:cuda|cu|c\+\+|cpp|c)[ \t]*\n(.*?)```", re.S | re.I)
 
 
 class ParseError(ValueError):
@@ -83,12 +85,17 @@ class SegmentReply:
     notes: str = ""
 
 
-def segment_from_obj(obj: dict) -> SegmentReply:
+def segment_from_obj(obj: dict, text: str = "") -> SegmentReply:
+    """`text`: the whole reply, whose last ```cuda block is the source when the object has none."""
     seg, src, launch = obj.get("segment"), obj.get("source"), obj.get("launch") or {}
+    if src is None and text:
+        code = _CODE_FENCE.findall(text)
+        src = code[-1] if code else None
     if not isinstance(seg, str) or not seg.strip():
         raise ParseError("\"segment\" must be the kernel name of one segment of the plan")
     if not isinstance(src, str) or not src.strip():
-        raise ParseError(f"segment {seg!r}: \"source\" must be the kernel's whole new definition")
+        raise ParseError(f"segment {seg!r}: \"source\" (or a ```cuda block) must be the kernel's "
+                         "whole new definition")
     if not isinstance(launch, dict):
         raise ParseError(f"segment {seg!r}: \"launch\" must be an object (grid, block, smem, ...)")
     lang = obj.get("language")
@@ -104,5 +111,5 @@ def parse_answer(text: str, problem_name: str,
         raise ParseError("the reply is empty")
     objs = [o for o in _objects(text) if "segment" in o or "sources" in o or "candidate" in o]
     if objs and "segment" in objs[0] and "sources" not in objs[0]:
-        return segment_from_obj(objs[0])
+        return segment_from_obj(objs[0], text)
     return parse_reply(text, problem_name, language)

@@ -21,8 +21,8 @@ from typing import Callable, Optional
 
 from ..candidate import Candidate
 from .prompts import clip
-from .segments import (Segment, SegmentError, base_name, device_functions, replace_segment,
-                       segments_of, shared_text)
+from .segments import (Segment, SegmentError, base_name, device_functions, headers,
+                       replace_segment, segments_of, shared_text, signature)
 
 log = logging.getLogger(__name__)
 
@@ -115,21 +115,30 @@ def _launch_line(cand: Candidate, seg: Segment) -> str:
     return "\n".join(rows)
 
 
-def _shares(lengths: list[int], budget: int) -> list[int]:
-    """Water-filling: short texts whole, the rest share what is left evenly."""
-    out = [0] * len(lengths)
-    left, todo = budget, sorted(range(len(lengths)), key=lambda i: lengths[i])
-    while todo:
-        each = left // len(todo)
-        i = todo[0]
-        if lengths[i] <= each:
-            out[i] = lengths[i]
-            left -= lengths[i]
-            todo.pop(0)
-            continue
-        for j in todo:
-            out[j] = each
-        break
+_HEAVY = ("matmul", "convolution")
+
+
+def _priority(plan: Plan, seg: Segment, n: int) -> tuple:
+    """Which sources to show first when not all fit: the measured slowest, else the heavy kinds
+    (matmul, convolution), then reductions/scans/sorts, then the rest; in launch order within."""
+    ms = plan.launch_ms.get(seg.kernel)
+    kind = segment_kind(seg.kernel)
+    rank = 0 if kind.startswith(_HEAVY) else 2 if kind.startswith(("pointwise", "kernel")) else 1
+    return (0 if ms is not None else 1, -(ms or 0.0), rank, n)
+
+
+def _budgets(plan: Plan, texts: list[str], same_as: dict, budget: int) -> dict[int, int]:
+    """Characters of source shown per segment index: whole texts greedily in priority order, then one
+    clipped text in what is left; a segment equal to an earlier one up to its name costs nothing."""
+    order = sorted(range(len(texts)), key=lambda i: _priority(plan, plan.segments[i], i))
+    out, left = {}, budget
+    for i in order:
+        if i not in same_as and len(texts[i]) <= left:
+            out[i] = len(texts[i])
+            left -= len(texts[i])
+    for i in order:
+        if i not in out and i not in same_as and left >= MIN_SEGMENT_CHARS:
+            out[i], left = left, 0
     return out
 
 
@@ -155,12 +164,25 @@ def render(plan: Plan, budget_chars: int = PLAN_BUDGET_CHARS) -> str:
     head.append(f"Candidate fields outside the sources: params {json.dumps(cand.params)}, "
                 f"workspace {json.dumps(cand.workspace)}, workspace_zero "
                 f"{json.dumps(cand.workspace_zero)}, options {json.dumps(cand.options)}.")
+    hdrs = headers(cand)
+    if hdrs:  # library code: named, not shown; a segment reply keeps them, a whole Candidate may not
+        head.append("Headers the source includes (kept as they are, not shown): " + ", ".join(
+            f"`{f}` ({n} characters)" for f, n in hdrs.items()) + ".")
     shared = shared_text(cand, segs)
     texts = [s.text(cand) for s in segs]
-    fixed = sum(len(x) for x in head) + sum(len(_launch_line(cand, s)) + 80 for s in segs)
-    left = max(0, budget_chars - fixed)
-    shared_budget = min(len(shared), max(1500, left // 5))
-    seg_budget = _shares([len(t) for t in texts], max(0, left - shared_budget))
+    first: dict[str, int] = {}
+    same_as: dict[int, int] = {}   # segment index -> earlier segment it equals up to its name
+    for i, (seg, text) in enumerate(zip(segs, texts)):
+        key = re.sub(rf"\b{re.escape(seg.kernel)}\b", "@", text)
+        if key in first:
+            same_as[i] = first[key]
+        else:
+            first[key] = i
+    fixed = sum(len(x) for x in head) + sum(len(_launch_line(cand, s)) + 100 for s in segs) \
+        + sum(len(signature(t)) + 90 for t in texts)
+    left = max(budget_chars // 3, budget_chars - fixed)  # some source even when many launches
+    shared_budget = min(len(shared), max(1500, left // 8))
+    shown = _budgets(plan, texts, same_as, max(0, left - shared_budget))
     parts = ["\n".join(head)]
     if shared:
         block = "### Shared source (outside the segments)\n```cuda\n" + clip(shared, shared_budget) \
@@ -168,14 +190,34 @@ def render(plan: Plan, budget_chars: int = PLAN_BUDGET_CHARS) -> str:
         if len(shared) > shared_budget:  # what was cut still names what the kernels may call
             block += "\n`__device__` functions it defines: " + ", ".join(device_functions(shared))
         parts.append(block)
-    for n, (seg, text, b) in enumerate(zip(segs, texts, seg_budget), 1):
+    blocks = {}
+    for n, (seg, text) in enumerate(zip(segs, texts)):
         ms = plan.launch_ms.get(seg.kernel)
         timing = f", measured {ms:.4g} ms" if ms is not None else ""
-        block = [f"### Segment {n}/{len(segs)}: `{seg.kernel}` ({segment_kind(seg.kernel)}, "
-                 f"{seg.n_params} parameters{timing})", _launch_line(cand, seg)]
-        if b >= min(MIN_SEGMENT_CHARS, len(text)):
-            block.append("```cuda\n" + clip(text, b) + "\n```")
+        title = (f"### Segment {n + 1}/{len(segs)}: `{seg.kernel}` ({segment_kind(seg.kernel)}, "
+                 f"{seg.n_params} parameters{timing})")
+        block = [title, _launch_line(cand, seg)]
+        if n in same_as:
+            block.append(f"(source: the same as `{segs[same_as[n]].kernel}` but named `{seg.kernel}`)")
+        elif n in shown:
+            block.append("```cuda\n" + clip(text, shown[n]) + "\n```")
         else:
-            block.append(f"(source of {len(text)} characters not shown: prompt budget)")
-        parts.append("\n".join(block))
+            block.append(f"(source of {len(text)} characters not shown: prompt budget; its "
+                         f"signature:)\n```cuda\n{signature(text)} {{ ... }}\n```")
+        blocks[n] = ("\n".join(block), f"### Segment {n + 1}/{len(segs)}: `{seg.kernel}` "
+                     f"({segment_kind(seg.kernel).split(' (')[0]}; not shown: prompt budget)")
+    # a plan with very many segments: the least important ones shrink to one line
+    size = sum(len(p) + 2 for p in parts) + sum(len(b[0]) + 2 for b in blocks.values())
+    # segments without source shrink first, then those with, each from its least important end
+    detailed = sorted([n for n in blocks if n not in shown],
+                      key=lambda i: _priority(plan, segs[i], i), reverse=True) + \
+        sorted([n for n in blocks if n in shown], key=lambda i: _priority(plan, segs[i], i),
+               reverse=True)
+    compact = set()
+    for n in detailed:
+        if size <= budget_chars:
+            break
+        size -= len(blocks[n][0]) - len(blocks[n][1])
+        compact.add(n)
+    parts += [blocks[n][1] if n in compact else blocks[n][0] for n in sorted(blocks)]
     return "\n\n".join(parts)

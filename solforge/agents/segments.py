@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from ..candidate import Candidate
 
+_MAX_NESTING = 8   # extern "C" / namespace blocks looked into
 _IDENT_BEFORE_PAREN = re.compile(r"([A-Za-z_]\w*)\s*$")
 _GLOBAL = re.compile(r"\b__global__\b")
 
@@ -158,32 +159,38 @@ def _signature(m: str, head: int, brace: int) -> Optional[tuple[str, int, int]]:
     return (name.group(1), j, close) if name else None
 
 
-def count_params(masked_params: str) -> int:
-    """Parameters in a masked `(...)` parameter list's inside (commas at depth 0; `void` is none)."""
-    inner = masked_params.strip()
+def split_params(src: str, masked: str, lo: int, hi: int) -> list[str]:
+    """The parameter declarations of the list src[lo:hi] (the inside of its parentheses), split at
+    commas outside brackets (found on the masked text); `void` or nothing is no parameter."""
+    inner = masked[lo:hi].strip()
     if not inner or inner == "void":
-        return 0
-    depth, n = 0, 1
-    for c in inner:
+        return []
+    out, depth, start = [], 0, lo
+    for j in range(lo, hi):
+        c = masked[j]
         if c in "(<[{":
             depth += 1
         elif c in ")>]}":
             depth -= 1
         elif c == "," and depth == 0:
-            n += 1
-    return n
+            out.append(" ".join(src[start:j].split()))
+            start = j + 1
+    out.append(" ".join(src[start:hi].split()))
+    return out
 
 
-def kernel_definitions(src: str) -> dict[str, tuple[int, int, int]]:
-    """`__global__` definitions at file scope (or in `extern "C" {}`): name -> (start, end, params)."""
+def kernel_definitions(src: str) -> dict[str, tuple[int, int, list[str]]]:
+    """`__global__` definitions at file scope (or in `extern "C" {}`): name -> (start, end, the
+    parameter declarations)."""
     m = mask(src)
     found: dict[str, tuple[int, int, int]] = {}
 
-    def walk(lo: int, hi: int) -> None:
+    def walk(lo: int, hi: int, depth: int) -> None:
         for head, brace, end in _items(m, lo, hi):
             header = m[head:brace]
             if re.fullmatch(r'\s*extern\s*"C"\s*', header) or re.match(r"\s*namespace\b", header):
-                walk(brace + 1, end - 1)
+                if depth < _MAX_NESTING:  # a hostile source cannot recurse without bound
+                    walk(brace + 1, end - 1, depth + 1)
                 continue
             if not _GLOBAL.search(header):
                 continue
@@ -191,9 +198,9 @@ def kernel_definitions(src: str) -> dict[str, tuple[int, int, int]]:
             if sig is None:
                 continue
             name, po, pc = sig
-            found.setdefault(name, (head, end, count_params(m[po + 1:pc])))
+            found.setdefault(name, (head, end, split_params(src, m, po + 1, pc)))
 
-    walk(0, len(m))
+    walk(0, len(m), 0)
     return found
 
 
@@ -207,6 +214,12 @@ def device_functions(src: str) -> list[str]:
             if sig and sig[0] not in names:
                 names.append(sig[0])
     return names
+
+
+def signature(text: str) -> str:
+    """A definition's text up to its body's `{`, whitespace runs folded: what a caller must match."""
+    brace = mask(text).find("{")
+    return " ".join((text if brace < 0 else text[:brace]).split())
 
 
 def segments_of(cand: Candidate) -> list[Segment]:
@@ -224,18 +237,20 @@ def segments_of(cand: Candidate) -> list[Segment]:
         where = [(f, d[name]) for f, d in defs.items() if name in d]
         if not where:
             raise SegmentError(f"no __global__ definition of launched kernel {name!r} found")
-        f, (start, end, n) = where[0]
-        segs[name] = Segment(name, f, start, end, n, [i])
+        f, (start, end, params) = where[0]
+        segs[name] = Segment(name, f, start, end, len(params), [i])
     return list(segs.values())
 
 
 def shared_text(cand: Candidate, segs: list[Segment]) -> str:
-    """The source outside every segment (includes, helpers, the compiler's prelude)."""
+    """The source of the `.cu` units outside every segment (includes, helpers, the compiler's
+    prelude). Headers are not in it: they are library code the units include (headers())."""
     by_file: dict[str, list[Segment]] = {}
     for s in segs:
         by_file.setdefault(s.file, []).append(s)
     parts = []
-    for f, src in cand.sources.items():
+    units = {f: src for f, src in cand.sources.items() if f.endswith(".cu")}
+    for f, src in units.items():
         keep, pos = [], 0
         for s in sorted(by_file.get(f, []), key=lambda s: s.start):
             keep.append(src[pos:s.start])
@@ -243,11 +258,31 @@ def shared_text(cand: Candidate, segs: list[Segment]) -> str:
         keep.append(src[pos:])
         text = re.sub(r"\n{3,}", "\n\n", "".join(keep)).strip()
         if text:
-            parts.append(text if len(cand.sources) == 1 else f"// ---- {f}\n{text}")
+            parts.append(text if len(units) == 1 else f"// ---- {f}\n{text}")
     return "\n\n".join(parts)
 
 
+def headers(cand: Candidate) -> dict[str, int]:
+    """The candidate's non-unit source files (headers the units include): name -> characters."""
+    return {f: len(src) for f, src in cand.sources.items() if not f.endswith(".cu")}
+
+
 _LAUNCH_KEYS = {"grid", "block", "smem", "cluster", "args"}
+_SCALAR_ARG = re.compile(r"^(int32|int64|uint32|uint64|float32|float64):")
+
+
+def _mismatch(decl: str, arg) -> str:
+    """Why a launch arg cannot feed a parameter (a pointer gets a tensor or the workspace, a scalar
+    gets a TYPE:EXPR), or ''. Sizes are checked against the cubin when it compiles."""
+    if not isinstance(arg, str):
+        return f"gets {arg!r}, which is not an arg string"
+    pointer = "*" in decl or "[" in decl
+    scalar = _SCALAR_ARG.match(arg)
+    if pointer and scalar:
+        return f"is a pointer but its launch passes the scalar {arg!r}"
+    if not pointer and not scalar:
+        return f"is a scalar but its launch passes the buffer {arg!r}"
+    return ""
 
 
 def replace_segment(cand: Candidate, segs: list[Segment], kernel: str, source: str,
@@ -271,14 +306,19 @@ def replace_segment(cand: Candidate, segs: list[Segment], kernel: str, source: s
     bad = set(launch) - _LAUNCH_KEYS
     if bad:
         raise SegmentError(f"launch changes may set {sorted(_LAUNCH_KEYS)}, not {sorted(bad)}")
-    n_params = defs[seg.kernel][2]
+    params = defs[seg.kernel][2]
     d = cand.model_dump()
     for i in seg.launches:
         d["launches"][i].update(launch)
-        n_args = len(d["launches"][i]["args"])
-        if n_args != n_params:
-            raise SegmentError(f"segment {seg.kernel!r}: the new kernel takes {n_params} parameters "
-                               f"but its launch passes {n_args} args {d['launches'][i]['args']}")
+        args = d["launches"][i]["args"]
+        if not isinstance(args, list) or len(args) != len(params):
+            raise SegmentError(f"segment {seg.kernel!r}: the new kernel takes {len(params)} "
+                               f"parameters but its launch passes "
+                               f"{len(args) if isinstance(args, list) else 'no list of'} args {args}")
+        for k, (decl, arg) in enumerate(zip(params, args), 1):
+            why = _mismatch(decl, arg)
+            if why:
+                raise SegmentError(f"segment {seg.kernel!r}: parameter {k} `{decl}` {why}")
     src = cand.sources[seg.file]
     d["sources"][seg.file] = src[:seg.start] + source.strip() + "\n" + src[seg.end:].lstrip("\n")
     d["notes"] = notes or f"segment {seg.kernel} replaced"

@@ -35,7 +35,8 @@ def rownorm(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("plan") / "rownorm_relu"
     d.mkdir()
-    defn = {"name": "rownorm_relu", "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 64}},
+    defn = {"name": "rownorm_relu",
+            "axes": {"M": {"type": "var"}, "N": {"type": "const", "value": 64}},
             "inputs": {"x": F32("M", "N")}, "outputs": {"y": F32("M", "N")},
             "reference": textwrap.dedent(REFERENCE)}
     (d / "definition.json").write_text(json.dumps(defn))
@@ -132,3 +133,15 @@ def test_unknown_segment_and_language_change_are_refused_with_one_line(store, cp
     assert third.splitlines()[0].startswith("Refused: a segment reply cannot change the language")
     # refusals are not attempts: only the reply that fits was tried
     assert [r["outcome"] for r in attempts_of(store, report.run_id)] == ["compiled"]
+
+
+def test_a_whole_candidate_still_answers_a_plan_session(store, cpu_lab, rownorm):
+    problem, plan = rownorm
+    whole = plan.model_dump(exclude_defaults=True)
+    whole["notes"] = "the plan as a whole candidate"
+    with ScriptedLLM([{"content": fenced(whole, "The whole candidate.")}]) as server:
+        loop, _ = make_loop(store, cpu_lab, [problem], server)
+        report = loop.run()
+    assert "## Plan: the compiler's plan" in server.requests[0]["messages"][1]["content"]
+    rows = attempts_of(store, report.run_id)
+    assert [r["outcome"] for r in rows] == ["compiled"]

@@ -11,8 +11,8 @@ import pytest
 
 from solforge.agents.parse import ParseError, SegmentReply, parse_answer
 from solforge.agents.plan_context import make_plan, render, segment_kind
-from solforge.agents.segments import (SegmentError, device_functions, kernel_definitions, replace_segment, segments_of,
-                                      shared_text)
+from solforge.agents.segments import (SegmentError, device_functions, kernel_definitions,
+                                      replace_segment, segments_of, shared_text)
 from solforge.candidate import Candidate
 
 SRC = r'''
@@ -60,7 +60,8 @@ def cand() -> Candidate:
 def test_definitions_are_found_through_comments_strings_directives_and_blocks():
     defs = kernel_definitions(SRC)
     assert set(defs) == {"k0_sum", "k1_out", "tscale"}  # __device__ helpers are not kernels
-    assert [defs[k][2] for k in ("k0_sum", "k1_out", "tscale")] == [3, 4, 2]
+    assert [len(defs[k][2]) for k in ("k0_sum", "k1_out", "tscale")] == [3, 4, 2]
+    assert defs["k0_sum"][2] == ["long long n", "const float* __restrict__ x", "float* __restrict__ s"]
     segs = segments_of(cand())
     assert [s.kernel for s in segs] == ["k0_sum", "k1_out", "tscale"]
     k0 = segs[0].text(cand())
@@ -102,6 +103,12 @@ def test_replacing_one_segment_keeps_everything_else():
     ("k1_out", K1_NEW, {"args": ["int64:N", "x", "workspace"]},
      "the new kernel takes 4 parameters but its launch passes 3 args"),
     ("k1_out", K1_NEW, {"stream": 1}, "launch changes may set"),
+    ("k1_out", K1_NEW, {"args": ["x", "x", "workspace", "y"]},
+     "parameter 1 `long long n` is a scalar but its launch passes the buffer 'x'"),
+    ("k1_out", K1_NEW, {"args": ["int64:N", "int64:N", "workspace", "y"]},
+     "parameter 2 `const float* x` is a pointer but its launch passes the scalar 'int64:N'"),
+    ("k1_out", K1_NEW[:-1], None, "unbalanced {} in the source"),
+    ("k1_out", "namespace a {" * 5000 + K1_NEW + "}" * 5000, None, "does not define"),
     ("k1_out", K1_NEW, {"grid": ["N +* 2"]}, "the spliced candidate is not valid: launches.1.grid"),
 ])
 def test_a_replacement_that_does_not_fit_is_refused_with_one_line(kernel, source, launch, why):
@@ -120,6 +127,10 @@ def test_parse_answer_tells_a_segment_reply_from_a_candidate():
     assert isinstance(got, Candidate)
     with pytest.raises(ParseError, match="source"):
         parse_answer('```json\n{"segment": "k1_out"}\n```', "p", "cuda")
+    # the source in its own ```cuda block, unescaped
+    got = parse_answer('```json\n{"segment": "k1_out", "notes": "n"}\n```\nThe kernel:\n```cuda\n'
+                       + K1_NEW + "\n```\n", "p", "cuda")
+    assert isinstance(got, SegmentReply) and got.source.strip() == K1_NEW.strip()
 
 
 def test_plan_section_lists_segments_and_keeps_to_its_budget():
@@ -131,7 +142,12 @@ def test_plan_section_lists_segments_and_keeps_to_its_budget():
     assert "Segment 2/3: `k1_out` (pointwise" in text
     assert '"args": ["int64:N", "x", "workspace", "y"]' in text
     assert "s[0] = a;" in text and "Shared source" in text and "sum x1" in text
-    assert "Time per segment: not measured" in text
+    assert "Time per segment: not measured" in text and "Headers" not in text
+    # headers the units include are named, not shown
+    with_hdr = cand().model_copy(deep=True)
+    with_hdr.sources["lib.cuh"] = "// a big library\n" * 500
+    text = render(make_plan(with_hdr, {}))
+    assert "`lib.cuh` (8500 characters)" in text and "a big library" not in text
     # a big plan is cut to the budget, each segment still listed with its launch
     big = cand().model_copy(deep=True)
     filler = "\n".join(f"    y[i] += {j}.0f;" for j in range(3000))
@@ -192,3 +208,23 @@ def test_worker_plan_and_splice_refusals():
         LlmWorker._splice(plan, SegmentReply("k1_out", "import cutlass\n@cute.kernel\ndef k1_out(): pass"))
     got = LlmWorker._splice(plan, SegmentReply("k1_out", K1_NEW, notes="n"))
     assert got.launches == cand().launches and "inv1p" in got.sources["kernel.cu"]
+
+
+def test_a_plan_of_many_segments_keeps_to_its_budget():
+    """Many kernels: sources that do not fit show their signature, and when even the launch lines
+    do not fit, the least important segments shrink to one title line; every segment is named."""
+    kernels, launches = [], []
+    for i in range(60):
+        kernels.append(f'extern "C" __global__ void k{i}_out(const float* x, float* y, long long n) '
+                       "{\n" + "\n".join(f"    y[{j}] = x[{j}] * {i}.0f;" for j in range(40)) + "\n}")
+        launches.append({"kernel": f"k{i}_out", "grid": ["ceil_div(N, 256)"], "block": ["256"],
+                         "args": ["x", "y", "int64:N"]})
+    big = Candidate(problem="p", language="cuda", sources={"kernel.cu": "\n".join(kernels)},
+                    launches=launches)
+    for budget in (12000, 30000):
+        text = render(make_plan(big, {}), budget_chars=budget)
+        assert len(text) <= budget * 1.03
+        assert all(f"`k{i}_out`" in text for i in range(60))
+        assert "`k59_out` (pointwise; not shown: prompt budget)" in text
+        assert 'extern "C" __global__ void k0_out(const float* x, float* y, long long n) {\n' in text
+    assert "its signature:" in text
