@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..problem.definition import Definition
-from .quiet import quiet_fake_tensor_logs
+from .trace_guard import call_budget, quiet_fake_tensor_logs
 from . import pointwise_trace as pt
 from .pointwise_trace import FLOAT_TYPES, INPUT_TYPES, InputMap, Node
 
@@ -179,7 +179,7 @@ def _run(defn: Definition, sizes: list[int], sentinel: float):
         _GUARDS = guards = []
         modes.append(guards)
         try:
-            with mode:
+            with mode, call_budget():
                 return fn(**dict(zip(names, a)))
         finally:
             _GUARDS = None

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from ..problem import axis_expr
 from ..problem.definition import Definition
-from .quiet import quiet_fake_tensor_logs
+from .trace_guard import call_budget, quiet_fake_tensor_logs
 
 FLOAT_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 _TORCH_NAME = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
@@ -324,7 +324,8 @@ def _run_trace(defn: Definition, sizes: list[int], sentinel: float):
                                     device="meta"))
 
     def call(*a):
-        return fn(**dict(zip(names, a)))
+        with call_budget():
+            return fn(**dict(zip(names, a)))
     with quiet_fake_tensor_logs():
         gm = make_fx(call, tracing_mode="fake")(*args)
     return gm, vals, args

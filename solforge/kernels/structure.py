@@ -22,7 +22,7 @@ from typing import Any, Optional, Union
 
 from ..problem.definition import Definition
 from .pointwise_trace import _axis_values, _shape
-from .quiet import quiet_fake_tensor_logs
+from .trace_guard import call_budget, quiet_fake_tensor_logs
 
 # variable axes get these sizes (distinct primes-ish, and > 1 so broadcasting is visible)
 VAR_SIZES = (3, 5, 7, 11, 13, 17)
@@ -190,7 +190,8 @@ def _trace(defn: Definition, overrides: dict) -> Optional[Traced]:
     tnames = [k for k, _ in tensors]
 
     def call(*a):
-        return fn(**{**scalars, **dict(zip(tnames, a))})
+        with call_budget():
+            return fn(**{**scalars, **dict(zip(tnames, a))})
     gm = make_fx(call, tracing_mode="fake")(*[t for _, t in tensors])
 
     index: dict[str, Any] = {}
