@@ -86,11 +86,13 @@ class RMSNormFamily(Family):
         elif len(full) == 2 and len(out_names) == 1 and len(weights) == 1:
             normed = norms.normalized[0]
             if normed == set(full):
-                # x = h + r, then the norm: added in float32 (RESID_MODE 1) or in the dtype (2)
+                # x = h + r, then the norm: added in float32 (RESID_MODE 1) or in the dtype (2);
+                # the sum is symmetric, the kernel's x and residual slots take the row inputs in
+                # the definition's order
                 add = _joining_add(g, full)
                 if add is None:
                     return None
-                x, res = add.x, add.res
+                x, res = full
                 fixed["RESID_MODE"] = 1 if dtype == "float32" or g.ops[add.i].dtype == "float32" else 2
             elif len(normed) == 1:
                 # out = r + norm(x): the row input the norm does not read joins after it
