@@ -1,6 +1,6 @@
-"""Paged GQA decode attention family (FlashInfer-Bench gqa_paged_decode_*_ps1), split-KV.
+"""Paged GQA decode attention family (page size 1), split-KV.
 
-Serves a problem whose reference is FlashInfer's paged decode with page size 1: q [batch, H_qo, D],
+Serves a problem whose reference computes a paged decode with page size 1: q [batch, H_qo, D],
 k_cache/v_cache [num_pages, 1, H_kv, D], kv_indptr (batch + 1), kv_indices, a scalar sm_scale;
 outputs `output` [batch, H_qo, D] (bf16) and `lse` [batch, H_qo] (fp32, base 2); a request with no kv
 gives 0 / -inf. The matcher (attention_common.match_gqa) reads these facts from the definition's

@@ -1,6 +1,6 @@
-"""Paged GQA causal prefill attention family (FlashInfer-Bench gqa_paged_prefill_causal_*_ps1).
+"""Paged GQA causal prefill attention family (page size 1).
 
-Serves a problem whose reference is FlashInfer's paged prefill with page size 1: q [total_q, H_qo, D],
+Serves a problem whose reference computes a paged causal prefill with page size 1: q [total_q, H_qo, D],
 k_cache/v_cache [num_pages, 1, H_kv, D], qo_indptr/kv_indptr (batch + 1), kv_indices, a scalar
 sm_scale; outputs `output` [total_q, H_qo, D] (bf16) and `lse` [total_q, H_qo] (fp32, base 2);
 causal mask aligned to the end of the kv sequence (delta = kv_len - q_len), rows that see no kv

@@ -1,6 +1,6 @@
-"""Ragged GQA causal prefill attention family (FlashInfer-Bench gqa_ragged_prefill_causal_*).
+"""Ragged GQA causal prefill attention family (contiguous kv rows per request).
 
-Serves a problem whose reference is FlashInfer's ragged prefill: q [total_q, H_qo, D], k/v
+Serves a problem whose reference computes a ragged causal prefill: q [total_q, H_qo, D], k/v
 [total_kv, H_kv, D] with request b's kv in rows [kv_indptr[b], kv_indptr[b+1]), qo_indptr, a scalar
 sm_scale; outputs `output` (bf16) and `lse` (fp32, base 2); causal mask aligned to the end of the kv
 sequence. The kernel is attention_prefill's (kernels_cuda/attention_prefill/attention_prefill.cu)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..problem.definition import Definition
+from .trace_guard import call_budget, quiet_fake_tensor_logs
 from . import pointwise_trace as pt
 from .pointwise_trace import FLOAT_TYPES, INPUT_TYPES, InputMap, Node
 
@@ -178,13 +179,14 @@ def _run(defn: Definition, sizes: list[int], sentinel: float):
         _GUARDS = guards = []
         modes.append(guards)
         try:
-            with mode:
+            with mode, call_budget():
                 return fn(**dict(zip(names, a)))
         finally:
             _GUARDS = None
     torch.tensor = number_tensor
     try:
-        gm = make_fx(call, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+        with quiet_fake_tensor_logs():
+            gm = make_fx(call, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
     finally:
         torch.tensor = orig_tensor
     gm.pw_guards = sorted(set(modes[-1]))

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from ..problem import axis_expr
 from ..problem.definition import Definition
+from .trace_guard import call_budget, quiet_fake_tensor_logs
 
 FLOAT_TYPES = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 _TORCH_NAME = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
@@ -323,8 +324,10 @@ def _run_trace(defn: Definition, sizes: list[int], sentinel: float):
                                     device="meta"))
 
     def call(*a):
-        return fn(**dict(zip(names, a)))
-    gm = make_fx(call, tracing_mode="fake")(*args)
+        with call_budget():
+            return fn(**dict(zip(names, a)))
+    with quiet_fake_tensor_logs():
+        gm = make_fx(call, tracing_mode="fake")(*args)
     return gm, vals, args
 
 

@@ -67,6 +67,8 @@ class RMSNormFamily(Family):
         if norms is None or len(norms.normalized) != len(out_names):
             return None
         g = norms.graph
+        if not _plain_weights(g, weights):
+            return None   # e.g. (1 + w): the kernel multiplies by w itself
 
         fixed = {"DTYPE": DTYPE_CODE[dtype], "HIDDEN": hidden, "RESID_MODE": 0, "POST_RESID": 0,
                  "WEIGHT_MODE": _weight_mode(g, weights, dtype), "WEIGHT_ROWS": w_rows}
@@ -86,11 +88,13 @@ class RMSNormFamily(Family):
         elif len(full) == 2 and len(out_names) == 1 and len(weights) == 1:
             normed = norms.normalized[0]
             if normed == set(full):
-                # x = h + r, then the norm: added in float32 (RESID_MODE 1) or in the dtype (2)
+                # x = h + r, then the norm: added in float32 (RESID_MODE 1) or in the dtype (2);
+                # the sum is symmetric, the kernel's x and residual slots take the row inputs in
+                # the definition's order
                 add = _joining_add(g, full)
                 if add is None:
                     return None
-                x, res = add.x, add.res
+                x, res = full
                 fixed["RESID_MODE"] = 1 if dtype == "float32" or g.ops[add.i].dtype == "float32" else 2
             elif len(normed) == 1:
                 # out = r + norm(x): the row input the norm does not read joins after it
@@ -382,3 +386,27 @@ def _weight_mode(g: Traced, weights: list, dtype: str) -> int:
         if any(s and s <= set(weights) for s in sides):
             return 1 if g.ops[i].dtype == dtype else 0
     return 0
+
+
+_WEIGHT_PATH = {"_to_copy", "view", "_unsafe_view", "reshape", "unsqueeze", "expand", "alias", "clone", "detach"}
+
+
+def _plain_weights(g: Traced, weights: list) -> bool:
+    """Every multiply by a weight takes the weight itself (cast, viewed, broadcast, + 0.0 at most)."""
+    for i in g.find("mul"):
+        for side in g.ops[i].args[:2]:
+            if not isinstance(side, (In, Ref)) or not (g.sources(side) and g.sources(side) <= set(weights)):
+                continue
+            ref = side
+            while isinstance(ref, Ref):
+                op = g.ops[ref.i]
+                if op.name == "add" and op.constants() == [0.0]:
+                    ref = next(a for a in op.args if isinstance(a, (In, Ref)))
+                elif op.name in _WEIGHT_PATH:
+                    ref = op.args[0]
+                else:
+                    return False
+            if not isinstance(ref, In):
+                return False
+    return True
+

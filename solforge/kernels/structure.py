@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import Any, Optional, Union
 
 from ..problem.definition import Definition
 from .pointwise_trace import _axis_values, _shape
+from .trace_guard import call_budget, quiet_fake_tensor_logs
 
 # variable axes get these sizes (distinct primes-ish, and > 1 so broadcasting is visible)
 VAR_SIZES = (3, 5, 7, 11, 13, 17)
@@ -153,19 +153,11 @@ def trace(defn: Definition, scalars: Optional[dict] = None) -> Optional[Traced]:
     that value takes)."""
     key = definition_key(defn) + json.dumps(scalars or {}, sort_keys=True)
     if key not in _cache:
-        # fake-tensor dispatch logs every failed op at ERROR: a reference that cannot be traced is an
-        # answer here (no structure), not an error to print
-        quiet = [logging.getLogger(n) for n in ("torch._subclasses.fake_tensor", "torch.fx.experimental.proxy_tensor")]
-        levels = [l.level for l in quiet]
-        for l in quiet:
-            l.setLevel(logging.CRITICAL)
         try:
-            _cache[key] = _trace(defn, scalars or {})
+            with quiet_fake_tensor_logs():
+                _cache[key] = _trace(defn, scalars or {})
         except Exception:  # noqa: BLE001 - a foreign reference failing to trace means "no structure"
             _cache[key] = None
-        finally:
-            for l, lv in zip(quiet, levels):
-                l.setLevel(lv)
     return _cache[key]
 
 
@@ -198,7 +190,8 @@ def _trace(defn: Definition, overrides: dict) -> Optional[Traced]:
     tnames = [k for k, _ in tensors]
 
     def call(*a):
-        return fn(**{**scalars, **dict(zip(tnames, a))})
+        with call_budget():
+            return fn(**{**scalars, **dict(zip(tnames, a))})
     gm = make_fx(call, tracing_mode="fake")(*[t for _, t in tensors])
 
     index: dict[str, Any] = {}
