@@ -22,6 +22,7 @@ inside bubblewrap (no network, read-only filesystem except its temp dir) where t
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import shutil
@@ -129,6 +130,7 @@ class Worker:
 
 _idle: dict[str, list[Worker]] = {}
 _lock = threading.Lock()
+atexit.register(lambda: shutdown())  # idle workers end with the caller, and their temp dirs with them
 
 
 def run_job(backend: str, job: dict, timeout: float) -> dict:
@@ -136,7 +138,10 @@ def run_job(backend: str, job: dict, timeout: float) -> dict:
     with _lock:
         pool = _idle.setdefault(backend, [])
         w = pool.pop() if pool else None
-    if w is None or w.proc.poll() is not None:
+    if w is not None and w.proc.poll() is not None:
+        w.cleanup()  # died while idle: its private temp dir goes with it
+        w = None
+    if w is None:
         w = Worker(backend)
     t0 = time.perf_counter()
     try:
