@@ -1123,3 +1123,10 @@ for _n, _o in (("and", "and"), ("or", "or"), ("xor", "xor"), ("not", "not")):
     LOWER[f"aten.bitwise_{_n}.Tensor"] = _logical(_o)
     LOWER[f"aten.bitwise_{_n}.Scalar"] = _logical(_o)
 LOWER["aten.bitwise_not.default"] = _logical("not")
+for _n, _o in (("rshift", ">>"), ("lshift", "<<")):
+    for _ov in ("Scalar", "Tensor"):
+        LOWER[f"aten.__{_n}__.{_ov}"] = (lambda o: lambda L, n, a, b, **k: elementwise(
+            n, [a, b], lambda x, y: f"(({x}) {o} ({y}))"))(_o)
+    _full_name = "right" if _n == "rshift" else "left"
+    for _ov in ("Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        LOWER[f"aten.bitwise_{_full_name}_shift.{_ov}"] = LOWER[f"aten.__{_n}__.Tensor"]
