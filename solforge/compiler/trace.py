@@ -413,6 +413,12 @@ def _make_cpu_device_mode():
                 kwargs["device"] = _cpu(kwargs["device"])
             if func in (torch.Tensor.cuda,):
                 return args[0]
+            if func in (torch.tensor, torch.as_tensor, torch.scalar_tensor) and args and \
+                    isinstance(args[0], (torch.SymFloat, torch.SymInt)):
+                # a tensor made from a scalar input stays symbolic (torch.tensor would bake it in)
+                dt = kwargs.get("dtype") or (torch.float32 if isinstance(args[0], torch.SymFloat)
+                                             else torch.int64)
+                return torch.full((), args[0], dtype=dt, device="cpu")
             if func is torch.Tensor.__setitem__ and len(args) == 3 and isinstance(args[1], torch.Tensor) \
                     and args[1].dtype == torch.bool and args[1].shape == args[0].shape and (
                         not isinstance(args[2], torch.Tensor) or args[2].dim() == 0):
