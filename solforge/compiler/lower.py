@@ -1006,6 +1006,21 @@ def _index_put(L, node, x, indices, values, accumulate=False, **kw):
     return view_of(buf)
 
 
+def _bincount(L, node, x, weights=None, minlength=0, **kw):
+    """Counts (or summed weights) per value: zeros, then an atomic add per element of x."""
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+    buf = L.new_buffer(dt, shape)
+    L.kernels.append(templates.pointwise(L.kname("zeros"), [(Loader(shape, dt, lambda k, idx: _lit(0, dt)), buf)]))
+
+    def index_fn(k, idx):
+        v = x(k, idx)
+        return f"(({v}) < {k.c(shape[0])} ? ({v}) : 0)"
+    one = weights if isinstance(weights, Loader) else Loader(list(x.shape), dt, lambda k, idx: _lit(1, dt))
+    L.kernels.append(templates.scatter(L.kname("bincount"), buf, list(x.shape), index_fn, one, "add"))
+    return view_of(buf)
+
+
 def _refuse(why):
     def lower(L, node, *a, **kw):
         raise Unsupported(f"op {node['op']}: {why}")
@@ -1109,7 +1124,7 @@ LOWER: dict[str, Any] = {
     "aten.flip.default": _flip,
     "aten.scatter.src": _scatter, "aten.scatter.value": _scatter, "aten.scatter.reduce": _scatter,
     "aten.scatter_add.default": _scatter_add, "aten.scatter_reduce.two": _scatter_reduce,
-    "aten.index_put.default": _index_put,
+    "aten.index_put.default": _index_put, "aten.bincount.default": _bincount,
     "constant": _constant,
     "aten.rand.default": _refuse("random numbers (the evaluator cannot match them)"),
     "aten.randn.default": _refuse("random numbers"), "aten.bernoulli.p": _refuse("random numbers"),
