@@ -559,6 +559,18 @@ def _squeeze(L, node, x, dims=None, **kw):
     return loops.squeeze(x, dims)
 
 
+def _unfold(L, node, x, dim, size, step, **kw):
+    """Sliding windows along dim: a view (window index * step + position in the window)."""
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    nd = len(x.shape)
+    dim %= nd if nd else 1
+    if x.is_view:
+        st = list(x.strides)
+        st = st[:dim] + [st[dim] * step] + st[dim + 1:] + [st[dim]]
+        return view_of(x.buf, shape, st, x.offset)
+    return loops.reindex(x, shape, lambda idx: idx[:dim] + [idx[dim] * step + idx[-1]] + idx[dim + 1:-1])
+
+
 def _as_strided(L, node, x, size, stride, offset=0, **kw):
     return loops.as_strided(x, [sympy.sympify(s) for s in size], [sympy.sympify(s) for s in stride],
                             offset or 0)
@@ -1097,6 +1109,7 @@ LOWER: dict[str, Any] = {
     "aten.expand.default": _expand, "aten.slice.Tensor": _slice, "aten.select.int": _select,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze, "aten.squeeze.dims": _squeeze,
     "aten.squeeze.default": _squeeze, "aten.as_strided.default": _as_strided,
+    "aten.unfold.default": _unfold,
     "aten.full.default": _full, "aten.scalar_tensor.default": _scalar_tensor,
     "aten.empty.memory_format": _empty, "aten.empty_strided.default": _empty,
     "aten.full_like.default": lambda L, n, x, v, **k: _full(L, n, None, v),

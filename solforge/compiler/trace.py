@@ -342,6 +342,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         fake = mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
             dynamic_sizes=dyn, constraint_sizes=[None] * len(dyn)))
         fake.fake_device = torch.device("cpu")
+        off = fake.storage_offset()
+        if isinstance(off, torch.SymInt):  # inputs are contiguous tensors of their own
+            import sympy
+            namer.map[off.node.expr] = sympy.Integer(0)
         for d, (dim, ent) in enumerate(zip(fake.shape, spec.shape)):
             if isinstance(dim, torch.SymInt):
                 namer.map[dim.node.expr] = _axis_sym(defn, ent)
