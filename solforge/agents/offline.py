@@ -88,7 +88,7 @@ class OfflineWorker:
         except ImportError:
             return []
         try:
-            return list(families_for(problem))
+            return list(families_for(problem, compiler=True))
         except Exception:  # noqa: BLE001 - a family's matcher failing must not stop the run
             return []
 

@@ -560,6 +560,18 @@ def _squeeze(L, node, x, dims=None, **kw):
     return loops.squeeze(x, dims)
 
 
+def _unfold(L, node, x, dim, size, step, **kw):
+    """Sliding windows along dim: a view (window index * step + position in the window)."""
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    nd = len(x.shape)
+    dim %= nd if nd else 1
+    if x.is_view:
+        st = list(x.strides)
+        st = st[:dim] + [st[dim] * step] + st[dim + 1:] + [st[dim]]
+        return view_of(x.buf, shape, st, x.offset)
+    return loops.reindex(x, shape, lambda idx: idx[:dim] + [idx[dim] * step + idx[-1]] + idx[dim + 1:-1])
+
+
 def _as_strided(L, node, x, size, stride, offset=0, **kw):
     return loops.as_strided(x, [sympy.sympify(s) for s in size], [sympy.sympify(s) for s in stride],
                             offset or 0)
@@ -1007,6 +1019,21 @@ def _index_put(L, node, x, indices, values, accumulate=False, **kw):
     return view_of(buf)
 
 
+def _bincount(L, node, x, weights=None, minlength=0, **kw):
+    """Counts (or summed weights) per value: zeros, then an atomic add per element of x."""
+    shape = [symexpr.parse(s) for s in node["shape"]]
+    dt = node["dtype"]
+    buf = L.new_buffer(dt, shape)
+    L.kernels.append(templates.pointwise(L.kname("zeros"), [(Loader(shape, dt, lambda k, idx: _lit(0, dt)), buf)]))
+
+    def index_fn(k, idx):
+        v = x(k, idx)
+        return f"(({v}) < {k.c(shape[0])} ? ({v}) : 0)"
+    one = weights if isinstance(weights, Loader) else Loader(list(x.shape), dt, lambda k, idx: _lit(1, dt))
+    L.kernels.append(templates.scatter(L.kname("bincount"), buf, list(x.shape), index_fn, one, "add"))
+    return view_of(buf)
+
+
 def _refuse(why):
     def lower(L, node, *a, **kw):
         raise Unsupported(f"op {node['op']}: {why}")
@@ -1083,6 +1110,7 @@ LOWER: dict[str, Any] = {
     "aten.expand.default": _expand, "aten.slice.Tensor": _slice, "aten.select.int": _select,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze, "aten.squeeze.dims": _squeeze,
     "aten.squeeze.default": _squeeze, "aten.as_strided.default": _as_strided,
+    "aten.unfold.default": _unfold,
     "aten.full.default": _full, "aten.scalar_tensor.default": _scalar_tensor,
     "aten.empty.memory_format": _empty, "aten.empty_strided.default": _empty,
     "aten.full_like.default": lambda L, n, x, v, **k: _full(L, n, None, v),
@@ -1110,8 +1138,12 @@ LOWER: dict[str, Any] = {
     "aten.flip.default": _flip,
     "aten.scatter.src": _scatter, "aten.scatter.value": _scatter, "aten.scatter.reduce": _scatter,
     "aten.scatter_add.default": _scatter_add, "aten.scatter_reduce.two": _scatter_reduce,
-    "aten.index_put.default": _index_put,
+    "aten.index_put.default": _index_put, "aten.bincount.default": _bincount,
     "constant": _constant,
+    # runtime checks of the reference (one_hot's range check): nothing to compute
+    "aten._assert_async.msg": lambda L, n, *a, **k: None, "aten._assert_async.default": lambda L, n, *a, **k: None,
+    "aten._assert_scalar.default": lambda L, n, *a, **k: None,
+    "aten._assert_tensor_metadata.default": lambda L, n, *a, **k: None,
     "aten.rand.default": _refuse("random numbers (the evaluator cannot match them)"),
     "aten.randn.default": _refuse("random numbers"), "aten.bernoulli.p": _refuse("random numbers"),
     "aten.nonzero.default": _refuse("data-dependent output size"),
@@ -1124,3 +1156,10 @@ for _n, _o in (("and", "and"), ("or", "or"), ("xor", "xor"), ("not", "not")):
     LOWER[f"aten.bitwise_{_n}.Tensor"] = _logical(_o)
     LOWER[f"aten.bitwise_{_n}.Scalar"] = _logical(_o)
 LOWER["aten.bitwise_not.default"] = _logical("not")
+for _n, _o in (("rshift", ">>"), ("lshift", "<<")):
+    for _ov in ("Scalar", "Tensor"):
+        LOWER[f"aten.__{_n}__.{_ov}"] = (lambda o: lambda L, n, a, b, **k: elementwise(
+            n, [a, b], lambda x, y: f"(({x}) {o} ({y}))"))(_o)
+    _full_name = "right" if _n == "rshift" else "left"
+    for _ov in ("Tensor", "Tensor_Scalar", "Scalar_Tensor"):
+        LOWER[f"aten.bitwise_{_full_name}_shift.{_ov}"] = LOWER[f"aten.__{_n}__.Tensor"]

@@ -36,7 +36,7 @@ _DT = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16":
        "torch.float64": "float64", "torch.int64": "int64", "torch.int32": "int32",
        "torch.int16": "int16", "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
        "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
-       "torch.complex64": "complex64"}
+       "torch.complex64": "complex64", "torch.float4_e2m1fn_x2": "float4_e2m1fn_x2"}
 
 
 @dataclass
@@ -288,6 +288,11 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         pass
     scalars = wl.get("scalars", {})
     ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int()}
+    from ..evaluate.reference import Fp4Shim, needs_fp4_dequant
+
+    if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
+        # the evaluator's own substitution on Hopper (FP4 _scaled_mm needs sm_100): trace what runs
+        Fp4Shim().install()
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
@@ -337,6 +342,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         fake = mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
             dynamic_sizes=dyn, constraint_sizes=[None] * len(dyn)))
         fake.fake_device = torch.device("cpu")
+        off = fake.storage_offset()
+        if isinstance(off, torch.SymInt):  # inputs are contiguous tensors of their own
+            import sympy
+            namer.map[off.node.expr] = sympy.Integer(0)
         for d, (dim, ent) in enumerate(zip(fake.shape, spec.shape)):
             if isinstance(dim, torch.SymInt):
                 namer.map[dim.node.expr] = _axis_sym(defn, ent)
@@ -408,6 +417,24 @@ def _make_cpu_device_mode():
                 kwargs["device"] = _cpu(kwargs["device"])
             if func in (torch.Tensor.cuda,):
                 return args[0]
+            if func in (torch.tensor, torch.as_tensor, torch.scalar_tensor) and args and \
+                    isinstance(args[0], (torch.SymFloat, torch.SymInt)):
+                # a tensor made from a scalar input stays symbolic (torch.tensor would bake it in)
+                dt = kwargs.get("dtype") or (torch.float32 if isinstance(args[0], torch.SymFloat)
+                                             else torch.int64)
+                return torch.full((), args[0], dtype=dt, device="cpu")
+            if func is torch.Tensor.__setitem__ and len(args) == 3 and isinstance(args[1], torch.Tensor) \
+                    and args[1].dtype == torch.bool and args[1].shape == args[0].shape and (
+                        not isinstance(args[2], torch.Tensor) or args[2].dim() == 0):
+                # t[mask] = v with a full-shape mask is t = where(mask, v, t): no data-dependent size
+                t, mask, v = args
+                t.copy_(torch.where(mask, torch.as_tensor(v, dtype=t.dtype, device=t.device)
+                                    if not isinstance(v, torch.Tensor) else v.to(t.dtype), t))
+                return None
+            if func is torch.Tensor.item and args[0].is_floating_point() and args[0].numel() == 1:
+                # a float read back from the device (a global scale): kept as a 0-d tensor, so
+                # the graph multiplies by it instead of baking this trace's value in
+                return args[0].reshape(())
             if func is torch.Tensor.to:
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)

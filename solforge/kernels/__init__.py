@@ -56,15 +56,19 @@ def get_family(name: str) -> Family:
     raise KeyError(f"no kernel family {name!r} (known: {[f.name for f in FAMILIES]})")
 
 
-def families_for(problem) -> list[Family]:
+def families_for(problem, compiler: bool = False) -> list[Family]:
     """The families whose kernels compute this problem's function, most specific first.
 
     A family whose `offered` is false (not yet found correct on a GPU, see its family.json) is
-    left out: the search must never be offered a kernel that failed correctness."""
+    left out: the search must never be offered a kernel that failed correctness.
+
+    compiler=True (the offline worker) appends the compiler's plan: the only candidate where no
+    family serves the problem, an extra one otherwise. Off by default: it traces the reference
+    (seconds per problem, cached on disk)."""
     specific = [f for f in FAMILIES if f not in GENERIC and f is not COMPILER and _offered(f, problem)
                 and f.matches(problem)]
     found = specific or [f for f in GENERIC if _offered(f, problem) and f.matches(problem)]
-    if _offered(COMPILER, problem) and COMPILER.matches(problem):
+    if compiler and _offered(COMPILER, problem) and COMPILER.matches(problem):
         found.append(COMPILER)
     return found
 

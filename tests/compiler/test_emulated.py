@@ -82,3 +82,23 @@ def test_topk_sort_scatter_add_index_put(tmp_path):
                             p[:, 3] = 0.5
                             return v, ix, s, a, p
                         """, [{"R": 6}]))
+
+
+def test_scalar_inputs_masks_and_counts(tmp_path):
+    """A float scalar used in Python arithmetic, int() of a size, t[mask] = v, a float .item(),
+    a one-hot count and a 3-D linear with bias (its ATen path reads concrete sizes)."""
+    _check(make_problem(tmp_path, "sc", {"B": {"type": "var"}, "S": {"type": "var"},
+                                         "H": {"type": "const", "value": 16}},
+                        {"x": T("B", "S", "H"), "w": T("H", "H"), "b": T("H"),
+                         "ids": {"shape": ["B"], "dtype": "int64"}, "p": {"shape": None, "dtype": "float32"}},
+                        {"y": T("B", "S", "H"), "c": {"shape": [8], "dtype": "int64"}},
+                        """
+                        import torch
+                        def run(x, w, b, ids, p):
+                            n = int(x.shape[1])
+                            y = torch.nn.functional.linear(x, w, b) * (1.0 / (1.0 - p)) / n
+                            y[y > 0.5] = 0.5
+                            y = y * x.abs().max().item()
+                            c = torch.nn.functional.one_hot(ids.abs() % 8, 8).sum(0)
+                            return y, c
+                        """, [{"B": 3, "S": 5}], scalars={"p": 0.25}))
