@@ -26,6 +26,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMEM_LIMIT = 227 * 1024          # sm_90 opt-in dynamic shared memory per block
 COMBINE_WARPS = 8                # attn_combine's warps per CTA (#define in the .cu)
 MAX_HEAD_DIM = 512
+SPLIT_TARGET_CTAS = 264          # split-KV until the grid has ~2 CTAs per SM (H200: 132 SMs)
 
 
 class AttentionSpecError(ValueError):
@@ -79,7 +80,7 @@ class AttentionLowering:
     sources: dict[str, str]
     params: dict
     launches: list[dict]
-    scratch_bytes: str = "0"
+    scratch_bytes: str = "0"        # never needs zeroing: every slot read is written first
     notes: str = ""
     tunables: dict = field(default_factory=dict)
 
@@ -131,9 +132,13 @@ def check_spec(spec: AttentionSpec) -> None:
         raise AttentionSpecError("lse: float32")
 
 
-def default_params(spec: AttentionSpec, decode_like: bool = False) -> dict:
-    """A first point: 64-row tiles (4 warps), BLOCK_N by head dim and dtype, split-KV for
-    decode-like shapes (few query rows per kv head)."""
+def default_params(spec: AttentionSpec, decode_like: Optional[bool] = None) -> dict:
+    """A first point: 64-row tiles (4 warps), BLOCK_N by head dim and dtype, up to 4 kv splits
+    (taken at run time only while the grid is small), 16-row tiles and up to 16 splits for
+    decode-like shapes (a constant seq_q * group of at most 16 rows, unless told)."""
+    if decode_like is None:
+        sq = spec.seq_q.strip()
+        decode_like = sq.isdigit() and int(sq) * spec.group <= 16
     dqkp, _ = padded_dims(spec)
     split = 1
     while padded_dims(spec, split)[1] // split > 256:   # O accumulator at most 256 columns per CTA
@@ -144,9 +149,11 @@ def default_params(spec: AttentionSpec, decode_like: bool = False) -> dict:
         bn = 32 if big <= 128 else 16
     else:
         bn = 64 if big <= 128 else 32
-    p = {"BLOCK_M": 64, "BLOCK_N": bn, "STAGES": 2, "NSPLIT": 1, "DV_SPLIT": split}
+    p = {"BLOCK_M": 64, "BLOCK_N": bn, "STAGES": 2, "NSPLIT": 4, "DV_SPLIT": split}
     if decode_like:
-        p.update(BLOCK_M=16 if spec.group <= 16 else 64, NSPLIT=8, STAGES=3)
+        p.update(BLOCK_M=16, NSPLIT=16, STAGES=3)
+    if spec.q.dtype == "float32" and dvc > 128 and dqkp > 256:
+        p["NSPLIT"] = 1   # the split epilogue's registers spill next to a 256-wide fp32 accumulator
     while smem_bytes(spec, p) > SMEM_LIMIT and p["STAGES"] > 2:
         p["STAGES"] -= 1
     while smem_bytes(spec, p) > SMEM_LIMIT and p["BLOCK_M"] > 16:
@@ -237,22 +244,31 @@ def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLow
     if spec.lse is not None:
         args += _tensor_args(spec.lse)
     split = params["NSPLIT"] > 1
-    if split:
-        args += [spec.scratch_arg, f"int64:{spec.scratch_offset}"]
     kv_heads = f"{h} // {spec.group}"
+    tiles = f"ceil_div({sq} * {spec.group}, BLOCK_M) * DV_SPLIT"
+    # splits at run time: up to NSPLIT, no more than half the kv blocks, and only while the grid
+    # is short of SPLIT_TARGET_CTAS (prefill shapes get 1: no partials, the combine returns at once)
+    nsplit = (f"max(1, min(NSPLIT, ceil_div({_p(spec.seq_k)}, 2 * BLOCK_N), "
+              f"ceil_div({SPLIT_TARGET_CTAS}, {tiles} * ({kv_heads}) * {b})))") if split else "1"
+    if split:
+        args += [spec.scratch_arg, f"int64:{spec.scratch_offset}", f"int32:{nsplit}"]
     fwd = {"kernel": "attn_fwd",
-           "grid": [f"ceil_div({sq} * {spec.group}, BLOCK_M) * DV_SPLIT", kv_heads, f"{b} * NSPLIT"],
+           "grid": [tiles, kv_heads, f"{b} * {nsplit}"],
            "block": ["BLOCK_M // 16 * 32"], "smem": str(smem_bytes(spec, params)), "args": args}
     launches = [fwd]
     scratch = "0"
     if split:
         cargs = (_tensor_args(spec.o) + [spec.scratch_arg, f"int64:{spec.scratch_offset}",
-                                         f"int32:{spec.batch}", f"int32:{spec.heads}", f"int32:{spec.seq_q}"])
+                                         f"int32:{spec.batch}", f"int32:{spec.heads}", f"int32:{spec.seq_q}",
+                                         f"int32:{nsplit}"])
         if spec.lse is not None:
             cargs += _tensor_args(spec.lse)
-        launches.append({"kernel": "attn_combine", "grid": [f"ceil_div({b} * {h} * {sq}, {COMBINE_WARPS})"],
+        # one idle CTA when the launch picked 1 split (a grid cannot be empty)
+        launches.append({"kernel": "attn_combine",
+                         "grid": [f"max(1, ceil_div({b} * {h} * {sq}, {COMBINE_WARPS}) * min(1, {nsplit} - 1))"],
                          "block": [str(COMBINE_WARPS * 32)], "smem": "0", "args": cargs})
-        scratch = f"NSPLIT * {b} * {h} * {sq} * ({spec.head_dim_v} + 1) * 4"
+        # at least 16 bytes: the launcher refuses a 'workspace' argument with no workspace
+        scratch = f"max(16, min(1, {nsplit} - 1) * {nsplit} * {b} * {h} * {sq} * ({spec.head_dim_v} + 1) * 4)"
     return AttentionLowering(sources={"attention_flash.cu": KERNEL_FILE.read_text()}, params=all_params,
                              launches=launches, scratch_bytes=scratch, tunables=params,
                              notes=f"attention segment {params}")
