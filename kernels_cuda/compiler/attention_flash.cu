@@ -207,7 +207,8 @@ attn_fwd(ATTN_ARGS
     const int kvh = blockIdx.y;
     const int b = blockIdx.z / nsplit, split = blockIdx.z % nsplit;
     const int H = gridDim.y * GROUP;
-    const int m0 = (blockIdx.x / DV_SPLIT) * BLOCK_M;
+    // last tiles first: under a causal mask they see the most keys, so the long CTAs start early
+    const int m0 = (gridDim.x / DV_SPLIT - 1 - blockIdx.x / DV_SPLIT) * BLOCK_M;
     const int dv0 = (blockIdx.x % DV_SPLIT) * DVC;   // this CTA's V / O columns: [dv0, dv0 + DVC)
     const int rows_total = Sq * GROUP;
 
