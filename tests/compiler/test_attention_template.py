@@ -213,3 +213,14 @@ def test_model_catches_a_wrong_stride():
     ref, _ = _reference(kw, q, k, v, None, None, 0.25, 9, 12)
     torch.testing.assert_close(outs[0], ref, atol=2e-2, rtol=2e-2)
     assert (outs[1] - ref).abs().max() > 0.1
+
+
+def test_rebind_moves_tensors_into_the_workspace():
+    """An intermediate placed in the workspace: its launch argument and offset change, the layout not."""
+    from solforge.compiler.templates.attention import rebind
+    spec = make_spec(D=32)
+    moved = rebind(spec, {"k": ("workspace", "1024"), "o": ("out", "0")}, scratch=("workspace", "4096"))
+    assert (moved.k.arg, moved.k.offset, moved.k.strides) == ("workspace", "(0) + (1024)", spec.k.strides)
+    assert moved.o.arg == "out" and moved.q == spec.q and moved.scratch_offset == "4096"
+    args = generate(moved, dict(BLOCK_M=64, BLOCK_N=32, STAGES=2, NSPLIT=2)).launches[0]["args"]
+    assert args[6:8] == ["workspace", "int64:(0) + (1024)"] and args[-3:-1] == ["workspace", "int64:4096"]

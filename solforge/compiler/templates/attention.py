@@ -272,3 +272,24 @@ def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLow
     return AttentionLowering(sources={"attention_flash.cu": KERNEL_FILE.read_text()}, params=all_params,
                              launches=launches, scratch_bytes=scratch, tunables=params,
                              notes=f"attention segment {params}")
+
+
+def rebind(spec: AttentionSpec, where: dict, scratch: Optional[tuple] = None) -> AttentionSpec:
+    """The spec with each tensor's `arg` (a graph value's name, as the matcher writes it) replaced
+    by where[name] = (launch argument, element offset expression): a graph input keeps its name
+    with offset "0"; an intermediate the plan keeps in the workspace becomes ("workspace",
+    "<its offset in elements>"). `scratch` = ("workspace", float offset) places the split-KV
+    partials. Names not in `where` stay as they are."""
+    from dataclasses import replace
+
+    def one(t: Optional[TensorLayout]) -> Optional[TensorLayout]:
+        if t is None or t.arg not in where:
+            return t
+        arg, off = where[t.arg]
+        return replace(t, arg=arg, offset=t.offset if str(off) == "0" else f"({t.offset}) + ({off})")
+
+    out = replace(spec, q=one(spec.q), k=one(spec.k), v=one(spec.v), o=one(spec.o), bias=one(spec.bias),
+                  mask=one(spec.mask), lse=one(spec.lse))
+    if scratch is not None:
+        out = replace(out, scratch_arg=scratch[0], scratch_offset=str(scratch[1]))
+    return out
