@@ -80,7 +80,8 @@ def test_compiles_sm90a(name, kw, params, tmp_path):
     cand = _candidate(spec, params)
     res = compile_candidate(cand, arch="sm_90a")
     assert res.ok, res.log[-3000:]
-    want_kernels = {"attn_fwd"} | ({"attn_combine"} if cand.params["NSPLIT"] > 1 else set())
+    nsplit = generate(spec, params).config["NSPLIT"]
+    want_kernels = {"attn_fwd"} | ({"attn_combine"} if nsplit > 1 else set())
     assert {ln.kernel for ln in cand.launches} == want_kernels
     if name in NO_SPILL:
         from tests.unit.family_checks import usage_and_sass
@@ -224,3 +225,18 @@ def test_rebind_moves_tensors_into_the_workspace():
     assert moved.o.arg == "out" and moved.q == spec.q and moved.scratch_offset == "4096"
     args = generate(moved, dict(BLOCK_M=64, BLOCK_N=32, STAGES=2, NSPLIT=2)).launches[0]["args"]
     assert args[6:8] == ["workspace", "int64:(0) + (1024)"] and args[-3:-1] == ["workspace", "int64:4096"]
+
+
+def test_two_segments_in_one_candidate():
+    """Two attention segments of one plan (e.g. self- and cross-attention of a decoder layer): each
+    its own unit, kernel names and configuration; the candidate carries no params of theirs."""
+    a = generate(make_spec(D=64, G=4, causal=True), name="attn0")
+    b = generate(make_spec(dt="float32", D=24), dict(BLOCK_M=32, BLOCK_N=32, STAGES=2, NSPLIT=2), name="attn1")
+    assert a.params == {} and b.params == {} and "#define GROUP 4" in a.sources["attn0.cu"]
+    cand = Candidate(problem="t/two", sources={**a.sources, **b.sources}, launches=a.launches + b.launches,
+                     workspace=b.scratch_bytes)
+    res = compile_candidate(cand, arch="sm_90a")
+    assert res.ok, res.log[-2000:]
+    assert [ln.kernel for ln in cand.launches] == ["attn0_fwd", "attn0_combine", "attn1_fwd", "attn1_combine"]
+    with pytest.raises(AttentionSpecError):
+        generate(make_spec(), name="attn-0")

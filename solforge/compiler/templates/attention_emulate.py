@@ -51,8 +51,8 @@ def emulate(low: AttentionLowering, tensors: dict, env: dict) -> None:
     """Run the lowering on CPU tensors (written in place, as the kernels would). `tensors` maps
     launch argument names to contiguous tensors; "workspace" is made here when the lowering needs
     scratch (the spec's scratch_offset must then be 0). `env`: axes, scalars (params are added)."""
-    p = low.params
-    env = {**env, **{k: v for k, v in p.items() if isinstance(v, (int, float))}}
+    p = low.config
+    env = {**env, **{k: v for k, v in low.params.items() if isinstance(v, (int, float))}}
     tensors = dict(tensors)
     scratch = int(_evaluate(low.scratch_bytes, env))
     if scratch and "workspace" not in tensors:
