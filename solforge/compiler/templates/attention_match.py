@@ -678,6 +678,8 @@ def _scan(g: Graph):
             yield _match_from(g, name)
         except NoMatch as e:
             yield f"{name}: {e}"
+        except Exception as e:  # noqa: BLE001 - a graph this matcher misreads: no match, never a crash
+            yield f"{name}: matcher error {type(e).__name__}: {str(e)[:120]}"
 
 
 def _match_from(g: Graph, bmm1: str) -> AttentionMatch:
