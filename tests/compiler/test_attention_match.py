@@ -317,3 +317,19 @@ def test_not_attention(fn, specs):
     ir = trace_ir(fn, specs)
     assert match_attention(ir) == []
     assert explain(ir), "every bmm gets a reason"
+
+
+def test_float_scalar_as_c_expression():
+    """The trace may write a float scalar input as C over kernel params ({"symf": "((double)f_x)"}):
+    the scale is still that input."""
+    fn, specs, scalars, _ = CASES["repeat_interleave_maskfill"]
+    ir = trace_ir(fn, specs, scalars)
+
+    def swap(a):
+        if isinstance(a, dict) and a.get("scalar") == "scaling":
+            return {"symf": "((double)f_scaling)", "names": [], "fnames": ["scaling"]}
+        return [swap(x) for x in a] if isinstance(a, list) else a
+    for n in ir["nodes"]:
+        n["args"] = swap(n["args"])
+    (m,) = match_attention(ir)
+    assert "scaling" in m.spec.scale and axis_expr.evaluate(m.spec.scale, {"scaling": 0.5}) == 0.5

@@ -599,6 +599,17 @@ def _scalar_expr(a) -> Optional[str]:
         return a["scalar"]
     if isinstance(a, dict) and "sym" in a:
         return f"({a['sym']})"
+    if isinstance(a, dict) and "symf" in a:   # a float from scalars and sizes, as C: "((double)f_scaling)"
+        import re
+        text = str(a["symf"]).replace("(double)", "").replace("(float)", "")
+        for n in a.get("fnames", []):
+            text = re.sub(rf"\bf_{re.escape(n)}\b", n, text)
+        try:
+            from ...problem import axis_expr
+            axis_expr.parse(text)
+        except Exception:  # noqa: BLE001 - C the launch evaluator cannot read (sqrt, casts...)
+            return None
+        return f"({text})"
     return None
 
 
