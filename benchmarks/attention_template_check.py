@@ -192,8 +192,9 @@ def sample_axes(c: dict, rng: random.Random) -> dict:
 
 
 def _eval(expr, env):
-    from solforge.problem import axis_expr
-    return int(axis_expr.evaluate(str(expr), env))
+    # the launcher's copy of axis_expr: solforge.problem's __init__ needs pydantic, the box may not have it
+    from solforge.compile.launcher import _axis_expr
+    return int(_axis_expr().evaluate(str(expr), env))
 
 
 def build_inputs(c: dict, ax: dict, gen, device):

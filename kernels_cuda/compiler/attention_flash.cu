@@ -24,8 +24,11 @@
 // each of those ops (a 16-bit reference computes them in its dtype). A row that sees no key gives
 // NaN (EMPTY_NAN, as softmax of all -inf does) or 0.
 //
-// NSPLIT > 1 (split-KV for decode-like shapes): split z of NSPLIT takes an equal share of the kv
-// blocks and writes its normalized O (fp32) and base-2 lse to the workspace; attn_combine merges.
+// NSPLIT > 1 (split-KV for decode-like shapes): the launch picks nsplit <= NSPLIT from the shapes
+// (attention.py: enough CTAs for the machine, never more splits than kv blocks); split z of nsplit
+// takes an equal share of the kv blocks and writes its normalized O (fp32) and base-2 lse to the
+// workspace, and attn_combine merges. With nsplit 1 attn_fwd writes the output and attn_combine
+// returns at once, so one candidate serves prefill and decode shapes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda/std/cstdint>
@@ -189,9 +192,12 @@ attn_fwd(ATTN_ARGS
          , float* __restrict__ lse, long long lse_off, long long slb, long long slh, long long sli
 #endif
 #if NSPLIT > 1
-         , float* __restrict__ ws, long long ws_off
+         , float* __restrict__ ws, long long ws_off, int nsplit
 #endif
 ) {
+#if NSPLIT == 1
+    const int nsplit = 1;
+#endif
     extern __shared__ __align__(128) unsigned char smem_raw[];
     in_t* sQ = reinterpret_cast<in_t*>(smem_raw);
     in_t* sK = sQ + BLOCK_M * QS;
@@ -199,9 +205,10 @@ attn_fwd(ATTN_ARGS
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int kvh = blockIdx.y;
-    const int b = blockIdx.z / NSPLIT, split = blockIdx.z % NSPLIT;
+    const int b = blockIdx.z / nsplit, split = blockIdx.z % nsplit;
     const int H = gridDim.y * GROUP;
-    const int m0 = (blockIdx.x / DV_SPLIT) * BLOCK_M;
+    // last tiles first: under a causal mask they see the most keys, so the long CTAs start early
+    const int m0 = (gridDim.x / DV_SPLIT - 1 - blockIdx.x / DV_SPLIT) * BLOCK_M;
     const int dv0 = (blockIdx.x % DV_SPLIT) * DVC;   // this CTA's V / O columns: [dv0, dv0 + DVC)
     const int rows_total = Sq * GROUP;
 
@@ -216,7 +223,7 @@ attn_fwd(ATTN_ARGS
 #endif
     const int nb_lo = kv_lo / BLOCK_N;
     const int nb_all = kv_hi > kv_lo ? (kv_hi + BLOCK_N - 1) / BLOCK_N - nb_lo : 0;
-    const int per = (nb_all + NSPLIT - 1) / NSPLIT;
+    const int per = (nb_all + nsplit - 1) / nsplit;
     const int blk_begin = nb_lo + min(nb_all, split * per);
     const int n_blocks = min(nb_all, (split + 1) * per) - min(nb_all, split * per);
 
@@ -513,12 +520,13 @@ attn_fwd(ATTN_ARGS
     }
     const float inv_a = l_a > 0.f ? 1.f / l_a : 0.f, inv_b = l_b > 0.f ? 1.f / l_b : 0.f;
 #if NSPLIT > 1
+  if (nsplit > 1) {
     // partial O (normalized) and base-2 lse of this split: ws[off + ((split*B + b)*H + h)*Sq + i][DV]
-    const long long nrows = (long long)(gridDim.z / NSPLIT) * H * Sq;
+    const long long nrows = (long long)(gridDim.z / nsplit) * H * Sq;
     float* wo = ws + ws_off;
-    float* wl = wo + (long long)NSPLIT * nrows * DV;
-    const long long row_a = (((long long)split * (gridDim.z / NSPLIT) + b) * H + h_a) * Sq + i_a;
-    const long long row_b = (((long long)split * (gridDim.z / NSPLIT) + b) * H + h_b) * Sq + i_b;
+    float* wl = wo + (long long)nsplit * nrows * DV;
+    const long long row_a = (((long long)split * (gridDim.z / nsplit) + b) * H + h_a) * Sq + i_a;
+    const long long row_b = (((long long)split * (gridDim.z / nsplit) + b) * H + h_b) * Sq + i_b;
 #pragma unroll
     for (int d = 0; d < DVC / 8; ++d) {
         const int c = dv0 + d * 8 + (lane & 3) * 2;
@@ -531,7 +539,10 @@ attn_fwd(ATTN_ARGS
         if (ok_a) wl[row_a] = l_a > 0.f ? m_a + __log2f(l_a) : NEG_INF;
         if (ok_b) wl[row_b] = l_b > 0.f ? m_b + __log2f(l_b) : NEG_INF;
     }
-#else
+    return;
+  }
+#endif
+  {   // one split: the final output
     const float empty = EMPTY_NAN ? __int_as_float(0x7fc00000) : 0.f;
     o_t* oa = o + o_off + (long long)b * sob + (long long)h_a * soh + (long long)i_a * sos;
     o_t* ob = o + o_off + (long long)b * sob + (long long)h_b * soh + (long long)i_b * sos;
@@ -549,7 +560,7 @@ attn_fwd(ATTN_ARGS
         if (ok_b) lse[lse_off + (long long)b * slb + (long long)h_b * slh + (long long)i_b * sli] = l_b > 0.f ? (m_b + __log2f(l_b)) * LN2 : NEG_INF;
     }
 #endif
-#endif
+  }
 }
 
 #if NSPLIT > 1
@@ -558,7 +569,7 @@ attn_fwd(ATTN_ARGS
 #define COMBINE_WARPS 8
 extern "C" __global__ void __launch_bounds__(COMBINE_WARPS * 32)
 attn_combine(o_t* __restrict__ o, long long o_off, long long sob, long long soh, long long sos, long long sod,
-             const float* __restrict__ ws, long long ws_off, int B, int H, int Sq
+             const float* __restrict__ ws, long long ws_off, int B, int H, int Sq, int nsplit
 #if HAS_LSE
              , float* __restrict__ lse, long long lse_off, long long slb, long long slh, long long sli
 #endif
@@ -566,17 +577,18 @@ attn_combine(o_t* __restrict__ o, long long o_off, long long sob, long long soh,
     const long long row = (long long)blockIdx.x * COMBINE_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     const long long nrows = (long long)B * H * Sq;
-    if (row >= nrows) return;
+    if (nsplit <= 1 || row >= nrows) return;   // one split: attn_fwd wrote the output
     const int i = (int)(row % Sq), h = (int)((row / Sq) % H), b = (int)(row / ((long long)Sq * H));
     const float* wo = ws + ws_off;
-    const float* wl = wo + (long long)NSPLIT * nrows * DV;
+    const float* wl = wo + (long long)nsplit * nrows * DV;
     float M = NEG_INF;
 #pragma unroll
-    for (int sp = 0; sp < NSPLIT; ++sp) M = fmaxf(M, wl[sp * nrows + row]);
+    for (int sp = 0; sp < NSPLIT; ++sp)
+        if (sp < nsplit) M = fmaxf(M, wl[sp * nrows + row]);
     float f[NSPLIT], L = 0.f;
 #pragma unroll
     for (int sp = 0; sp < NSPLIT; ++sp) {
-        const float ls = wl[sp * nrows + row];
+        const float ls = sp < nsplit ? wl[sp * nrows + row] : NEG_INF;
         f[sp] = (ls == NEG_INF) ? 0.f : ex2(ls - M);
         L += f[sp];
     }
@@ -586,7 +598,8 @@ attn_combine(o_t* __restrict__ o, long long o_off, long long sob, long long soh,
     for (int d = lane; d < DV; d += 32) {
         float acc = 0.f;
 #pragma unroll
-        for (int sp = 0; sp < NSPLIT; ++sp) acc += f[sp] * wo[(sp * nrows + row) * DV + d];
+        for (int sp = 0; sp < NSPLIT; ++sp)
+            if (sp < nsplit) acc += f[sp] * wo[(sp * nrows + row) * DV + d];
         st(orow + d * sod, L > 0.f ? acc * inv : empty);
     }
 #if HAS_LSE

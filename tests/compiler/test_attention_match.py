@@ -297,15 +297,42 @@ def test_match_and_emulate(name):
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
 
 
-def test_sdpa_form():
+def ref_sdpa_bool_mask(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def ref_sdpa_gqa_bias(q, k, v, bias):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=True, scale=0.3)
+
+
+SDPA = {
+    "causal": (ref_sdpa, {"q": (["B", 4, "S", 16], F32), "k": (["B", 4, "S", 16], F32), "v": (["B", 4, "S", 16], F32)},
+               dict(causal=True, empty_row_nan=False)),
+    "bool_mask": (ref_sdpa_bool_mask, {"q": (["B", 4, "SQ", 16], BF), "k": (["B", 4, "SK", 16], BF),
+                                       "v": (["B", 4, "SK", 16], BF), "mask": (["B", 1, "SQ", "SK"], torch.bool)},
+                  dict(causal=False, mask_keep=True)),
+    "gqa_bias": (ref_sdpa_gqa_bias, {"q": (["B", 6, "SQ", 32], F32), "k": (["B", 2, "SK", 32], F32),
+                                     "v": (["B", 2, "SK", 32], F32), "bias": (["SQ", "SK"], F32)},
+                 dict(group=3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SDPA))
+def test_sdpa_form(name):
     """F.scaled_dot_product_attention traces (on CPU fakes) to either a fused op or the math
-    decomposition; when it decomposes to bmm/softmax/bmm, it is matched as causal attention."""
-    ir = trace_ir(ref_sdpa, {"q": (["B", 4, "S", 16], F32), "k": (["B", 4, "S", 16], F32), "v": (["B", 4, "S", 16], F32)})
+    decomposition (safe softmax: fully masked rows give 0); when it decomposes to bmm/softmax/bmm,
+    it is matched with its mask, bias and GQA group."""
+    fn, specs, want = SDPA[name]
+    ir = trace_ir(fn, specs)
     ops = {n["op"] for n in ir["nodes"]}
     if "aten.bmm.default" not in ops:
         pytest.skip(f"SDPA traced to a fused op here: {sorted(o for o in ops if 'attention' in o)}")
     ms = match_attention(ir)
-    assert len(ms) == 1 and ms[0].spec.causal, explain(ir)
+    assert len(ms) == 1, explain(ir)
+    for k, v in want.items():
+        assert getattr(ms[0].spec, k) == v, (k, ms[0].spec)
+    if name == "gqa_bias":
+        assert ms[0].spec.bias is not None and ms[0].spec.bias.strides[:2] == ("0", "0")
 
 
 @pytest.mark.parametrize("fn,specs", [
@@ -317,3 +344,19 @@ def test_not_attention(fn, specs):
     ir = trace_ir(fn, specs)
     assert match_attention(ir) == []
     assert explain(ir), "every bmm gets a reason"
+
+
+def test_float_scalar_as_c_expression():
+    """The trace may write a float scalar input as C over kernel params ({"symf": "((double)f_x)"}):
+    the scale is still that input."""
+    fn, specs, scalars, _ = CASES["repeat_interleave_maskfill"]
+    ir = trace_ir(fn, specs, scalars)
+
+    def swap(a):
+        if isinstance(a, dict) and a.get("scalar") == "scaling":
+            return {"symf": "((double)f_scaling)", "names": [], "fnames": ["scaling"]}
+        return [swap(x) for x in a] if isinstance(a, list) else a
+    for n in ir["nodes"]:
+        n["args"] = swap(n["args"])
+    (m,) = match_attention(ir)
+    assert "scaling" in m.spec.scale and axis_expr.evaluate(m.spec.scale, {"scaling": 0.5}) == 0.5

@@ -80,7 +80,8 @@ def test_compiles_sm90a(name, kw, params, tmp_path):
     cand = _candidate(spec, params)
     res = compile_candidate(cand, arch="sm_90a")
     assert res.ok, res.log[-3000:]
-    want_kernels = {"attn_fwd"} | ({"attn_combine"} if (params or {}).get("NSPLIT", 1) > 1 else set())
+    nsplit = generate(spec, params).config["NSPLIT"]
+    want_kernels = {"attn_fwd"} | ({"attn_combine"} if nsplit > 1 else set())
     assert {ln.kernel for ln in cand.launches} == want_kernels
     if name in NO_SPILL:
         from tests.unit.family_checks import usage_and_sass
@@ -152,6 +153,8 @@ EMULATE = [
     ("bf16_dv_ne_dqk", dict(D=48, DV=24), None, dict(B=1, H=2, SQ=20, SK=33)),
     ("bf16_dv_split_tail", dict(D=48, DV=40, causal=True), dict(BLOCK_M=16, BLOCK_N=16, STAGES=2, NSPLIT=1, DV_SPLIT=2),
      dict(B=1, H=2, SQ=20, SK=33)),
+    ("bf16_split_compiled_one_at_run_time", dict(D=16, lse=True), dict(BLOCK_M=16, BLOCK_N=16, STAGES=2, NSPLIT=8),
+     dict(B=2, H=8, SQ=300, SK=40)),   # a big grid: the launch picks 1 split, attn_fwd writes the output
     ("fp32_dv_split_nsplit_lse", dict(dt="float32", D=16, DV=24, lse=True),
      dict(BLOCK_M=16, BLOCK_N=16, STAGES=2, NSPLIT=3, DV_SPLIT=2), dict(B=1, H=2, SQ=3, SK=50)),
 ]
@@ -211,3 +214,29 @@ def test_model_catches_a_wrong_stride():
     ref, _ = _reference(kw, q, k, v, None, None, 0.25, 9, 12)
     torch.testing.assert_close(outs[0], ref, atol=2e-2, rtol=2e-2)
     assert (outs[1] - ref).abs().max() > 0.1
+
+
+def test_rebind_moves_tensors_into_the_workspace():
+    """An intermediate placed in the workspace: its launch argument and offset change, the layout not."""
+    from solforge.compiler.templates.attention import rebind
+    spec = make_spec(D=32)
+    moved = rebind(spec, {"k": ("workspace", "1024"), "o": ("out", "0")}, scratch=("workspace", "4096"))
+    assert (moved.k.arg, moved.k.offset, moved.k.strides) == ("workspace", "(0) + (1024)", spec.k.strides)
+    assert moved.o.arg == "out" and moved.q == spec.q and moved.scratch_offset == "4096"
+    args = generate(moved, dict(BLOCK_M=64, BLOCK_N=32, STAGES=2, NSPLIT=2)).launches[0]["args"]
+    assert args[6:8] == ["workspace", "int64:(0) + (1024)"] and args[-3:-1] == ["workspace", "int64:4096"]
+
+
+def test_two_segments_in_one_candidate():
+    """Two attention segments of one plan (e.g. self- and cross-attention of a decoder layer): each
+    its own unit, kernel names and configuration; the candidate carries no params of theirs."""
+    a = generate(make_spec(D=64, G=4, causal=True), name="attn0")
+    b = generate(make_spec(dt="float32", D=24), dict(BLOCK_M=32, BLOCK_N=32, STAGES=2, NSPLIT=2), name="attn1")
+    assert a.params == {} and b.params == {} and "#define GROUP 4" in a.sources["attn0.cu"]
+    cand = Candidate(problem="t/two", sources={**a.sources, **b.sources}, launches=a.launches + b.launches,
+                     workspace=b.scratch_bytes)
+    res = compile_candidate(cand, arch="sm_90a")
+    assert res.ok, res.log[-2000:]
+    assert [ln.kernel for ln in cand.launches] == ["attn0_fwd", "attn0_combine", "attn1_fwd", "attn1_combine"]
+    with pytest.raises(AttentionSpecError):
+        generate(make_spec(), name="attn-0")

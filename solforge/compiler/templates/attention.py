@@ -26,6 +26,7 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 SMEM_LIMIT = 227 * 1024          # sm_90 opt-in dynamic shared memory per block
 COMBINE_WARPS = 8                # attn_combine's warps per CTA (#define in the .cu)
 MAX_HEAD_DIM = 512
+SPLIT_TARGET_CTAS = 264          # split-KV until the grid has ~2 CTAs per SM (H200: 132 SMs)
 
 
 class AttentionSpecError(ValueError):
@@ -74,14 +75,16 @@ class AttentionSpec:
 
 @dataclass
 class AttentionLowering:
-    """What a Candidate needs from the segment: one source unit, its params, launches in order and
-    the scratch bytes it uses from spec.scratch_offset (floats) on (0 without split-KV)."""
+    """What a Candidate needs from the segment: one source unit (its configuration inside), no
+    candidate params, launches in order and the scratch bytes it uses from spec.scratch_offset
+    (floats) on (0 without split-KV)."""
     sources: dict[str, str]
     params: dict
     launches: list[dict]
-    scratch_bytes: str = "0"
+    scratch_bytes: str = "0"        # never needs zeroing: every slot read is written first
     notes: str = ""
     tunables: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)   # every #define of the unit (tunables included)
 
 
 def _pad(d: int, granule: int) -> int:
@@ -131,9 +134,13 @@ def check_spec(spec: AttentionSpec) -> None:
         raise AttentionSpecError("lse: float32")
 
 
-def default_params(spec: AttentionSpec, decode_like: bool = False) -> dict:
-    """A first point: 64-row tiles (4 warps), BLOCK_N by head dim and dtype, split-KV for
-    decode-like shapes (few query rows per kv head)."""
+def default_params(spec: AttentionSpec, decode_like: Optional[bool] = None) -> dict:
+    """A first point: 64-row tiles (4 warps), BLOCK_N by head dim and dtype, up to 4 kv splits
+    (taken at run time only while the grid is small), 16-row tiles and up to 16 splits for
+    decode-like shapes (a constant seq_q * group of at most 16 rows, unless told)."""
+    if decode_like is None:
+        sq = spec.seq_q.strip()
+        decode_like = sq.isdigit() and int(sq) * spec.group <= 16
     dqkp, _ = padded_dims(spec)
     split = 1
     while padded_dims(spec, split)[1] // split > 256:   # O accumulator at most 256 columns per CTA
@@ -144,9 +151,11 @@ def default_params(spec: AttentionSpec, decode_like: bool = False) -> dict:
         bn = 32 if big <= 128 else 16
     else:
         bn = 64 if big <= 128 else 32
-    p = {"BLOCK_M": 64, "BLOCK_N": bn, "STAGES": 2, "NSPLIT": 1, "DV_SPLIT": split}
+    p = {"BLOCK_M": 64, "BLOCK_N": bn, "STAGES": 2, "NSPLIT": 4, "DV_SPLIT": split}
     if decode_like:
-        p.update(BLOCK_M=16 if spec.group <= 16 else 64, NSPLIT=8, STAGES=3)
+        p.update(BLOCK_M=16, NSPLIT=16, STAGES=3)
+    if dqkp > 256 and dvc > 128:
+        p["NSPLIT"] = 1   # the split epilogue's registers spill next to a 256-wide accumulator
     while smem_bytes(spec, p) > SMEM_LIMIT and p["STAGES"] > 2:
         p["STAGES"] -= 1
     while smem_bytes(spec, p) > SMEM_LIMIT and p["BLOCK_M"] > 16:
@@ -205,8 +214,14 @@ def _tensor_args(t: TensorLayout) -> list[str]:
     return [t.arg, f"int64:{t.offset}"] + [f"int64:{s}" for s in t.strides]
 
 
-def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLowering:
-    """The segment's source, params and launches (attn_fwd, then attn_combine when NSPLIT > 1)."""
+def generate(spec: AttentionSpec, params: Optional[dict] = None, name: str = "attn") -> AttentionLowering:
+    """The segment as one self-contained source unit `<name>.cu` (its #defines written into the
+    text, kernels `<name>_fwd` and, when NSPLIT > 1, `<name>_combine`) and its launches with the
+    tunables already substituted: two attention segments of one plan never share a name or a
+    param, and `params` of the lowering stays empty. `config` holds every define (for the CPU model
+    and for humans)."""
+    if not name.isidentifier():
+        raise AttentionSpecError(f"segment name {name!r}: a C identifier")
     check_spec(spec)
     params = dict(params or default_params(spec))
     check_params(spec, params)
@@ -223,7 +238,8 @@ def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLow
         "EMPTY_NAN": int(spec.empty_row_nan),
     }
     defines["SIMPLE_MOD"] = int(not (spec.bias or spec.mask or spec.softcap or spec.round_scores))
-    all_params = {**defines, **params}
+    config = {**defines, **params}
+    BM, BN, NS, DVS = params["BLOCK_M"], params["BLOCK_N"], params["NSPLIT"], params["DV_SPLIT"]
 
     b, h, sq = _p(spec.batch), _p(spec.heads), _p(spec.seq_q)
     args = (_tensor_args(spec.q) + _tensor_args(spec.k) + _tensor_args(spec.v) + _tensor_args(spec.o)
@@ -236,23 +252,64 @@ def generate(spec: AttentionSpec, params: Optional[dict] = None) -> AttentionLow
         args += _tensor_args(spec.mask)
     if spec.lse is not None:
         args += _tensor_args(spec.lse)
-    split = params["NSPLIT"] > 1
-    if split:
-        args += [spec.scratch_arg, f"int64:{spec.scratch_offset}"]
+    split = NS > 1
     kv_heads = f"{h} // {spec.group}"
-    fwd = {"kernel": "attn_fwd",
-           "grid": [f"ceil_div({sq} * {spec.group}, BLOCK_M) * DV_SPLIT", kv_heads, f"{b} * NSPLIT"],
-           "block": ["BLOCK_M // 16 * 32"], "smem": str(smem_bytes(spec, params)), "args": args}
+    tiles = f"ceil_div({sq} * {spec.group}, {BM}) * {DVS}"
+    # splits at run time: up to NSPLIT, no more than half the kv blocks, and only while the grid
+    # is short of SPLIT_TARGET_CTAS (prefill shapes get 1: no partials, the combine returns at once)
+    nsplit = (f"max(1, min({NS}, ceil_div({_p(spec.seq_k)}, {2 * BN}), "
+              f"ceil_div({SPLIT_TARGET_CTAS}, {tiles} * ({kv_heads}) * {b})))") if split else "1"
+    if split:
+        args += [spec.scratch_arg, f"int64:{spec.scratch_offset}", f"int32:{nsplit}"]
+    fwd = {"kernel": f"{name}_fwd", "grid": [tiles, kv_heads, f"{b} * {nsplit}"],
+           "block": [str(BM // 16 * 32)], "smem": str(smem_bytes(spec, params)), "args": args}
     launches = [fwd]
     scratch = "0"
     if split:
         cargs = (_tensor_args(spec.o) + [spec.scratch_arg, f"int64:{spec.scratch_offset}",
-                                         f"int32:{spec.batch}", f"int32:{spec.heads}", f"int32:{spec.seq_q}"])
+                                         f"int32:{spec.batch}", f"int32:{spec.heads}", f"int32:{spec.seq_q}",
+                                         f"int32:{nsplit}"])
         if spec.lse is not None:
             cargs += _tensor_args(spec.lse)
-        launches.append({"kernel": "attn_combine", "grid": [f"ceil_div({b} * {h} * {sq}, {COMBINE_WARPS})"],
+        # one idle CTA when the launch picked 1 split (a grid cannot be empty)
+        launches.append({"kernel": f"{name}_combine",
+                         "grid": [f"max(1, ceil_div({b} * {h} * {sq}, {COMBINE_WARPS}) * min(1, {nsplit} - 1))"],
                          "block": [str(COMBINE_WARPS * 32)], "smem": "0", "args": cargs})
-        scratch = f"NSPLIT * {b} * {h} * {sq} * ({spec.head_dim_v} + 1) * 4"
-    return AttentionLowering(sources={"attention_flash.cu": KERNEL_FILE.read_text()}, params=all_params,
-                             launches=launches, scratch_bytes=scratch, tunables=params,
-                             notes=f"attention segment {params}")
+        # at least 16 bytes: the launcher refuses a 'workspace' argument with no workspace
+        scratch = f"max(16, min(1, {nsplit} - 1) * {nsplit} * {b} * {h} * {sq} * ({spec.head_dim_v} + 1) * 4)"
+    return AttentionLowering(sources={f"{name}.cu": source_text(config, name)}, params={},
+                             launches=launches, scratch_bytes=scratch, tunables=params, config=config,
+                             notes=f"attention segment {name} {params}")
+
+
+def source_text(config: dict, name: str) -> str:
+    """kernels_cuda/compiler/attention_flash.cu with `config` as #defines after its #include block
+    (the toolkit headers never see them) and its kernels renamed `<name>_fwd` / `<name>_combine`."""
+    text = KERNEL_FILE.read_text()
+    anchor = "#include <cuda/std/cstdint>\n"
+    if anchor not in text:
+        raise AttentionSpecError("attention_flash.cu: include block not found")
+    defs = "".join(f"#define {k} {int(v) if isinstance(v, bool) else v}\n" for k, v in config.items())
+    text = text.replace(anchor, anchor + "// segment configuration (solforge/compiler/templates/attention.py)\n" + defs, 1)
+    return text.replace("attn_fwd(", f"{name}_fwd(").replace("attn_combine(", f"{name}_combine(")
+
+
+def rebind(spec: AttentionSpec, where: dict, scratch: Optional[tuple] = None) -> AttentionSpec:
+    """The spec with each tensor's `arg` (a graph value's name, as the matcher writes it) replaced
+    by where[name] = (launch argument, element offset expression): a graph input keeps its name
+    with offset "0"; an intermediate the plan keeps in the workspace becomes ("workspace",
+    "<its offset in elements>"). `scratch` = ("workspace", float offset) places the split-KV
+    partials. Names not in `where` stay as they are."""
+    from dataclasses import replace
+
+    def one(t: Optional[TensorLayout]) -> Optional[TensorLayout]:
+        if t is None or t.arg not in where:
+            return t
+        arg, off = where[t.arg]
+        return replace(t, arg=arg, offset=t.offset if str(off) == "0" else f"({t.offset}) + ({off})")
+
+    out = replace(spec, q=one(spec.q), k=one(spec.k), v=one(spec.v), o=one(spec.o), bias=one(spec.bias),
+                  mask=one(spec.mask), lse=one(spec.lse))
+    if scratch is not None:
+        out = replace(out, scratch_arg=scratch[0], scratch_offset=str(scratch[1]))
+    return out

@@ -51,8 +51,8 @@ def emulate(low: AttentionLowering, tensors: dict, env: dict) -> None:
     """Run the lowering on CPU tensors (written in place, as the kernels would). `tensors` maps
     launch argument names to contiguous tensors; "workspace" is made here when the lowering needs
     scratch (the spec's scratch_offset must then be 0). `env`: axes, scalars (params are added)."""
-    p = low.params
-    env = {**env, **{k: v for k, v in p.items() if isinstance(v, (int, float))}}
+    p = low.config
+    env = {**env, **{k: v for k, v in low.params.items() if isinstance(v, (int, float))}}
     tensors = dict(tensors)
     scratch = int(_evaluate(low.scratch_bytes, env))
     if scratch and "workspace" not in tensors:
@@ -70,11 +70,13 @@ def emulate(low: AttentionLowering, tensors: dict, env: dict) -> None:
         mask, rest = rest[:6], rest[6:]
     if p["HAS_LSE"]:
         lse, rest = rest[:5], rest[5:]
+    NS = 1
     if p["NSPLIT"] > 1:
-        ws, rest = rest[:2], rest[2:]
+        ws, NS, rest = rest[:2], rest[2], rest[3:]
+        assert 1 <= NS <= p["NSPLIT"] and grid[2] % NS == 0
     assert not rest, f"{len(rest)} arguments left over"
 
-    G, BM, BN, NS = p["GROUP"], p["BLOCK_M"], p["BLOCK_N"], p["NSPLIT"]
+    G, BM, BN = p["GROUP"], p["BLOCK_M"], p["BLOCK_N"]
     DQK, DV = p["DQK"], p["DV"]
     in_dt = _TORCH_DT[p["IN_DTYPE"]]
     B, Hkv = grid[2] // NS, grid[1]
@@ -214,6 +216,7 @@ def _combine(low, tensors, env, nrows, B, H, Sq, DV, NS, p):
     comb = low.launches[1]
     a = _args(comb, tensors, env)
     (o, oo, *os_), (wflat, woff) = a[0:6], a[6:8]
+    assert a[11] == NS, "combine and forward disagree on the split count"
     wo = wflat[woff:]
     parts = wo[: NS * nrows * DV].reshape(NS, nrows, DV)
     lses = wo[NS * nrows * DV: NS * nrows * DV + NS * nrows].reshape(NS, nrows)
@@ -228,5 +231,5 @@ def _combine(low, tensors, env, nrows, B, H, Sq, DV, NS, p):
     for d in range(DV):
         o[oo + b * os_[0] + h * os_[1] + i * os_[2] + d * os_[3]] = outv[:, d].to(o.dtype)
     if p["HAS_LSE"]:
-        flat, off, *st = a[11:16]
+        flat, off, *st = a[12:17]
         flat[off + b * st[0] + h * st[1] + i * st[2]] = torch.where(L > 0, M + torch.log2(L), torch.full_like(L, -math.inf)) * math.log(2.0)

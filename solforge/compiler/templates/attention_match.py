@@ -289,6 +289,14 @@ class Graph:
                 self.users.setdefault(r, []).append(n["name"])
         for r in _refs(ir.get("outputs", [])):
             self.users.setdefault(r, []).append("<output>")
+        # a node nothing reads (a dead cast the trace kept) is nobody's user
+        dead = True
+        while dead:
+            dead = {n for n in self.nodes if not self.users.get(n) and n in
+                    {u for us in self.users.values() for u in us}}
+            for k in list(self.users):
+                if any(u in dead for u in self.users[k]):
+                    self.users[k] = [u for u in self.users[k] if u not in dead]
 
     def shape(self, name: str) -> list:
         n = self.nodes.get(name) or self.inputs.get(name)
@@ -599,6 +607,17 @@ def _scalar_expr(a) -> Optional[str]:
         return a["scalar"]
     if isinstance(a, dict) and "sym" in a:
         return f"({a['sym']})"
+    if isinstance(a, dict) and "symf" in a:   # a float from scalars and sizes, as C: "((double)f_scaling)"
+        import re
+        text = str(a["symf"]).replace("(double)", "").replace("(float)", "")
+        for n in a.get("fnames", []):
+            text = re.sub(rf"\bf_{re.escape(n)}\b", n, text)
+        try:
+            from ...problem import axis_expr
+            axis_expr.parse(text)
+        except Exception:  # noqa: BLE001 - C the launch evaluator cannot read (sqrt, casts...)
+            return None
+        return f"({text})"
     return None
 
 
@@ -678,6 +697,8 @@ def _scan(g: Graph):
             yield _match_from(g, name)
         except NoMatch as e:
             yield f"{name}: {e}"
+        except Exception as e:  # noqa: BLE001 - a graph this matcher misreads: no match, never a crash
+            yield f"{name}: matcher error {type(e).__name__}: {str(e)[:120]}"
 
 
 def _match_from(g: Graph, bmm1: str) -> AttentionMatch:
@@ -941,10 +962,32 @@ def _group_of(lay: Layout) -> tuple:
     return 1, None
 
 
+def trace_scaled(g: Graph, name: str, b: "_Builder") -> tuple:
+    """trace_view, also through multiplications by a constant or float scalar (q * c, k * c:
+    SDPA's split sqrt scale, a pre-scaled query): they join the softmax scale."""
+    lay, chain = trace_view(g, name)
+    passed = list(chain)
+    while True:
+        n = g.node(lay.origin)
+        if n is None or _op(n) not in ("mul", "div") or len(n["args"]) != 2:
+            return lay, passed
+        x, c = n["args"]
+        if _ref(x) is None or _scalar_expr(c) is None:
+            return lay, passed
+        inner, ch = trace_view(g, _ref(x))
+        # the views below the multiply, then the ones above it (relative to the multiply's value)
+        below = inner
+        for v in reversed(chain):
+            below = apply_view(below, g.node(v), g.shape(v))
+        lay, chain = below, chain + ch
+        passed += [n["name"]] + ch
+        b.scale.append(_scalar_expr(c) if _op(n) == "mul" else f"1.0 / {_scalar_expr(c)}")
+
+
 def _finish(b: _Builder, qname, kname, vname, bmm2, in_dt, p_dt, BH, SQ, SK) -> AttentionMatch:
     g = b.g
-    qlay, qchain = trace_view(g, qname)
-    klay, kchain = trace_view(g, kname)     # (BH, D, SK)
+    qlay, qchain = trace_scaled(g, qname, b)
+    klay, kchain = trace_scaled(g, kname, b)     # (BH, D, SK)
     vlay, vchain = trace_view(g, vname)     # (BH, SK, DV)
     klay = Layout(klay.origin, klay.offset, [klay.dims[0], klay.dims[2], klay.dims[1]])
     if {g.dtype(qlay.origin), g.dtype(klay.origin), g.dtype(vlay.origin)} != {in_dt} or p_dt != in_dt:
