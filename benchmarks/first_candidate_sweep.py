@@ -14,7 +14,7 @@ it; timings taken this way are not reported: the optimize pass times one candida
     run     (GPU)  python3 benchmarks/first_candidate_sweep.py run --dir .carry/sweep --out $OUT \
                        --parallel 4 --deadline-s 540
     table   (CPU)  .venv/bin/python benchmarks/first_candidate_sweep.py table --dir .carry/sweep \
-                       --results RESULTS.jsonl [--markdown]
+                       --results RESULTS.jsonl [--json]   (several runs: --dir and --results in run order)
 
 `run` appends one JSON line per stage to OUT/sweep_results.jsonl as it finishes (a call cut short
 keeps what it measured; a second `run` with `--skip-done FILE` continues). `table` prints one line per
@@ -242,11 +242,26 @@ def verdicts(staged: list[dict], results: list[dict]) -> list[dict]:
     return out
 
 
+def _combined(dirs: list[str], results: list[str]) -> tuple[list[dict], list[dict]]:
+    """Several runs as one: a problem's staged rows come from the last run that prepared it, and a
+    stage's result from the last results file that holds it (a later run re-evaluated it)."""
+    by_problem: dict[str, list[dict]] = {}
+    for d in dirs:
+        p = Path(d)
+        rows = json.loads((p if p.suffix == ".json" else p / "staged.json").read_text())
+        fresh: dict[str, list[dict]] = {}
+        for r in rows:
+            fresh.setdefault(r["problem"], []).append(r)
+        by_problem.update(fresh)
+    staged = [r for rows in by_problem.values() for r in rows]
+    res = []
+    for f in results:
+        res += [json.loads(l) for l in Path(f).read_text().splitlines() if l.strip()]
+    return staged, res
+
+
 def cmd_table(a) -> None:
-    staged = json.loads((Path(a.dir) / "staged.json").read_text())
-    results = []
-    for f in a.results:
-        results += [json.loads(l) for l in Path(f).read_text().splitlines() if l.strip()]
+    staged, results = _combined(a.dir, a.results)
     rows = verdicts(staged, results)
     if a.json:
         print(json.dumps(rows, indent=1))
@@ -287,7 +302,8 @@ def main() -> None:
     r.add_argument("--deadline-s", type=float, default=540.0)
     r.add_argument("--skip-done", nargs="*", default=[], help="results files whose stages are done")
     t = sub.add_parser("table")
-    t.add_argument("--dir", required=True)
+    t.add_argument("--dir", nargs="+", required=True,
+                   help="prepared dirs (or staged.json files), oldest first: later ones win per problem")
     t.add_argument("--results", nargs="+", required=True)
     t.add_argument("--json", action="store_true")
     a = ap.parse_args()
