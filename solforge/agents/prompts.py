@@ -8,7 +8,6 @@ roofline numbers, the best source so far and the feedback of the latest attempts
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -179,23 +178,5 @@ def refusal_message(why: str) -> str:
 
 
 # ---- secrets never reach a log ------------------------------------------------------------------
-_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASS|CREDENTIAL)", re.I)
-_KEY_SHAPES = re.compile(r"\b(sk-[A-Za-z0-9_\-]{12,}|sk-ant-[A-Za-z0-9_\-]{12,}|hf_[A-Za-z0-9]{20,}"
-                         r"|AIza[0-9A-Za-z_\-]{30,}|gsk_[A-Za-z0-9]{20,}|xai-[A-Za-z0-9]{20,})")
-REDACTED = "[REDACTED]"
-
-
-def secret_values(extra: Sequence[str] = ()) -> list[str]:
-    """Values that must never be logged: the given ones plus every secret-looking env variable."""
-    vals = [v for v in extra if v]
-    vals += [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and v and len(v) >= 8]
-    return sorted(set(vals), key=len, reverse=True)
-
-
-def scrub(text: str, secrets: Sequence[str] = ()) -> str:
-    if not text:
-        return text
-    for s in secrets:
-        if s and len(s) >= 4:
-            text = text.replace(s, REDACTED)
-    return _KEY_SHAPES.sub(REDACTED, text)
+# one scrub for every path (compile logs, store, prompts): solforge/sandbox/redact.py
+from ..sandbox.redact import REDACTED, scrub, secret_values  # noqa: E402,F401

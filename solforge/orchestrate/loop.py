@@ -422,7 +422,7 @@ class OptimizeLoop:
         self.progress(f"{problem.name}: {d.worker.value}/{d.language} x{d.attempts} ({d.reason})")
 
         def trier(cand: Candidate, parent: Optional[str], call_ids: list) -> tuple[str, Outcome]:
-            return self.try_candidate(problem, worker.name, cand, parent, call_ids)
+            return self.try_candidate(problem, worker.name, cand, parent, call_ids, language=d.language)
         try:
             res = worker.propose(problem, d.language, ctx, trier, d.attempts)
         except _OutOfTime:
@@ -479,7 +479,7 @@ class OptimizeLoop:
 
     # ---- one attempt, stage by stage -------------------------------------------------------------
     def try_candidate(self, problem, agent: str, cand: Candidate, parent: Optional[str],
-                      call_ids: Sequence[str] = ()) -> tuple[str, Outcome]:
+                      call_ids: Sequence[str] = (), language: Optional[str] = None) -> tuple[str, Outcome]:
         st, s = self.stages, self.store
         wall = self.cfg.budget.wall_seconds
         if wall is not None and time.monotonic() - self._t_start >= wall:
@@ -500,6 +500,11 @@ class OptimizeLoop:
             if self._reserved.get(problem.name):
                 self._reserved[problem.name] -= 1  # planned for its session: now spent
         bad = st.check(self.lab, problem, cand)
+        if bad is None and agent == "llm" and language and cand.language != language:
+            # a model asked for one language must not get another's code run (a CuTe answer is
+            # Python): refused before anything compiles, one line fed back to the model
+            why = f"the run asked for a {language!r} candidate, the answer is {cand.language!r}"
+            bad = Outcome(AttemptOutcome.INVALID, why, compile_log=why)
         if bad is not None:
             st.record(self, aid, bad, attempts.invalid_row(bad))
             return self._note(problem, aid, bad)
