@@ -79,12 +79,14 @@ def test_hostile_model_leaks_nothing_anywhere(tmp_path, monkeypatch, caplog):
     outcomes = [r["outcome"] for r in store.query(
         "SELECT outcome FROM attempts WHERE run_id = ? ORDER BY created_at", [report.run_id])]
     store.close()
-    # two refused includes, the Python of a "cute" answer run in the sandbox, then a real kernel
-    assert outcomes == ["compile_error", "compile_error", "compile_error", "compiled"], outcomes
+    # two refused includes, a "cute" answer to a CUDA request refused before anything runs, then a
+    # real kernel
+    assert outcomes == ["compile_error", "compile_error", "invalid", "compiled"], outcomes
     assert len(server.requests) == 4
     prompts = json.dumps(server.requests)
     assert MARK not in prompts                     # nothing sent back to the provider
     assert "/proc/self/environ" in prompts         # ... though the refusal itself was explained
+    assert "asked for a 'cuda' candidate" in prompts  # the language refusal, one line back to the model
     assert not leaks_in_duckdb(db)                 # every text column, by SQL
     assert not leaks_in_files(cache, tmp_path / "problems")
     assert MARK not in caplog.text
