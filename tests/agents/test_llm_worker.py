@@ -228,6 +228,25 @@ def test_model_benchmarks_with_the_evaluate_tool_and_repairs_correctness(store, 
         "no problem can make progress" in report.stop_reason
 
 
+def _write_unservable_problem(folder):
+    """A problem written here: the sum of the positive entries of each row, computed through a
+    boolean-mask gather whose size depends on the values (the compiler stops at it)."""
+    folder.mkdir(parents=True)
+    ref = ("import torch\n\n\ndef run(x):\n"
+           "    return torch.stack([r[r > 0].sum() for r in x]).reshape(x.shape[0], 1)\n")
+    defn = {"name": "positive_row_sum", "hf_id": "", "description": "sum of the positive entries",
+            "axes": {"rows": {"type": "var"}, "cols": {"type": "const", "value": 64}},
+            "custom_inputs_entrypoint": None,
+            "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "float32"}},
+            "outputs": {"out": {"shape": ["rows", "1"], "dtype": "float32"}}, "reference": ref}
+    (folder / "definition.json").write_text(json.dumps(defn, indent=1))
+    (folder / "workload.jsonl").write_text("".join(
+        json.dumps({"uuid": f"00000000-0000-4000-8000-00000000000{i}", "axes": {"rows": r},
+                    "inputs": {"x": {"type": "random"}}}) + "\n" for i, r in enumerate((3, 17))))
+    (folder / "reference.py").write_text(ref)
+    return folder
+
+
 def test_optimize_cli_with_a_model(tmp_path, sol_execbench_dir, monkeypatch, capsys):
     """`solforge optimize --model ... --api-base ...`: the CLI wires the LLM worker to the loop."""
     from solforge.cli import main
@@ -237,11 +256,12 @@ def test_optimize_cli_with_a_model(tmp_path, sol_execbench_dir, monkeypatch, cap
     monkeypatch.setenv("SCRIPTED_LLM_KEY", SECRET)
     monkeypatch.setattr("solforge.agents.lab.gpu_available", lambda: False)
     db = tmp_path / "cli.duckdb"
-    # a problem no kernel family serves, so the planner must hand it to the LLM; the scripted model
-    # answers with a kernel for another problem, which the static check rejects (unknown tensors)
-    name = "001_attention_softmax_dropout_value_matmul_backward"
+    # a problem no kernel family (and not the compiler: its output's size depends on the input's
+    # values) serves, so the planner must hand it to the LLM; the scripted model answers with a
+    # kernel for another problem, which the static check rejects (unknown tensors)
+    pdir = _write_unservable_problem(tmp_path / "problems" / "positive_sum")
     with ScriptedLLM([{"content": reply_with(candidate_json(RMSNORM_H128)), "repeat": 3}]) as server:
-        rc = main(["--json", "optimize", "--problems", f"L1/{name}",
+        rc = main(["--json", "optimize", "--problems", str(pdir),
                    "--model", "openai/scripted", "--api-base", server.api_base,
                    "--api-key-env", "SCRIPTED_LLM_KEY", "--max-calls", "3", "--budget-attempts", "5",
                    "--db", str(db)])
