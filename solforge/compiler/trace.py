@@ -24,8 +24,6 @@ An argument is a number, string, None, a list, {"ref": node}, {"sym": "expr"}, {
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -83,71 +81,35 @@ def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) 
 
 
 def _run_child(req: dict, timeout_s: float) -> TraceResult:
-    """The reference runs here, in a child process with a timeout (the sandbox's place): forked
-    from this process when it has torch imported already (no second import), else a fresh
-    interpreter."""
-    if "torch" in sys.modules and hasattr(os, "fork"):
-        return _run_forked(req, timeout_s)
-    env = dict(os.environ)
-    env.setdefault("CUDA_VISIBLE_DEVICES", "")
-    env["OMP_NUM_THREADS"] = "1"
-    try:
-        p = subprocess.run([sys.executable, "-m", "solforge.compiler.trace"], input=json.dumps(req),
-                           capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return TraceResult(False, reason=f"tracing the reference took over {timeout_s:.0f} s")
-    last = [l for l in p.stdout.splitlines() if l.startswith("{")]
-    if not last:
-        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return TraceResult(False, reason=f"trace process failed (rc {p.returncode}): {err[:200]}")
-    try:
-        out = json.loads(last[-1])
-    except json.JSONDecodeError:
-        return TraceResult(False, reason="trace process wrote unreadable output")
-    if not out.get("ok"):
-        return TraceResult(False, reason=str(out.get("reason", "unknown"))[:300])
-    return TraceResult(True, ir=out["ir"])
+    """The reference is a dataset's code: it runs only in the sandbox (solforge.sandbox: a fresh
+    process with an allowlisted environment, no network, a read-only filesystem where bubblewrap is
+    available, resource limits, killed as a group at the timeout), and the IR comes back as JSON."""
+    from ..sandbox import SandboxError, run_python
 
-
-def _run_forked(req: dict, timeout_s: float) -> TraceResult:
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork")
-    rd, wr = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_forked_main, args=(req, wr), daemon=True)
-    proc.start()
-    wr.close()
     try:
-        if not rd.poll(timeout_s):
+        out = run_python("solforge.compiler.trace", "sandbox_entry", req, timeout_s=timeout_s)
+    except SandboxError as e:
+        if getattr(e, "kind", "") == "timeout":
             return TraceResult(False, reason=f"tracing the reference took over {timeout_s:.0f} s")
-        text = rd.recv()
-    except (EOFError, OSError):
-        return TraceResult(False, reason=f"trace process died (exit code {proc.exitcode})")
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(5)
-        rd.close()
-    out = json.loads(text)
+        return TraceResult(False, reason=f"trace failed in the sandbox: {e}"[:300])
     if not out.get("ok"):
         return TraceResult(False, reason=str(out.get("reason", "unknown"))[:300])
     return TraceResult(True, ir=out["ir"])
 
 
-def _forked_main(req: dict, wr) -> None:
+def sandbox_entry(payload: dict) -> dict:
+    """The sandbox's entry point (run_python): one trace request, answered as the child prints it."""
     import io
 
     buf = io.StringIO()
     old_in, old_out = sys.stdin, sys.stdout
-    sys.stdin, sys.stdout = io.StringIO(json.dumps(req)), buf
+    sys.stdin, sys.stdout = io.StringIO(json.dumps(payload)), buf
     try:
         child_main()
     finally:
         sys.stdin, sys.stdout = old_in, old_out
     lines = [l for l in buf.getvalue().splitlines() if l.startswith("{")]
-    wr.send(lines[-1] if lines else json.dumps({"ok": False, "reason": "no trace output"}))
-    wr.close()
-    os._exit(0)
+    return json.loads(lines[-1]) if lines else {"ok": False, "reason": "no trace output"}
 
 
 # ── child side ───────────────────────────────────────────────────────────────────────────────────
