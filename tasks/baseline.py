@@ -3,7 +3,6 @@ GPU slot, written to the baselines table."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -16,14 +15,14 @@ from .common import retry_transient
 @task(name="measure-baseline", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=10,
       retry_condition_fn=retry_transient)
 def measure_baseline(problem, variant: str, pool, reps: int = 20) -> list[dict]:
-    # in-process on the first visible GPU (references are trusted code): hold that GPU's slot
-    from solforge.evaluate.baseline import time_problem
+    # the reference is a dataset's code: timed in the sandbox on the first visible GPU, holding
+    # that GPU's slot
+    from solforge.evaluate.baseline import time_problem_isolated
 
     src = getattr(problem, "source", None)
-    roots = [Path(src)] if src and Path(src).is_dir() else []
-    with pool.slot(prefer=pool.gpus[0], label=f"baseline:{problem.name}"), \
-            tempfile.TemporaryDirectory(prefix="solforge-baseline-") as tmp:
-        return [r.to_json() for r in time_problem(problem, variant, Path(tmp), reps=reps, blob_roots=roots)]
+    roots = [str(src)] if src and Path(src).is_dir() else []
+    with pool.slot(prefer=pool.gpus[0], label=f"baseline:{problem.name}"):
+        return [r.to_json() for r in time_problem_isolated(problem, variant, reps=reps, blob_roots=roots)]
 
 
 @task(name="store-baselines", cache_policy=NO_CACHE)

@@ -448,21 +448,18 @@ class OptimizeLoop:
             if all(s.t_base_ms is not None for s in sols) or problem.name in self._baselined:
                 return
             self._baselined.add(problem.name)
-        import tempfile
-        from pathlib import Path
-
-        from ..evaluate.baseline import time_problem
+        from ..evaluate.baseline import time_problem_isolated
         from ..evaluate.job import blob_roots
 
         t0 = time.perf_counter()
         rows = []
-        with self.pool.slot(prefer=self.pool.gpus[0], label=f"baseline:{problem.name}"), \
-                tempfile.TemporaryDirectory(prefix="solforge-baseline-") as tmp:
+        # the reference is a dataset's code: it runs in the sandbox (one line per workload if it
+        # hangs, crashes or reaches for what it must not), never in this process
+        with self.pool.slot(prefer=self.pool.gpus[0], label=f"baseline:{problem.name}"):
             try:
-                for r in time_problem(problem, "eager", Path(tmp), reps=self.lab.baseline_reps,
-                                      workload_budget_s=0.5, problem_budget_s=30.0,
-                                      blob_roots=[Path(p) for p in blob_roots(problem)]):
-                    rows.append(r)
+                rows = time_problem_isolated(
+                    problem, "eager", reps=self.lab.baseline_reps, workload_budget_s=0.5,
+                    problem_budget_s=30.0, blob_roots=list(blob_roots(problem)))
             except Exception as e:  # noqa: BLE001 - no baseline: attempts are timed but not scored
                 self.progress(f"{problem.name}: baseline failed: {type(e).__name__}: {e}")
         with self._lock:
