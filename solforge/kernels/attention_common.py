@@ -82,6 +82,7 @@ def _match(defn: Definition, kind: str) -> Optional[GqaShapes]:
     if None in (h_qo, d, page, h_kv, dk) or page != 1 or d != 128 or dk != d or h_kv <= 0 or h_qo % h_kv:
         return None
     base = {"q": q, "scale": scalars[0], "out": out, "lse": lse}
+    options = []
     for kk, vv in ((k, v), (v, k)):
         for order in itertools.permutations(ints):
             names = {**base, "k": kk, "v": vv}
@@ -93,13 +94,38 @@ def _match(defn: Definition, kind: str) -> Optional[GqaShapes]:
                 names.update(qo_indptr=order[0], kv_indptr=order[1], kv_indices=order[2])
             if "qo_indptr" in names and shape_dims(defn, names["qo_indptr"]) != shape_dims(defn, names["kv_indptr"]):
                 continue
-            if _probe(defn, kind, names, h_qo, h_kv, d):
-                return GqaShapes(os_, ks, h_qo, h_kv, d, names)
-    return None
+            options.append(names)
+    found = _probe_in_sandbox(defn, kind, options, h_qo, h_kv, d) if options else None
+    return GqaShapes(os_, ks, h_qo, h_kv, d, found) if found is not None else None
+
+
+def _probe_in_sandbox(defn: Definition, kind: str, options: list, h_qo: int, h_kv: int, d: int):
+    """The first role assignment under which the reference computes the kernel's attention, or None.
+    The reference is a dataset's code: the probes run in one sandboxed process (solforge.sandbox)."""
+    from ..sandbox import SandboxError, run_python
+
+    try:
+        out = run_python(__name__, "probe_entry", {"definition": defn.model_dump(mode="json"), "kind": kind,
+                                                    "options": options, "h_qo": h_qo, "h_kv": h_kv, "d": d},
+                         timeout_s=120.0)
+    except SandboxError:
+        return None
+    i = out.get("index")
+    return options[i] if isinstance(i, int) and 0 <= i < len(options) else None
+
+
+def probe_entry(payload: dict) -> dict:
+    """Sandbox entry point: {"index": the first option the reference agrees with, or None}."""
+    defn = Definition.model_validate(payload["definition"])
+    for i, names in enumerate(payload["options"]):
+        if _probe(defn, payload["kind"], names, payload["h_qo"], payload["h_kv"], payload["d"]):
+            return {"index": i}
+    return {"index": None}
 
 
 def _probe(defn: Definition, kind: str, names: dict, h_qo: int, h_kv: int, d: int) -> bool:
-    """Does the reference, given these roles, compute the kernel's attention on small requests?"""
+    """Does the reference, given these roles, compute the kernel's attention on small requests?
+    Runs the reference: call it only inside the sandbox (probe_entry)."""
     try:
         import torch
 

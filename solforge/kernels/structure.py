@@ -153,12 +153,38 @@ def trace(defn: Definition, scalars: Optional[dict] = None) -> Optional[Traced]:
     that value takes)."""
     key = definition_key(defn) + json.dumps(scalars or {}, sort_keys=True)
     if key not in _cache:
-        try:
-            with quiet_fake_tensor_logs():
-                _cache[key] = _trace(defn, scalars or {})
-        except Exception:  # noqa: BLE001 - a foreign reference failing to trace means "no structure"
-            _cache[key] = None
+        _cache[key] = _trace_in_sandbox(defn, scalars or {})
     return _cache[key]
+
+
+TRACE_TIMEOUT_S = 120.0
+
+
+def _trace_in_sandbox(defn: Definition, scalars: dict) -> Optional[Traced]:
+    """The reference is a dataset's code: _trace runs in the sandbox (solforge.sandbox) and the ops
+    come back as tagged JSON of these dataclasses only; any failure means "no structure"."""
+    from ..sandbox import SandboxError, run_python
+    from ..sandbox.jsonable import decode
+
+    try:
+        out = run_python(__name__, "trace_entry", {"definition": defn.model_dump(mode="json"),
+                                                    "scalars": scalars}, timeout_s=TRACE_TIMEOUT_S)
+        return decode(out["traced"], (Traced, Op, In, Ref)) if out.get("traced") is not None else None
+    except (SandboxError, KeyError, ValueError, TypeError):
+        return None
+
+
+def trace_entry(payload: dict) -> dict:
+    """Sandbox entry point: {"traced": tagged JSON of a Traced, or None}."""
+    from ..sandbox.jsonable import encode
+
+    defn = Definition.model_validate(payload["definition"])
+    try:
+        with quiet_fake_tensor_logs():
+            g = _trace(defn, payload.get("scalars") or {})
+    except Exception:  # noqa: BLE001 - a foreign reference failing to trace means "no structure"
+        g = None
+    return {"traced": encode(g) if g is not None else None}
 
 
 def _dtype_name(dt) -> Optional[str]:
