@@ -23,11 +23,11 @@ adapter uses SPLIT = 1 (params may still choose tiles, stages and the tier).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Optional
 
 import sympy
 
+from ..generic import LaunchSpec
 from . import gemm as G
 
 # names of the index variables inside the generated member functions: unusual on purpose, so that a
@@ -35,17 +35,8 @@ from . import gemm as G
 _B, _R, _K, _ROW, _COL = "sfg_b", "sfg_r", "sfg_k", "sfg_row", "sfg_col"
 
 
-@dataclass
-class GemmLaunchSpec:
-    """Duck-typed like the lowering's LaunchSpec (kernel, grid, block, smem, launch_bounds, ...)."""
-    kernel: object
-    grid: list
-    block: list
-    smem: str = "0"
-    launch_bounds: int = 0
-    notes: str = ""
-    extra_src: str = ""
-    kind: str = "matmul"
+# the lowering's own launch record: the plan treats a template's kernel like a generic one
+GemmLaunchSpec = LaunchSpec
 
 
 def _kernel_class():
