@@ -77,8 +77,9 @@ def promote(a: str, b: str) -> str:
 
 
 class Lowering:
-    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]]):
+    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = ""):
         self.ir = ir
+        self.prefix = prefix
         self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
         self.env: dict[str, Any] = {}
         self.kernels: list[templates.LaunchSpec] = []
@@ -94,7 +95,7 @@ class Lowering:
         return b
 
     def kname(self, kind: str) -> str:
-        return f"k{len(self.kernels)}_{kind}"
+        return f"{self.prefix}k{len(self.kernels)}_{kind}"
 
     def realize(self, x: Loader, dtype: Optional[str] = None) -> Buffer:
         """A buffer holding x contiguously (x itself when it already is one)."""
