@@ -337,6 +337,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
                 if v is None:
                     raise TraceError(f"int scalar input {k} has no value in the workload")
                 args.append(int(v))
+            elif not symfloat:  # the fallback trace: the workload's value, baked in
+                args.append(bool(scalars.get(k, False)))
             else:
                 # a bool steering the reference's Python code: an int (0/1) symbol, so the branch
                 # becomes a guard the plan can test at run time
