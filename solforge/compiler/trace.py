@@ -199,7 +199,7 @@ def _decomp_table():
             aten.index_put, aten.scatter, aten.scatter_add, aten.scatter_reduce, aten.embedding,
             aten.index_select, aten.gather, aten.constant_pad_nd, aten.flip, aten._to_copy,
             aten.clone, aten.index, aten.argmax, aten.argmin, aten.max, aten.min,
-            aten.addmm, aten.where, aten.clamp, aten.avg_pool2d, aten.max_pool2d_with_indices,
+            aten.addmm, aten.where, aten.clamp, aten.max_pool2d_with_indices,
             aten.prod, aten.mean, aten.amax, aten.amin, aten.sum]
     for op in keep:
         for ov in op.overloads():
