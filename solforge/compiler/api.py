@@ -25,6 +25,7 @@ class CompileOutcome:
 
 
 _CACHE: dict[str, CompileOutcome] = {}
+MAX_NODES = 2500  # a bigger graph is an unrolled loop: its lowering and compile would take minutes
 
 
 def _code_version() -> str:
@@ -102,6 +103,9 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None) -> CompileOutcome:
     if "variants" in ir:
         return _lower_variants(defn, ir, name)
     ops = Counter(n["op"] for n in ir["nodes"])
+    if len(ir["nodes"]) > MAX_NODES:
+        return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
+                                     "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
         low = Lowering(ir, output_specs(defn)).run()
     except Unsupported as e:
