@@ -177,6 +177,7 @@ def eval_expr(expr: str, env: dict) -> int | float:
 
 def launch_env(axes: dict, scalars: dict, params: dict) -> dict:
     """The names a launch expression may use. Params win over axes (they are the candidate's own)."""
-    env = {**axes, **{k: v for k, v in scalars.items() if isinstance(v, (int, float))}}
+    env = {**axes, **{k: (int(v) if isinstance(v, bool) else v) for k, v in scalars.items()
+                      if isinstance(v, (int, float))}}
     env.update({k: v for k, v in params.items() if isinstance(v, (int, float))})
     return env

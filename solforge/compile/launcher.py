@@ -264,8 +264,9 @@ def workspace_zero_bytes(candidate: dict, env: dict, ws_bytes: int) -> int:
 
 def launch_env(axes: dict, scalars: dict, params: dict) -> dict:
     """Names a launch expression may use; params win over axes (same rule as solforge.candidate)."""
-    env = {**axes, **{k: v for k, v in scalars.items() if isinstance(v, (int, float))
-                      and not isinstance(v, bool)}}
+    # a bool scalar input is 0/1 (a compiler plan tests it in its kernels' guards)
+    env = {**axes, **{k: (int(v) if isinstance(v, bool) else v) for k, v in scalars.items()
+                      if isinstance(v, (int, float))}}
     env.update({k: (int(v) if isinstance(v, bool) else v) for k, v in params.items()
                 if isinstance(v, (int, float))})
     return env

@@ -25,6 +25,7 @@ class CompileOutcome:
 
 
 _CACHE: dict[str, CompileOutcome] = {}
+MAX_NODES = 2500  # a bigger graph is an unrolled loop: its lowering and compile would take minutes
 
 
 def _code_version() -> str:
@@ -99,7 +100,12 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None) -> CompileOutcome:
     from .lower import Lowering, Unsupported
     from .plan import build_candidate
 
+    if "variants" in ir:
+        return _lower_variants(defn, ir, name)
     ops = Counter(n["op"] for n in ir["nodes"])
+    if len(ir["nodes"]) > MAX_NODES:
+        return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
+                                     "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
         low = Lowering(ir, output_specs(defn)).run()
     except Unsupported as e:
@@ -110,6 +116,34 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None) -> CompileOutcome:
     try:
         cand = build_candidate(name or defn.name, low,
                                notes="compiler: " + ", ".join(f"{k} x{v}" for k, v in segs.items()))
+    except (ValueError, TypeError) as e:
+        return CompileOutcome(reason=f"plan: {str(e).splitlines()[0][:200]}", stage="plan",
+                              ops=dict(ops), segments=dict(segs))
+    return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
+
+
+def _lower_variants(defn, ir: dict, name: Optional[str]) -> CompileOutcome:
+    """One lowering per structure the reference takes, selected at run time by its guards."""
+    from .lower import Lowering, Unsupported
+    from .plan import build_candidate_variants
+
+    ops: Counter = Counter()
+    segs: Counter = Counter()
+    parts = []
+    for i, v in enumerate(ir["variants"]):
+        ops.update(n["op"] for n in v["ir"]["nodes"])
+        try:
+            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}").run()
+        except Unsupported as e:
+            return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
+        except RecursionError:
+            return CompileOutcome(reason="lowering recursed too deeply", stage="lower", ops=dict(ops))
+        segs.update(s.kind for s in low.kernels)
+        parts.append((low, (v["pred"], v["names"], v["fnames"])))
+    segs["variants"] = len(parts)
+    try:
+        cand = build_candidate_variants(name or defn.name, parts, notes="compiler: " + ", ".join(
+            f"{k} x{n}" for k, n in segs.items()))
     except (ValueError, TypeError) as e:
         return CompileOutcome(reason=f"plan: {str(e).splitlines()[0][:200]}", stage="plan",
                               ops=dict(ops), segments=dict(segs))

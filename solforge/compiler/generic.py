@@ -377,9 +377,11 @@ def scan(name: str, src: Loader, dim: int, op: str, out: Buffer) -> LaunchSpec:
     full = list(oidx)
     full.insert(dim, j)
     v = convert(src(k, full), src.dtype, out.dtype)
-    k.emit(f"acc_ = {round_to('acc_ ' + ('+' if op == 'sum' else '*') + f' {v}', out.dtype)};")
+    # the running value stays in the accumulation type (float for 16-bit dtypes, as PyTorch's
+    # scan); each stored prefix is rounded once
+    k.emit(f"acc_ = acc_ {'+' if op == 'sum' else '*'} {v};")
     ost = contiguous_strides(src.shape)
-    k.store(out, sum((i * s for i, s in zip(full, ost)), sympy.Integer(0)), "acc_")
+    k.store(out, sum((i * s for i, s in zip(full, ost)), sympy.Integer(0)), round_to("acc_", out.dtype))
     k.close()
     k.close()
     grid = f"max(1, min(ceil_div({symexpr.to_axis(NR)}, {BLOCK}), 131072))"

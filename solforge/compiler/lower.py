@@ -78,8 +78,9 @@ def promote(a: str, b: str) -> str:
 
 
 class Lowering:
-    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]]):
+    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = ""):
         self.ir = ir
+        self.prefix = prefix
         self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
         self.env: dict[str, Any] = {}
         self.kernels: list[templates.LaunchSpec] = []
@@ -95,7 +96,7 @@ class Lowering:
         return b
 
     def kname(self, kind: str) -> str:
-        return f"k{len(self.kernels)}_{kind}"
+        return f"{self.prefix}k{len(self.kernels)}_{kind}"
 
     def realize(self, x: Loader, dtype: Optional[str] = None) -> Buffer:
         """A buffer holding x contiguously (x itself when it already is one)."""
@@ -1034,6 +1035,90 @@ def _bincount(L, node, x, weights=None, minlength=0, **kw):
     return view_of(buf)
 
 
+def _max_pool(L, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, **kw):
+    """max_pool{1,2,3}d_with_indices: per output element a loop over its window (padding reads as
+    -inf); the index is the flat position in the input's spatial dims, first maximum wins."""
+    nsp = len(kernel_size)
+    ks = list(kernel_size)
+    st = list(stride) if stride else ks
+    pd = list(padding) if isinstance(padding, (list, tuple)) else [padding] * nsp
+    dl = list(dilation) if isinstance(dilation, (list, tuple)) else [dilation] * nsp
+    st, pd, dl = [(v * nsp if len(v) == 1 else v) for v in (st, pd, dl)]
+    oshape = [symexpr.parse(s) for s in node["outs"][0][1]]
+    dt = x.dtype
+    isp = x.shape[-nsp:]
+    ct = compute_type(dt)
+
+    def window(k, idx, want_index):
+        lead, opos = idx[:-nsp], idx[-nsp:]
+        best, bi = k.fresh("mx"), k.fresh("mi")
+        k.emit(f"{ct} {best} = -SF_INF; long long {bi} = -1;")
+        syms = []
+        for i in range(nsp):
+            s_ = k.local_sym("_w")
+            k.open(f"for (long long {s_} = 0; {s_} < {ks[i]}; ++{s_})")
+            syms.append(s_)
+        ipos = [o * st[i] - pd[i] + syms[i] * dl[i] for i, o in enumerate(opos)]
+        conds = " && ".join(f"({k.c(p)} >= 0 && {k.c(p)} < {k.c(sz)})" for p, sz in zip(ipos, isp))
+        k.open(f"if ({conds})")
+        v = x(k, lead + ipos)
+        flat = sum((p * prod(isp[i + 1:]) for i, p in enumerate(ipos)), sympy.Integer(0))
+        k.emit(f"if ({v} > {best} || ({v} != {v} && {best} == {best}) || {bi} < 0) "
+               f"{{ {best} = {v}; {bi} = {k.c(flat)}; }}")
+        k.close()
+        for _ in range(nsp):
+            k.close()
+        return bi if want_index else best
+
+    vals = Loader(oshape, dt, lambda k, idx: window(k, idx, False), cost=x.cost + 4)
+    inds = Loader(oshape, "int64", lambda k, idx: window(k, idx, True), cost=x.cost + 4)
+    return (vals, inds)
+
+
+def _avg_pool(L, node, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+              count_include_pad=True, divisor_override=None, **kw):
+    """avg_pool{1,2,3}d: the window's sum in float over its in-range part, divided by the window
+    size (count_include_pad, padding clipped to the padded input as ATen does) or the count."""
+    nsp = len(kernel_size)
+    ks = list(kernel_size)
+    st = list(stride) if stride else ks
+    pd = list(padding) if isinstance(padding, (list, tuple)) else [padding] * nsp
+    st, pd = [(v * nsp if len(v) == 1 else v) for v in (st, pd)]
+    oshape = [symexpr.parse(s) for s in node["shape"]]
+    dt = x.dtype
+    isp = x.shape[-nsp:]
+
+    def fn(k, idx):
+        lead, opos = idx[:-nsp], idx[-nsp:]
+        acc, cnt = k.fresh("as"), k.fresh("ac")
+        k.emit(f"float {acc} = 0.0f; long long {cnt} = 0;")
+        starts = [o * st[i] - pd[i] for i, o in enumerate(opos)]
+        # the divisor with padding: the window clipped to the padded extent
+        pool = " * ".join(f"(sf_min((long long)({k.c(sv)} + {ks[i]}), (long long)({k.c(isp[i])} + {pd[i]})) - ({k.c(sv)}))"
+                          for i, sv in enumerate(starts)) or "1"
+        syms = []
+        for i in range(nsp):
+            s_ = k.local_sym("_w")
+            k.open(f"for (long long {s_} = 0; {s_} < {ks[i]}; ++{s_})")
+            syms.append(s_)
+        ipos = [sv + syms[i] for i, sv in enumerate(starts)]
+        conds = " && ".join(f"({k.c(p)} >= 0 && {k.c(p)} < {k.c(sz)})" for p, sz in zip(ipos, isp))
+        k.open(f"if ({conds})")
+        v = convert(x(k, lead + ipos), dt, "float32")
+        k.emit(f"{acc} += {v}; ++{cnt};")
+        k.close()
+        for _ in range(nsp):
+            k.close()
+        if divisor_override:
+            div = f"(float){int(divisor_override)}"
+        elif count_include_pad:
+            div = f"(float)({pool})"
+        else:
+            div = f"(float){cnt}"
+        return k.let(compute_type(dt), round_to(f"({acc} / {div})", dt))
+    return Loader(oshape, dt, fn, cost=x.cost + 4)
+
+
 def _refuse(why):
     def lower(L, node, *a, **kw):
         raise Unsupported(f"op {node['op']}: {why}")
@@ -1139,6 +1224,10 @@ LOWER: dict[str, Any] = {
     "aten.scatter.src": _scatter, "aten.scatter.value": _scatter, "aten.scatter.reduce": _scatter,
     "aten.scatter_add.default": _scatter_add, "aten.scatter_reduce.two": _scatter_reduce,
     "aten.index_put.default": _index_put, "aten.bincount.default": _bincount,
+    "aten.max_pool2d_with_indices.default": _max_pool, "aten.max_pool3d_with_indices.default": _max_pool,
+    "aten.max_pool1d_with_indices.default": _max_pool,
+    "aten.avg_pool2d.default": _avg_pool, "aten.avg_pool1d.default": _avg_pool,
+    "aten.avg_pool3d.default": _avg_pool,
     "constant": _constant,
     # runtime checks of the reference (one_hot's range check): nothing to compute
     "aten._assert_async.msg": lambda L, n, *a, **k: None, "aten._assert_async.default": lambda L, n, *a, **k: None,

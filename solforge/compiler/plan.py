@@ -70,3 +70,27 @@ def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
                      options=["--fmad=false"], notes=notes)
+
+
+def build_candidate_variants(problem_name: str, variants: list, notes: str = "") -> Candidate:
+    """Several lowered graphs, one per structure the reference takes; each kernel of variant v
+    starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work.
+    They never run together: each packs the workspace from offset 0; the total is the largest."""
+    srcs, launches, totals = [PRELUDE], [], []
+    for low, (pred, names, fnames) in variants:
+        totals.append(pack_workspace(low))
+        for spec in low.kernels:
+            k = spec.kernel
+            for n in names:
+                k.size(n)
+            for n in fnames:
+                k.scalar(n)
+            k.head.insert(0, f"    if (!({pred})) return;")
+            srcs.append(k.source(spec.launch_bounds))
+            launches.append({"kernel": k.name, "grid": spec.grid, "block": spec.block,
+                             "smem": spec.smem, "args": k.args()})
+    total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
+    ws = symexpr.to_axis(total) if total != 0 else "0"
+    return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
+                     params={}, launches=launches, workspace=ws, workspace_zero="0",
+                     options=["--fmad=false"], notes=notes)

@@ -266,3 +266,24 @@ def fold_divmod(e):
             if changed:
                 break
     return sympy.Add(*terms)
+
+
+def to_c_bool(e, name=lambda n: n) -> str:
+    """A sympy condition (a trace guard: Eq, Ne, <, <=, And, Or, Not) as C."""
+    e = sympy.sympify(e)
+    if e is sympy.true:
+        return "true"
+    if e is sympy.false:
+        return "false"
+    if isinstance(e, sympy.And):
+        return "(" + " && ".join(to_c_bool(a, name) for a in e.args) + ")"
+    if isinstance(e, sympy.Or):
+        return "(" + " || ".join(to_c_bool(a, name) for a in e.args) + ")"
+    if isinstance(e, sympy.Not):
+        return f"(!{to_c_bool(e.args[0], name)})"
+    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
+           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
+    for t, op in ops.items():
+        if isinstance(e, t):
+            return f"({to_c_float(e.lhs, name)} {op} {to_c_float(e.rhs, name)})"
+    raise ValueError(f"cannot print the condition {e}")

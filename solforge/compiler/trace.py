@@ -76,7 +76,15 @@ def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) 
     import torch  # noqa: F401 - imported once here, every trace child forks with it
 
     picked = pick_workloads(defn, workloads)
-    req = {"definition": defn.model_dump(mode="json"), "workloads": picked}
+    extra = []
+    for rw in workloads:  # every other distinct (sizes, scalars): to tell variants apart
+        try:
+            row = {"axes": dict(rw.axes), "scalars": rw.scalars()}
+        except Exception:  # noqa: BLE001
+            continue
+        if row not in picked and row not in extra:
+            extra.append(row)
+    req = {"definition": defn.model_dump(mode="json"), "workloads": picked, "extra": extra[:6]}
     return _run_child(req, timeout_s)
 
 
@@ -153,7 +161,7 @@ def _decomp_table():
             aten.index_put, aten.scatter, aten.scatter_add, aten.scatter_reduce, aten.embedding,
             aten.index_select, aten.gather, aten.constant_pad_nd, aten.flip, aten._to_copy,
             aten.clone, aten.index, aten.argmax, aten.argmin, aten.max, aten.min,
-            aten.addmm, aten.where, aten.clamp, aten.avg_pool2d, aten.max_pool2d_with_indices,
+            aten.addmm, aten.where, aten.clamp, aten.max_pool2d_with_indices,
             aten.prod, aten.mean, aten.amax, aten.amin, aten.sum]
     for op in keep:
         for ov in op.overloads():
@@ -291,8 +299,20 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
                 if v is None:
                     raise TraceError(f"int scalar input {k} has no value in the workload")
                 args.append(int(v))
-            else:
+            elif not symfloat:  # the fallback trace: the workload's value, baked in
                 args.append(bool(scalars.get(k, False)))
+            else:
+                # a bool steering the reference's Python code: an int (0/1) symbol, so the branch
+                # becomes a guard the plan can test at run time
+                from torch._dynamo.source import ConstantSource
+
+                from . import symexpr
+                hint = int(bool(scalars.get(k, False)))
+                src = ConstantSource(f"scalar_{k}")
+                isym = shape_env.create_unspecified_symbol(hint, source=src,
+                                                           dynamic_dim=DimDynamic.DYNAMIC)
+                namer.map[isym] = symexpr.sym(k)
+                args.append(shape_env.create_symintnode(isym, hint=hint, source=src))
             inputs_ir.append({"name": k, "kind": kind, "dtype": spec.dtype, "shape": None})
             continue
         shape = []
@@ -334,7 +354,9 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         if inp["kind"] == "int" and isinstance(v, torch.SymInt):
             from . import symexpr
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
-    return _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
+    ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
+    ir["guards"] = _guards(shape_env, namer)
+    return ir
 
 
 def _symint_preserving_int():
@@ -457,7 +479,7 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
                 if inp["kind"] == "int":
                     return {"sym": inp["name"]}
                 if inp["kind"] == "bool":
-                    raise TraceError("bool scalar inputs used as tensors")
+                    return {"sym": inp["name"]}
                 return {"ref": inp["name"]}
             return {"ref": a.name}
         if isinstance(a, torch.SymInt):
@@ -567,7 +589,95 @@ def _canonical(ir: dict) -> dict:
 
 
 def _structure(ir: dict) -> str:
-    return json.dumps(ir, sort_keys=True)
+    return json.dumps({k: v for k, v in ir.items() if k != "guards"}, sort_keys=True)
+
+
+def _guards(shape_env, namer) -> list[str]:
+    """The trace's guards over scalar inputs and var axes, as sympy source strings."""
+    import sympy
+
+    out = []
+    for g in getattr(shape_env, "guards", []):
+        e = shape_env.replace(g.expr) if hasattr(shape_env, "replace") else g.expr
+        free = e.free_symbols
+        if not free or any(s not in namer.map for s in free):
+            continue
+        e = e.xreplace({s_: namer.map[s_] for s_ in free})
+        if e in (sympy.true, sympy.false):
+            continue
+        out.append(sympy.srepr(e))
+    # an Eq guard that pins a symbol to a number is kept as a replacement, not a guard
+    for s_, v in getattr(shape_env, "replacements", {}).items():
+        if s_ in namer.map and getattr(v, "is_number", False):
+            out.append(sympy.srepr(sympy.Eq(namer.map[s_], v)))
+    return sorted(set(out))
+
+
+def _eval_guard(src: str, values: dict) -> bool:
+    import sympy
+
+    e = sympy.sympify(eval(src, {**{k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}}))
+    return bool(e.subs({sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in values.items()})
+                .subs({sympy.Symbol(k): v for k, v in values.items()}))
+
+
+def _values(wl: dict) -> dict:
+    return {k: float(v) if isinstance(v, float) else int(v)
+            for k, v in {**wl["axes"], **wl.get("scalars", {})}.items()
+            if isinstance(v, (int, float, bool))}
+
+
+def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
+    """Workloads whose traces differ (a scalar or size steering the reference's Python code): one
+    IR per structure, each with the predicate (its guards that other structures break) that picks
+    it at run time. Refused when the guards do not tell the structures apart."""
+    import sympy
+
+    from . import symexpr
+
+    groups: list[list] = []   # [structure, ir, [values...]]
+    for wl, ir in zip(workloads, irs):
+        vals = _values(wl)
+        st = _structure(ir)
+        for g in groups:
+            if g[0] == st:
+                g[2].append(vals)
+                break
+        else:
+            groups.append([st, ir, [vals]])
+    if len(groups) > 4:
+        raise TraceError(f"{len(groups)} different graphs over the workloads")
+    all_vals = [v for g in groups for v in g[2]]
+    out = []
+    float_names = {i["name"] for i in irs[0]["inputs"] if i["kind"] == "float"}
+    for st, ir, vals in groups:
+        keep = []
+        for src in ir.get("guards", []):
+            try:
+                if not all(_eval_guard(src, v) for v in all_vals):
+                    keep.append(src)
+            except Exception:  # noqa: BLE001 - a guard we cannot evaluate does not select
+                continue
+        others = [v for g in groups if g[0] != st for v in g[2]]
+        if not keep or any(all(_eval_guard(src, v) for src in keep) for v in others):
+            raise TraceError("the graph differs between workloads and no guard on the scalar "
+                             "inputs or sizes tells the variants apart")
+        exprs = [sympy.sympify(eval(src, {k: getattr(sympy, k) for k in dir(sympy)
+                                          if not k.startswith("_")})) for src in keep]
+        names = sorted({str(x) for e in exprs for x in e.free_symbols})
+        c = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in float_names else "z_") + n)
+                        + ")" for e in exprs)
+        out.append({"pred": c, "names": [n for n in names if n not in float_names],
+                    "fnames": [n for n in names if n in float_names], "ir": ir, "keep": keep})
+    # workloads not traced (a size of 1): exactly one variant must take each
+    for wl in untraced:
+        v = _values(wl)
+        hits = sum(all(_eval_guard(src, v) for src in o["keep"]) for o in out)
+        if hits != 1:
+            raise TraceError("a workload matches no variant (or several)")
+    for o in out:
+        o.pop("keep")
+    return {"variants": out, "inputs": irs[0]["inputs"]}
 
 
 def _symbolic_math() -> None:
@@ -609,6 +719,17 @@ def child_main() -> int:
                     raise
                 irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
+            try:
+                var = list(defn.var_axes)
+                big = [w for w in req.get("extra", [])
+                       if all(int(w["axes"].get(v, 2)) >= 2 for v in var)]
+                small = [w for w in req.get("extra", []) if w not in big]
+                wls = list(req["workloads"][:2]) + big
+                more = [_trace_once(defn, w, _SENTINELS[0]) for w in big]
+                print(json.dumps({"ok": True, "ir": _variants(defn, wls, irs + more, small)}))
+                return 0
+            except TraceError:
+                pass
             a, b = irs
             why = "the graph differs between two workloads"
             for x, y in zip(a["nodes"], b["nodes"]):

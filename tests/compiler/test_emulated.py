@@ -102,3 +102,19 @@ def test_scalar_inputs_masks_and_counts(tmp_path):
                             c = torch.nn.functional.one_hot(ids.abs() % 8, 8).sum(0)
                             return y, c
                         """, [{"B": 3, "S": 5}], scalars={"p": 0.25}))
+
+
+def test_max_pool_with_padding_and_avg_pool(tmp_path):
+    _check(make_problem(tmp_path, "mp", {"N": {"type": "var"}, "C": {"type": "const", "value": 3},
+                                         "H": {"type": "var"},
+                                         "HO": {"type": "expr", "expression": "(H + 2 - 3) // 2 + 1"},
+                                         "HA": {"type": "expr", "expression": "H // 2"}},
+                        {"x": T("N", "C", "H", "H")},
+                        {"m": T("N", "C", "HO", "HO"), "a": T("N", "C", "HA", "HA")},
+                        """
+                        import torch
+                        def run(x):
+                            m = torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1)
+                            a = torch.nn.functional.avg_pool2d(x, 2)
+                            return m, a
+                        """, [{"N": 2, "H": 9}]))
