@@ -322,17 +322,6 @@ def trace_rows(defn: Definition) -> Optional[RowGraph]:
     return _CACHE[key]
 
 
-def trace_entry(payload: dict) -> dict:
-    """Sandbox entry point: {"graph": tagged JSON} or {"reason": why it is not a row problem}."""
-    from ..sandbox.jsonable import encode
-
-    defn = Definition.model_validate(payload["definition"])
-    try:
-        return {"graph": encode(_trace(defn))}
-    except Exception as e:  # noqa: BLE001 - any failure means: not a row problem
-        return {"reason": f"{type(e).__name__}: {e}"[:300]}
-
-
 def _trace(defn: Definition) -> RowGraph:
     shapes_out = [list(s.shape or []) for s in defn.outputs.values()]
     if not shapes_out or any(s != shapes_out[0] for s in shapes_out) or not shapes_out[0]:

@@ -451,7 +451,8 @@ def trace_in_sandbox(module: str, defn: Definition, types: tuple) -> tuple[Optio
     from ..sandbox.jsonable import decode
 
     try:
-        out = run_python(module, "trace_entry", {"definition": defn.model_dump(mode="json")},
+        out = run_python(__name__, "trace_entry", {"module": module,
+                                                    "definition": defn.model_dump(mode="json")},
                          timeout_s=TRACE_TIMEOUT_S)
     except SandboxError as e:
         return None, str(e)[:300]
@@ -463,14 +464,24 @@ def trace_in_sandbox(module: str, defn: Definition, types: tuple) -> tuple[Optio
         return None, f"the traced graph did not decode: {e}"[:300]
 
 
+# the tracers whose `_trace(defn)` the sandbox entry may call (a payload names one of them)
+_TRACERS = ("solforge.kernels.pointwise_trace", "solforge.kernels.pointwise_rows_trace")
+
+
 def trace_entry(payload: dict) -> dict:
-    """Sandbox entry point: {"graph": tagged JSON} or {"reason": why it is not pointwise}."""
+    """Sandbox entry point of both pointwise tracers: {"graph": tagged JSON} or {"reason": why the
+    problem is not one of theirs}."""
+    import importlib
+
     from ..sandbox.jsonable import encode
 
+    module = payload.get("module") or __name__
+    if module not in _TRACERS:
+        return {"reason": f"unknown tracer {module!r}"}
     defn = Definition.model_validate(payload["definition"])
     try:
-        return {"graph": encode(_trace(defn))}
-    except Exception as e:  # noqa: BLE001 - any failure means: not a pointwise problem
+        return {"graph": encode(importlib.import_module(module)._trace(defn))}
+    except Exception as e:  # noqa: BLE001 - any failure means: not a problem of this tracer
         return {"reason": f"{type(e).__name__}: {e}"[:300]}
 
 
