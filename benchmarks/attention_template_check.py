@@ -160,8 +160,10 @@ def prepare(stage_dir: Path) -> None:
             spec = make_spec(c)
             params = c["params"] or default_params(spec, decode_like=c["regime"] == "decode")
             low = generate(spec, params)
+            # workspace_zero 0: the split partials are written before they are read (run() fills the
+            # workspace with NaN bytes to check that)
             cand = Candidate(problem=f"attn_check/{c['name']}", sources=low.sources, params=low.params,
-                             launches=low.launches, workspace=low.scratch_bytes)
+                             launches=low.launches, workspace=low.scratch_bytes, workspace_zero="0")
             res = compile_candidate(cand, arch="sm_90a")
             if not res.ok:
                 print(f"{c['name']}: compile {res.status.value}: {res.log[-800:]}")
@@ -344,7 +346,7 @@ class _Emulated:
         from solforge.compiler.templates.attention import generate
         self.low = generate(make_spec(c), c["params"])
 
-    def prepare(self, tensors, axes, scalars):
+    def prepare(self, tensors, axes, scalars, workspace=None):
         from solforge.compiler.templates.attention_emulate import emulate
         low = self.low
 
@@ -398,7 +400,12 @@ def run(stage_dir: Path, out: Path | None, shapes: int, seed: int, emulated: boo
             try:
                 tensors, views = build_inputs(c, ax, gen, device)
                 scale = 1.0 / math.sqrt(c["D"]) * rng.choice([1.0, 2.0])
-                plan = rt.prepare(tensors, ax, {"scale": scale})
+                ws = None
+                if device.type == "cuda":   # NaN bytes: a partial read before it is written shows
+                    cand = json.loads((stage_dir / c["name"] / "candidate.json").read_text())
+                    nbytes = _eval(cand.get("workspace", "0"), {**ax, "scale": scale})
+                    ws = torch.full((nbytes,), 255, dtype=torch.uint8, device=device) if nbytes else None
+                plan = rt.prepare(tensors, ax, {"scale": scale}, workspace=ws)
                 plan.run()
                 if device.type == "cuda":
                     torch.cuda.synchronize()

@@ -240,3 +240,20 @@ def test_two_segments_in_one_candidate():
     assert [ln.kernel for ln in cand.launches] == ["attn0_fwd", "attn0_combine", "attn1_fwd", "attn1_combine"]
     with pytest.raises(AttentionSpecError):
         generate(make_spec(), name="attn-0")
+
+
+def test_split_count_follows_the_shapes():
+    """One candidate for all workloads: decode shapes split the keys, big prefill grids do not."""
+    from solforge.problem import axis_expr
+    spec = make_spec(D=128, G=8, causal=True, offset="SK - SQ")
+    low = generate(spec, dict(BLOCK_M=16, BLOCK_N=64, STAGES=3, NSPLIT=16))
+    nsplit = low.launches[0]["args"][-1].split(":", 1)[1]
+
+    def n(**ax):
+        return axis_expr.evaluate(nsplit, ax)
+    assert n(B=1, H=32, SQ=1, SK=8192) == 16          # 4 CTAs without splitting
+    assert n(B=1, H=32, SQ=1, SK=100) == 1            # 2 kv blocks: at most half of them
+    assert n(B=64, H=32, SQ=1, SK=8192) == 2          # 256 CTAs already: a little more
+    assert n(B=8, H=32, SQ=512, SK=512) == 1          # prefill: no partials
+    ws = axis_expr.evaluate(low.scratch_bytes, {"B": 8, "H": 32, "SQ": 512, "SK": 512})
+    assert ws == 16                                   # nothing but the placeholder when unsplit

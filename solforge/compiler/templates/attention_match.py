@@ -902,7 +902,6 @@ def _mask(b: _Builder, cond, shape, keep: bool, via: Optional[set] = None) -> No
     name = _ref(cond)
     if name is None:
         raise NoMatch("mask is not a tensor")
-    sh = [parse_size(s) for s in shape]
     ev = _MaskEval(g)
     try:
         band = ev.value(cond)
