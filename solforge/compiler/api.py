@@ -38,9 +38,10 @@ def _code_version() -> str:
     return h.hexdigest()[:16]
 
 
-def _key(defn, workloads) -> str:
+def _key(defn, workloads, gemm: str = "generic") -> str:
     axes = [sorted((getattr(w, "axes", {}) or {}).items()) for w in workloads]
-    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes, _code_version()],
+    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes, _code_version()]
+                                     + ([gemm] if gemm != "generic" else []),
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -96,18 +97,18 @@ def output_specs(defn) -> dict:
     return out
 
 
-def lower_ir(defn, ir: dict, name: Optional[str] = None) -> CompileOutcome:
+def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic") -> CompileOutcome:
     from .lower import Lowering, Unsupported
     from .plan import build_candidate
 
     if "variants" in ir:
-        return _lower_variants(defn, ir, name)
+        return _lower_variants(defn, ir, name, gemm)
     ops = Counter(n["op"] for n in ir["nodes"])
     if len(ir["nodes"]) > MAX_NODES:
         return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
                                      "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
-        low = Lowering(ir, output_specs(defn)).run()
+        low = Lowering(ir, output_specs(defn), gemm=gemm).run()
     except Unsupported as e:
         return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
     except RecursionError:
@@ -122,7 +123,7 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None) -> CompileOutcome:
     return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
 
 
-def _lower_variants(defn, ir: dict, name: Optional[str]) -> CompileOutcome:
+def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") -> CompileOutcome:
     """One lowering per structure the reference takes, selected at run time by its guards."""
     from .lower import Lowering, Unsupported
     from .plan import build_candidate_variants
@@ -133,7 +134,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str]) -> CompileOutcome:
     for i, v in enumerate(ir["variants"]):
         ops.update(n["op"] for n in v["ir"]["nodes"])
         try:
-            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}").run()
+            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}", gemm=gemm).run()
         except Unsupported as e:
             return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
         except RecursionError:
@@ -150,9 +151,11 @@ def _lower_variants(defn, ir: dict, name: Optional[str]) -> CompileOutcome:
     return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
 
 
-def compile_definition(defn, workloads: list, timeout_s: float = 90) -> CompileOutcome:
-    """The compiler's candidate for a problem, or why not (cached per definition + workloads)."""
-    key = _key(defn, workloads)
+def compile_definition(defn, workloads: list, timeout_s: float = 90,
+                       gemm: str = "generic") -> CompileOutcome:
+    """The compiler's candidate for a problem, or why not (cached per definition + workloads +
+    lowering choice). `gemm`: how matmuls and convolutions lower (lower.GEMM_LOWERINGS)."""
+    key = _key(defn, workloads, gemm)
     if key in _CACHE:
         return _CACHE[key]
     cached = _load(key)
@@ -165,12 +168,12 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90) -> CompileO
     if not tr.ok:
         out = CompileOutcome(reason=tr.reason, stage="trace")
     else:
-        out = lower_ir(defn, tr.ir)
+        out = lower_ir(defn, tr.ir, gemm=gemm)
     _CACHE[key] = out
     if not out.reason.startswith("tracing the reference took over"):  # a timeout may pass later
         _save(key, out)
     return out
 
 
-def compile_problem(problem, timeout_s: float = 90) -> CompileOutcome:
-    return compile_definition(problem.definition, list(problem.workloads), timeout_s)
+def compile_problem(problem, timeout_s: float = 90, gemm: str = "generic") -> CompileOutcome:
+    return compile_definition(problem.definition, list(problem.workloads), timeout_s, gemm)

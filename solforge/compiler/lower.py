@@ -77,8 +77,23 @@ def promote(a: str, b: str) -> str:
     return a if _PROMO.index(a) > _PROMO.index(b) else b
 
 
+# How matmuls and convolutions are lowered: "generic" (generic.matmul, the first candidate) or
+# "template" (templates/gemm_adapter: the wgmma / mma.sync / SIMT GEMM template, a tunable the
+# offline search tries; same call, same loaders, so prologues stay fused)
+GEMM_LOWERINGS = ("generic", "template")
+
+
 class Lowering:
-    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = ""):
+    def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = "",
+                 gemm: str = "generic"):
+        if gemm not in GEMM_LOWERINGS:
+            raise ValueError(f"gemm lowering must be one of {GEMM_LOWERINGS}, not {gemm!r}")
+        if gemm == "template":
+            from .templates import gemm_adapter
+
+            self.matmul = gemm_adapter.matmul
+        else:
+            self.matmul = templates.matmul
         self.ir = ir
         self.prefix = prefix
         self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
@@ -693,7 +708,7 @@ def _mm(L, node, a, b, **kw):
     out_dt = node["dtype"]
     a, b = L.operand(a), L.operand(b)
     buf = L.new_buffer(out_dt, [a.shape[0], b.shape[1]])
-    L.kernels.append(templates.matmul(L.kname("mm"), a, b, out_dt, buf, batch_shape=[]))
+    L.kernels.append(L.matmul(L.kname("mm"), a, b, out_dt, buf, batch_shape=[]))
     return view_of(buf)
 
 
@@ -701,7 +716,7 @@ def _bmm(L, node, a, b, **kw):
     out_dt = node["dtype"]
     a, b = L.operand(a), L.operand(b)
     buf = L.new_buffer(out_dt, [a.shape[0], a.shape[1], b.shape[2]])
-    L.kernels.append(templates.matmul(L.kname("bmm"), a, b, out_dt, buf, batch_shape=[a.shape[0]]))
+    L.kernels.append(L.matmul(L.kname("bmm"), a, b, out_dt, buf, batch_shape=[a.shape[0]]))
     return view_of(buf)
 
 
@@ -713,7 +728,7 @@ def _addmm(L, node, bias, a, b, beta=1, alpha=1, **kw):
     M, N = a.shape[0], b.shape[1]
     bias_b = loops.broadcast_to(bias, [M, N])
     buf = L.new_buffer(out_dt, [M, N])
-    L.kernels.append(templates.matmul(L.kname("addmm"), a, b, out_dt, buf, bias=bias_b, batch_shape=[]))
+    L.kernels.append(L.matmul(L.kname("addmm"), a, b, out_dt, buf, bias=bias_b, batch_shape=[]))
     return view_of(buf)
 
 
@@ -781,7 +796,7 @@ def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, out
     if bias is not None:
         bias_l = Loader([sympy.Integer(G), M, Cog], bias.dtype,
                         lambda k, idx: bias(k, [idx[0] * Cog + idx[2]]))
-    L.kernels.append(templates.matmul(L.kname("conv"), A, B, out_dt, buf, out_index=out_index,
+    L.kernels.append(L.matmul(L.kname("conv"), A, B, out_dt, buf, out_index=out_index,
                                       bias=bias_l, batch_shape=[sympy.Integer(G)]))
     return view_of(buf)
 

@@ -15,12 +15,21 @@ from .base import Family, FamilyError, Spec
 from .gate import family_offered
 
 
-def _outcome(problem):
+# The lowering of matmuls and convolutions, a tunable: 0 the generic tiled kernel (the first
+# candidate, the one checked on every problem), 1 the GEMM template (wgmma / mma.sync / SIMT tiers,
+# solforge/compiler/templates/gemm_adapter.py), which the offline search tries next where the plan
+# has a matmul or convolution; the evaluator's verdict decides between them.
+GEMM_PARAM = "COMPILER_GEMM_TEMPLATE"
+_GEMM_SEGMENTS = ("matmul", "conv")
+
+
+def _outcome(problem, params: Optional[dict] = None):
     from ..compiler.api import compile_problem
 
     if not getattr(problem, "workloads", None) or not hasattr(problem, "definition"):
         return None
-    return compile_problem(problem)
+    gemm = "template" if int((params or {}).get(GEMM_PARAM, 0) or 0) else "generic"
+    return compile_problem(problem, gemm=gemm)
 
 
 class CompiledFamily(Family):
@@ -46,7 +55,12 @@ class CompiledFamily(Family):
         out = _outcome(problem)
         if out is None or not out.ok:
             return []
-        return [dict(out.candidate.params)]
+        space = [{**out.candidate.params, GEMM_PARAM: 0}]
+        if any(out.segments.get(k) for k in _GEMM_SEGMENTS):
+            fast = _outcome(problem, {GEMM_PARAM: 1})
+            if fast is not None and fast.ok:
+                space.append({**fast.candidate.params, GEMM_PARAM: 1})
+        return space
 
     def default_params(self, problem) -> dict:
         space = self.param_space(problem)
@@ -55,16 +69,18 @@ class CompiledFamily(Family):
         return space[0]
 
     def instantiate(self, problem, params: Optional[dict] = None) -> Candidate:
-        out = _outcome(problem)
+        out = _outcome(problem, params)
         if out is None or not out.ok:
             why = out.reason if out is not None else "no workloads"
             raise FamilyError(f"compiler does not serve {getattr(problem, 'name', problem)}: {why}")
         cand = out.candidate.model_copy(deep=True)
         if params:
-            unknown = set(params) - set(cand.params)
+            unknown = set(params) - set(cand.params) - {GEMM_PARAM}
             if unknown:
                 raise FamilyError(f"compiler: unknown params {sorted(unknown)}")
             cand.params.update(params)
+        # the lowering choice travels as a param too: the attempt's params say which one ran
+        cand.params[GEMM_PARAM] = int((params or {}).get(GEMM_PARAM, 0) or 0)
         defn = problem.definition
         cand.check_tensor_args(set(defn.inputs), set(defn.outputs))
         return cand
