@@ -85,3 +85,22 @@ def cpu_lab(store, tmp_path, monkeypatch):
 
     monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))  # real compiles, fresh cache
     return Lab(arch="sm_90a", gpu_profile="h200", has_gpu=False, store=store)
+
+
+def write_unservable_problem(folder):
+    """A problem written here: the sum of the positive entries of each row, computed through a
+    boolean-mask gather whose size depends on the values (the compiler stops at it)."""
+    folder.mkdir(parents=True)
+    ref = ("import torch\n\n\ndef run(x):\n"
+           "    return torch.stack([r[r > 0].sum() for r in x]).reshape(x.shape[0], 1)\n")
+    defn = {"name": "positive_row_sum", "hf_id": "", "description": "sum of the positive entries",
+            "axes": {"rows": {"type": "var"}, "cols": {"type": "const", "value": 64}},
+            "custom_inputs_entrypoint": None,
+            "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "float32"}},
+            "outputs": {"out": {"shape": ["rows", "1"], "dtype": "float32"}}, "reference": ref}
+    (folder / "definition.json").write_text(json.dumps(defn, indent=1))
+    (folder / "workload.jsonl").write_text("".join(
+        json.dumps({"uuid": f"00000000-0000-4000-8000-00000000000{i}", "axes": {"rows": r},
+                    "inputs": {"x": {"type": "random"}}}) + "\n" for i, r in enumerate((3, 17))))
+    (folder / "reference.py").write_text(ref)
+    return folder

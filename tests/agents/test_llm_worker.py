@@ -12,7 +12,7 @@ from solforge.agents.llm_client import LlmConfig
 from solforge.agents.planner import Budget, PlannerConfig
 from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
 
-from .conftest import RMSNORM_H128, RMSNORM_H128_BROKEN, candidate_json, reply_with
+from .conftest import RMSNORM_H128, RMSNORM_H128_BROKEN, candidate_json, reply_with, write_unservable_problem
 from .llm_server import ScriptedLLM
 
 SECRET = "sk-test-0123456789abcdefSECRETKEY"
@@ -228,25 +228,6 @@ def test_model_benchmarks_with_the_evaluate_tool_and_repairs_correctness(store, 
         "no problem can make progress" in report.stop_reason
 
 
-def _write_unservable_problem(folder):
-    """A problem written here: the sum of the positive entries of each row, computed through a
-    boolean-mask gather whose size depends on the values (the compiler stops at it)."""
-    folder.mkdir(parents=True)
-    ref = ("import torch\n\n\ndef run(x):\n"
-           "    return torch.stack([r[r > 0].sum() for r in x]).reshape(x.shape[0], 1)\n")
-    defn = {"name": "positive_row_sum", "hf_id": "", "description": "sum of the positive entries",
-            "axes": {"rows": {"type": "var"}, "cols": {"type": "const", "value": 64}},
-            "custom_inputs_entrypoint": None,
-            "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "float32"}},
-            "outputs": {"out": {"shape": ["rows", "1"], "dtype": "float32"}}, "reference": ref}
-    (folder / "definition.json").write_text(json.dumps(defn, indent=1))
-    (folder / "workload.jsonl").write_text("".join(
-        json.dumps({"uuid": f"00000000-0000-4000-8000-00000000000{i}", "axes": {"rows": r},
-                    "inputs": {"x": {"type": "random"}}}) + "\n" for i, r in enumerate((3, 17))))
-    (folder / "reference.py").write_text(ref)
-    return folder
-
-
 def test_optimize_cli_with_a_model(tmp_path, sol_execbench_dir, monkeypatch, capsys):
     """`solforge optimize --model ... --api-base ...`: the CLI wires the LLM worker to the loop."""
     from solforge.cli import main
@@ -259,7 +240,7 @@ def test_optimize_cli_with_a_model(tmp_path, sol_execbench_dir, monkeypatch, cap
     # a problem no kernel family (and not the compiler: its output's size depends on the input's
     # values) serves, so the planner must hand it to the LLM; the scripted model answers with a
     # kernel for another problem, which the static check rejects (unknown tensors)
-    pdir = _write_unservable_problem(tmp_path / "problems" / "positive_sum")
+    pdir = write_unservable_problem(tmp_path / "problems" / "positive_sum")
     with ScriptedLLM([{"content": reply_with(candidate_json(RMSNORM_H128)), "repeat": 3}]) as server:
         rc = main(["--json", "optimize", "--problems", str(pdir),
                    "--model", "openai/scripted", "--api-base", server.api_base,
