@@ -62,7 +62,9 @@ def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, r
     log1 = open(tmp_path / "run1.log", "w")
     proc = subprocess.Popen(_args(db), cwd=REPO, env=env, stdout=log1, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    deadline = time.monotonic() + 240
+    # setup traces every problem's reference in the sandbox (families, compiler) before the first
+    # attempt: minutes on a busy 2-core machine
+    deadline = time.monotonic() + 480
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             if _count(db, "SELECT count(*) FROM attempts WHERE status = 'compiled'") >= 3:
