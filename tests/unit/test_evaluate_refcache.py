@@ -228,7 +228,7 @@ def test_orchestrator_fills_once_per_problem_in_its_own_process(tmp_path, monkey
 HOST_DUMP = """
 import json, os
 json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "files": sorted(os.listdir("."))},
-          open(os.environ.get("RC_DUMP", "dump.json"), "w"))
+          open("DUMP_PATH", "w"))
 
 
 def run(inputs, outputs, ctx):
@@ -241,14 +241,15 @@ def test_a_candidate_process_sees_no_cache_path_in_its_environment(tmp_path, mon
     cache = tmp_path / "private" / "secret-cache-5f3a"
     summary = rcf.fill(_stage(tmp_path, problem, 1), cache, probe=0)
     dump = tmp_path / "dump.json"
-    monkeypatch.setenv("RC_DUMP", str(dump))
+    monkeypatch.setenv("RC_DUMP", str(dump))  # a variable of the parent's: the allowlist keeps it out
     job = {"settings": {"correctness_rounds": 1, "timing": False},
            "refcache": rc.job_spec(cache, summary)}
-    stage = stage_candidate(tmp_path / "cand", problem, host_source=HOST_DUMP, job=job)
+    stage = stage_candidate(tmp_path / "cand", problem, host_source=HOST_DUMP.replace("DUMP_PATH", str(dump)),
+                            job=job)
     report = run_stage(stage, timeout_s=120, launch="spawn", workloads=["w256"])
     assert "reference cache" not in report.results[0].message  # host candidates: live reference only
     seen = json.loads(dump.read_text())
-    assert seen["env"].get("RC_DUMP")  # the dump saw the parent's variables, scrubbed
+    assert "RC_DUMP" not in seen["env"]  # the candidate's environment is an allowlist
     assert not [k for k, v in seen["env"].items() if "secret-cache-5f3a" in v or "REFCACHE" in k.upper()]
     assert "secret-cache-5f3a" not in json.dumps(seen["files"])
     assert not Path(seen["cwd"]).resolve().is_relative_to(cache.resolve())
