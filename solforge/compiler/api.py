@@ -97,6 +97,22 @@ def output_specs(defn) -> dict:
     return out
 
 
+# How matmuls and convolutions lower: "generic" (the lowering's own tiled kernel, the first
+# candidate) or "template" (templates/gemm_adapter: the wgmma / mma.sync / SIMT GEMM template, a
+# tunable the offline search tries; same call, same loaders, so prologues stay fused)
+GEMM_LOWERINGS = ("generic", "template")
+
+
+def _matmul_for(gemm: str):
+    if gemm not in GEMM_LOWERINGS:
+        raise ValueError(f"gemm lowering must be one of {GEMM_LOWERINGS}, not {gemm!r}")
+    if gemm == "generic":
+        return None
+    from .templates import gemm_adapter
+
+    return gemm_adapter.matmul
+
+
 def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic") -> CompileOutcome:
     from .lower import Lowering, Unsupported
     from .plan import build_candidate
@@ -108,7 +124,7 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic") 
         return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
                                      "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
-        low = Lowering(ir, output_specs(defn), gemm=gemm).run()
+        low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm)).run()
     except Unsupported as e:
         return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
     except RecursionError:
@@ -134,7 +150,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
     for i, v in enumerate(ir["variants"]):
         ops.update(n["op"] for n in v["ir"]["nodes"])
         try:
-            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}", gemm=gemm).run()
+            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}", matmul=_matmul_for(gemm)).run()
         except Unsupported as e:
             return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
         except RecursionError:
@@ -154,7 +170,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
 def compile_definition(defn, workloads: list, timeout_s: float = 90,
                        gemm: str = "generic") -> CompileOutcome:
     """The compiler's candidate for a problem, or why not (cached per definition + workloads +
-    lowering choice). `gemm`: how matmuls and convolutions lower (lower.GEMM_LOWERINGS)."""
+    lowering choice). `gemm`: how matmuls and convolutions lower (GEMM_LOWERINGS)."""
     key = _key(defn, workloads, gemm)
     if key in _CACHE:
         return _CACHE[key]

@@ -77,23 +77,12 @@ def promote(a: str, b: str) -> str:
     return a if _PROMO.index(a) > _PROMO.index(b) else b
 
 
-# How matmuls and convolutions are lowered: "generic" (generic.matmul, the first candidate) or
-# "template" (templates/gemm_adapter: the wgmma / mma.sync / SIMT GEMM template, a tunable the
-# offline search tries; same call, same loaders, so prologues stay fused)
-GEMM_LOWERINGS = ("generic", "template")
-
-
 class Lowering:
     def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = "",
-                 gemm: str = "generic"):
-        if gemm not in GEMM_LOWERINGS:
-            raise ValueError(f"gemm lowering must be one of {GEMM_LOWERINGS}, not {gemm!r}")
-        if gemm == "template":
-            from .templates import gemm_adapter
-
-            self.matmul = gemm_adapter.matmul
-        else:
-            self.matmul = templates.matmul
+                 matmul=None):
+        # how matmuls and convolutions lower: generic.matmul (the first candidate) unless the caller
+        # passes another with the same call (api.py: the GEMM template's adapter, a tunable)
+        self.matmul = matmul or templates.matmul
         self.ir = ir
         self.prefix = prefix
         self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
