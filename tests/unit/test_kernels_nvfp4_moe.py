@@ -30,6 +30,9 @@ from solforge.kernels.nvfp4_moe import SMEM_LIMIT, reference_as_on_cuda
 from solforge.problem.loader import load_problem_dir
 from tests.unit.test_compile_arch import sass_text as _sass
 
+# the family's committed GPU evidence (bench rows, pipeline evaluations)
+NVFP4_RESULTS = Path(__file__).resolve().parents[2] / "data" / "results" / "kernels_nvfp4_moe"
+
 SRC = CUDA_DIR / "nvfp4_moe" / "nvfp4_moe.cu"
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -96,7 +99,7 @@ def pipeline_evidence(problem) -> str:
     """'' when the committed runs of the pipeline's own evaluation on the H200
     (data/results/kernels_nvfp4_moe/nvfp4_moe_h200_s4_pipeline_eval_*.json, benchmarks/pipeline_eval_check.py) passed every
     workload of the problem in every run of it (at least one); else what is missing or wrong."""
-    from tests.unit.test_kernels_attention_prefill import RESULTS
+    RESULTS = NVFP4_RESULTS
 
     want = {w.uuid for w in problem.workloads}
     runs = [r for f in sorted(RESULTS.glob("nvfp4_moe_h200_s4_pipeline_eval_*.json"))
@@ -114,7 +117,9 @@ def test_offered_only_with_gpu_evidence(p032, p029):
     """Offered (family.json's one `offered` flag) only while the committed GPU evidence shows every
     workload of each problem it serves correct: the bench rows (every variant) or the pipeline's own
     evaluation (every run of it)."""
-    from tests.unit.test_kernels_attention_prefill import RESULTS, gpu_evidence
+    from tests.unit.test_kernels_attention_prefill import gpu_evidence
+
+    RESULTS = NVFP4_RESULTS
 
     data = json.loads((CUDA_DIR / "nvfp4_moe" / "family.json").read_text())
     assert "offered_problems" not in data
