@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from ..candidate import Candidate
 
@@ -25,6 +25,7 @@ class CompileOutcome:
 
 
 _CACHE: dict[str, CompileOutcome] = {}
+_TRACES: dict[str, Any] = {}  # definition + workloads -> TraceResult (_traced)
 MAX_NODES = 2500  # a bigger graph is an unrolled loop: its lowering and compile would take minutes
 
 
@@ -178,9 +179,7 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90,
     if cached is not None:
         _CACHE[key] = cached
         return cached
-    from .trace import trace_definition
-
-    tr = trace_definition(defn, workloads, timeout_s=timeout_s)
+    tr = _traced(defn, workloads, timeout_s)
     if not tr.ok:
         out = CompileOutcome(reason=tr.reason, stage="trace")
     else:
@@ -189,6 +188,17 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90,
     if not out.reason.startswith("tracing the reference took over"):  # a timeout may pass later
         _save(key, out)
     return out
+
+
+def _traced(defn, workloads: list, timeout_s: float):
+    """The reference's trace, once per definition + workloads in this process: each lowering choice
+    of the same problem lowers the same IR (a trace is a sandboxed process)."""
+    from .trace import trace_definition
+
+    key = _key(defn, workloads)
+    if key not in _TRACES:
+        _TRACES[key] = trace_definition(defn, workloads, timeout_s=timeout_s)
+    return _TRACES[key]
 
 
 def compile_problem(problem, timeout_s: float = 90, gemm: str = "generic") -> CompileOutcome:
