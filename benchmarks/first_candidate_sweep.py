@@ -49,22 +49,31 @@ def _problem_dirs(dataset: Path, only: list[str]) -> list[Path]:
 
 
 def _candidates(problem, workers: list[str]) -> list[tuple[str, object]]:
-    """(worker label, Candidate) for each asked worker that serves the problem."""
+    """(worker label, Candidate) for each asked worker that serves the problem. A worker is 'first'
+    (the planner's first family, its first point), a family name (its first point), or NAME@I (the
+    I-th point of that family's param space, e.g. compiler@1: the compiler's second lowering)."""
     from solforge.kernels import families_for, get_family
 
     out, seen = [], set()
     for w in workers:
-        if w == "first":
+        name, _, idx = w.partition("@")
+        i = int(idx or 0)
+        if name == "first":
             fams = families_for(problem)
             fam = fams[0] if fams else None
         else:
-            fam = get_family(w)
+            fam = get_family(name)
             fam = fam if fam.matches(problem) else None
-        if fam is None or fam.name in seen:
+        if fam is None:
             continue
-        seen.add(fam.name)
-        params = fam.param_space(problem)[0]
-        out.append((fam.name, fam.instantiate(problem, params)))
+        label = fam.name if i == 0 else f"{fam.name}@{i}"
+        if label in seen:
+            continue
+        space = fam.param_space(problem)
+        if i >= len(space):
+            continue
+        seen.add(label)
+        out.append((label, fam.instantiate(problem, space[i])))
     return out
 
 
@@ -94,7 +103,7 @@ def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool
                 if (res.log or "").strip() else f"compile {res.status.value}"
             rows.append(row)
             continue
-        stage = f"{pdir.parent.name}__{pdir.name}__{worker}"
+        stage = f"{pdir.parent.name}__{pdir.name}__{worker.replace('@', '_p')}"
         if t_sol:
             job = lab.eval_job(problem)
         else:  # verdicts only: no roofline (the SOL-floor guard is off), the same one job builder
@@ -288,7 +297,8 @@ def main() -> None:
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--workers", default="first,compiler",
-                   help="comma list: 'first' (the planner's first family) and/or family names")
+                   help="comma list: 'first' (the planner's first family), family names, NAME@I (the "
+                        "I-th point of a family's param space, e.g. compiler@1)")
     p.add_argument("--only", nargs="*", default=[], help="SUBSET/NAME or NAME globs")
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--no-tsol", action="store_true",
