@@ -35,6 +35,11 @@ def register(sub) -> None:
                    help="on a GPU: run the evaluator (correctness on every workload, no timing) on "
                         "each first candidate that compiles")
     p.add_argument("--eval-timeout", type=float, default=600, help="seconds per problem's evaluation")
+    p.add_argument("--emulate", action="store_true",
+                   help="no GPU needed: run the compiler's plan on the CPU (its kernels built with g++ "
+                        "against a CUDA shim) at a shrunk workload and compare with the reference "
+                        "(run in the sandbox) under the workload's tolerance")
+    p.add_argument("--emulate-cap", type=int, default=8, help="var axes shrunk to at most this")
     p.set_defaults(func=run)
 
 
@@ -51,6 +56,20 @@ def evaluate_row(problem, cand, timeout: float) -> dict:
            "workloads_failed": len(bad)}
     if bad:
         out["eval_error"] = f"{bad[0].status.value}: {bad[0].message[:200]}"
+    return out
+
+
+def emulate_row(problem, cand, cap: int, timeout: float) -> dict:
+    """The compiler's plan emulated on the CPU against the sandboxed reference (compiler/check.py)."""
+    from ..compiler.check import check_problem
+
+    try:
+        r = check_problem(problem, cap=cap, candidate=cand, timeout_s=timeout)
+    except Exception as e:  # noqa: BLE001 - one line per problem
+        return {"emulated": False, "emulate_error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+    out = {"emulated": bool(r.get("ok"))}
+    if not r.get("ok"):
+        out["emulate_error"] = f"{r.get('stage')}: {str(r.get('reason'))[:200]}"
     return out
 
 
@@ -147,6 +166,8 @@ def run(args) -> int:
             (emit / name).write_text(json.dumps(cand.model_dump(), indent=1))
         if args.evaluate and cand is not None and row["compiles"] is not False:
             row.update(evaluate_row(p, cand, args.eval_timeout))
+        if args.emulate and cand is not None and row["first"] == "compiler" and row["compiles"] is not False:
+            row.update(emulate_row(p, cand, args.emulate_cap, args.timeout))
         rows.append(row)
         if args.jsonl:
             with open(args.jsonl, "a") as f:
@@ -155,8 +176,10 @@ def run(args) -> int:
             status = "served" if row["served"] else "-"
             comp = {True: "compiles", False: "COMPILE-ERROR", None: ""}[row["compiles"]]
             why = row["reason"] if not row["served"] or row["compiles"] is False else ""
+            emu = {True: "emulated-correct", False: "EMULATED-WRONG", None: ""}[row.get("emulated")]
             c.print(f"{row['subset']}/{row['problem']}: {status} {','.join(row['families'])} "
-                    f"{comp} {row.get('compile_error', '')} {why}", markup=False, highlight=False)
+                    f"{comp} {emu} {row.get('compile_error', '')} {row.get('emulate_error', '')} {why}",
+                    markup=False, highlight=False)
     served = [r for r in rows if r["served"]]
     ok = [r for r in served if r["compiles"]] if args.compile else served
     summary = {"problems": len(rows), "served": len(served), "compiler": sum(bool(r.get("compiler"))
@@ -165,6 +188,9 @@ def run(args) -> int:
                "ingest_errors": [str(e) for e in rep.errors]}
     if args.evaluate:
         summary["correct"] = sum(bool(r.get("correct")) for r in rows)
+    if args.emulate:
+        summary["emulated"] = sum("emulated" in r for r in rows)
+        summary["emulated_correct"] = sum(bool(r.get("emulated")) for r in rows)
     if want_json:
         emit_json({"summary": summary, "problems": rows})
     else:

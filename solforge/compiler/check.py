@@ -1,9 +1,11 @@
 """Check a compiler candidate against the reference on the CPU (emulate.py), at a small workload.
+The reference (a dataset's code) runs in solforge.sandbox; the emulation (the compiler's own
+generated code, built with g++) runs here.
 
     python -m solforge.compiler.check PROBLEM_DIR [--cap 8]
 
 Var axes are shrunk (to at most --cap, keeping the definition's constraints) so the emulation stays
-small; inputs come from the evaluator's InputFactory, the reference runs on the CPU, outputs are
+small; inputs come from the evaluator's InputFactory, the reference runs on the CPU (sandboxed), outputs are
 compared with the evaluator's compare_all under the workload's tolerance. Prints one JSON line.
 """
 
@@ -35,12 +37,83 @@ def shrink(defn, rw, cap: int):
     return resolve_at(defn, wl, "<check>", None)
 
 
-def check_problem(problem, cap: int = 8, candidate=None) -> dict:
+# ---- inside the sandbox: the reference's side of the check -----------------------------------------
+# The reference is a dataset's code: it runs in solforge.sandbox (no secrets, no network, read-only
+# filesystem), and its inputs and outputs come back as raw tensor files in a folder the caller made
+# (dtype and shape in the JSON answer, bytes read back with no unpickling).
+def reference_case(payload: dict) -> dict:
     import torch
 
-    from ..evaluate.correctness import allocate_outputs, compare_all, normalize_reference_outputs
+    from ..evaluate.correctness import normalize_reference_outputs
     from ..evaluate.inputs import InputFactory, clone_inputs
     from ..evaluate.reference import load_reference
+    from ..problem.loader import problem_from_json, resolve_at
+
+    problem = problem_from_json(payload["problem"])
+    defn = problem.definition
+    rw0 = next(w for w in problem.workloads if w.uuid == payload["uuid"])
+    rw = resolve_at(defn, rw0.workload.model_copy(update={"axes": payload["axes"]}), "<check>", None)
+    mod = load_reference(defn, Path(tempfile.mkdtemp()), "_check_ref")
+    custom = getattr(mod, defn.custom_inputs_entrypoint, None) if defn.custom_inputs_entrypoint else None
+    inputs = InputFactory(rw, "cpu", custom_fn=custom).make(0)
+    with torch.no_grad():
+        ref = mod.run(**clone_inputs(inputs))
+    refs = normalize_reference_outputs(ref, rw, "cpu")
+    folder = Path(payload["folder"])
+    tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    scalars = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
+    return {"inputs": _save(folder, "in", tensors), "refs": _save(folder, "ref", refs),
+            "scalars": {k: (v.item() if hasattr(v, "item") else v) for k, v in scalars.items()}}
+
+
+def _save(folder: Path, prefix: str, tensors: dict) -> dict:
+    out = {}
+    for i, (name, t) in enumerate(tensors.items()):
+        f = f"{prefix}{i}.bin"
+        flat = t.detach().contiguous().reshape(-1)
+        (folder / f).write_bytes(flat.view(torch_uint8()).numpy().tobytes() if flat.numel() else b"")
+        out[name] = {"file": f, "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+    return out
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
+def _load(folder: Path, manifest: dict) -> dict:
+    """Tensors back from the sandbox's files; a dtype that is not a torch dtype, a name that is not a
+    file of this folder, or a byte count that does not match the shape is refused."""
+    import torch
+
+    out = {}
+    for name, m in manifest.items():
+        dt = getattr(torch, str(m.get("dtype")), None)
+        f = str(m.get("file", ""))
+        if not isinstance(dt, torch.dtype) or "/" in f or not f or f.startswith("."):
+            raise ValueError(f"reference output {name!r}: bad tensor description")
+        shape = [int(x) for x in m.get("shape", [])]
+        data = (folder / f).read_bytes()
+        n = 1
+        for x in shape:
+            n *= x
+        if len(data) != n * torch.empty((), dtype=dt).element_size():
+            raise ValueError(f"reference output {name!r}: {len(data)} bytes for shape {shape}")
+        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+        out[name] = raw.view(dt).reshape(shape)
+    return out
+
+
+# ---- in the caller ----------------------------------------------------------------------------------
+def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.0) -> dict:
+    """The candidate (default: the compiler's plan) emulated on the CPU at a shrunk workload and
+    compared with the reference (run in the sandbox) under the workload's tolerance."""
+    import shutil
+
+    from ..evaluate.correctness import allocate_outputs, compare_all
+    from ..problem.loader import problem_to_json
+    from ..sandbox import SandboxError, run_python
     from .api import compile_problem
     from .emulate import emulate
 
@@ -52,20 +125,31 @@ def check_problem(problem, cap: int = 8, candidate=None) -> dict:
         candidate = out.candidate
     rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
     rw = shrink(defn, rw0, cap)
-    mod = load_reference(defn, Path(tempfile.mkdtemp()), "_check_ref")
-    custom = getattr(mod, defn.custom_inputs_entrypoint, None) if defn.custom_inputs_entrypoint else None
-    inputs = InputFactory(rw, "cpu", custom_fn=custom).make(0)
-    with torch.no_grad():
-        ref = mod.run(**clone_inputs(inputs))
-    refs = normalize_reference_outputs(ref, rw, "cpu")
-    outs = allocate_outputs(rw, "cpu")
-    tensors = {k: v.contiguous() for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-    tensors.update(outs)
-    scalars = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
-    emulate(candidate, tensors, rw.axes, scalars)
-    cmp = compare_all(outs, refs, rw.workload.tolerance)
-    return {"ok": bool(cmp.ok), "stage": "check", "reason": cmp.reason,
-            "max_abs_err": cmp.max_abs_err, "axes": rw.axes}
+    folder = Path(tempfile.mkdtemp(prefix="solforge_check_"))
+    try:
+        src = Path(problem.source) if problem.source and "://" not in problem.source else None
+        reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
+        try:
+            ans = run_python("solforge.compiler.check", "reference_case",
+                             {"problem": problem_to_json(problem), "uuid": rw0.uuid, "axes": rw.axes,
+                              "folder": str(folder)},
+                             timeout_s=timeout_s, binds=(str(folder),), read_paths=reads)
+        except SandboxError as e:
+            return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
+        try:
+            inputs = _load(folder, ans["inputs"])
+            refs = _load(folder, ans["refs"])
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            return {"ok": False, "stage": "reference", "reason": f"reference gave no usable tensors: {e}"}
+        outs = allocate_outputs(rw, "cpu")
+        tensors = {k: v.contiguous() for k, v in inputs.items()}
+        tensors.update(outs)
+        emulate(candidate, tensors, rw.axes, dict(ans.get("scalars") or {}))
+        cmp = compare_all(outs, refs, rw.workload.tolerance)
+        return {"ok": bool(cmp.ok), "stage": "check", "reason": cmp.reason,
+                "max_abs_err": cmp.max_abs_err, "axes": rw.axes}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _one(path: str, cap: int, emitted, q) -> None:

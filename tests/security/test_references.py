@@ -125,3 +125,26 @@ def test_baseline_isolated_times_a_normal_reference_on_the_gpu(tmp_path, variant
     rows = time_problem_isolated(problem, variant, reps=5, timeout_s=600)
     assert [r.status for r in rows] == ["passed"] * len(problem.workloads), [r.message for r in rows]
     assert all(r.median_ms and r.median_ms > 0 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="needs a host C++ compiler")
+def test_compiler_check_runs_the_reference_in_the_sandbox(tmp_path):
+    # the reference answers differently when it can see a credential: with the canary keys in this
+    # process's environment, only a reference run without them matches the compiled plan
+    from solforge.compiler.check import check_problem
+    from solforge.problem.loader import load_problem_dir
+
+    d = tmp_path / "keyed"
+    d.mkdir()
+    (d / "definition.json").write_text(json.dumps({
+        "name": "keyed", "axes": {"N": {"type": "var"}},
+        "inputs": {"x": {"shape": ["N"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["N"], "dtype": "float32"}},
+        "reference": "import os\nimport torch\ndef run(x):\n"
+                     "    return x * (3.0 if os.environ.get('OPENAI_API_KEY') else 2.0)\n"}))
+    (d / "workload.jsonl").write_text(json.dumps({"uuid": "w0", "axes": {"N": 64},
+                                                  "inputs": {"x": {"type": "random"}}}) + "\n")
+    assert os.environ.get("OPENAI_API_KEY")
+    r = check_problem(load_problem_dir(d), cap=16)
+    assert r["ok"], r
