@@ -59,14 +59,34 @@ def evaluate_row(problem, cand, timeout: float) -> dict:
     return out
 
 
-def emulate_row(problem, cand, cap: int, timeout: float) -> dict:
-    """The compiler's plan emulated on the CPU against the sandboxed reference (compiler/check.py)."""
+def _emulate_child(problem, cand, cap: int, timeout: float, q) -> None:
     from ..compiler.check import check_problem
 
     try:
-        r = check_problem(problem, cap=cap, candidate=cand, timeout_s=timeout)
+        q.put(check_problem(problem, cap=cap, candidate=cand, timeout_s=timeout))
     except Exception as e:  # noqa: BLE001 - one line per problem
-        return {"emulated": False, "emulate_error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+        q.put({"ok": False, "stage": "emulate",
+               "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"})
+
+
+def emulate_row(problem, cand, cap: int, timeout: float) -> dict:
+    """The compiler's plan emulated on the CPU against the sandboxed reference (compiler/check.py), in
+    a forked child with a wall-clock limit: a slow emulation (big constant dims) or a crash of the
+    g++-built code costs this problem's line only."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_emulate_child, args=(problem, cand, cap, timeout, q))
+    proc.start()
+    try:
+        r = q.get(timeout=timeout + 30)
+    except Exception:  # noqa: BLE001 - nothing came back in time
+        r = {"ok": False, "stage": "emulate",
+             "reason": "timed out" if proc.is_alive() else f"crashed (exit code {proc.exitcode})"}
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
     out = {"emulated": bool(r.get("ok"))}
     if not r.get("ok"):
         out["emulate_error"] = f"{r.get('stage')}: {str(r.get('reason'))[:200]}"
