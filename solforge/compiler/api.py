@@ -34,15 +34,16 @@ def _code_version() -> str:
     from pathlib import Path
 
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
+    for f in sorted(Path(__file__).parent.rglob("*.py")):  # templates/ included
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
-def _key(defn, workloads, gemm: str = "generic") -> str:
+def _key(defn, workloads, gemm: str = "generic", attention: bool = False) -> str:
     axes = [sorted((getattr(w, "axes", {}) or {}).items()) for w in workloads]
     return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes, _code_version()]
-                                     + ([gemm] if gemm != "generic" else []),
+                                     + ([gemm] if gemm != "generic" else [])
+                                     + (["attention"] if attention else []),
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -114,7 +115,8 @@ def _matmul_for(gemm: str):
     return gemm_adapter.matmul
 
 
-def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic") -> CompileOutcome:
+def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic",
+             attention: bool = False) -> CompileOutcome:
     from .lower import Lowering, Unsupported
     from .plan import build_candidate
 
@@ -125,7 +127,7 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic") 
         return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
                                      "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
-        low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm)).run()
+        low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm), attention=attention).run()
     except Unsupported as e:
         return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
     except RecursionError:
@@ -169,10 +171,12 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
 
 
 def compile_definition(defn, workloads: list, timeout_s: float = 90,
-                       gemm: str = "generic") -> CompileOutcome:
+                       gemm: str = "generic", attention: bool = False) -> CompileOutcome:
     """The compiler's candidate for a problem, or why not (cached per definition + workloads +
-    lowering choice). `gemm`: how matmuls and convolutions lower (GEMM_LOWERINGS)."""
-    key = _key(defn, workloads, gemm)
+    lowering choices). `gemm`: how matmuls and convolutions lower (GEMM_LOWERINGS); `attention`:
+    softmax(QK^T)V patterns as the flash template (attention_segment.py; a guarded-variants plan
+    keeps the generic kernels, whose per-variant guard the template has no place for)."""
+    key = _key(defn, workloads, gemm, attention)
     if key in _CACHE:
         return _CACHE[key]
     cached = _load(key)
@@ -183,7 +187,7 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90,
     if not tr.ok:
         out = CompileOutcome(reason=tr.reason, stage="trace")
     else:
-        out = lower_ir(defn, tr.ir, gemm=gemm)
+        out = lower_ir(defn, tr.ir, gemm=gemm, attention=attention)
     _CACHE[key] = out
     if not out.reason.startswith("tracing the reference took over"):  # a timeout may pass later
         _save(key, out)
@@ -201,5 +205,6 @@ def _traced(defn, workloads: list, timeout_s: float):
     return _TRACES[key]
 
 
-def compile_problem(problem, timeout_s: float = 90, gemm: str = "generic") -> CompileOutcome:
-    return compile_definition(problem.definition, list(problem.workloads), timeout_s, gemm)
+def compile_problem(problem, timeout_s: float = 90, gemm: str = "generic",
+                    attention: bool = False) -> CompileOutcome:
+    return compile_definition(problem.definition, list(problem.workloads), timeout_s, gemm, attention)

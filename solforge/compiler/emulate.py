@@ -194,10 +194,16 @@ def emulate(candidate, inputs: dict, axes: dict, scalars: dict | None = None) ->
     lib, kernels = build(cand["sources"]["kernel.cu"])
     env = launch_env(axes, scalars or {}, cand.get("params", {}))
     ws_bytes = int(axis_expr.evaluate(cand.get("workspace", "0"), env))
-    ws = torch.zeros(max(ws_bytes, 1), dtype=torch.uint8)
+    ws = torch.zeros(max(ws_bytes, 8) + 8, dtype=torch.uint8)  # whole float64s: typed views below
+    units = _attention_units(cand)
     keep = []
     for launch in cand["launches"]:
         name = launch["kernel"]
+        if name in units:  # an attention template segment: its CPU model (templates/attention_emulate)
+            _run_attention(units[name], launch, cand["launches"], inputs, ws, env)
+            continue
+        if name.endswith("_combine") and name[: -len("_combine")] + "_fwd" in units:
+            continue  # run by _run_attention with its forward launch
         types = kernels[name]
         grid = [int(axis_expr.evaluate(e, env)) for e in launch["grid"]] + [1, 1]
         block = [int(axis_expr.evaluate(e, env)) for e in launch["block"]] + [1, 1]
@@ -216,3 +222,77 @@ def emulate(candidate, inputs: dict, axes: dict, scalars: dict | None = None) ->
         arr = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
         getattr(lib, f"run_{name}")(*[ctypes.c_uint(x) for x in grid[:3] + block[:3]], arr)
     return inputs
+
+
+# ---- attention template segments (their own source unit; attention_segment.py) -----------------
+_DEFINE = re.compile(r"^#define (\w+) (-?\d+)$")
+
+
+def _attention_units(cand: dict) -> dict:
+    """{kernel name: the unit's #define configuration} for the attention template's units."""
+    out = {}
+    for unit, text in cand["sources"].items():
+        if unit == "kernel.cu" or "// segment configuration" not in text:
+            continue
+        block = text.split("// segment configuration", 1)[1].splitlines()[1:]
+        config = {}
+        for line in block:
+            m = _DEFINE.match(line.strip())
+            if not m:
+                break
+            config[m.group(1)] = int(m.group(2))
+        stem = unit[:-3] if unit.endswith(".cu") else unit
+        out[f"{stem}_fwd"] = (stem, config)
+    return out
+
+
+def _attention_arg_dtypes(config: dict, combine: bool):
+    """The torch dtype of each tensor argument of the template's kernels, in order (generate())."""
+    import torch
+
+    dt = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
+    if combine:
+        return [dt[config["O_DTYPE"]], torch.float32] + ([torch.float32] if config["HAS_LSE"] else [])
+    out = [dt[config["IN_DTYPE"]]] * 3 + [dt[config["O_DTYPE"]]]
+    if config["HAS_BIAS"]:
+        out.append(dt[config["BIAS_DTYPE"]])
+    if config["HAS_MASK"]:
+        out.append(torch.bool)
+    if config["HAS_LSE"]:
+        out.append(torch.float32)
+    if config["NSPLIT"] > 1:
+        out.append(torch.float32)
+    return out
+
+
+def _run_attention(unit, fwd: dict, launches: list, inputs: dict, ws, env: dict) -> None:
+    """The segment's launches (fwd, and its combine when split) through the CPU model, with each
+    "workspace" argument given a typed view of the one workspace (offsets are in that type's
+    elements, as the plan wrote them)."""
+    from .templates.attention import AttentionLowering
+    from .templates.attention_emulate import _SCALAR
+    from .templates.attention_emulate import emulate as model
+
+    stem, config = unit
+    tensors = dict(inputs)
+
+    def retyped(launch: dict, combine: bool) -> dict:
+        dts = iter(_attention_arg_dtypes(config, combine))
+        args = []
+        for i, a in enumerate(launch["args"]):
+            if _SCALAR.match(a):
+                args.append(a)
+                continue
+            d = next(dts)
+            if a == "workspace":
+                a = f"__ws{'c' if combine else 'f'}{i}"
+                tensors[a] = ws[: ws.numel() // d.itemsize * d.itemsize].view(d) if d != ws.dtype else ws
+            args.append(a)
+        return dict(launch, args=args)
+
+    low_launches = [retyped(fwd, False)]
+    comb = next((l for l in launches if l["kernel"] == f"{stem}_combine"), None)
+    if comb is not None:
+        low_launches.append(retyped(comb, True))
+    model(AttentionLowering(sources={}, params={}, launches=low_launches, scratch_bytes="0", config=config),
+          tensors, env)

@@ -15,7 +15,7 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
-from . import loops, symexpr
+from . import attention_segment, loops, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -79,10 +79,12 @@ def promote(a: str, b: str) -> str:
 
 class Lowering:
     def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = "",
-                 matmul=None):
+                 matmul=None, attention: bool = False):
         # how matmuls and convolutions lower: generic.matmul (the first candidate) unless the caller
         # passes another with the same call (api.py: the GEMM template's adapter, a tunable)
         self.matmul = matmul or templates.matmul
+        # attention=True: softmax(QK^T)V patterns run as the flash template (attention_segment.py)
+        self.attention = attention
         self.ir = ir
         self.prefix = prefix
         self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
@@ -151,7 +153,14 @@ class Lowering:
         for n in self.ir["nodes"]:
             for a in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
                 self.users[a] = self.users.get(a, 0) + 1
+        segs = attention_segment.find(self.ir) if self.attention else {}
+        inside = attention_segment.absorbed(segs)
         for n in self.ir["nodes"]:
+            if n["name"] in inside:
+                continue
+            if n["name"] in segs:
+                self.env[n["name"]] = attention_segment.lower(self, n, segs[n["name"]])
+                continue
             op = n["op"]
             fn = LOWER.get(op)
             if fn is None and op.startswith("prims."):

@@ -61,13 +61,18 @@ def pack_workspace(lowering) -> sympy.Expr:
 
 def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
     total = pack_workspace(lowering)
-    srcs, launches = [PRELUDE], []
+    srcs, launches, units = [PRELUDE], [], {}
     for spec in lowering.kernels:
+        if spec.kind == "attention":  # a template segment: its own source unit, rendered now
+            seg = spec.render()
+            units.update(seg.sources)
+            launches += seg.launches
+            continue
         srcs.append(spec.kernel.source(spec.launch_bounds))
         launches.append({"kernel": spec.kernel.name, "grid": spec.grid, "block": spec.block,
                          "smem": spec.smem, "args": spec.kernel.args()})
     ws = symexpr.to_axis(total) if total != 0 else "0"
-    return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
+    return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs), **units},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
                      options=["--fmad=false"], notes=notes)
 

@@ -21,6 +21,9 @@ from .gate import family_offered
 # has a matmul or convolution; the evaluator's verdict decides between them.
 GEMM_PARAM = "COMPILER_GEMM_TEMPLATE"
 _GEMM_SEGMENTS = ("matmul", "conv")
+# softmax(Q K^T) V patterns as the flash attention template (solforge/compiler/attention_segment.py),
+# a tunable: offered (with the GEMM template for the other matmuls) where the matcher finds one
+ATTN_PARAM = "COMPILER_ATTENTION"
 
 
 def _outcome(problem, params: Optional[dict] = None):
@@ -29,7 +32,7 @@ def _outcome(problem, params: Optional[dict] = None):
     if not getattr(problem, "workloads", None) or not hasattr(problem, "definition"):
         return None
     gemm = "template" if int((params or {}).get(GEMM_PARAM, 0) or 0) else "generic"
-    return compile_problem(problem, gemm=gemm)
+    return compile_problem(problem, gemm=gemm, attention=bool(int((params or {}).get(ATTN_PARAM, 0) or 0)))
 
 
 class CompiledFamily(Family):
@@ -55,11 +58,14 @@ class CompiledFamily(Family):
         out = _outcome(problem)
         if out is None or not out.ok:
             return []
-        space = [{**out.candidate.params, GEMM_PARAM: 0}]
+        space = [{**out.candidate.params, GEMM_PARAM: 0, ATTN_PARAM: 0}]
         if any(out.segments.get(k) for k in _GEMM_SEGMENTS):
             fast = _outcome(problem, {GEMM_PARAM: 1})
             if fast is not None and fast.ok:
-                space.append({**fast.candidate.params, GEMM_PARAM: 1})
+                space.append({**fast.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 0})
+            flash = _outcome(problem, {GEMM_PARAM: 1, ATTN_PARAM: 1})
+            if flash is not None and flash.ok and flash.segments.get("attention"):
+                space.append({**flash.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 1})
         return space
 
     def default_params(self, problem) -> dict:
@@ -75,12 +81,13 @@ class CompiledFamily(Family):
             raise FamilyError(f"compiler does not serve {getattr(problem, 'name', problem)}: {why}")
         cand = out.candidate.model_copy(deep=True)
         if params:
-            unknown = set(params) - set(cand.params) - {GEMM_PARAM}
+            unknown = set(params) - set(cand.params) - {GEMM_PARAM, ATTN_PARAM}
             if unknown:
                 raise FamilyError(f"compiler: unknown params {sorted(unknown)}")
             cand.params.update(params)
         # the lowering choice travels as a param too: the attempt's params say which one ran
         cand.params[GEMM_PARAM] = int((params or {}).get(GEMM_PARAM, 0) or 0)
+        cand.params[ATTN_PARAM] = int((params or {}).get(ATTN_PARAM, 0) or 0)
         defn = problem.definition
         cand.check_tensor_args(set(defn.inputs), set(defn.outputs))
         return cand
