@@ -87,7 +87,9 @@ def emulate_row(problem, cand, cap: int, timeout: float) -> dict:
     if proc.is_alive():
         proc.kill()
     proc.join()
-    out = {"emulated": bool(r.get("ok"))}
+    # True / False: the comparison's verdict; None: no verdict (the emulation or the reference
+    # timed out or failed), which is not a wrong answer
+    out = {"emulated": bool(r.get("ok")) if r.get("stage") == "check" else None}
     if not r.get("ok"):
         out["emulate_error"] = f"{r.get('stage')}: {str(r.get('reason'))[:200]}"
     return out
@@ -197,6 +199,8 @@ def run(args) -> int:
             comp = {True: "compiles", False: "COMPILE-ERROR", None: ""}[row["compiles"]]
             why = row["reason"] if not row["served"] or row["compiles"] is False else ""
             emu = {True: "emulated-correct", False: "EMULATED-WRONG", None: ""}[row.get("emulated")]
+            if "emulated" in row and row["emulated"] is None:
+                emu = "emulation: no verdict"
             c.print(f"{row['subset']}/{row['problem']}: {status} {','.join(row['families'])} "
                     f"{comp} {emu} {row.get('compile_error', '')} {row.get('emulate_error', '')} {why}",
                     markup=False, highlight=False)
@@ -210,7 +214,9 @@ def run(args) -> int:
         summary["correct"] = sum(bool(r.get("correct")) for r in rows)
     if args.emulate:
         summary["emulated"] = sum("emulated" in r for r in rows)
-        summary["emulated_correct"] = sum(bool(r.get("emulated")) for r in rows)
+        summary["emulated_correct"] = sum(r.get("emulated") is True for r in rows)
+        summary["emulated_wrong"] = sum(r.get("emulated") is False for r in rows)
+        summary["emulate_no_verdict"] = sum("emulated" in r and r["emulated"] is None for r in rows)
     if want_json:
         emit_json({"summary": summary, "problems": rows})
     else:

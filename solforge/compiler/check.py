@@ -170,7 +170,7 @@ def _one(path: str, cap: int, emitted, q) -> None:
         r["problem"] = p.name
         r["subset"] = p.subset
     except Exception as e:  # noqa: BLE001 - one line per problem
-        r = {"problem": Path(path).name, "ok": False, "stage": "check",
+        r = {"problem": Path(path).name, "ok": False, "stage": "error",
              "reason": f"{type(e).__name__}: {str(e)[:300]}"}
     q.put(r)
 
@@ -198,12 +198,12 @@ def main(argv=None) -> int:
         if proc.is_alive():
             proc.kill()
             proc.join()
-            r = {"problem": Path(path).name, "ok": False, "stage": "check", "reason": "timeout"}
+            r = {"problem": Path(path).name, "ok": False, "stage": "timeout", "reason": "timeout"}
         else:
             try:
                 r = q.get(timeout=1)
             except Exception:  # noqa: BLE001
-                r = {"problem": Path(path).name, "ok": False, "stage": "check",
+                r = {"problem": Path(path).name, "ok": False, "stage": "crash",
                      "reason": f"crashed (exit code {proc.exitcode})"}
         line = json.dumps(r, default=str)
         print(line, flush=True)
