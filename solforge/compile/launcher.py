@@ -364,7 +364,8 @@ class CandidateRuntime:
             t = tensors[name]
             # a kernel gets a bare pointer and reads dense row-major memory: a strided view (e.g. a
             # custom input made by `w.T.to(dtype)`, which keeps the transposed strides) would be
-            # read as the wrong elements, so it is refused here rather than judged "incorrect"
+            # read as the wrong elements, so it is refused here rather than judged "incorrect" (the
+            # evaluator's CudaCaller hands strided inputs over as dense copies)
             if not t.is_contiguous():
                 raise LaunchError(f"launches[{i}]: tensor {name!r} is not contiguous (shape "
                                   f"{tuple(t.shape)}, strides {tuple(t.stride())}); candidates read "

@@ -113,7 +113,7 @@ def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.
 
     from ..evaluate.correctness import allocate_outputs, compare_all
     from ..problem.loader import problem_to_json
-    from ..sandbox import SandboxError, run_python
+    from ..sandbox import Limits, SandboxError, run_python
     from .api import compile_problem
     from .emulate import emulate
 
@@ -133,7 +133,10 @@ def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.
             ans = run_python("solforge.compiler.check", "reference_case",
                              {"problem": problem_to_json(problem), "uuid": rw0.uuid, "axes": rw.axes,
                               "folder": str(folder)},
-                             timeout_s=timeout_s, binds=(str(folder),), read_paths=reads)
+                             timeout_s=timeout_s, binds=(str(folder),), read_paths=reads,
+                             # constant dims stay full size when var axes shrink: a weight can pass
+                             # the default 256 MiB file limit
+                             limits=Limits(fsize_bytes=16 << 30))
         except SandboxError as e:
             return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
         try:

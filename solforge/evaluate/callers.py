@@ -36,9 +36,18 @@ class CudaCaller:
                                   device=torch.device(device).index)
 
     def prepare(self, rw, inputs: dict, outputs: dict):
-        tensors, scalars = _tensors_and_scalars(inputs, outputs)
+        # a kernel reads its tensors as dense row-major memory: a strided input (a custom input made
+        # as an expanded or transposed view) is handed over as a dense copy, made here, before any
+        # timed call; the reference and the input-integrity guard keep the original
+        dense = {k: (v.contiguous() if isinstance(v, torch.Tensor) and not v.is_contiguous() else v)
+                 for k, v in inputs.items()}
+        tensors, scalars = _tensors_and_scalars(dense, outputs)
         plan = self.runtime.prepare(tensors, rw.axes, scalars)
-        return plan.run
+
+        def run():
+            plan.run()
+        run.tensors = tensors  # the copies live as long as the call that reads them
+        return run
 
 
 class HostCaller:

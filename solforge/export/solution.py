@@ -187,6 +187,10 @@ def entry_source(att: ExportAttempt, launcher_ids: dict[str, int]) -> str:
         else:
             lines.append(f"  const double ax_{name} = {to_cpp(src[1], ax)};  // {src[1]}")
     for name, spec in tensors:
+        if name in defn.inputs:
+            # the kernels read dense row-major memory: a strided input (a custom input made as an
+            # expanded or transposed view) is read through a dense copy, as solforge's evaluator does
+            checks.append(f'  t_{name} = t_{name}.contiguous();')
         checks.append(f'  TORCH_CHECK(t_{name}.is_cuda() && t_{name}.is_contiguous(), '
                       f'"{name} must be a contiguous CUDA tensor");')
         checks.append(f'  TORCH_CHECK(t_{name}.dim() == {len(spec.shape)}, "{name} must have '
