@@ -37,16 +37,22 @@ class CudaCaller:
 
     def prepare(self, rw, inputs: dict, outputs: dict):
         # a kernel reads its tensors as dense row-major memory: a strided input (a custom input made
-        # as an expanded or transposed view) is handed over as a dense copy, made here, before any
-        # timed call; the reference and the input-integrity guard keep the original
-        dense = {k: (v.contiguous() if isinstance(v, torch.Tensor) and not v.is_contiguous() else v)
-                 for k, v in inputs.items()}
+        # as an expanded or transposed view) is handed over as a dense copy, refreshed on the call's
+        # stream before every call (callers write new values into the same input buffers: the
+        # correctness rounds, the caching probe), so its cost is in the timed call, as the exported
+        # solution's `.contiguous()` is in NVIDIA's; the reference and the integrity guard keep the
+        # original
+        strided = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor) and not v.is_contiguous()}
+        dense = {**inputs, **{k: torch.empty(v.shape, dtype=v.dtype, device=v.device) for k, v in strided.items()}}
         tensors, scalars = _tensors_and_scalars(dense, outputs)
         plan = self.runtime.prepare(tensors, rw.axes, scalars)
+        if not strided:
+            return plan.run
 
         def run():
+            for k, v in strided.items():
+                dense[k].copy_(v)
             plan.run()
-        run.tensors = tensors  # the copies live as long as the call that reads them
         return run
 
 
