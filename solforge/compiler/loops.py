@@ -287,10 +287,14 @@ def reshape(src: Loader, shape) -> Loader:
 
 
 def as_strided(src: Loader, size, stride, offset=0) -> Loader:
-    """A view with explicit strides over src's storage order (src read as its contiguous flat)."""
-    flat = reshape(src, [prod(src.shape)])
-    if src.is_view and all(same(a, b) for a, b in zip(src.strides, contiguous_strides(src.shape))):
-        return view_of(src.buf, size, stride, src.offset + sympy.sympify(offset or 0))
+    """torch's as_strided: strides and the storage offset are absolute, over the storage of src's
+    base (a chunk of x[2:] starts at offset 8, not 8 past the slice; a chunk of a transposed matmul
+    output steps through the matmul's own row-major storage). A view of a buffer reads that buffer
+    with them: the buffer is the base's storage (a graph input, or an op's output in the layout torch
+    allocates, contiguous). A computed value is read as its contiguous flat (a fresh tensor's storage)."""
     off = sympy.sympify(offset or 0)
+    if src.is_view:
+        return view_of(src.buf, size, stride, off)
+    flat = reshape(src, [prod(src.shape)])
     return reindex(flat, size, lambda idx: [off + sum((i * s for i, s in zip(idx, stride)),
                                                      sympy.Integer(0))])
