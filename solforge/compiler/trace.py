@@ -180,8 +180,11 @@ class _Namer:
     """sympy symbol of the trace -> axis expression (sympy, over var axes and int scalars)."""
 
     def __init__(self):
+        from .dynamic import Tracker
+
         self.map: dict = {}
         self.float_names: set = set()
+        self.dyn = Tracker()    # data-dependent sizes (nonzero's count): names and bounds
 
     def expr(self, e, shape_env) -> str:
         import sympy
@@ -247,7 +250,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
     from ..problem.dtypes import to_torch
 
@@ -269,7 +272,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         raise TraceError("the reference defines no run()")
     # no duck sizing (two axes equal in this workload stay two symbols); a var axis of size 1 stays
     # symbolic too, constant dims are static
-    shape_env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
+    from . import dynamic
+
+    # a guard on a data-dependent size (nonzero's count) is decided size-obliviously (dynamic.py)
+    shape_env = dynamic.make_shape_env(duck_shape=False, specialize_zero_one=False)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     namer = _Namer()
     names = list(defn.inputs)
@@ -522,10 +528,14 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             continue
         if n.op == "output":
             outs = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
-            return _canonical({"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]})
+            ir = {"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]}
+            if namer.dyn.bounds:
+                ir["dynamic"] = namer.dyn.ir_entry(shape_env)
+            return _canonical(ir)
         if n.op != "call_function":
             raise TraceError(f"graph node kind {n.op}")
         v = n.meta.get("val")
+        namer.dyn.bind_node(n, namer, shape_env)  # names and bounds a data-dependent output size
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) \
                 and not isinstance(v, torch.Tensor):
             skip.add(n.name)  # size arithmetic: its uses read the SymInt's expression directly
@@ -585,7 +595,8 @@ def _canonical(ir: dict) -> dict:
         names[n["name"]] = f"n{len(out)}"
         m["name"] = names[n["name"]]
         out.append(m)
-    return {"inputs": ir["inputs"], "nodes": out, "outputs": [fix(o) for o in ir["outputs"]]}
+    return {**{k: v for k, v in ir.items() if k not in ("nodes", "outputs")}, "nodes": out,
+            "outputs": [fix(o) for o in ir["outputs"]]}
 
 
 def _structure(ir: dict) -> str:

@@ -1,0 +1,107 @@
+"""Data-dependent sizes (nonzero, boolean masks, a Python loop over experts that skips empty ones):
+traced with unbacked sizes, lowered at their upper bounds with the count read on the device, and
+checked on the CPU (g++ emulation) against the reference, on problems written here."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from solforge.compiler.check import check_problem
+
+from .test_compiler import B, T, make_problem
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")]
+
+MOE = """
+import torch
+import torch.nn.functional as F
+def run(x, logits, w_up, w_down):
+    E = w_up.shape[0]
+    probs = torch.softmax(logits, dim=-1)
+    topv, ids = torch.topk(probs, 2, dim=-1)
+    topv = topv / topv.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
+    for e in range(E):
+        slot, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        h = F.silu(x[tok] @ w_up[e].t()) @ w_down[e].t()
+        out.index_add_(0, tok, (h * topv[tok, slot].unsqueeze(-1)).to(x.dtype))
+    return out
+"""
+
+
+def _moe(tmp_path, name, dtype=T, E=4):
+    return make_problem(tmp_path, name, {"M": {"type": "var"}, "H": {"type": "const", "value": 8},
+                                         "I": {"type": "const", "value": 16},
+                                         "E": {"type": "const", "value": E}},
+                        {"x": dtype("M", "H"), "logits": T("M", "E"), "w_up": dtype("E", "I", "H"),
+                         "w_down": dtype("E", "H", "I")}, {"y": dtype("M", "H")}, MOE,
+                        [{"M": 5}, {"M": 11}])
+
+
+def test_moe_loop_over_experts_fp32(tmp_path):
+    from solforge.compiler.api import compile_problem
+
+    from .test_compiler import _compile_ok
+
+    p = _moe(tmp_path, "moe32")
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("nonzero") == 4
+    # grids and the workspace are at the upper bound: no launch expression names a counted size
+    assert "dyn" not in repr(out.candidate.launches) + out.candidate.workspace
+    _compile_ok(out.candidate)   # NVRTC, sm_90a
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_moe_loop_over_experts_bf16_with_empty_experts(tmp_path):
+    """More experts than routed slots at M=2: some experts get no token, so the branch the trace
+    decided size-obliviously runs on an empty count."""
+    r = check_problem(_moe(tmp_path, "moe16", dtype=B, E=8), cap=2)
+    assert r["ok"], r
+
+
+def test_boolean_mask_select_and_assign(tmp_path):
+    p = make_problem(tmp_path, "mask", {"R": {"type": "var"}, "C": {"type": "const", "value": 6}},
+                     {"x": T("R", "C"), "v": T("R", "C")}, {"y": T("R", "C"), "s": T("C"), "m": T("R", "C")},
+                     """
+                     import torch
+                     def run(x, v):
+                         keep = x > 0.2
+                         picked = x[keep]                      # a data-dependent count
+                         y = torch.zeros_like(x)
+                         y[keep] = picked * 2.0 + v[keep]      # index_put with the same mask
+                         rows = torch.nonzero(x[:, 0] > 0)[:, 0]
+                         s = x[rows].sum(dim=0)
+                         m = torch.zeros_like(x)
+                         m[x < 0] = torch.masked_select(v, x < 0)
+                         return y, s, m
+                     """, [{"R": 7}, {"R": 12}])
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_refuses_a_reduction_over_a_size_tested_for_emptiness(tmp_path):
+    """The reference skips the empty case: the non-empty branch would take a mean over no rows
+    (nan where the reference leaves a zero), so the size-oblivious branch is not value-safe."""
+    from solforge.compiler.api import compile_problem
+
+    p = make_problem(tmp_path, "unsafe", {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                     {"x": T("R", "C")}, {"y": T("C")},
+                     """
+                     import torch
+                     def run(x):
+                         rows = torch.nonzero(x[:, 0] > 0)[:, 0]
+                         if rows.numel() == 0:
+                             return torch.zeros_like(x[0])
+                         return x[rows].mean(dim=0)
+                     """, [{"R": 7}, {"R": 12}])
+    out = compile_problem(p)
+    assert not out.ok
+    assert "emptiness" in out.reason, out.reason
