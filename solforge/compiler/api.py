@@ -118,14 +118,22 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic") 
     from .lower import Lowering, Unsupported
     from .plan import build_candidate
 
+    from .rolling import node_count, roll
+
     if "variants" in ir:
         return _lower_variants(defn, ir, name, gemm)
     ops = Counter(n["op"] for n in ir["nodes"])
-    if len(ir["nodes"]) > MAX_NODES:
-        return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
-                                     "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
+    rolled = roll(ir)  # a Python loop the trace unrolled, lowered once (rolling.py)
+    if node_count(rolled) > MAX_NODES:
+        return CompileOutcome(reason=f"graph of {node_count(rolled)} ops (over {MAX_NODES}: a "
+                                     "Python loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
-        low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm)).run()
+        try:
+            low = Lowering(rolled, output_specs(defn), matmul=_matmul_for(gemm)).run()
+        except Unsupported:
+            if rolled is ir or len(ir["nodes"]) > MAX_NODES:
+                raise
+            low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm)).run()
     except Unsupported as e:
         return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
     except RecursionError:

@@ -196,7 +196,8 @@ def check_oblivious(ir: dict) -> Optional[str]:
             for s in shp or []:
                 out |= {str(x) for x in symexpr.parse(str(s)).free_symbols}
         return out
-    for n in ir["nodes"]:
+    flat = [b for n in ir["nodes"] for b in (n.get("body") or [n])]  # rolled loops: their body
+    for n in flat:
         outs = [n["shape"]] if n.get("shape") is not None else [o[1] for o in n.get("outs") or [] if o]
         shapes[n["name"]] = outs
         if any(n["op"].startswith(s) for s in _SCATTERS):

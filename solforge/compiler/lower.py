@@ -14,7 +14,7 @@ from typing import Any, Optional
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from . import dynamic, dynamic_lower
+from . import dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
 from . import loops, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
@@ -169,23 +169,26 @@ class Lowering:
             for a in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
                 self.users[a] = self.users.get(a, 0) + 1
         for n in self.ir["nodes"]:
-            op = n["op"]
-            fn = LOWER.get(op)
-            if fn is None and op.startswith("prims."):
-                base = "aten." + op.split(".")[1]
-                fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
-            if fn is None:
-                raise Unsupported(f"op {op} has no lowering")
-            args = [self.arg(a) for a in n["args"]]
-            kwargs = {k: self.arg(v) for k, v in n["kwargs"].items()}
-            try:
-                out = fn(self, n, *args, **kwargs)
-            except Unsupported:
-                raise
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
-                raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
-            self.env[n["name"]] = out
+            self.lower_node(n)
         self._outputs()
+
+    def lower_node(self, n: dict) -> None:
+        op = n["op"]
+        fn = LOWER.get(op)
+        if fn is None and op.startswith("prims."):
+            base = "aten." + op.split(".")[1]
+            fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
+        if fn is None:
+            raise Unsupported(f"op {op} has no lowering")
+        args = [self.arg(a) for a in n["args"]]
+        kwargs = {k: self.arg(v) for k, v in n["kwargs"].items()}
+        try:
+            out = fn(self, n, *args, **kwargs)
+        except Unsupported:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
+            raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
+        self.env[n["name"]] = out
 
     def _outputs(self):
         items = []
@@ -1255,6 +1258,7 @@ LOWER: dict[str, Any] = {
     "aten.randn.default": _refuse("random numbers"), "aten.bernoulli.p": _refuse("random numbers"),
     "aten.nonzero.default": dynamic_lower.nonzero, "aten.masked_select.default": dynamic_lower.masked_select,
     "aten.sym_constrain_range_for_size.default": lambda L, n, *a, **k: None,
+    rolling.LOOP_OP: lambda L, n, **k: rolling.lower_loop(L, n),  # a rolled Python loop
 }
 for _c, _s in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
     LOWER[f"aten.{_c}.Tensor"] = _compare(_s)

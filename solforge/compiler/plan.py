@@ -14,6 +14,7 @@ from torch.utils._sympy.functions import FloorDiv
 from ..candidate import Candidate
 from . import symexpr
 from .kernel import ITEMSIZE, PRELUDE
+from .rolling import bound_args
 
 ALIGN = 256
 
@@ -61,11 +62,13 @@ def pack_workspace(lowering) -> sympy.Expr:
 
 def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
     total = pack_workspace(lowering)
-    srcs, launches = [PRELUDE], []
+    srcs, launches, seen = [PRELUDE], [], set()
     for spec in lowering.kernels:
-        srcs.append(spec.kernel.source(spec.launch_bounds))
+        if spec.kernel.name not in seen:  # a rolled loop launches its body's kernels repeatedly
+            seen.add(spec.kernel.name)
+            srcs.append(spec.kernel.source(spec.launch_bounds))
         launches.append({"kernel": spec.kernel.name, "grid": spec.grid, "block": spec.block,
-                         "smem": spec.smem, "args": spec.kernel.args()})
+                         "smem": spec.smem, "args": bound_args(spec, spec.kernel.args())})
     ws = symexpr.to_axis(total) if total != 0 else "0"
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
@@ -76,19 +79,21 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
     """Several lowered graphs, one per structure the reference takes; each kernel of variant v
     starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work.
     They never run together: each packs the workspace from offset 0; the total is the largest."""
-    srcs, launches, totals = [PRELUDE], [], []
+    srcs, launches, totals, seen = [PRELUDE], [], [], set()
     for low, (pred, names, fnames) in variants:
         totals.append(pack_workspace(low))
         for spec in low.kernels:
             k = spec.kernel
-            for n in names:
-                k.size(n)
-            for n in fnames:
-                k.scalar(n)
-            k.head.insert(0, f"    if (!({pred})) return;")
-            srcs.append(k.source(spec.launch_bounds))
+            if k.name not in seen:  # a rolled loop launches its body's kernels repeatedly
+                seen.add(k.name)
+                for n in names:
+                    k.size(n)
+                for n in fnames:
+                    k.scalar(n)
+                k.head.insert(0, f"    if (!({pred})) return;")
+                srcs.append(k.source(spec.launch_bounds))
             launches.append({"kernel": k.name, "grid": spec.grid, "block": spec.block,
-                             "smem": spec.smem, "args": k.args()})
+                             "smem": spec.smem, "args": bound_args(spec, k.args())})
     total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
     ws = symexpr.to_axis(total) if total != 0 else "0"
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},

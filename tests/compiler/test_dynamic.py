@@ -55,6 +55,10 @@ def test_moe_loop_over_experts_fp32(tmp_path):
     assert out.segments.get("nonzero") == 4
     # grids and the workspace are at the upper bound: no launch expression names a counted size
     assert "dyn" not in repr(out.candidate.launches) + out.candidate.workspace
+    # the loop over experts is rolled: one body of kernels, launched once per expert
+    names = [l.kernel for l in out.candidate.launches]
+    assert len(set(names)) < len(names) - 8
+    assert out.candidate.sources["kernel.cu"].count("_nonzero(") == 1
     _compile_ok(out.candidate)   # NVRTC, sm_90a
     r = check_problem(p, cap=8)
     assert r["ok"], r
