@@ -172,7 +172,7 @@ class Lowering:
             self.lower_node(n)
         self._outputs()
 
-    def lower_node(self, n: dict) -> None:
+    def lower_node(self, n: dict, **extra) -> None:
         op = n["op"]
         fn = LOWER.get(op)
         if fn is None and op.startswith("prims."):
@@ -183,7 +183,7 @@ class Lowering:
         args = [self.arg(a) for a in n["args"]]
         kwargs = {k: self.arg(v) for k, v in n["kwargs"].items()}
         try:
-            out = fn(self, n, *args, **kwargs)
+            out = fn(self, n, *args, **kwargs, **extra)
         except Unsupported:
             raise
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
@@ -1005,7 +1005,8 @@ def _scatter_reduce(L, node, x, dim, index, src, reduce, include_self=True, **kw
     return _scatter_common(L, node, x, dim, index, src, "add")
 
 
-def _index_put(L, node, x, indices, values, accumulate=False, **kw):
+def _index_put(L, node, x, indices, values, accumulate=False, into=None, **kw):
+    """into: a buffer already holding x that may be updated in place (a rolled loop's carry)."""
     nd = len(x.shape)
     indices = dynamic_lower.expand_masks(L, node, indices)  # x[mask] = v: the mask's coordinates
     idx_list = list(indices) + [None] * (nd - len(indices))
@@ -1016,8 +1017,10 @@ def _index_put(L, node, x, indices, values, accumulate=False, **kw):
     bshape = _bshape(*tens)
     first = pos[0]
     it_shape = list(x.shape[:first]) + bshape + list(x.shape[pos[-1] + 1:])
-    buf = L.new_buffer(x.dtype, x.shape)
-    L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
+    buf = into
+    if buf is None:
+        buf = L.new_buffer(x.dtype, x.shape)
+        L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
     st = loops.contiguous_strides(x.shape)
     nb = len(bshape)
 

@@ -307,8 +307,12 @@ def lower_loop(L, node):
         L.env[c["name"]] = view_of(buf)
         cbufs[c["name"]] = buf
     k0 = len(L.kernels)
+    inplace = _in_place(node)
     for n in node["body"]:
-        L.lower_node(n)
+        if n["name"] in inplace:
+            L.lower_node(n, into=cbufs[inplace[n["name"]]])
+        else:
+            L.lower_node(n)
     for c in node["carries"]:
         ob = L.realize(L.env[c["out"]])
         if ob is not cbufs[c["name"]]:
@@ -323,6 +327,20 @@ def lower_loop(L, node):
             reps.append(sp)
     L.kernels[k0:] = reps
     return None
+
+
+def _in_place(node) -> dict:
+    """Carries updated by an index_put that is their only reader in the body: it scatters into the
+    carry's buffer (no copy of the whole accumulator per iteration). Carry-out name -> carry."""
+    out = {}
+    for c in node["carries"]:
+        users = [n for n in node["body"]
+                 if c["name"] in _refs(n["args"]) + _refs(list(n["kwargs"].values()))]
+        if len(users) == 1 and users[0]["name"] == c["out"] and \
+                users[0]["op"] == "aten.index_put.default" and users[0]["args"][0] == {"ref": c["name"]} \
+                and c["name"] not in _refs(users[0]["args"][1:]):
+            out[c["out"]] = c["name"]
+    return out
 
 
 def bound_args(spec, args: list) -> list:

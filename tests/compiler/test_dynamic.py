@@ -59,6 +59,8 @@ def test_moe_loop_over_experts_fp32(tmp_path):
     names = [l.kernel for l in out.candidate.launches]
     assert len(set(names)) < len(names) - 8
     assert out.candidate.sources["kernel.cu"].count("_nonzero(") == 1
+    # the accumulator is scattered into in place: no copy of it per expert
+    assert not any(n.endswith("_carry") for n in names)
     _compile_ok(out.candidate)   # NVRTC, sm_90a
     r = check_problem(p, cap=8)
     assert r["ok"], r
