@@ -1,9 +1,9 @@
 """Kernels and lowerings for data-dependent sizes (dynamic.py says how they are traced and read).
 
 - `nonzero`: the coordinates of a tensor's nonzero elements in row-major order, and their count in
-  an int64 workspace slot. One block walks the elements in chunks of BLOCK: a flag per thread, an
-  inclusive prefix sum in shared memory gives each nonzero element its output row, the running
-  total carries to the next chunk. Ordered as torch's nonzero; the buffer is sized at the upper
+  an int64 workspace slot. One block walks the elements in chunks of BLOCK: a flag per thread, a
+  prefix sum (in each warp by xor shuffles, across warps through shared memory) gives each nonzero
+  element its output row, the running total carries to the next chunk. Ordered as torch's nonzero; the buffer is sized at the upper
   bound (every element nonzero).
 - boolean-mask indexing (`x[mask]`, `x[mask] = v`, `masked_select`): the mask's nonzero
   coordinates become ordinary index tensors, so the existing index / index_put lowerings serve.
@@ -21,7 +21,7 @@ from .generic import LaunchSpec
 from .kernel import Kernel, convert
 from .loops import Loader, prod, unravel, view_of
 
-BLOCK = 256
+BLOCK = 1024  # one block: 32 warps
 
 
 def _dyn_name(node_shape, L) -> str:
@@ -45,8 +45,9 @@ def _coords(L, x: Loader, name: str):
     out = L.new_buffer("int64", [symexpr.sym(name), sympy.Integer(nd)])
     count = L.new_buffer("int64", [sympy.Integer(1)])
     k = Kernel(L.kname("nonzero"))
-    k.emit(f"__shared__ long long sc_[{BLOCK}];")
+    k.emit("__shared__ int wt_[32];")
     k.emit(f"const long long n_ = {k.c(prod(idx_shape))};")
+    k.emit("const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;")
     k.emit("long long base_ = 0;")
     k.open(f"for (long long c0_ = 0; c0_ < n_; c0_ += {BLOCK})")
     lin = k.local_sym("_x")
@@ -56,23 +57,25 @@ def _coords(L, x: Loader, name: str):
     v = x(k, pos if shape else [])
     k.pop_mask()
     k.emit(f"const bool f_ = ({lin} < n_) && ({convert(v, x.dtype, 'bool')});")
-    k.emit("sc_[threadIdx.x] = f_ ? 1 : 0;")
+    # the flags' inclusive prefix within the warp (butterfly over xor shuffles), then the warps'
+    # totals through shared memory
+    k.emit("int s_ = f_ ? 1 : 0, tot_ = s_;")
+    for off in (1, 2, 4, 8, 16):
+        k.emit(f"{{ const int t_ = __shfl_xor_sync(0xffffffffu, tot_, {off}); "
+               f"if (lane_ & {off}) s_ += t_; tot_ += t_; }}")
+    k.emit("if (lane_ == 0) wt_[warp_] = tot_;")
     k.emit("__syncthreads();")
-    # Hillis-Steele inclusive scan over the chunk's flags
-    k.open(f"for (int off_ = 1; off_ < {BLOCK}; off_ <<= 1)")
-    k.emit("const long long a_ = threadIdx.x >= off_ ? sc_[threadIdx.x - off_] : 0;")
-    k.emit("__syncthreads();")
-    k.emit("sc_[threadIdx.x] += a_;")
-    k.emit("__syncthreads();")
-    k.close()
+    k.emit("int before_ = 0, all_ = 0;")
+    k.emit(f"for (int w_ = 0; w_ < {BLOCK // 32}; ++w_) {{ const int v_ = wt_[w_]; "
+           "if (w_ < warp_) before_ += v_; all_ += v_; }")
     k.open("if (f_)")
-    k.emit("const long long row_ = base_ + sc_[threadIdx.x] - 1;")
+    k.emit("const long long row_ = base_ + before_ + s_ - 1;")
     k.locals.add("row_")
     row = symexpr.sym("row_")
     for d in range(nd):
         k.store(out, row * nd + d, k.c(pos[d]) if shape else "0LL")
     k.close()
-    k.emit(f"base_ += sc_[{BLOCK - 1}];")
+    k.emit("base_ += all_;")
     k.emit("__syncthreads();")
     k.close()
     k.open("if (threadIdx.x == 0)")
