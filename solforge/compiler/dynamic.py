@@ -118,7 +118,13 @@ class Tracker:
                 raise TraceError("indexing with several boolean masks")
             e = numel(masks[0])
         elif op == "aten.masked_select.default":
-            e = sympy.Max(numel(args[0]), numel(args[1]))
+            a, b = list(args[0].shape), list(args[1].shape)
+            nd = max(len(a), len(b))
+            a, b = [1] * (nd - len(a)) + a, [1] * (nd - len(b)) + b
+            e = sympy.Integer(1)
+            for x, y in zip(a, b):  # the broadcast shape's numel
+                d = y if (isinstance(x, int) and x == 1) else x
+                e = e * (d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(int(d)))
         else:
             e = numel(args[0])
         return namer.expr(e, shape_env)

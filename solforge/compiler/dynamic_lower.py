@@ -95,11 +95,11 @@ def nonzero(L, node, x, **kw):
 def expand_masks(L, node, indices) -> list:
     """An index list with each boolean mask replaced by its nonzero coordinates, one index tensor
     per dim the mask covers (torch's own meaning of x[mask])."""
-    if not any(isinstance(t, Loader) and t.dtype in ("bool", "uint8") for t in indices):
+    if not any(isinstance(t, Loader) and t.dtype == "bool" for t in indices):
         return list(indices)
     out = []
     for t in indices:
-        if isinstance(t, Loader) and t.dtype in ("bool", "uint8"):
+        if isinstance(t, Loader) and t.dtype == "bool":
             name = _mask_name(L, node, t)
             c = _coords(L, t, name)
             out += [loops.select(c, 1, d) for d in range(len(t.shape))]

@@ -70,11 +70,12 @@ def _sig(n) -> str:
                        _skeleton(n["kwargs"]), n.get("value")], sort_keys=True, default=str)
 
 
-def roll(ir: dict) -> dict:
+def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
+         exact: "int | None" = None) -> dict:
     """The IR with each long enough run of identical blocks replaced by a loop node (the IR itself
-    when there is none)."""
+    when there is none). exact: only runs of exactly that many blocks."""
     nodes = ir["nodes"]
-    if len(nodes) < MIN_NODES or any(n["op"] == LOOP_OP for n in nodes):
+    if len(nodes) < min_nodes or any(n["op"] == LOOP_OP for n in nodes):
         return ir
     intern: dict = {}
     ids = [intern.setdefault(_sig(n), len(intern)) for n in nodes]
@@ -83,13 +84,14 @@ def roll(ir: dict) -> dict:
     i, N = 0, len(nodes)
     while i < N:
         best = None
-        for P in range(1, min(MAX_PERIOD, (N - i) // MIN_REPS) + 1):
+        for P in range(1, min(MAX_PERIOD, (N - i) // min_reps) + 1):
             if ids[i] != ids[i + P] or not all(ids[i + j] == ids[i + P + j] for j in range(P)):
                 continue
             R = 2
             while i + (R + 1) * P <= N and all(ids[i + j] == ids[i + R * P + j] for j in range(P)):
                 R += 1
-            if R >= MIN_REPS and R * P >= MIN_NODES and (best is None or R * P > best[0] * best[1]):
+            if R >= min_reps and R * P >= min_nodes and (exact is None or R == exact) and \
+                    (best is None or R * P > best[0] * best[1]):
                 best = (P, R)
         run = None
         if best is not None:
@@ -292,6 +294,133 @@ def _get(tree, path):
 
 def node_count(ir: dict) -> int:
     return sum(len(n["body"]) if n["op"] == LOOP_OP else 1 for n in ir["nodes"])
+
+
+# ── trace side: long loops traced for a few iterations ───────────────────────────────────────────
+SHORT_OVER = 8   # a `for` loop over range() of more iterations runs SHORT_RUN of them in the trace
+SHORT_RUN = 5
+
+
+class LoopIndexSteered(Exception):
+    """The reference compared or tested a shortened loop's index: its iterations may differ."""
+
+
+class ShortLoops:
+    """`range` for the traced reference: `for i in range(n)` with n > SHORT_OVER iterates only the
+    first SHORT_RUN values (each an int that raises LoopIndexSteered when the reference compares
+    it); `extrapolate` then rolls the SHORT_RUN traced blocks into a loop node of n iterations.
+    Anything else (`list(range(n))`, a comprehension, a short loop) is the plain range."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.counts: list = []
+
+    def range(self, *a):
+        import builtins
+
+        r = builtins.range(*a)
+        if not self.enabled or len(r) <= SHORT_OVER:
+            return r
+        return _ShortRange(r, self)
+
+
+class _ShortRange:
+    def __init__(self, r, owner):
+        self.r, self.owner = r, owner
+
+    def __iter__(self):
+        import dis
+        import sys
+
+        f = sys._getframe(1)
+        if f.f_code.co_filename == "<reference>":
+            ins = list(dis.get_instructions(f.f_code))
+            here = [j for j, x in enumerate(ins) if x.offset == f.f_lasti]
+            if here and ins[here[0]].opname == "GET_ITER" and here[0] + 1 < len(ins) and \
+                    ins[here[0] + 1].opname == "FOR_ITER":
+                self.owner.counts.append(len(self.r))
+                return iter([_Idx(v) for v in self.r[:SHORT_RUN]])
+        return iter(self.r)
+
+    def __len__(self):
+        return len(self.r)
+
+    def __getitem__(self, i):
+        return self.r[i]
+
+    def __contains__(self, v):
+        return v in self.r
+
+    def __reversed__(self):
+        return reversed(self.r)
+
+
+def _steered() -> None:
+    import sys
+
+    if sys._getframe(2).f_code.co_filename == "<reference>":
+        raise LoopIndexSteered()
+
+
+class _Idx(int):
+    """A shortened loop's index: the reference may index with it and do arithmetic, but a test of
+    it (`if e == 0`, `e < n_shared`) would make the iterations differ, so it stops the shortcut."""
+    __hash__ = int.__hash__
+
+    def __eq__(self, o):
+        _steered()
+        return int(self) == o
+
+    def __ne__(self, o):
+        _steered()
+        return int(self) != o
+
+    def __lt__(self, o):
+        _steered()
+        return int(self) < o
+
+    def __le__(self, o):
+        _steered()
+        return int(self) <= o
+
+    def __gt__(self, o):
+        _steered()
+        return int(self) > o
+
+    def __ge__(self, o):
+        _steered()
+        return int(self) >= o
+
+    def __bool__(self):
+        _steered()
+        return int(self) != 0
+
+
+def _arith(name):
+    base = getattr(int, name)
+
+    def f(self, *o):
+        r = base(int(self), *o)
+        return _Idx(r) if type(r) is int else r
+    return f
+
+
+for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+           "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__pos__", "__abs__"):
+    setattr(_Idx, _m, _arith(_m))
+
+
+def extrapolate(ir: dict, counts: list) -> "dict | None":
+    """The IR of a trace whose long loops ran SHORT_RUN iterations, with each loop rolled and given
+    its real iteration count; None when the traced iterations do not roll into exactly one loop
+    node each (then the loops must be traced in full)."""
+    rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN)
+    loops = [n for n in rolled["nodes"] if n["op"] == LOOP_OP]
+    if len(loops) != len(counts):
+        return None
+    for n, c in zip(loops, counts):
+        n["count"] = int(c)
+    return rolled
 
 
 # ── lowering ─────────────────────────────────────────────────────────────────────────────────────

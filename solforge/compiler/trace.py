@@ -246,7 +246,7 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -260,7 +260,12 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     except (KeyError, ValueError):
         pass
     scalars = wl.get("scalars", {})
-    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int()}
+    from .rolling import LoopIndexSteered, ShortLoops, extrapolate
+
+    # a long `for i in range(n)` runs a few iterations, then rolls into a loop of n (rolling.py)
+    loops = ShortLoops(short_loops)
+    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int(),
+                          "range": loops.range}
     from ..evaluate.reference import Fp4Shim, needs_fp4_dequant
 
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
@@ -351,6 +356,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     try:
         gm = make_fx(functionalize(call, remove="mutations"), tracing_mode="symbolic",
                      decomposition_table=_decomp_table())(*args)
+    except LoopIndexSteered:
+        return _trace_once(defn, wl, sentinel, symfloat, short_loops=False)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
         raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
@@ -362,6 +369,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
     ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
     ir["guards"] = _guards(shape_env, namer)
+    if loops.counts:
+        ir = extrapolate(ir, loops.counts)
+        if ir is None:  # the shortened iterations do not roll: trace every iteration
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False)
     return ir
 
 

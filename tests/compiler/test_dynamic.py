@@ -111,3 +111,40 @@ def test_refuses_a_reduction_over_a_size_tested_for_emptiness(tmp_path):
     out = compile_problem(p)
     assert not out.ok
     assert "emptiness" in out.reason, out.reason
+
+
+def test_long_expert_loop_traced_short_and_extrapolated(tmp_path):
+    """12 experts (over rolling.SHORT_OVER): the trace runs a few iterations, rolls them and
+    launches the body once per expert; the emulated result covers every expert."""
+    from solforge.compiler.api import compile_problem
+
+    p = _moe(tmp_path, "moe12", E=12)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("nonzero") == 12
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_loop_index_tested_by_the_reference_is_traced_in_full(tmp_path):
+    """`if e < 2` makes the first experts' iterations differ: the shortened trace stops and every
+    iteration is traced (the result still matches the reference)."""
+    p = make_problem(tmp_path, "steer", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                         "E": {"type": "const", "value": 10}},
+                     {"x": T("M", "H"), "w": T("E", "H", "H")}, {"y": T("M", "H")},
+                     """
+                     import torch
+                     def run(x, w):
+                         out = torch.zeros_like(x)
+                         for e in range(w.shape[0]):
+                             h = x @ w[e]
+                             out = out + (h * 2.0 if e < 2 else h)
+                         return out
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.ops.get("aten.mm.default") == 10 and "solforge.loop" not in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
