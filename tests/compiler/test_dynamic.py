@@ -75,7 +75,8 @@ def test_moe_loop_over_experts_bf16_with_empty_experts(tmp_path):
 
 def test_boolean_mask_select_and_assign(tmp_path):
     p = make_problem(tmp_path, "mask", {"R": {"type": "var"}, "C": {"type": "const", "value": 6}},
-                     {"x": T("R", "C"), "v": T("R", "C")}, {"y": T("R", "C"), "s": T("C"), "m": T("R", "C")},
+                     {"x": T("R", "C"), "v": T("R", "C")},
+                     {"y": T("R", "C"), "s": T("C"), "m": T("R", "C"), "b": T(1)},
                      """
                      import torch
                      def run(x, v):
@@ -87,7 +88,8 @@ def test_boolean_mask_select_and_assign(tmp_path):
                          s = x[rows].sum(dim=0)
                          m = torch.zeros_like(x)
                          m[x < 0] = torch.masked_select(v, x < 0)
-                         return y, s, m
+                         b = torch.masked_select(v, x[:, :1] < 0).sum().reshape(1)  # broadcast mask
+                         return y, s, m, b
                      """, [{"R": 7}, {"R": 12}])
     r = check_problem(p, cap=8)
     assert r["ok"], r
