@@ -63,6 +63,32 @@ def make_shape_env(**kw):
     return env
 
 
+MISS = object()
+
+
+class MaskAny:
+    """`if mask.any():` as `if mask.nonzero().numel() > 0:`: the same test, but over the mask's
+    count (a size, decided size-obliviously like any emptiness test) instead of a tensor value
+    read back. The count is the one `x[mask]` uses later (torch memoises a mask's nonzero)."""
+
+    def __init__(self):
+        self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)
+
+    def handle(self, func, args, kwargs):
+        import torch
+
+        if func in (torch.Tensor.any, torch.any) and len(args) == 1 and not kwargs and \
+                isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
+            out = func(*args)
+            self.anys[id(out)] = (out, args[0])
+            return out
+        if func is torch.Tensor.__bool__ and args and id(args[0]) in self.anys and \
+                self.anys[id(args[0])][0] is args[0]:
+            count = torch.nonzero(self.anys[id(args[0])][1]).shape[0]
+            return bool(count > 0)
+        return MISS
+
+
 class Tracker:
     """Names the trace's unbacked symbols as they first appear in a node's output and keeps their
     bounds; `expr_of` maps a symbol for `_Namer`."""

@@ -150,3 +150,33 @@ def test_loop_index_tested_by_the_reference_is_traced_in_full(tmp_path):
     assert out.ops.get("aten.mm.default") == 10 and "solforge.loop" not in out.ops
     r = check_problem(p, cap=4)
     assert r["ok"], r
+
+
+def test_if_mask_any_then_masked_rows(tmp_path):
+    """`if mask.any():` tests the mask's count (decided like an emptiness test), then the masked
+    rows go through an expert and back with `y[mask] = out`, over 10 experts (a shortened loop)."""
+    p = make_problem(tmp_path, "anym", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                        "K": {"type": "const", "value": 2},
+                                        "E": {"type": "const", "value": 10}},
+                     {"x": T("M", "H"), "ids": {"shape": ["M", "K"], "dtype": "int64"},
+                      "w": T("E", "H", "H")}, {"y": T("M", "H")},
+                     """
+                     import torch
+                     def run(x, ids, w):
+                         k = ids.shape[1]
+                         xr = x.repeat_interleave(k, dim=0)
+                         flat = (ids.abs() % w.shape[0]).view(-1)
+                         y = torch.zeros_like(xr)
+                         for e in range(w.shape[0]):
+                             m = flat == e
+                             if m.any():
+                                 y[m] = torch.relu(xr[m] @ w[e])
+                         return y.view(x.shape[0], k, -1).sum(dim=1)
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "solforge.loop" in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
