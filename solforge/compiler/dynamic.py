@@ -27,6 +27,7 @@ import sympy
 from . import symexpr
 
 PREFIX = "dyn"
+VALUE_OP = "solforge.item"   # IR node: an int read back from a 1-element tensor, named by "sym"
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("solforge_dynamic_sizes", default=None)
 # ops through which rows of a data-dependent size leave without being reduced over: a scatter of
 # no rows leaves its target as it was
@@ -66,6 +67,27 @@ def make_shape_env(**kw):
 MISS = object()
 
 
+def _iterated_by_reference() -> bool:
+    """Whether this unbind is Tensor.__iter__'s, for a `for` statement of the reference."""
+    import dis
+    import sys
+
+    f = sys._getframe(1)
+    for _ in range(8):
+        f = f.f_back
+        if f is None:
+            return False
+        if f.f_code.co_name == "__iter__" and f.f_code.co_filename.endswith("_tensor.py"):
+            ref = f.f_back
+            if ref is None or ref.f_code.co_filename != "<reference>":
+                return False
+            ins = list(dis.get_instructions(ref.f_code))
+            at = [j for j, x in enumerate(ins) if x.offset == ref.f_lasti]
+            return bool(at) and ins[at[0]].opname == "GET_ITER" and at[0] + 1 < len(ins) and \
+                ins[at[0] + 1].opname == "FOR_ITER"
+    return False
+
+
 class MaskAny:
     """`if mask.any():` as `if mask.nonzero().numel() > 0:`: the same test, but over the mask's
     count (a size, decided size-obliviously like any emptiness test) instead of a tensor value
@@ -86,7 +108,42 @@ class MaskAny:
                 self.anys[id(args[0])][0] is args[0]:
             count = torch.nonzero(self.anys[id(args[0])][1]).shape[0]
             return bool(count > 0)
+        if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], torch.SymInt):
+            return torch.select(args[0], 0, args[1])   # w[e] with e read back (Python indexing refuses)
+        if func is torch.Tensor.unbind and args and isinstance(args[0], torch.Tensor) and \
+                (args[1:] in ((), (0,))) and not kwargs and _iterated_by_reference():
+            return self._rows(args[0])
         return MISS
+
+    @staticmethod
+    def _rows(x):
+        """`for row in t` over a tensor of a data-dependent length u (bound B): a loop of B
+        iterations whose i-th runs only while i < u (rolling.py guards the body's kernels); the
+        trace runs the shortened loop's first iterations (each one asserting i < u)."""
+        import torch
+
+        from . import rolling
+
+        if x.dim() == 0 or not isinstance(x.shape[0], torch.SymInt):
+            return MISS
+        n = x.shape[0]
+        env = n.node.shape_env
+        u = env.replace(n.node.expr)
+        if not (isinstance(u, sympy.Symbol) and str(u).startswith("u")):
+            return MISS
+        up = env.var_to_range[u].upper if u in env.var_to_range else None
+        loops = rolling.active_loops()
+        if up is None or not getattr(up, "is_Integer", False) or loops is None or \
+                not loops.enabled or int(up) <= rolling.SHORT_RUN:
+            return MISS
+        loops.counts.append(int(up))
+        loops.guards[len(loops.counts) - 1] = u
+
+        def rows():
+            for i in range(rolling.SHORT_RUN):
+                torch._check(n > i)
+                yield x[i]
+        return rows()
 
 
 class Tracker:
@@ -125,6 +182,24 @@ class Tracker:
         self.names[u] = symexpr.sym(name)
         namer.map[u] = symexpr.sym(name)
         self.bounds[name] = bound
+
+    def bind_value(self, n, namer, shape_env, enc) -> Optional[dict]:
+        """An int read back from a tensor (`.item()`, `_local_scalar_dense`) as a named value: an
+        IR node `solforge.item` that the lowering realises so kernels read it from the device."""
+        import torch
+
+        v = n.meta.get("val")
+        if str(n.target) != "aten._local_scalar_dense.default" or not isinstance(v, torch.SymInt):
+            return None
+        u = shape_env.replace(v.node.expr)
+        if not isinstance(u, sympy.Symbol) or u in namer.map or not str(u).startswith("u"):
+            return None
+        name = f"{PREFIX}{len(self.names)}"
+        self.names[u] = symexpr.sym(name)
+        namer.map[u] = symexpr.sym(name)
+        self.bounds[name] = None
+        return {"name": n.name, "op": VALUE_OP, "args": [enc(n.args[0])], "kwargs": {},
+                "dtype": "int64", "shape": [], "sym": name}
 
     @staticmethod
     def _bound(n, op, namer, shape_env) -> str:
@@ -172,7 +247,9 @@ class Sizes:
     """The lowering's data-dependent sizes: name -> (bound, count buffer once produced)."""
 
     def __init__(self, ir: dict):
-        self.bounds = {k: symexpr.parse(v["bound"]) for k, v in (ir.get("dynamic") or {}).items()}
+        # sizes have an upper bound; values read back (`.item()` of an int) have none
+        self.bounds = {k: symexpr.parse(v["bound"]) if v.get("bound") is not None else None
+                       for k, v in (ir.get("dynamic") or {}).items()}
         self.oblivious = {k for k, v in (ir.get("dynamic") or {}).items() if v.get("oblivious")}
         self.counts: dict = {}     # name -> int64 workspace buffer holding the count
         self.coords: dict = {}     # name -> the nonzero coordinates (a loader), once computed
@@ -209,7 +286,8 @@ def device_size(k, name: str) -> Optional[str]:
 def upper(e, sizes: Sizes):
     """A size expression with every dynamic size at its upper bound."""
     e = sympy.sympify(e)
-    rep = {symexpr.sym(n): b for n, b in sizes.bounds.items() if symexpr.sym(n) in e.free_symbols}
+    rep = {symexpr.sym(n): b for n, b in sizes.bounds.items()
+           if b is not None and symexpr.sym(n) in e.free_symbols}
     return e.xreplace(rep) if rep else e
 
 

@@ -28,7 +28,7 @@ def _dyn_name(node_shape, L) -> str:
     names = [str(s) for d in node_shape for s in symexpr.parse(str(d)).free_symbols
              if dynamic.is_dynamic(str(s))]
     names = sorted(set(names))
-    if len(names) != 1 or names[0] not in L.dyn.bounds:
+    if len(names) != 1 or L.dyn.bounds.get(names[0]) is None:
         raise ValueError(f"no single data-dependent size in the output shape {node_shape}")
     return names[0]
 
@@ -149,15 +149,22 @@ def loops_bshape(a, b) -> list:
     return [y if loops.same(x, 1) else x for x, y in zip(a, b)]
 
 
+def item(L, node, x, **kw):
+    """An int read back from a 1-element tensor: realised in the workspace, where every kernel
+    that uses it (an index, a size) reads it (dynamic.device_size)."""
+    L.dyn.counts[node["sym"]] = L.realize(loops.reshape(x, [sympy.Integer(1)]), "int64")
+    return None
+
+
 def _upper_text(expr: str, sizes) -> str:
     """A launch expression string (max/min/ceil_div over axes) at the upper bounds."""
-    if not any(n in expr for n in sizes.bounds):
+    if not any(n in expr for n, b in sizes.bounds.items() if b is not None):
         return expr
     tree = ast.parse(expr, mode="eval")
 
     class Sub(ast.NodeTransformer):
         def visit_Name(self, node):
-            if node.id in sizes.bounds:
+            if sizes.bounds.get(node.id) is not None:
                 return ast.parse("(" + symexpr.to_axis(sizes.bounds[node.id]) + ")", mode="eval").body
             return node
     return ast.unparse(Sub().visit(tree))

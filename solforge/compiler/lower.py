@@ -1262,6 +1262,7 @@ LOWER: dict[str, Any] = {
     "aten.nonzero.default": dynamic_lower.nonzero, "aten.masked_select.default": dynamic_lower.masked_select,
     "aten.sym_constrain_range_for_size.default": lambda L, n, *a, **k: None,
     rolling.LOOP_OP: lambda L, n, **k: rolling.lower_loop(L, n),  # a rolled Python loop
+    dynamic.VALUE_OP: dynamic_lower.item,   # an int .item(), read on the device
 }
 for _c, _s in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
     LOWER[f"aten.{_c}.Tensor"] = _compare(_s)

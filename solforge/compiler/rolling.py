@@ -165,7 +165,7 @@ def _verify(ir, pos, s, P, R) -> dict:
         if isinstance(a, dict) and "sym" in a:
             if not (isinstance(x, dict) and "sym" in x):
                 raise _Mismatch()
-            same_size(a["sym"], x["sym"])
+            bind_dyn([a["sym"]], [x["sym"]])
             return
         if isinstance(a, dict):
             if not isinstance(x, dict) or set(a) != set(x):
@@ -189,6 +189,8 @@ def _verify(ir, pos, s, P, R) -> dict:
     for b in range(1, R):
         for j in range(P):
             a, x = base[j], nodes[s + b * P + j]
+            if "sym" in a:                      # a value read back: named per block
+                bind_dyn([a["sym"]], [x.get("sym", "")])
             bind_dyn(a.get("shape"), x.get("shape"))
             for oa, ox in zip(a.get("outs") or [], x.get("outs") or []):
                 if oa and ox:
@@ -314,6 +316,12 @@ class ShortLoops:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self.counts: list = []
+        self.guards: dict = {}   # loop position -> the data-dependent size bounding its iterations
+
+    def activate(self) -> "ShortLoops":
+        global _ACTIVE_LOOPS
+        _ACTIVE_LOOPS = self
+        return self
 
     def range(self, *a):
         import builtins
@@ -322,6 +330,14 @@ class ShortLoops:
         if not self.enabled or len(r) <= SHORT_OVER:
             return r
         return _ShortRange(r, self)
+
+
+_ACTIVE_LOOPS: "ShortLoops | None" = None
+
+
+def active_loops() -> "ShortLoops | None":
+    """The trace's ShortLoops (one trace at a time in the child)."""
+    return _ACTIVE_LOOPS
 
 
 class _ShortRange:
@@ -410,7 +426,7 @@ for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", 
     setattr(_Idx, _m, _arith(_m))
 
 
-def extrapolate(ir: dict, counts: list) -> "dict | None":
+def extrapolate(ir: dict, counts: list, guards: "dict | None" = None) -> "dict | None":
     """The IR of a trace whose long loops ran SHORT_RUN iterations, with each loop rolled and given
     its real iteration count; None when the traced iterations do not roll into exactly one loop
     node each (then the loops must be traced in full)."""
@@ -418,8 +434,12 @@ def extrapolate(ir: dict, counts: list) -> "dict | None":
     loops = [n for n in rolled["nodes"] if n["op"] == LOOP_OP]
     if len(loops) != len(counts):
         return None
-    for n, c in zip(loops, counts):
+    for i, (n, c) in enumerate(zip(loops, counts)):
         n["count"] = int(c)
+        if (guards or {}).get(i):
+            n["guard"] = guards[i]   # iteration i runs only while i < that size
+        elif i in (guards or {}):
+            return None
     return rolled
 
 
@@ -447,6 +467,15 @@ def lower_loop(L, node):
         if ob is not cbufs[c["name"]]:
             L.kernels.append(pointwise(L.kname("carry"), [(view_of(ob), cbufs[c["name"]])]))
     body = L.kernels[k0:]
+    if node.get("guard"):
+        # a loop over the rows of a data-dependent count: iteration i does nothing once i >= count
+        seen = set()
+        for spec in body:
+            k = spec.kernel
+            if k.name not in seen:
+                seen.add(k.name)
+                it, count = k.size(node["var"]), k.size(node["guard"])
+                k.head.append(f"    if ({it} >= {count}) return;")
     reps = []
     for it in range(int(node["count"])):
         for spec in body:

@@ -263,7 +263,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     from .rolling import LoopIndexSteered, ShortLoops, extrapolate
 
     # a long `for i in range(n)` runs a few iterations, then rolls into a loop of n (rolling.py)
-    loops = ShortLoops(short_loops)
+    loops = ShortLoops(short_loops).activate()
     ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int(),
                           "range": loops.range}
     from ..evaluate.reference import Fp4Shim, needs_fp4_dequant
@@ -370,7 +370,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
     ir["guards"] = _guards(shape_env, namer)
     if loops.counts:
-        ir = extrapolate(ir, loops.counts)
+        guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
+        ir = extrapolate(ir, loops.counts, guards)
         if ir is None:  # the shortened iterations do not roll: trace every iteration
             return _trace_once(defn, wl, sentinel, symfloat, short_loops=False)
     return ir
@@ -556,6 +557,9 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
         namer.dyn.bind_node(n, namer, shape_env)  # names and bounds a data-dependent output size
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) \
                 and not isinstance(v, torch.Tensor):
+            rec = namer.dyn.bind_value(n, namer, shape_env, enc)  # an int .item(): read on device
+            if rec is not None:
+                nodes.append(rec)
             skip.add(n.name)  # size arithmetic: its uses read the SymInt's expression directly
             continue
         target = n.target

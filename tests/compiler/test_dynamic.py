@@ -180,3 +180,40 @@ def test_if_mask_any_then_masked_rows(tmp_path):
     assert "solforge.loop" in out.ops
     r = check_problem(p, cap=4)
     assert r["ok"], r
+
+
+HIT = """
+import torch
+import torch.nn.functional as F
+def run(x, logits, w_up, w_down):
+    E = w_up.shape[0]
+    topv, ids = torch.topk(torch.softmax(logits, dim=-1), 2, dim=-1)
+    out = torch.zeros_like(x)
+    mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
+    hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero(as_tuple=False)
+    for row in hit:                       # only the experts some token chose
+        e = row.item()
+        slot, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        h = F.silu(x[tok] @ w_up[e].t()) @ w_down[e].t()
+        out.index_add_(0, tok, h * topv[tok, slot, None])
+    return out
+"""
+
+
+def test_loop_over_a_data_dependent_number_of_rows(tmp_path):
+    """`for row in nonzero(...)`: a loop of at most E iterations (the i-th runs while i < the
+    count), each reading its expert index back from the device (`.item()`)."""
+    p = make_problem(tmp_path, "hit", {"M": {"type": "var"}, "H": {"type": "const", "value": 8},
+                                       "I": {"type": "const", "value": 16},
+                                       "E": {"type": "const", "value": 12}},
+                     {"x": T("M", "H"), "logits": T("M", "E"), "w_up": T("E", "I", "H"),
+                      "w_down": T("E", "H", "I")}, {"y": T("M", "H")}, HIT, [{"M": 3}, {"M": 7}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("nonzero") == 12 + 1
+    r = check_problem(p, cap=3)   # 3 tokens x 2 slots: at most 6 of the 12 experts are hit
+    assert r["ok"], r
