@@ -204,6 +204,10 @@ def _verify(ir, pos, s, P, R) -> dict:
         d = vals[1] - vals[0]
         if any(v != vals[0] + d * b for b, v in enumerate(vals)):
             raise _Mismatch()
+        if d != 0 and (d < 0 or vals[0] < 0):
+            # a negative index counts from the end (torch wraps it when it is a number): a
+            # varying one, written over the loop symbol, would not be wrapped
+            raise _Mismatch()
         if d != 0:
             affine[path] = (vals[0], d)
     # after the run, only the last block's carried values may be read
