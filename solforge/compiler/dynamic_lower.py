@@ -170,6 +170,10 @@ def _upper_text(expr: str, sizes) -> str:
     return ast.unparse(Sub().visit(tree))
 
 
+_GRID_STRIDE = ("pointwise", "scatter", "reduction", "scan", "sort")
+_DYN_GRID_CAP = 2048
+
+
 def finalize(lowering) -> None:
     """After every kernel is written: workspace buffers and grids at the upper bounds (a kernel
     whose iteration space is a dynamic size reads the count and stops there)."""
@@ -179,7 +183,12 @@ def finalize(lowering) -> None:
     for b in lowering.ws:
         b.shape = [dynamic.upper(s, sizes) for s in b.shape]
     for spec in lowering.kernels:
-        spec.grid = [_upper_text(str(g), sizes) for g in spec.grid]
+        grid = [_upper_text(str(g), sizes) for g in spec.grid]
+        if spec.kind in _GRID_STRIDE and grid != [str(g) for g in spec.grid]:
+            # a grid-stride loop up to a count read on the device: enough blocks to fill the GPU,
+            # not the bound's (most of which would find nothing to do)
+            grid = [f"min({g}, {_DYN_GRID_CAP})" for g in grid]
+        spec.grid = grid
         spec.smem = _upper_text(str(spec.smem), sizes)
         for _, a in spec.kernel.params:
             if isinstance(a, str) and a.startswith("int64:") and dynamic.is_dynamic(a[6:]):
