@@ -182,8 +182,14 @@ def finalize(lowering) -> None:
         return
     for b in lowering.ws:
         b.shape = [dynamic.upper(s, sizes) for s in b.shape]
+        if any(dynamic.is_dynamic(str(x)) for s in b.shape for x in sympy.sympify(s).free_symbols):
+            raise ValueError("a size computed from a value read back from the device (.item()) "
+                             "has no upper bound to allocate for")
     for spec in lowering.kernels:
         grid = [_upper_text(str(g), sizes) for g in spec.grid]
+        if any(dynamic.is_dynamic(x.id) for g in grid for x in ast.walk(ast.parse(g, mode="eval"))
+               if isinstance(x, ast.Name)):
+            raise ValueError("a launch grid depends on a value read back from the device (.item())")
         if spec.kind in _GRID_STRIDE and grid != [str(g) for g in spec.grid]:
             # a grid-stride loop up to a count read on the device: enough blocks to fill the GPU,
             # not the bound's (most of which would find nothing to do)

@@ -217,3 +217,23 @@ def test_loop_over_a_data_dependent_number_of_rows(tmp_path):
     assert out.segments.get("nonzero") == 12 + 1
     r = check_problem(p, cap=3)   # 3 tokens x 2 slots: at most 6 of the 12 experts are hit
     assert r["ok"], r
+
+
+def test_a_slice_by_an_int_item(tmp_path):
+    """x[:k] with k read back from a tensor: kernels read k from the workspace; a buffer of k rows
+    has no bound to allocate for and is refused in one line."""
+    from solforge.compiler.api import compile_problem
+
+    def prob(name, body):
+        return make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                            {"x": T("R", "C"), "n": {"shape": [1], "dtype": "int64"}}, {"y": T("C")},
+                            """
+                            import torch
+                            def run(x, n):
+                                k = n.abs().item() % x.shape[0]
+                                return """ + body + "\n", [{"R": 5}, {"R": 9}])
+    r = check_problem(prob("itemsum", "x[:k].sum(dim=0)"), cap=8)
+    assert r["ok"], r
+    out = compile_problem(prob("itemcum", "x[:k].cumsum(0).sum(0)"))
+    assert not out.ok and "\n" not in out.reason
+    assert ".item()" in out.reason, out.reason
