@@ -69,7 +69,6 @@ MISS = object()
 
 def _iterated_by_reference() -> bool:
     """Whether this unbind is Tensor.__iter__'s, for a `for` statement of the reference."""
-    import dis
     import sys
 
     f = sys._getframe(1)
@@ -78,13 +77,11 @@ def _iterated_by_reference() -> bool:
         if f is None:
             return False
         if f.f_code.co_name == "__iter__" and f.f_code.co_filename.endswith("_tensor.py"):
+            from .rolling import for_statement_at
+
             ref = f.f_back
-            if ref is None or ref.f_code.co_filename != "<reference>":
-                return False
-            ins = list(dis.get_instructions(ref.f_code))
-            at = [j for j, x in enumerate(ins) if x.offset == ref.f_lasti]
-            return bool(at) and ins[at[0]].opname == "GET_ITER" and at[0] + 1 < len(ins) and \
-                ins[at[0] + 1].opname == "FOR_ITER"
+            return ref is not None and ref.f_code.co_filename == "<reference>" and \
+                for_statement_at(ref)
     return False
 
 

@@ -349,17 +349,12 @@ class _ShortRange:
         self.r, self.owner = r, owner
 
     def __iter__(self):
-        import dis
         import sys
 
         f = sys._getframe(1)
-        if f.f_code.co_filename == "<reference>":
-            ins = list(dis.get_instructions(f.f_code))
-            here = [j for j, x in enumerate(ins) if x.offset == f.f_lasti]
-            if here and ins[here[0]].opname == "GET_ITER" and here[0] + 1 < len(ins) and \
-                    ins[here[0] + 1].opname == "FOR_ITER":
-                self.owner.counts.append(len(self.r))
-                return iter([_Idx(v) for v in self.r[:SHORT_RUN]])
+        if f.f_code.co_filename == "<reference>" and for_statement_at(f):
+            self.owner.counts.append(len(self.r))
+            return iter([_Idx(v) for v in self.r[:SHORT_RUN]])
         return iter(self.r)
 
     def __len__(self):
@@ -373,6 +368,17 @@ class _ShortRange:
 
     def __reversed__(self):
         return reversed(self.r)
+
+
+def for_statement_at(frame) -> bool:
+    """Whether the frame is at the GET_ITER of a `for` statement (the iterator is taken for the
+    loop itself, not by list(), a comprehension or a call)."""
+    import dis
+
+    ins = [x for x in dis.get_instructions(frame.f_code) if x.opname not in ("EXTENDED_ARG", "CACHE")]
+    at = [j for j, x in enumerate(ins) if x.offset == frame.f_lasti]
+    return bool(at) and ins[at[0]].opname == "GET_ITER" and at[0] + 1 < len(ins) and \
+        ins[at[0] + 1].opname == "FOR_ITER"
 
 
 def _steered() -> None:

@@ -54,3 +54,25 @@ def test_a_block_whose_inner_value_is_read_later_stays_unrolled():
     assert loops[0]["count"] == 4                                  # four of the five blocks
     names = [n["name"] for n in ir["nodes"]]
     assert names[-2:] == ["m4", "a4"] and ir["outputs"][1] == {"ref": "m4"}
+
+
+def test_short_loops_only_shorten_a_for_statement():
+    from solforge.compiler.rolling import SHORT_RUN, ShortLoops
+
+    loops = ShortLoops()
+    body = "\n".join(f"    a{j} = i * 2 + {j}" for j in range(150))   # a jump past 255 bytes
+    src = f"seen = []\nfor i in rng(20):\n    seen.append(int(i))\n{body}\nall_ = list(rng(20))\n"
+    ns = {"rng": loops.range}
+    exec(compile(src, "<reference>", "exec"), ns)
+    assert ns["seen"] == list(range(SHORT_RUN)) and loops.counts == [20]
+    assert ns["all_"] == list(range(20))
+
+
+def test_short_loops_stop_when_the_index_is_tested():
+    import pytest
+
+    from solforge.compiler.rolling import LoopIndexSteered, ShortLoops
+
+    ns = {"rng": ShortLoops().range}
+    with pytest.raises(LoopIndexSteered):
+        exec(compile("for i in rng(20):\n    if i < 2:\n        pass\n", "<reference>", "exec"), ns)
