@@ -85,10 +85,13 @@ def _iterated_by_reference() -> bool:
     return False
 
 
-class MaskAny:
-    """`if mask.any():` as `if mask.nonzero().numel() > 0:`: the same test, but over the mask's
-    count (a size, decided size-obliviously like any emptiness test) instead of a tensor value
-    read back. The count is the one `x[mask]` uses later (torch memoises a mask's nonzero)."""
+class DataDependentHooks:
+    """Torch calls of the traced reference that meet a data-dependent value, made traceable:
+    - `if mask.any():` as `if mask.nonzero().numel() > 0:`: the same test, but over the mask's
+      count (a size, decided size-obliviously like any emptiness test) instead of a tensor value
+      read back. The count is the one `x[mask]` uses later (torch memoises a mask's nonzero);
+    - `for row in t` over a data-dependent length (`_rows`);
+    - `w[e]` with e an int read back: select (Python indexing refuses an unbacked int)."""
 
     def __init__(self):
         self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)

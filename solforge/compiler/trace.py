@@ -407,9 +407,9 @@ def _make_cpu_device_mode():
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from .dynamic import MISS, MaskAny
+    from .dynamic import MISS, DataDependentHooks
 
-    mask_any = MaskAny()
+    dyn_hooks = DataDependentHooks()
 
     class CpuDevice(TorchFunctionMode):
         """References that place tensors on "cuda" trace on the CPU (fake tensors): the device
@@ -417,7 +417,7 @@ def _make_cpu_device_mode():
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
-            hit = mask_any.handle(func, args, kwargs)  # `if mask.any():` tests the mask's count
+            hit = dyn_hooks.handle(func, args, kwargs)  # mask.any(), a loop over data-dependent rows
             if hit is not MISS:
                 return hit
             if func is torch._C._nn.linear:
