@@ -54,17 +54,29 @@ def make_shape_env(**kw):
                                               fallback_value, forcing_spec=forcing_spec)
             except GuardOnDataDependentSymNode:
                 r = self._maybe_evaluate_static(orig_expr, size_oblivious=True)
-                if r is None or not getattr(r, "is_Boolean", False) or r not in (sympy.true, sympy.false):
-                    raise
-                self.oblivious.append(orig_expr)
-                return r
+                if r is not None and r in (sympy.true, sympy.false):
+                    self.oblivious.append(orig_expr)
+                    return r
+                free = orig_expr.free_symbols
+                if free and all(x in self.flags for x in free):
+                    # a branch on an int/bool input read back (`if flag.item():`): this trace
+                    # takes the policy's side; flags.py traces every side as a variant
+                    i = len(self.flag_taken)
+                    side = self.flag_policy[i] if i < len(self.flag_policy) else False
+                    self.flag_taken.append((orig_expr, side))
+                    return sympy.true if side else sympy.false
+                raise
 
     env = ObliviousShapeEnv(**kw)
     env.oblivious = []
+    env.flags = {}          # unbacked symbol -> the input tensor whose one value it is
+    env.flag_policy = []    # the side each branch on a flag takes, in order (default False)
+    env.flag_taken = []     # (condition, side) of each branch taken on a flag
     return env
 
 
 MISS = object()
+TRACE_INPUTS: dict = {}   # id(fake input tensor) -> its name, for the trace being run
 
 
 def _iterated_by_reference() -> bool:
@@ -108,6 +120,14 @@ class DataDependentHooks:
                 self.anys[id(args[0])][0] is args[0]:
             count = torch.nonzero(self.anys[id(args[0])][1]).shape[0]
             return bool(count > 0)
+        if func is torch.Tensor.item and args and id(args[0]) in TRACE_INPUTS and \
+                not args[0].is_floating_point() and args[0].numel() == 1:
+            v = func(*args)
+            if isinstance(v, (torch.SymInt, torch.SymBool)):
+                env = v.node.shape_env
+                for x in env.replace(v.node.expr).free_symbols:
+                    env.flags[x] = TRACE_INPUTS[id(args[0])]
+            return v
         if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], torch.SymInt):
             return torch.select(args[0], 0, args[1])   # w[e] with e read back (Python indexing refuses)
         if func is torch.Tensor.unbind and args and isinstance(args[0], torch.Tensor) and \

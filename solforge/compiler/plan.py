@@ -13,7 +13,7 @@ from torch.utils._sympy.functions import FloorDiv
 
 from ..candidate import Candidate
 from . import symexpr
-from .kernel import ITEMSIZE, PRELUDE
+from .kernel import ITEMSIZE, PRELUDE, Buffer
 from .rolling import bound_args
 
 ALIGN = 256
@@ -80,7 +80,8 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
     starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work.
     They never run together: each packs the workspace from offset 0; the total is the largest."""
     srcs, launches, totals, seen = [PRELUDE], [], [], set()
-    for low, (pred, names, fnames) in variants:
+    for low, (pred, names, fnames, *more) in variants:
+        tensors = more[0] if more else []   # inputs the predicate reads on the device (flags.py)
         totals.append(pack_workspace(low))
         for spec in low.kernels:
             k = spec.kernel
@@ -90,6 +91,8 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
                     k.size(n)
                 for n in fnames:
                     k.scalar(n)
+                for t, dt, shape in tensors:
+                    k.ptr(Buffer(t, dt, [symexpr.parse(x) for x in shape], "input"))
                 k.head.insert(0, f"    if (!({pred})) return;")
                 srcs.append(k.source(spec.launch_bounds))
             launches.append({"kernel": k.name, "grid": spec.grid, "block": spec.block,

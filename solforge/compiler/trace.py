@@ -246,7 +246,8 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True,
+                flag_policy: Optional[list] = None) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -281,6 +282,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
 
     # a guard on a data-dependent size (nonzero's count) is decided size-obliviously (dynamic.py)
     shape_env = dynamic.make_shape_env(duck_shape=False, specialize_zero_one=False)
+    shape_env.flag_policy = list(flag_policy or [])   # `if flag.item():` sides (flags.py)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     namer = _Namer()
     names = list(defn.inputs)
@@ -348,6 +350,9 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
                           "shape": [symexpr.to_axis(_axis_sym(defn, d)) for d in spec.shape]})
 
     def call(*a):
+        # the tensors the reference receives (make_fx's own): `flag.item()` names its input
+        dynamic.TRACE_INPUTS.clear()
+        dynamic.TRACE_INPUTS.update({id(t): k for k, t in zip(names, a) if isinstance(t, torch.Tensor)})
         with _CpuDevice():
             return fn(**dict(zip(names, a)))
 
@@ -357,7 +362,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         gm = make_fx(functionalize(call, remove="mutations"), tracing_mode="symbolic",
                      decomposition_table=_decomp_table())(*args)
     except LoopIndexSteered:
-        return _trace_once(defn, wl, sentinel, symfloat, short_loops=False)
+        return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
         raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
@@ -373,7 +378,13 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
         ir = extrapolate(ir, loops.counts, guards)
         if ir is None:  # the shortened iterations do not roll: trace every iteration
-            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False)
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy)
+    from . import flags
+
+    ir = flags.record(ir, shape_env)
+    if "flags" in ir and flag_policy is None:  # a branch on an input's value: trace every side
+        return flags.fork(lambda sides: _trace_once(defn, wl, sentinel, symfloat, short_loops,
+                                                    flag_policy=sides), ir)
     return ir
 
 

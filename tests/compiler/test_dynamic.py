@@ -237,3 +237,43 @@ def test_a_slice_by_an_int_item(tmp_path):
     out = compile_problem(prob("itemcum", "x[:k].cumsum(0).sum(0)"))
     assert not out.ok and "\n" not in out.reason
     assert ".item()" in out.reason, out.reason
+
+
+def test_branch_on_an_input_flag_read_back(tmp_path):
+    """`if flag.item():` on an input: both sides traced, the variant picked on the device; the
+    flag is set by the problem's own inputs, once per side."""
+    import json
+
+    from solforge.compiler.api import compile_problem
+    from solforge.problem.loader import load_problem_dir
+
+    for name, flag in (("flag_on", 3), ("flag_off", -3)):
+        p = make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                         {"x": T("R", "C"), "g": T(1), "n": {"shape": [1], "dtype": "int64"}},
+                         {"y": T("R", "C")},
+                         f"""
+                         import torch
+                         def get_inputs(axes_and_scalars, device):
+                             r = axes_and_scalars["R"]
+                             return {{"x": torch.randn(r, 4, device=device), "g": torch.randn(1, device=device),
+                                     "n": torch.tensor([{flag}], device=device)}}
+                         def run(x, g, n):
+                             y = x * 0.5
+                             if n.item() > 0:
+                                 y = y + g.item() * x.sum(dim=0)
+                             return y
+                         """, [{"R": 5}, {"R": 9}])
+        d = tmp_path / name
+        defn = json.loads((d / "definition.json").read_text())
+        defn["custom_inputs_entrypoint"] = "get_inputs"
+        (d / "definition.json").write_text(json.dumps(defn))
+        rows = [json.loads(l) for l in (d / "workload.jsonl").read_text().splitlines()]
+        for r in rows:
+            r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
+        (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        p = load_problem_dir(d)
+        out = compile_problem(p)
+        assert out.ok, out.reason
+        assert out.segments.get("variants") == 2
+        r = check_problem(p, cap=8)
+        assert r["ok"], r
