@@ -277,3 +277,16 @@ def test_branch_on_an_input_flag_read_back(tmp_path):
         assert out.segments.get("variants") == 2
         r = check_problem(p, cap=8)
         assert r["ok"], r
+
+
+def test_an_int_item_used_as_a_value(tmp_path):
+    """k = int(count.item()) multiplying a tensor: k is read on the device (no longer refused)."""
+    p = make_problem(tmp_path, "nzval", {"N": {"type": "var"}}, {"x": T("N")}, {"y": T("N")},
+                     """
+                     import torch
+                     def run(x):
+                         k = int((x > 0).sum().item())
+                         return x * k
+                     """, [{"N": 5}, {"N": 9}])
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
