@@ -51,8 +51,8 @@ def _skeleton(a):
     if isinstance(a, dict):
         if "ref" in a:
             return "R"
-        if "sym" in a:
-            return {"sym": _norm(a["sym"])}
+        if "sym" in a:   # its symbols only: a constant offset may move per block (_verify)
+            return {"sym": sorted(str(x) for x in symexpr.parse(_norm(a["sym"])).free_symbols)}
         return {k: _skeleton(v) for k, v in a.items()}
     if isinstance(a, list):
         return [_skeleton(x) for x in a]
@@ -117,16 +117,24 @@ def _verify(ir, pos, s, P, R) -> dict:
     varying: dict = {}      # slot path -> [value per block]
     dynmap: dict = {}       # dyn name in a later block -> the first block's
 
-    def same_size(a, x):
+    offsets: dict = {}      # slot path -> [constant offset of a size argument per later block]
+
+    def same_size(a, x, path=None):
         ea, ex = symexpr.parse(str(a)), symexpr.parse(str(x))
         rep = {}
         for sx in ex.free_symbols:
             if dynamic.is_dynamic(str(sx)):
                 rep[sx] = symexpr.sym(dynmap.get(str(sx), str(sx)))
-        if sympy.expand(ea - ex.xreplace(rep)) != 0:
-            raise _Mismatch()
+        diff = sympy.expand(ex.xreplace(rep) - ea)
+        if diff != 0:
+            # a size argument that moves by a constant per block (`start + e`): affine, as ints
+            if path is None or not diff.is_Integer:
+                raise _Mismatch()
+            offsets.setdefault(path, []).append(int(diff))
+        elif path is not None:
+            offsets.setdefault(path, []).append(0)
 
-    def bind_dyn(a_shape, x_shape):
+    def bind_dyn(a_shape, x_shape, path=None):
         for a, x in zip(a_shape or [], x_shape or []):
             da = sorted(str(v) for v in symexpr.parse(str(a)).free_symbols if dynamic.is_dynamic(str(v)))
             dx = sorted(str(v) for v in symexpr.parse(str(x)).free_symbols if dynamic.is_dynamic(str(v)))
@@ -135,7 +143,7 @@ def _verify(ir, pos, s, P, R) -> dict:
             for p, q in zip(da, dx):
                 if dynmap.setdefault(q, p) != p:
                     raise _Mismatch()
-            same_size(a, x)
+            same_size(a, x, path)
 
     def cmp(a, x, b, path):
         if isinstance(a, dict) and "ref" in a:
@@ -165,7 +173,7 @@ def _verify(ir, pos, s, P, R) -> dict:
         if isinstance(a, dict) and "sym" in a:
             if not (isinstance(x, dict) and "sym" in x):
                 raise _Mismatch()
-            bind_dyn([a["sym"]], [x["sym"]])
+            bind_dyn([a["sym"]], [x["sym"]], path)
             return
         if isinstance(a, dict):
             if not isinstance(x, dict) or set(a) != set(x):
@@ -210,6 +218,16 @@ def _verify(ir, pos, s, P, R) -> dict:
             raise _Mismatch()
         if d != 0:
             affine[path] = (vals[0], d)
+    sym_affine = {}
+    for path, diffs in offsets.items():
+        vals = [0] + diffs
+        if len(vals) != R:
+            raise _Mismatch()
+        d = vals[1]
+        if any(v != d * b for b, v in enumerate(vals)) or d < 0:
+            raise _Mismatch()
+        if d != 0:
+            sym_affine[path] = d
     # after the run, only the last block's carried values may be read
     last = s + (R - 1) * P
     carried = set(carries.values())
@@ -222,7 +240,8 @@ def _verify(ir, pos, s, P, R) -> dict:
         p = pos.get(r)
         if p is not None and s <= p < s + R * P and not (p >= last and p - last in carried):
             raise _Mismatch()
-    return {"start": s, "period": P, "reps": R, "carries": carries, "affine": affine}
+    return {"start": s, "period": P, "reps": R, "carries": carries, "affine": affine,
+            "sym_affine": sym_affine}
 
 
 def _refs(args) -> list:
@@ -277,6 +296,9 @@ def _rewrite(ir, runs) -> dict:
             carries[r]["inits"].add(alias.get(init, init))
         for (j, part, *rest), (c0, d) in run["affine"].items():
             _set(body[j][part], rest, {"sym": symexpr.to_axis(c0 + d * symexpr.sym(var))})
+        for (j, part, *rest), d in run.get("sym_affine", {}).items():
+            e = symexpr.parse(_get(body[j][part], rest)["sym"])
+            _set(body[j][part], rest, {"sym": symexpr.to_axis(e + d * symexpr.sym(var))})
         for n in body:
             n["args"], n["kwargs"] = fix(n["args"]), fix(n["kwargs"])
         cl = []

@@ -76,3 +76,14 @@ def test_short_loops_stop_when_the_index_is_tested():
     ns = {"rng": ShortLoops().range}
     with pytest.raises(LoopIndexSteered):
         exec(compile("for i in rng(20):\n    if i < 2:\n        pass\n", "<reference>", "exec"), ns)
+
+
+def test_a_size_argument_moving_by_a_constant_rolls():
+    """w[start + e] with start an int scalar input: the index is a size expression plus e."""
+    ir = _ir(reps=5)
+    for n in ir["nodes"]:
+        if n["op"] == "aten.select.int":
+            n["args"][2] = {"sym": f"(start + {n['args'][2]})"}
+    body = [n for n in roll(ir, min_reps=4, min_nodes=1)["nodes"] if n["op"] == LOOP_OP][0]["body"]
+    sym = body[0]["args"][2]["sym"]
+    assert "start" in sym and "sfloop0" in sym
