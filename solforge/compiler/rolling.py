@@ -449,7 +449,13 @@ def _arith(name):
 
     def f(self, *o):
         r = base(int(self), *o)
-        return _Idx(r) if type(r) is int else r
+        if type(r) is int:
+            return _Idx(r)
+        if o and not isinstance(o[0], (int, float)):
+            # mixed with a symbolic size or scalar (`start + e`): a later test of the result could
+            # not be followed through the shortened loop, so the loop is traced in full
+            raise LoopIndexSteered()
+        return r
     return f
 
 

@@ -87,3 +87,16 @@ def test_a_size_argument_moving_by_a_constant_rolls():
     body = [n for n in roll(ir, min_reps=4, min_nodes=1)["nodes"] if n["op"] == LOOP_OP][0]["body"]
     sym = body[0]["args"][2]["sym"]
     assert "start" in sym and "sfloop0" in sym
+
+
+def test_short_loops_stop_when_the_index_meets_a_symbolic_value():
+    import pytest
+
+    from solforge.compiler.rolling import LoopIndexSteered, ShortLoops
+
+    class Sym:   # stands for a SymInt: int arithmetic with it is not an int
+        def __radd__(self, o):
+            return self
+    ns = {"rng": ShortLoops().range, "start": Sym()}
+    with pytest.raises(LoopIndexSteered):
+        exec(compile("for i in rng(20):\n    g = i + start\n", "<reference>", "exec"), ns)
