@@ -120,14 +120,22 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic",
     from .lower import Lowering, Unsupported
     from .plan import build_candidate
 
+    from .rolling import node_count, roll
+
     if "variants" in ir:
         return _lower_variants(defn, ir, name, gemm)
     ops = Counter(n["op"] for n in ir["nodes"])
-    if len(ir["nodes"]) > MAX_NODES:
-        return CompileOutcome(reason=f"graph of {len(ir['nodes'])} ops (over {MAX_NODES}: a Python "
-                                     "loop unrolled by the trace?)", stage="lower", ops=dict(ops))
+    rolled = roll(ir)  # a Python loop the trace unrolled, lowered once (rolling.py)
+    if node_count(rolled) > MAX_NODES:
+        return CompileOutcome(reason=f"graph of {node_count(rolled)} ops (over {MAX_NODES}: a "
+                                     "Python loop unrolled by the trace?)", stage="lower", ops=dict(ops))
     try:
-        low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm), attention=attention).run()
+        try:
+            low = Lowering(rolled, output_specs(defn), matmul=_matmul_for(gemm), attention=attention).run()
+        except Unsupported:
+            if rolled is ir or len(ir["nodes"]) > MAX_NODES:
+                raise
+            low = Lowering(ir, output_specs(defn), matmul=_matmul_for(gemm), attention=attention).run()
     except Unsupported as e:
         return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
     except RecursionError:
@@ -159,7 +167,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
         except RecursionError:
             return CompileOutcome(reason="lowering recursed too deeply", stage="lower", ops=dict(ops))
         segs.update(s.kind for s in low.kernels)
-        parts.append((low, (v["pred"], v["names"], v["fnames"])))
+        parts.append((low, (v["pred"], v["names"], v["fnames"], v.get("tensors", []))))
     segs["variants"] = len(parts)
     try:
         cand = build_candidate_variants(name or defn.name, parts, notes="compiler: " + ", ".join(

@@ -274,6 +274,8 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.emit("const int tx_ = threadIdx.x % 16, ty_ = threadIdx.x / 16;")
     # M tiles on grid.x (up to 2^31 - 1: conv rows = batch x pixels), N tiles on grid.y
     k.emit(f"const long long m0_ = (long long)blockIdx.x * {BM}, n0_ = (long long)blockIdx.y * {BN};")
+    # M read from the device (a data-dependent row count): the grid covers its upper bound
+    k.emit("if (m0_ >= M_) return;")
     k.open("for (long long bz_ = blockIdx.z; bz_ < NB_; bz_ += gridDim.z)")
     bz = symexpr.sym("bz_")
     k.locals.add("bz_")
@@ -322,6 +324,8 @@ def _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape) -> Lau
     k.emit("const int warp_ = threadIdx.x / 32, lane_ = threadIdx.x % 32;")
     k.emit("const int wm_ = warp_ / 4, wn_ = warp_ % 4, g_ = lane_ / 4, q_ = lane_ % 4;")
     k.emit(f"const long long m0_ = (long long)blockIdx.x * {BM}, n0_ = (long long)blockIdx.y * {BN};")
+    # M read from the device (a data-dependent row count): the grid covers its upper bound
+    k.emit("if (m0_ >= M_) return;")
     k.open("for (long long bz_ = blockIdx.z; bz_ < NB_; bz_ += gridDim.z)")
     bz = symexpr.sym("bz_")
     k.locals.add("bz_")

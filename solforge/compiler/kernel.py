@@ -209,6 +209,11 @@ class Kernel:
         return f"p_{buf.name}"
 
     def size(self, name: str) -> str:
+        from .dynamic import device_size
+
+        dev = device_size(self, name)  # a data-dependent size: read from its count in the workspace
+        if dev is not None:
+            return dev
         self._param(("z", name), f"long long z_{name}", f"int64:{name}")
         return f"z_{name}"
 

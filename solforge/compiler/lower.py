@@ -14,6 +14,7 @@ from typing import Any, Optional
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
+from . import dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
 from . import attention_segment, loops, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
@@ -93,6 +94,7 @@ class Lowering:
         self.ws: list[Buffer] = []
         self.users: dict[str, int] = {}
         self._n = 0
+        self.dyn = dynamic.Sizes(ir)        # data-dependent sizes (nonzero's count), if any
 
     # ---- helpers ---------------------------------------------------------------------------
     def new_buffer(self, dtype: str, shape) -> Buffer:
@@ -146,6 +148,21 @@ class Lowering:
 
     # ---- the walk ----------------------------------------------------------------------------
     def run(self):
+        why = dynamic.check_oblivious(self.ir)
+        if why:
+            raise Unsupported(why)
+        token = dynamic.activate(self.dyn)  # kernels read a dynamic size from its count
+        try:
+            self._run()
+        finally:
+            dynamic.deactivate(token)
+        try:
+            dynamic_lower.finalize(self)     # buffers and grids at the sizes' upper bounds
+        except ValueError as e:
+            raise Unsupported(str(e)[:200]) from None
+        return self
+
+    def _run(self):
         for inp in self.ir["inputs"]:
             if inp["kind"] == "tensor":
                 buf = Buffer(inp["name"], inp["dtype"], [symexpr.parse(s) for s in inp["shape"]], "input")
@@ -161,24 +178,26 @@ class Lowering:
             if n["name"] in segs:
                 self.env[n["name"]] = attention_segment.lower(self, n, segs[n["name"]])
                 continue
-            op = n["op"]
-            fn = LOWER.get(op)
-            if fn is None and op.startswith("prims."):
-                base = "aten." + op.split(".")[1]
-                fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
-            if fn is None:
-                raise Unsupported(f"op {op} has no lowering")
-            args = [self.arg(a) for a in n["args"]]
-            kwargs = {k: self.arg(v) for k, v in n["kwargs"].items()}
-            try:
-                out = fn(self, n, *args, **kwargs)
-            except Unsupported:
-                raise
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
-                raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
-            self.env[n["name"]] = out
+            self.lower_node(n)
         self._outputs()
-        return self
+
+    def lower_node(self, n: dict, **extra) -> None:
+        op = n["op"]
+        fn = LOWER.get(op)
+        if fn is None and op.startswith("prims."):
+            base = "aten." + op.split(".")[1]
+            fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
+        if fn is None:
+            raise Unsupported(f"op {op} has no lowering")
+        args = [self.arg(a) for a in n["args"]]
+        kwargs = {k: self.arg(v) for k, v in n["kwargs"].items()}
+        try:
+            out = fn(self, n, *args, **kwargs, **extra)
+        except Unsupported:
+            raise
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
+            raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
+        self.env[n["name"]] = out
 
     def _outputs(self):
         items = []
@@ -843,11 +862,10 @@ def _index(L, node, x, indices, **kw):
     broadcast together; placed first unless the indexed dims are adjacent."""
     shape = [symexpr.parse(s) for s in node["shape"]]
     nd = len(x.shape)
+    indices = dynamic_lower.expand_masks(L, node, indices)  # x[mask]: the mask's coordinates
     idx_list = list(indices) + [None] * (nd - len(indices))
     pos = [i for i, t in enumerate(idx_list) if t is not None]
     tens = [idx_list[i] for i in pos]
-    if any(t.dtype == "bool" for t in tens):
-        raise Unsupported("boolean-mask indexing is data-dependent")
     bshape = _bshape(*tens)
     nb = len(bshape)
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
@@ -996,20 +1014,22 @@ def _scatter_reduce(L, node, x, dim, index, src, reduce, include_self=True, **kw
     return _scatter_common(L, node, x, dim, index, src, "add")
 
 
-def _index_put(L, node, x, indices, values, accumulate=False, **kw):
+def _index_put(L, node, x, indices, values, accumulate=False, into=None, **kw):
+    """into: a buffer already holding x that may be updated in place (a rolled loop's carry)."""
     nd = len(x.shape)
+    indices = dynamic_lower.expand_masks(L, node, indices)  # x[mask] = v: the mask's coordinates
     idx_list = list(indices) + [None] * (nd - len(indices))
     pos = [i for i, t in enumerate(idx_list) if t is not None]
     tens = [idx_list[i] for i in pos]
-    if any(t.dtype == "bool" for t in tens):
-        raise Unsupported("index_put with a boolean mask is data-dependent")
     if pos != list(range(pos[0], pos[-1] + 1)):
         raise Unsupported("index_put with non-adjacent index tensors")
     bshape = _bshape(*tens)
     first = pos[0]
     it_shape = list(x.shape[:first]) + bshape + list(x.shape[pos[-1] + 1:])
-    buf = L.new_buffer(x.dtype, x.shape)
-    L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
+    buf = into
+    if buf is None:
+        buf = L.new_buffer(x.dtype, x.shape)
+        L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
     st = loops.contiguous_strides(x.shape)
     nb = len(bshape)
 
@@ -1248,7 +1268,10 @@ LOWER: dict[str, Any] = {
     "aten._assert_tensor_metadata.default": lambda L, n, *a, **k: None,
     "aten.rand.default": _refuse("random numbers (the evaluator cannot match them)"),
     "aten.randn.default": _refuse("random numbers"), "aten.bernoulli.p": _refuse("random numbers"),
-    "aten.nonzero.default": _refuse("data-dependent output size"),
+    "aten.nonzero.default": dynamic_lower.nonzero, "aten.masked_select.default": dynamic_lower.masked_select,
+    "aten.sym_constrain_range_for_size.default": lambda L, n, *a, **k: None,
+    rolling.LOOP_OP: lambda L, n, **k: rolling.lower_loop(L, n),  # a rolled Python loop
+    dynamic.VALUE_OP: dynamic_lower.item,   # an int .item(), read on the device
 }
 for _c, _s in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
     LOWER[f"aten.{_c}.Tensor"] = _compare(_s)

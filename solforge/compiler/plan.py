@@ -13,7 +13,8 @@ from torch.utils._sympy.functions import FloorDiv
 
 from ..candidate import Candidate
 from . import symexpr
-from .kernel import ITEMSIZE, PRELUDE
+from .kernel import ITEMSIZE, PRELUDE, Buffer
+from .rolling import bound_args
 
 ALIGN = 256
 
@@ -61,16 +62,18 @@ def pack_workspace(lowering) -> sympy.Expr:
 
 def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
     total = pack_workspace(lowering)
-    srcs, launches, units = [PRELUDE], [], {}
+    srcs, launches, units, seen = [PRELUDE], [], {}, set()
     for spec in lowering.kernels:
         if spec.kind == "attention":  # a template segment: its own source unit, rendered now
             seg = spec.render()
             units.update(seg.sources)
             launches += seg.launches
             continue
-        srcs.append(spec.kernel.source(spec.launch_bounds))
+        if spec.kernel.name not in seen:  # a rolled loop launches its body's kernels repeatedly
+            seen.add(spec.kernel.name)
+            srcs.append(spec.kernel.source(spec.launch_bounds))
         launches.append({"kernel": spec.kernel.name, "grid": spec.grid, "block": spec.block,
-                         "smem": spec.smem, "args": spec.kernel.args()})
+                         "smem": spec.smem, "args": bound_args(spec, spec.kernel.args())})
     ws = symexpr.to_axis(total) if total != 0 else "0"
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs), **units},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
@@ -81,19 +84,24 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
     """Several lowered graphs, one per structure the reference takes; each kernel of variant v
     starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work.
     They never run together: each packs the workspace from offset 0; the total is the largest."""
-    srcs, launches, totals = [PRELUDE], [], []
-    for low, (pred, names, fnames) in variants:
+    srcs, launches, totals, seen = [PRELUDE], [], [], set()
+    for low, (pred, names, fnames, *more) in variants:
+        tensors = more[0] if more else []   # inputs the predicate reads on the device (flags.py)
         totals.append(pack_workspace(low))
         for spec in low.kernels:
             k = spec.kernel
-            for n in names:
-                k.size(n)
-            for n in fnames:
-                k.scalar(n)
-            k.head.insert(0, f"    if (!({pred})) return;")
-            srcs.append(k.source(spec.launch_bounds))
+            if k.name not in seen:  # a rolled loop launches its body's kernels repeatedly
+                seen.add(k.name)
+                for n in names:
+                    k.size(n)
+                for n in fnames:
+                    k.scalar(n)
+                for t, dt, shape in tensors:
+                    k.ptr(Buffer(t, dt, [symexpr.parse(x) for x in shape], "input"))
+                k.head.insert(0, f"    if (!({pred})) return;")
+                srcs.append(k.source(spec.launch_bounds))
             launches.append({"kernel": k.name, "grid": spec.grid, "block": spec.block,
-                             "smem": spec.smem, "args": k.args()})
+                             "smem": spec.smem, "args": bound_args(spec, k.args())})
     total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
     ws = symexpr.to_axis(total) if total != 0 else "0"
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},

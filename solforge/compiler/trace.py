@@ -180,8 +180,11 @@ class _Namer:
     """sympy symbol of the trace -> axis expression (sympy, over var axes and int scalars)."""
 
     def __init__(self):
+        from .dynamic import Tracker
+
         self.map: dict = {}
         self.float_names: set = set()
+        self.dyn = Tracker()    # data-dependent sizes (nonzero's count): names and bounds
 
     def expr(self, e, shape_env) -> str:
         import sympy
@@ -243,11 +246,12 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True,
+                flag_policy: Optional[list] = None) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
     from ..problem.dtypes import to_torch
 
@@ -257,7 +261,12 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     except (KeyError, ValueError):
         pass
     scalars = wl.get("scalars", {})
-    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int()}
+    from .rolling import LoopIndexSteered, ShortLoops, extrapolate
+
+    # a long `for i in range(n)` runs a few iterations, then rolls into a loop of n (rolling.py)
+    loops = ShortLoops(short_loops).activate()
+    ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int(),
+                          "range": loops.range}
     from ..evaluate.reference import Fp4Shim, needs_fp4_dequant
 
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
@@ -269,7 +278,11 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         raise TraceError("the reference defines no run()")
     # no duck sizing (two axes equal in this workload stay two symbols); a var axis of size 1 stays
     # symbolic too, constant dims are static
-    shape_env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
+    from . import dynamic
+
+    # a guard on a data-dependent size (nonzero's count) is decided size-obliviously (dynamic.py)
+    shape_env = dynamic.make_shape_env(duck_shape=False, specialize_zero_one=False)
+    shape_env.flag_policy = list(flag_policy or [])   # `if flag.item():` sides (flags.py)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     namer = _Namer()
     names = list(defn.inputs)
@@ -337,6 +350,9 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
                           "shape": [symexpr.to_axis(_axis_sym(defn, d)) for d in spec.shape]})
 
     def call(*a):
+        # the tensors the reference receives (make_fx's own): `flag.item()` names its input
+        dynamic.TRACE_INPUTS.clear()
+        dynamic.TRACE_INPUTS.update({id(t): k for k, t in zip(names, a) if isinstance(t, torch.Tensor)})
         with _CpuDevice():
             return fn(**dict(zip(names, a)))
 
@@ -345,6 +361,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     try:
         gm = make_fx(functionalize(call, remove="mutations"), tracing_mode="symbolic",
                      decomposition_table=_decomp_table())(*args)
+    except LoopIndexSteered:
+        return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
         raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
@@ -356,6 +374,17 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
     ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
     ir["guards"] = _guards(shape_env, namer)
+    if loops.counts:
+        guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
+        ir = extrapolate(ir, loops.counts, guards)
+        if ir is None:  # the shortened iterations do not roll: trace every iteration
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy)
+    from . import flags
+
+    ir = flags.record(ir, shape_env)
+    if "flags" in ir and flag_policy is None:  # a branch on an input's value: trace every side
+        return flags.fork(lambda sides: _trace_once(defn, wl, sentinel, symfloat, short_loops,
+                                                    flag_policy=sides), ir)
     return ir
 
 
@@ -389,12 +418,19 @@ def _make_cpu_device_mode():
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from .dynamic import MISS, DataDependentHooks
+
+    dyn_hooks = DataDependentHooks()
+
     class CpuDevice(TorchFunctionMode):
         """References that place tensors on "cuda" trace on the CPU (fake tensors): the device
         moves are identities here."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
+            hit = dyn_hooks.handle(func, args, kwargs)  # mask.any(), a loop over data-dependent rows
+            if hit is not MISS:
+                return hit
             if func is torch._C._nn.linear:
                 return _linear(*args, **kwargs)
             if "device" in kwargs:
@@ -522,12 +558,19 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             continue
         if n.op == "output":
             outs = n.args[0] if isinstance(n.args[0], (list, tuple)) else [n.args[0]]
-            return _canonical({"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]})
+            ir = {"inputs": inputs_ir, "nodes": nodes, "outputs": [enc(o) for o in outs]}
+            if namer.dyn.bounds:
+                ir["dynamic"] = namer.dyn.ir_entry(shape_env)
+            return _canonical(ir)
         if n.op != "call_function":
             raise TraceError(f"graph node kind {n.op}")
         v = n.meta.get("val")
+        namer.dyn.bind_node(n, namer, shape_env)  # names and bounds a data-dependent output size
         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)) \
                 and not isinstance(v, torch.Tensor):
+            rec = namer.dyn.bind_value(n, namer, shape_env, enc)  # an int .item(): read on device
+            if rec is not None:
+                nodes.append(rec)
             skip.add(n.name)  # size arithmetic: its uses read the SymInt's expression directly
             continue
         target = n.target
@@ -585,7 +628,8 @@ def _canonical(ir: dict) -> dict:
         names[n["name"]] = f"n{len(out)}"
         m["name"] = names[n["name"]]
         out.append(m)
-    return {"inputs": ir["inputs"], "nodes": out, "outputs": [fix(o) for o in ir["outputs"]]}
+    return {**{k: v for k, v in ir.items() if k not in ("nodes", "outputs")}, "nodes": out,
+            "outputs": [fix(o) for o in ir["outputs"]]}
 
 
 def _structure(ir: dict) -> str:

@@ -1,0 +1,563 @@
+"""Loop rolling: a Python loop the trace unrolled (`for e in range(E)` over experts) lowered once.
+
+`roll(ir)` finds a run of R >= MIN_REPS consecutive blocks of nodes with the same structure: the
+same ops, dtypes and shapes (data-dependent sizes renamed to the first block's), references inside
+the block at the same relative position, the same nodes from before the run, a reference to the
+previous block (a carry: the accumulator the loop threads, e.g. `out.index_add_`; the first block
+reads its initial value), and integer constants that are an affine function of the iteration (the
+expert index of `w[e]`). The run becomes one node `solforge.loop` whose body is the first block,
+with the varying constants written over a loop symbol `sfloop<k>` and each carry read through a
+name `__carry<k>_<r>`. Only the last block's carries may be read after the run.
+
+`lower_loop` lowers the body once: each carry gets a buffer (initialised by a copy), the body's
+kernels are written once and launched R times with the loop symbol bound to 0..R-1 (a launch
+argument, `bound_args`), each iteration ending with a copy of the carries' new values. Kernel
+sources are shared, so the NVRTC compile and the lowering do not grow with R.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+
+import sympy
+
+from . import dynamic, symexpr
+from .generic import pointwise
+from .loops import view_of
+
+LOOP_OP = "solforge.loop"
+MIN_REPS = 4
+MIN_NODES = 48    # a run covering fewer nodes is left unrolled (nothing to gain)
+MAX_PERIOD = 400
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _norm(s) -> str:
+    """A size string with data-dependent size names erased (for block signatures)."""
+    s = str(s)
+    if dynamic.PREFIX not in s:
+        return s
+    e = symexpr.parse(s)
+    rep = {x: symexpr.sym("dyn") for x in e.free_symbols if dynamic.is_dynamic(str(x))}
+    return symexpr.to_axis(e.xreplace(rep))
+
+
+def _skeleton(a):
+    if isinstance(a, dict):
+        if "ref" in a:
+            return "R"
+        if "sym" in a:   # its symbols only: a constant offset may move per block (_verify)
+            return {"sym": sorted(str(x) for x in symexpr.parse(_norm(a["sym"])).free_symbols)}
+        return {k: _skeleton(v) for k, v in a.items()}
+    if isinstance(a, list):
+        return [_skeleton(x) for x in a]
+    if isinstance(a, bool) or a is None:
+        return a
+    if isinstance(a, int):
+        return "I"
+    return a
+
+
+def _sig(n) -> str:
+    shp = [_norm(s) for s in n["shape"]] if n.get("shape") is not None else None
+    outs = [[o[0], [_norm(s) for s in o[1]]] if o else None for o in n.get("outs") or []]
+    return json.dumps([n["op"], n.get("dtype"), shp, outs, _skeleton(n["args"]),
+                       _skeleton(n["kwargs"]), n.get("value")], sort_keys=True, default=str)
+
+
+def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
+         exact: "int | None" = None) -> dict:
+    """The IR with each long enough run of identical blocks replaced by a loop node (the IR itself
+    when there is none). exact: only runs of exactly that many blocks."""
+    nodes = ir["nodes"]
+    if len(nodes) < min_nodes or any(n["op"] == LOOP_OP for n in nodes):
+        return ir
+    intern: dict = {}
+    ids = [intern.setdefault(_sig(n), len(intern)) for n in nodes]
+    pos = {n["name"]: i for i, n in enumerate(nodes)}
+    runs = []
+    i, N = 0, len(nodes)
+    while i < N:
+        best = None
+        for P in range(1, min(MAX_PERIOD, (N - i) // min_reps) + 1):
+            if ids[i] != ids[i + P] or not all(ids[i + j] == ids[i + P + j] for j in range(P)):
+                continue
+            R = 2
+            while i + (R + 1) * P <= N and all(ids[i + j] == ids[i + R * P + j] for j in range(P)):
+                R += 1
+            if R >= min_reps and R * P >= min_nodes and (exact is None or R == exact) and \
+                    (best is None or R * P > best[0] * best[1]):
+                best = (P, R)
+        run = None
+        if best is not None:
+            try:
+                run = _verify(ir, pos, i, *best)
+            except _Mismatch:
+                run = None
+        if run is not None:
+            runs.append(run)
+            i += best[0] * best[1]
+        else:
+            i += 1
+    if not runs:
+        return ir
+    return _rewrite(ir, runs)
+
+
+def _verify(ir, pos, s, P, R) -> dict:
+    nodes = ir["nodes"]
+    base = nodes[s:s + P]
+    carries: dict = {}      # slot path -> relative index of the carried node
+    external: set = set()   # slot paths that read the same node before the run in every block
+    varying: dict = {}      # slot path -> [value per block]
+    dynmap: dict = {}       # dyn name in a later block -> the first block's
+
+    offsets: dict = {}      # slot path -> [constant offset of a size argument per later block]
+
+    def same_size(a, x, path=None):
+        ea, ex = symexpr.parse(str(a)), symexpr.parse(str(x))
+        rep = {}
+        for sx in ex.free_symbols:
+            if dynamic.is_dynamic(str(sx)):
+                rep[sx] = symexpr.sym(dynmap.get(str(sx), str(sx)))
+        diff = sympy.expand(ex.xreplace(rep) - ea)
+        if diff != 0:
+            # a size argument that moves by a constant per block (`start + e`): affine, as ints
+            if path is None or not diff.is_Integer:
+                raise _Mismatch()
+            offsets.setdefault(path, []).append(int(diff))
+        elif path is not None:
+            offsets.setdefault(path, []).append(0)
+
+    def bind_dyn(a_shape, x_shape, path=None):
+        for a, x in zip(a_shape or [], x_shape or []):
+            da = sorted(str(v) for v in symexpr.parse(str(a)).free_symbols if dynamic.is_dynamic(str(v)))
+            dx = sorted(str(v) for v in symexpr.parse(str(x)).free_symbols if dynamic.is_dynamic(str(v)))
+            if len(da) != len(dx):
+                raise _Mismatch()
+            for p, q in zip(da, dx):
+                if dynmap.setdefault(q, p) != p:
+                    raise _Mismatch()
+            same_size(a, x, path)
+
+    def cmp(a, x, b, path):
+        if isinstance(a, dict) and "ref" in a:
+            if not (isinstance(x, dict) and "ref" in x):
+                raise _Mismatch()
+            ra, rx = pos.get(a["ref"]), pos.get(x["ref"])
+            if ra is None or rx is None:        # graph inputs
+                if a["ref"] != x["ref"]:
+                    raise _Mismatch()
+                return
+            if s <= ra < s + P:
+                if rx != ra + b * P:
+                    raise _Mismatch()
+                return
+            if ra >= s:
+                raise _Mismatch()
+            if rx == ra and path not in carries:
+                external.add(path)
+                return
+            prev = s + (b - 1) * P
+            if path not in external and prev <= rx < prev + P:
+                r = rx - prev
+                if carries.setdefault(path, r) != r:
+                    raise _Mismatch()
+                return
+            raise _Mismatch()
+        if isinstance(a, dict) and "sym" in a:
+            if not (isinstance(x, dict) and "sym" in x):
+                raise _Mismatch()
+            bind_dyn([a["sym"]], [x["sym"]], path)
+            return
+        if isinstance(a, dict):
+            if not isinstance(x, dict) or set(a) != set(x):
+                raise _Mismatch()
+            for k in a:
+                cmp(a[k], x[k], b, path + (k,))
+            return
+        if isinstance(a, list):
+            if not isinstance(x, list) or len(a) != len(x):
+                raise _Mismatch()
+            for j, (p, q) in enumerate(zip(a, x)):
+                cmp(p, q, b, path + (j,))
+            return
+        if isinstance(a, int) and not isinstance(a, bool) and isinstance(x, int) and not isinstance(x, bool):
+            vals = varying.setdefault(path, [a])
+            vals.append(x)
+            return
+        if a != x or type(a) is not type(x):
+            raise _Mismatch()
+
+    for b in range(1, R):
+        for j in range(P):
+            a, x = base[j], nodes[s + b * P + j]
+            if "sym" in a:                      # a value read back: named per block
+                bind_dyn([a["sym"]], [x.get("sym", "")])
+            bind_dyn(a.get("shape"), x.get("shape"))
+            for oa, ox in zip(a.get("outs") or [], x.get("outs") or []):
+                if oa and ox:
+                    bind_dyn(oa[1], ox[1])
+            cmp(a["args"], x["args"], b, (j, "args"))
+            cmp(a["kwargs"], x["kwargs"], b, (j, "kwargs"))
+    affine = {}
+    for path, vals in varying.items():
+        if len(vals) != R:
+            raise _Mismatch()
+        d = vals[1] - vals[0]
+        if any(v != vals[0] + d * b for b, v in enumerate(vals)):
+            raise _Mismatch()
+        if d != 0 and (d < 0 or vals[0] < 0):
+            # a negative index counts from the end (torch wraps it when it is a number): a
+            # varying one, written over the loop symbol, would not be wrapped
+            raise _Mismatch()
+        if d != 0:
+            affine[path] = (vals[0], d)
+    sym_affine = {}
+    for path, diffs in offsets.items():
+        vals = [0] + diffs
+        if len(vals) != R:
+            raise _Mismatch()
+        d = vals[1]
+        if any(v != d * b for b, v in enumerate(vals)) or d < 0:
+            raise _Mismatch()
+        if d != 0:
+            sym_affine[path] = d
+    # after the run, only the last block's carried values may be read
+    last = s + (R - 1) * P
+    carried = set(carries.values())
+    for n in nodes[s + R * P:]:
+        for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
+            p = pos.get(r)
+            if p is not None and s <= p < s + R * P and not (p >= last and p - last in carried):
+                raise _Mismatch()
+    for r in _refs(ir["outputs"]):
+        p = pos.get(r)
+        if p is not None and s <= p < s + R * P and not (p >= last and p - last in carried):
+            raise _Mismatch()
+    return {"start": s, "period": P, "reps": R, "carries": carries, "affine": affine,
+            "sym_affine": sym_affine}
+
+
+def _refs(args) -> list:
+    out = []
+    for a in args:
+        if isinstance(a, dict) and "ref" in a:
+            out.append(a["ref"])
+        elif isinstance(a, dict):
+            out += _refs(list(a.values()))
+        elif isinstance(a, list):
+            out += _refs(a)
+    return out
+
+
+def _set(tree, path, value):
+    for k in path[:-1]:
+        tree = tree[k]
+    tree[path[-1]] = value
+
+
+def _rewrite(ir, runs) -> dict:
+    nodes = ir["nodes"]
+    out, alias = [], {}
+    cut = {r["start"]: r for r in runs}
+    i, k = 0, 0
+
+    def fix(a):
+        if isinstance(a, dict) and "ref" in a:
+            return {"ref": alias.get(a["ref"], a["ref"])}
+        if isinstance(a, list):
+            return [fix(x) for x in a]
+        if isinstance(a, dict):
+            return {kk: fix(v) for kk, v in a.items()}
+        return a
+    while i < len(nodes):
+        run = cut.get(i)
+        if run is None:
+            n = dict(nodes[i], args=fix(nodes[i]["args"]), kwargs=fix(nodes[i]["kwargs"]))
+            out.append(n)
+            i += 1
+            continue
+        s, P, R = run["start"], run["period"], run["reps"]
+        var = f"sfloop{k}"
+        body = [copy.deepcopy(n) for n in nodes[s:s + P]]
+        carries = {}
+        for (j, part, *rest), r in run["carries"].items():
+            name = f"__carry{k}_{r}"
+            tree = body[j][part]
+            init = _get(tree, rest)["ref"]
+            _set(tree, rest, {"ref": name})
+            carries.setdefault(r, {"name": name, "out": nodes[s + r]["name"], "inits": set()})
+            carries[r]["inits"].add(alias.get(init, init))
+        for (j, part, *rest), (c0, d) in run["affine"].items():
+            _set(body[j][part], rest, {"sym": symexpr.to_axis(c0 + d * symexpr.sym(var))})
+        for (j, part, *rest), d in run.get("sym_affine", {}).items():
+            e = symexpr.parse(_get(body[j][part], rest)["sym"])
+            _set(body[j][part], rest, {"sym": symexpr.to_axis(e + d * symexpr.sym(var))})
+        for n in body:
+            n["args"], n["kwargs"] = fix(n["args"]), fix(n["kwargs"])
+        cl = []
+        for r, c in sorted(carries.items()):
+            if len(c["inits"]) != 1:
+                return ir           # one carry read from two different initial values: leave it
+            cl.append({"name": c["name"], "out": c["out"], "init": c["inits"].pop()})
+            alias[nodes[s + (R - 1) * P + r]["name"]] = c["name"]
+        out.append({"name": f"loop{k}", "op": LOOP_OP, "args": [], "kwargs": {}, "dtype": None,
+                    "shape": None, "count": R, "var": var, "body": body, "carries": cl})
+        k += 1
+        i = s + R * P
+    return {**ir, "nodes": out, "outputs": fix(ir["outputs"])}
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def node_count(ir: dict) -> int:
+    return sum(len(n["body"]) if n["op"] == LOOP_OP else 1 for n in ir["nodes"])
+
+
+# ── trace side: long loops traced for a few iterations ───────────────────────────────────────────
+SHORT_OVER = 8   # a `for` loop over range() of more iterations runs SHORT_RUN of them in the trace
+SHORT_RUN = 5
+
+
+class LoopIndexSteered(Exception):
+    """The reference compared or tested a shortened loop's index: its iterations may differ."""
+
+
+class ShortLoops:
+    """`range` for the traced reference: `for i in range(n)` with n > SHORT_OVER iterates only the
+    first SHORT_RUN values (each an int that raises LoopIndexSteered when the reference compares
+    it); `extrapolate` then rolls the SHORT_RUN traced blocks into a loop node of n iterations.
+    Anything else (`list(range(n))`, a comprehension, a short loop) is the plain range."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.counts: list = []
+        self.guards: dict = {}   # loop position -> the data-dependent size bounding its iterations
+
+    def activate(self) -> "ShortLoops":
+        global _ACTIVE_LOOPS
+        _ACTIVE_LOOPS = self
+        return self
+
+    def range(self, *a):
+        import builtins
+
+        r = builtins.range(*a)
+        if not self.enabled or len(r) <= SHORT_OVER:
+            return r
+        return _ShortRange(r, self)
+
+
+_ACTIVE_LOOPS: "ShortLoops | None" = None
+
+
+def active_loops() -> "ShortLoops | None":
+    """The trace's ShortLoops (one trace at a time in the child)."""
+    return _ACTIVE_LOOPS
+
+
+class _ShortRange:
+    def __init__(self, r, owner):
+        self.r, self.owner = r, owner
+
+    def __iter__(self):
+        import sys
+
+        f = sys._getframe(1)
+        if f.f_code.co_filename == "<reference>" and for_statement_at(f):
+            self.owner.counts.append(len(self.r))
+            return iter([_Idx(v) for v in self.r[:SHORT_RUN]])
+        return iter(self.r)
+
+    def __len__(self):
+        return len(self.r)
+
+    def __getitem__(self, i):
+        return self.r[i]
+
+    def __contains__(self, v):
+        return v in self.r
+
+    def __reversed__(self):
+        return reversed(self.r)
+
+
+def for_statement_at(frame) -> bool:
+    """Whether the frame is at the GET_ITER of a `for` statement (the iterator is taken for the
+    loop itself, not by list(), a comprehension or a call)."""
+    import dis
+
+    ins = [x for x in dis.get_instructions(frame.f_code) if x.opname not in ("EXTENDED_ARG", "CACHE")]
+    at = [j for j, x in enumerate(ins) if x.offset == frame.f_lasti]
+    return bool(at) and ins[at[0]].opname == "GET_ITER" and at[0] + 1 < len(ins) and \
+        ins[at[0] + 1].opname == "FOR_ITER"
+
+
+def _steered() -> None:
+    import sys
+
+    if sys._getframe(2).f_code.co_filename == "<reference>":
+        raise LoopIndexSteered()
+
+
+class _Idx(int):
+    """A shortened loop's index: the reference may index with it and do arithmetic, but a test of
+    it (`if e == 0`, `e < n_shared`) would make the iterations differ, so it stops the shortcut."""
+    __hash__ = int.__hash__
+
+    def __eq__(self, o):
+        _steered()
+        return int(self) == o
+
+    def __ne__(self, o):
+        _steered()
+        return int(self) != o
+
+    def __lt__(self, o):
+        _steered()
+        return int(self) < o
+
+    def __le__(self, o):
+        _steered()
+        return int(self) <= o
+
+    def __gt__(self, o):
+        _steered()
+        return int(self) > o
+
+    def __ge__(self, o):
+        _steered()
+        return int(self) >= o
+
+    def __bool__(self):
+        _steered()
+        return int(self) != 0
+
+
+def _arith(name):
+    base = getattr(int, name)
+
+    def f(self, *o):
+        r = base(int(self), *o)
+        if type(r) is int:
+            return _Idx(r)
+        if o and not isinstance(o[0], (int, float)):
+            # mixed with a symbolic size or scalar (`start + e`): a later test of the result could
+            # not be followed through the shortened loop, so the loop is traced in full
+            raise LoopIndexSteered()
+        return r
+    return f
+
+
+for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+           "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__pos__", "__abs__"):
+    setattr(_Idx, _m, _arith(_m))
+
+
+def extrapolate(ir: dict, counts: list, guards: "dict | None" = None) -> "dict | None":
+    """The IR of a trace whose long loops ran SHORT_RUN iterations, with each loop rolled and given
+    its real iteration count; None when the traced iterations do not roll into exactly one loop
+    node each (then the loops must be traced in full)."""
+    rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN)
+    loops = [n for n in rolled["nodes"] if n["op"] == LOOP_OP]
+    if len(loops) != len(counts):
+        return None
+    for i, (n, c) in enumerate(zip(loops, counts)):
+        n["count"] = int(c)
+        if (guards or {}).get(i):
+            n["guard"] = guards[i]   # iteration i runs only while i < that size
+        elif i in (guards or {}):
+            return None
+    return rolled
+
+
+# ── lowering ─────────────────────────────────────────────────────────────────────────────────────
+def lower_loop(L, node):
+    """The body lowered once, its kernels launched `count` times with the loop symbol bound."""
+    cbufs = {}
+    for c in node["carries"]:
+        x = L.env.get(c["init"])
+        if x is None:
+            raise ValueError(f"carry {c['name']} has no initial value")
+        buf = L.new_buffer(x.dtype, x.shape)
+        L.kernels.append(pointwise(L.kname("carry_init"), [(x, buf)]))
+        L.env[c["name"]] = view_of(buf)
+        cbufs[c["name"]] = buf
+    k0 = len(L.kernels)
+    inplace = _in_place(node)
+    for n in node["body"]:
+        if n["name"] in inplace:
+            L.lower_node(n, into=cbufs[inplace[n["name"]]])
+        else:
+            L.lower_node(n)
+    for c in node["carries"]:
+        ob = L.realize(L.env[c["out"]])
+        if ob is not cbufs[c["name"]]:
+            L.kernels.append(pointwise(L.kname("carry"), [(view_of(ob), cbufs[c["name"]])]))
+    body = L.kernels[k0:]
+    if node.get("guard"):
+        # a loop over the rows of a data-dependent count: iteration i does nothing once i >= count
+        seen = set()
+        for spec in body:
+            k = spec.kernel
+            if k.name not in seen:
+                seen.add(k.name)
+                it, count = k.size(node["var"]), k.size(node["guard"])
+                k.head.append(f"    if ({it} >= {count}) return;")
+    reps = []
+    for it in range(int(node["count"])):
+        for spec in body:
+            sp = copy.copy(spec)
+            sp.bound = {node["var"]: it}
+            sp.grid = [_subst(str(g), sp.bound) if node["var"] in str(g) else g for g in spec.grid]
+            reps.append(sp)
+    L.kernels[k0:] = reps
+    return None
+
+
+def _in_place(node) -> dict:
+    """Carries updated by an index_put that is their only reader in the body: it scatters into the
+    carry's buffer (no copy of the whole accumulator per iteration). Carry-out name -> carry."""
+    out = {}
+    for c in node["carries"]:
+        users = [n for n in node["body"]
+                 if c["name"] in _refs(n["args"]) + _refs(list(n["kwargs"].values()))]
+        if len(users) == 1 and users[0]["name"] == c["out"] and \
+                users[0]["op"] == "aten.index_put.default" and users[0]["args"][0] == {"ref": c["name"]} \
+                and c["name"] not in _refs(users[0]["args"][1:]):
+            out[c["out"]] = c["name"]
+    return out
+
+
+def bound_args(spec, args: list) -> list:
+    """A launch's arguments with its loop symbols bound (a replicated body kernel)."""
+    bound = getattr(spec, "bound", None)
+    if not bound:
+        return args
+    out = []
+    for a in args:
+        if isinstance(a, str) and a.startswith("int64:") and any(v in a for v in bound):
+            out.append("int64:" + _subst(a[6:], bound))
+        else:
+            out.append(a)
+    return out
+
+
+def _subst(expr: str, bound: dict) -> str:
+    tree = ast.parse(expr, mode="eval")
+
+    class Sub(ast.NodeTransformer):
+        def visit_Name(self, n):
+            return ast.Constant(bound[n.id]) if n.id in bound else n
+    return ast.unparse(Sub().visit(tree))
+

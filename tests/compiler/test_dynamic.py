@@ -1,0 +1,292 @@
+"""Data-dependent sizes (nonzero, boolean masks, a Python loop over experts that skips empty ones):
+traced with unbacked sizes, lowered at their upper bounds with the count read on the device, and
+checked on the CPU (g++ emulation) against the reference, on problems written here."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from solforge.compiler.check import check_problem
+
+from .test_compiler import B, T, make_problem
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")]
+
+MOE = """
+import torch
+import torch.nn.functional as F
+def run(x, logits, w_up, w_down):
+    E = w_up.shape[0]
+    probs = torch.softmax(logits, dim=-1)
+    topv, ids = torch.topk(probs, 2, dim=-1)
+    topv = topv / topv.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
+    for e in range(E):
+        slot, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        h = F.silu(x[tok] @ w_up[e].t()) @ w_down[e].t()
+        out.index_add_(0, tok, (h * topv[tok, slot].unsqueeze(-1)).to(x.dtype))
+    return out
+"""
+
+
+def _moe(tmp_path, name, dtype=T, E=4):
+    return make_problem(tmp_path, name, {"M": {"type": "var"}, "H": {"type": "const", "value": 8},
+                                         "I": {"type": "const", "value": 16},
+                                         "E": {"type": "const", "value": E}},
+                        {"x": dtype("M", "H"), "logits": T("M", "E"), "w_up": dtype("E", "I", "H"),
+                         "w_down": dtype("E", "H", "I")}, {"y": dtype("M", "H")}, MOE,
+                        [{"M": 5}, {"M": 11}])
+
+
+def test_moe_loop_over_experts_fp32(tmp_path):
+    from solforge.compiler.api import compile_problem
+
+    from .test_compiler import _compile_ok
+
+    p = _moe(tmp_path, "moe32")
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("nonzero") == 4
+    # grids and the workspace are at the upper bound: no launch expression names a counted size
+    assert "dyn" not in repr(out.candidate.launches) + out.candidate.workspace
+    # the loop over experts is rolled: one body of kernels, launched once per expert
+    names = [l.kernel for l in out.candidate.launches]
+    assert len(set(names)) < len(names) - 8
+    assert out.candidate.sources["kernel.cu"].count("_nonzero(") == 1
+    # the accumulator is scattered into in place: no copy of it per expert
+    assert not any(n.endswith("_carry") for n in names)
+    _compile_ok(out.candidate)   # NVRTC, sm_90a
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_moe_loop_over_experts_bf16_with_empty_experts(tmp_path):
+    """More experts than routed slots at M=2: some experts get no token, so the branch the trace
+    decided size-obliviously runs on an empty count."""
+    r = check_problem(_moe(tmp_path, "moe16", dtype=B, E=8), cap=2)
+    assert r["ok"], r
+
+
+def test_boolean_mask_select_and_assign(tmp_path):
+    p = make_problem(tmp_path, "mask", {"R": {"type": "var"}, "C": {"type": "const", "value": 6}},
+                     {"x": T("R", "C"), "v": T("R", "C")},
+                     {"y": T("R", "C"), "s": T("C"), "m": T("R", "C"), "b": T(1)},
+                     """
+                     import torch
+                     def run(x, v):
+                         keep = x > 0.2
+                         picked = x[keep]                      # a data-dependent count
+                         y = torch.zeros_like(x)
+                         y[keep] = picked * 2.0 + v[keep]      # index_put with the same mask
+                         rows = torch.nonzero(x[:, 0] > 0)[:, 0]
+                         s = x[rows].sum(dim=0)
+                         m = torch.zeros_like(x)
+                         m[x < 0] = torch.masked_select(v, x < 0)
+                         b = torch.masked_select(v, x[:, :1] < 0).sum().reshape(1)  # broadcast mask
+                         return y, s, m, b
+                     """, [{"R": 7}, {"R": 12}])
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_refuses_a_reduction_over_a_size_tested_for_emptiness(tmp_path):
+    """The reference skips the empty case: the non-empty branch would take a mean over no rows
+    (nan where the reference leaves a zero), so the size-oblivious branch is not value-safe."""
+    from solforge.compiler.api import compile_problem
+
+    p = make_problem(tmp_path, "unsafe", {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                     {"x": T("R", "C")}, {"y": T("C")},
+                     """
+                     import torch
+                     def run(x):
+                         rows = torch.nonzero(x[:, 0] > 0)[:, 0]
+                         if rows.numel() == 0:
+                             return torch.zeros_like(x[0])
+                         return x[rows].mean(dim=0)
+                     """, [{"R": 7}, {"R": 12}])
+    out = compile_problem(p)
+    assert not out.ok
+    assert "emptiness" in out.reason, out.reason
+
+
+def test_long_expert_loop_traced_short_and_extrapolated(tmp_path):
+    """12 experts (over rolling.SHORT_OVER): the trace runs a few iterations, rolls them and
+    launches the body once per expert; the emulated result covers every expert."""
+    from solforge.compiler.api import compile_problem
+
+    p = _moe(tmp_path, "moe12", E=12)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("nonzero") == 12
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_loop_index_tested_by_the_reference_is_traced_in_full(tmp_path):
+    """`if e < 2` makes the first experts' iterations differ: the shortened trace stops and every
+    iteration is traced (the result still matches the reference)."""
+    p = make_problem(tmp_path, "steer", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                         "E": {"type": "const", "value": 10}},
+                     {"x": T("M", "H"), "w": T("E", "H", "H")}, {"y": T("M", "H")},
+                     """
+                     import torch
+                     def run(x, w):
+                         out = torch.zeros_like(x)
+                         for e in range(w.shape[0]):
+                             h = x @ w[e]
+                             out = out + (h * 2.0 if e < 2 else h)
+                         return out
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.ops.get("aten.mm.default") == 10 and "solforge.loop" not in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
+
+
+def test_if_mask_any_then_masked_rows(tmp_path):
+    """`if mask.any():` tests the mask's count (decided like an emptiness test), then the masked
+    rows go through an expert and back with `y[mask] = out`, over 10 experts (a shortened loop)."""
+    p = make_problem(tmp_path, "anym", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                        "K": {"type": "const", "value": 2},
+                                        "E": {"type": "const", "value": 10}},
+                     {"x": T("M", "H"), "ids": {"shape": ["M", "K"], "dtype": "int64"},
+                      "w": T("E", "H", "H")}, {"y": T("M", "H")},
+                     """
+                     import torch
+                     def run(x, ids, w):
+                         k = ids.shape[1]
+                         xr = x.repeat_interleave(k, dim=0)
+                         flat = (ids.abs() % w.shape[0]).view(-1)
+                         y = torch.zeros_like(xr)
+                         for e in range(w.shape[0]):
+                             m = flat == e
+                             if m.any():
+                                 y[m] = torch.relu(xr[m] @ w[e])
+                         return y.view(x.shape[0], k, -1).sum(dim=1)
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "solforge.loop" in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
+
+
+HIT = """
+import torch
+import torch.nn.functional as F
+def run(x, logits, w_up, w_down):
+    E = w_up.shape[0]
+    topv, ids = torch.topk(torch.softmax(logits, dim=-1), 2, dim=-1)
+    out = torch.zeros_like(x)
+    mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
+    hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero(as_tuple=False)
+    for row in hit:                       # only the experts some token chose
+        e = row.item()
+        slot, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        h = F.silu(x[tok] @ w_up[e].t()) @ w_down[e].t()
+        out.index_add_(0, tok, h * topv[tok, slot, None])
+    return out
+"""
+
+
+def test_loop_over_a_data_dependent_number_of_rows(tmp_path):
+    """`for row in nonzero(...)`: a loop of at most E iterations (the i-th runs while i < the
+    count), each reading its expert index back from the device (`.item()`)."""
+    p = make_problem(tmp_path, "hit", {"M": {"type": "var"}, "H": {"type": "const", "value": 8},
+                                       "I": {"type": "const", "value": 16},
+                                       "E": {"type": "const", "value": 12}},
+                     {"x": T("M", "H"), "logits": T("M", "E"), "w_up": T("E", "I", "H"),
+                      "w_down": T("E", "H", "I")}, {"y": T("M", "H")}, HIT, [{"M": 3}, {"M": 7}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("nonzero") == 12 + 1
+    r = check_problem(p, cap=3)   # 3 tokens x 2 slots: at most 6 of the 12 experts are hit
+    assert r["ok"], r
+
+
+def test_a_slice_by_an_int_item(tmp_path):
+    """x[:k] with k read back from a tensor: kernels read k from the workspace; a buffer of k rows
+    has no bound to allocate for and is refused in one line."""
+    from solforge.compiler.api import compile_problem
+
+    def prob(name, body):
+        return make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                            {"x": T("R", "C"), "n": {"shape": [1], "dtype": "int64"}}, {"y": T("C")},
+                            """
+                            import torch
+                            def run(x, n):
+                                k = n.abs().item() % x.shape[0]
+                                return """ + body + "\n", [{"R": 5}, {"R": 9}])
+    r = check_problem(prob("itemsum", "x[:k].sum(dim=0)"), cap=8)
+    assert r["ok"], r
+    out = compile_problem(prob("itemcum", "x[:k].cumsum(0).sum(0)"))
+    assert not out.ok and "\n" not in out.reason
+    assert ".item()" in out.reason, out.reason
+
+
+def test_branch_on_an_input_flag_read_back(tmp_path):
+    """`if flag.item():` on an input: both sides traced, the variant picked on the device; the
+    flag is set by the problem's own inputs, once per side."""
+    import json
+
+    from solforge.compiler.api import compile_problem
+    from solforge.problem.loader import load_problem_dir
+
+    for name, flag in (("flag_on", 3), ("flag_off", -3)):
+        p = make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                         {"x": T("R", "C"), "g": T(1), "n": {"shape": [1], "dtype": "int64"}},
+                         {"y": T("R", "C")},
+                         f"""
+                         import torch
+                         def get_inputs(axes_and_scalars, device):
+                             r = axes_and_scalars["R"]
+                             return {{"x": torch.randn(r, 4, device=device), "g": torch.randn(1, device=device),
+                                     "n": torch.tensor([{flag}], device=device)}}
+                         def run(x, g, n):
+                             y = x * 0.5
+                             if n.item() > 0:
+                                 y = y + g.item() * x.sum(dim=0)
+                             return y
+                         """, [{"R": 5}, {"R": 9}])
+        d = tmp_path / name
+        defn = json.loads((d / "definition.json").read_text())
+        defn["custom_inputs_entrypoint"] = "get_inputs"
+        (d / "definition.json").write_text(json.dumps(defn))
+        rows = [json.loads(l) for l in (d / "workload.jsonl").read_text().splitlines()]
+        for r in rows:
+            r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
+        (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        p = load_problem_dir(d)
+        out = compile_problem(p)
+        assert out.ok, out.reason
+        assert out.segments.get("variants") == 2
+        r = check_problem(p, cap=8)
+        assert r["ok"], r
+
+
+def test_an_int_item_used_as_a_value(tmp_path):
+    """k = int(count.item()) multiplying a tensor: k is read on the device (no longer refused)."""
+    p = make_problem(tmp_path, "nzval", {"N": {"type": "var"}}, {"x": T("N")}, {"y": T("N")},
+                     """
+                     import torch
+                     def run(x):
+                         k = int((x > 0).sum().item())
+                         return x * k
+                     """, [{"N": 5}, {"N": 9}])
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
