@@ -40,7 +40,7 @@ def check_problem(problem, cap: int = 8, candidate=None) -> dict:
 
     from ..evaluate.correctness import allocate_outputs, compare_all, normalize_reference_outputs
     from ..evaluate.inputs import InputFactory, clone_inputs
-    from ..evaluate.reference import load_reference
+    from ..evaluate.reference import Fp4Shim, load_reference, needs_fp4_dequant
     from .api import compile_problem
     from .emulate import emulate
 
@@ -52,6 +52,9 @@ def check_problem(problem, cap: int = 8, candidate=None) -> dict:
         candidate = out.candidate
     rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
     rw = shrink(defn, rw0, cap)
+    if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
+        # what the evaluator runs where FP4 _scaled_mm is unavailable (the CPU here, Hopper there)
+        Fp4Shim().install()
     mod = load_reference(defn, Path(tempfile.mkdtemp()), "_check_ref")
     custom = getattr(mod, defn.custom_inputs_entrypoint, None) if defn.custom_inputs_entrypoint else None
     inputs = InputFactory(rw, "cpu", custom_fn=custom).make(0)

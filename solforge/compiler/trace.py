@@ -337,8 +337,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
                           "shape": [symexpr.to_axis(_axis_sym(defn, d)) for d in spec.shape]})
 
     def call(*a):
-        with _CpuDevice():
-            return fn(**dict(zip(names, a)))
+        with _CpuDevice() as mode:
+            return mode.branches.poison(fn(**dict(zip(names, a))))
 
     from torch.func import functionalize
 
@@ -389,12 +389,21 @@ def _make_cpu_device_mode():
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from .assumed_branches import NOT_HANDLED, AssumedBranches
+
     class CpuDevice(TorchFunctionMode):
         """References that place tensors on "cuda" trace on the CPU (fake tensors): the device
         moves are identities here."""
 
+        def __init__(self):
+            super().__init__()
+            self.branches = AssumedBranches()  # `if t == 0.0:` on a device value
+
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
+            r = self.branches.intercept(func, args, kwargs)
+            if r is not NOT_HANDLED:
+                return r
             if func is torch._C._nn.linear:
                 return _linear(*args, **kwargs)
             if "device" in kwargs:
