@@ -263,6 +263,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
         # the evaluator's own substitution on Hopper (FP4 _scaled_mm needs sm_100): trace what runs
         Fp4Shim().install()
+    from .loop_batching import LoopBatching
+
+    batching = LoopBatching()
+    ns["range"] = batching.range()  # a loop over a symbolic size: one batched body
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
@@ -337,7 +341,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
                           "shape": [symexpr.to_axis(_axis_sym(defn, d)) for d in spec.shape]})
 
     def call(*a):
-        with _CpuDevice() as mode:
+        with _CpuDevice(batching) as mode:
             return mode.branches.poison(fn(**dict(zip(names, a))))
 
     from torch.func import functionalize
@@ -385,7 +389,7 @@ class _CpuDeviceBase:
     pass
 
 
-def _make_cpu_device_mode():
+def _make_cpu_device_mode(batching=None):
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -431,7 +435,8 @@ def _make_cpu_device_mode():
             if func is torch.Tensor.to:
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)
-    return CpuDevice()
+    # loop_batching: `x[..., i]` / `out[..., i] = v` of a loop over a symbolic size
+    return batching.wrap_mode(CpuDevice)() if batching is not None else CpuDevice()
 
 
 def _linear(x, weight, bias=None):
@@ -449,8 +454,8 @@ def _linear(x, weight, bias=None):
     return out + bias if bias is not None else out
 
 
-def _CpuDevice():
-    return _make_cpu_device_mode()
+def _CpuDevice(batching=None):
+    return _make_cpu_device_mode(batching)
 
 
 def _why(e: Exception) -> str:

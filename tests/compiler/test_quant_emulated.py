@@ -81,25 +81,54 @@ def run(x, w, w_scales, w_global):
 """
 
 
-def _problem(tmp_path):
-    d = tmp_path / "nvfp4_linear"
+# The same with a batch: quantized per batch (3-D), one _scaled_mm per batch in a Python loop over
+# the batch size writing its own slice of the output (traced as one batched body, not unrolled).
+BATCHED = QUANT.replace("def get_inputs", "def _unused_get_inputs").replace("def run(", "def _unused_run(") + """
+
+def get_inputs(axes_and_scalars, device):
+    torch.manual_seed(0)
+    x = torch.randn(axes_and_scalars["B"], axes_and_scalars["M"], 64, dtype=torch.bfloat16,
+                    device=device)
+    w, ws, wg = quantize(torch.randn(128, 64, dtype=torch.float32, device=device))
+    return {"x": x, "w": w, "w_scales": ws, "w_global": wg.item()}
+
+
+def run(x, w, w_scales, w_global):
+    b, m, k = x.shape
+    xq, xs, xg = quantize(x.reshape(b * m, k).to(torch.float32))
+    xq, xs = xq.view(b, m, k // 2).permute(1, 2, 0), xs.view(b, m, k // 16).permute(1, 2, 0)
+    out = torch.empty((m, w.shape[0], b), device=x.device, dtype=torch.bfloat16)
+    for i in range(b):
+        r = torch._scaled_mm(xq[:, :, i], w.transpose(0, 1), blocked(xs[:, :, i]),
+                             blocked(w_scales), bias=None, out_dtype=torch.bfloat16)
+        out[:, :, i] = r * (xg * w_global)
+    return out.permute(2, 0, 1)
+"""
+
+
+def _problem(tmp_path, batched: bool = False):
+    name = "nvfp4_batched" if batched else "nvfp4_linear"
+    d = tmp_path / name
     d.mkdir()
-    defn = {"name": "nvfp4_linear", "custom_inputs_entrypoint": "get_inputs",
+    defn = {"name": name, "custom_inputs_entrypoint": "get_inputs",
             "axes": {"M": {"type": "var"}, "K": {"type": "const", "value": 64},
                      "N": {"type": "const", "value": 128}, "KH": {"type": "const", "value": 32},
                      "KS": {"type": "const", "value": 4}},
             "constraints": ["M % 128 == 0"],
-            "inputs": {"x": {"shape": ["M", "K"], "dtype": "bfloat16"},
+            "inputs": {"x": {"shape": ["B", "M", "K"] if batched else ["M", "K"], "dtype": "bfloat16"},
                        "w": {"shape": ["N", "KH"], "dtype": "float4_e2m1fn_x2"},
                        "w_scales": {"shape": ["N", "KS"], "dtype": "float8_e4m3fn"},
                        "w_global": {"shape": None, "dtype": "float32"}},
-            "outputs": {"y": {"shape": ["M", "N"], "dtype": "bfloat16"}},
-            "reference": textwrap.dedent(QUANT)}
+            "outputs": {"y": {"shape": ["B", "M", "N"] if batched else ["M", "N"],
+                              "dtype": "bfloat16"}},
+            "reference": textwrap.dedent(BATCHED if batched else QUANT)}
+    if batched:
+        defn["axes"]["B"] = {"type": "var"}
     (d / "definition.json").write_text(json.dumps(defn))
-    rows = [{"uuid": f"q{i}", "axes": {"M": m},
+    rows = [{"uuid": f"q{i}", "axes": {"M": m, **({"B": bb} if batched else {})},
              "inputs": {k: {"type": "custom"} for k in defn["inputs"]},
              "tolerance": {"max_atol": 0.005, "max_rtol": 0.02, "required_matched_ratio": 0.99}}
-            for i, m in enumerate((128, 256))]
+            for i, (m, bb) in enumerate(((128, 2), (256, 3)))]
     (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return load_problem_dir(d)
 
@@ -107,3 +136,16 @@ def _problem(tmp_path):
 def test_nvfp4_quantize_and_scaled_mm_match_the_reference(tmp_path):
     r = check_problem(_problem(tmp_path), cap=128)
     assert r["ok"], r
+
+
+def test_nvfp4_batched_loop_over_a_symbolic_size_is_one_batched_body(tmp_path):
+    from solforge.compiler.api import compile_problem
+
+    p = _problem(tmp_path, batched=True)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    # one matmul for every batch (not one per iteration)
+    assert out.ops.get("aten.bmm.default", 0) + out.ops.get("aten.mm.default", 0) == 1, out.ops
+    r = check_problem(p, cap=128)
+    assert r["ok"], r
+    assert r["axes"]["B"] >= 2
