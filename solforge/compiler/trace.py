@@ -627,10 +627,21 @@ def _guards(shape_env, namer) -> list[str]:
     return sorted(set(out))
 
 
+def _guard_ns() -> dict:
+    """Names a guard's srepr uses: sympy's and torch's size functions (CeilToInt(IntTrueDiv(..)) of
+    a math.ceil over sizes, FloorDiv, ...)."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    ns = {k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}
+    ns.update({k: getattr(functions, k) for k in dir(functions) if not k.startswith("_")})
+    return ns
+
+
 def _eval_guard(src: str, values: dict) -> bool:
     import sympy
 
-    e = sympy.sympify(eval(src, {**{k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}}))
+    e = sympy.sympify(eval(src, _guard_ns()))
     return bool(e.subs({sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in values.items()})
                 .subs({sympy.Symbol(k): v for k, v in values.items()}))
 
@@ -676,8 +687,7 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
         if not keep or any(all(_eval_guard(src, v) for src in keep) for v in others):
             raise TraceError("the graph differs between workloads and no guard on the scalar "
                              "inputs or sizes tells the variants apart")
-        exprs = [sympy.sympify(eval(src, {k: getattr(sympy, k) for k in dir(sympy)
-                                          if not k.startswith("_")})) for src in keep]
+        exprs = [sympy.sympify(eval(src, _guard_ns())) for src in keep]
         names = sorted({str(x) for e in exprs for x in e.free_symbols})
         c = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in float_names else "z_") + n)
                         + ")" for e in exprs)
