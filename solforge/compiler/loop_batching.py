@@ -8,8 +8,9 @@ runs batched (mm becomes a batched mm, ...), and `out[..., i] = v` writes the wh
 (v unbatched into that dim). The graph is then the same for every n.
 
 Only what keeps the loop's meaning is allowed: each iteration writes its own slice, nothing else
-leaves the body. The index used any other way (arithmetic, a Python list index, an int) and a
-value computed in the body used after the loop (an accumulation `acc = acc + ...`) stop the trace.
+leaves the body. The index used any other way (arithmetic, a Python list index, an int), a value
+computed in the body used after the loop (an accumulation `acc = acc + ...`) or a body vmap cannot
+run stop this trace; trace.py then traces the loop unrolled, as for a plain range.
 """
 
 from __future__ import annotations

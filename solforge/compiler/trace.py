@@ -243,7 +243,8 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True,
+                batch_loops: bool = True) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -266,7 +267,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
     from .loop_batching import LoopBatching
 
     batching = LoopBatching()
-    ns["range"] = batching.range()  # a loop over a symbolic size: one batched body
+    if batch_loops:
+        ns["range"] = batching.range()  # a loop over a symbolic size: one batched body
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
@@ -350,6 +352,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
         gm = make_fx(functionalize(call, remove="mutations"), tracing_mode="symbolic",
                      decomposition_table=_decomp_table())(*args)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
+        if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
+            return _trace_once(defn, wl, sentinel, symfloat, batch_loops=False)
         raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
