@@ -46,13 +46,16 @@ def reference_case(payload: dict) -> dict:
 
     from ..evaluate.correctness import normalize_reference_outputs
     from ..evaluate.inputs import InputFactory, clone_inputs
-    from ..evaluate.reference import load_reference
+    from ..evaluate.reference import Fp4Shim, load_reference, needs_fp4_dequant
     from ..problem.loader import problem_from_json, resolve_at
 
     problem = problem_from_json(payload["problem"])
     defn = problem.definition
     rw0 = next(w for w in problem.workloads if w.uuid == payload["uuid"])
     rw = resolve_at(defn, rw0.workload.model_copy(update={"axes": payload["axes"]}), "<check>", None)
+    if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
+        # what the evaluator runs where FP4 _scaled_mm is unavailable (the CPU here, Hopper there)
+        Fp4Shim().install()
     mod = load_reference(defn, Path(tempfile.mkdtemp()), "_check_ref")
     custom = getattr(mod, defn.custom_inputs_entrypoint, None) if defn.custom_inputs_entrypoint else None
     inputs = InputFactory(rw, "cpu", custom_fn=custom).make(0)

@@ -22,11 +22,14 @@ from . import symexpr
 STORAGE = {"float32": "float", "float16": "__half", "bfloat16": "__nv_bfloat16", "float64": "double",
            "int64": "long long", "int32": "int", "int16": "short", "int8": "signed char",
            "uint8": "unsigned char", "bool": "bool", "float8_e4m3fn": "__nv_fp8_e4m3",
-           "float8_e5m2": "__nv_fp8_e5m2"}
+           "float8_e5m2": "__nv_fp8_e5m2",
+           # two E2M1 values packed in a byte: held and moved as the raw byte (packed_dtypes.py)
+           "float4_e2m1fn_x2": "unsigned char"}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
-            "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+            "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+            "float4_e2m1fn_x2": 1}
 FLOATS = {"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
-INTS = {"int64", "int32", "int16", "int8", "uint8"}
+INTS = {"int64", "int32", "int16", "int8", "uint8", "float4_e2m1fn_x2"}
 
 
 def compute_type(dtype: str) -> str:
@@ -61,7 +64,7 @@ def round_to(expr: str, dtype: str) -> str:
         return f"((long long)(short)({expr}))"
     if dtype == "int8":
         return f"((long long)(signed char)({expr}))"
-    if dtype == "uint8":
+    if dtype in ("uint8", "float4_e2m1fn_x2"):
         return f"((long long)(unsigned char)({expr}))"
     return expr
 

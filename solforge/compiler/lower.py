@@ -1288,3 +1288,15 @@ for _n, _o in (("rshift", ">>"), ("lshift", "<<")):
     _full_name = "right" if _n == "rshift" else "left"
     for _ov in ("Tensor", "Tensor_Scalar", "Scalar_Tensor"):
         LOWER[f"aten.bitwise_{_full_name}_shift.{_ov}"] = LOWER[f"aten.__{_n}__.Tensor"]
+
+
+def _view_dtype(L, node, x, dtype, **kw):
+    from .packed_dtypes import UnsupportedView, view_dtype
+
+    try:
+        return view_dtype(x, dtype[1] if isinstance(dtype, tuple) else node["dtype"])
+    except UnsupportedView as e:
+        raise Unsupported(f"op {node['op']}: {e}") from None
+
+
+LOWER["aten.view.dtype"] = _view_dtype

@@ -247,7 +247,7 @@ def _axis_sym(defn, name_or_int):
 
 
 def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True,
-                flag_policy: Optional[list] = None) -> dict:
+                flag_policy: Optional[list] = None, batch_loops: bool = True) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -272,6 +272,12 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
         # the evaluator's own substitution on Hopper (FP4 _scaled_mm needs sm_100): trace what runs
         Fp4Shim().install()
+    from .loop_batching import LoopBatching
+
+    batching = LoopBatching()
+    if batch_loops:
+        # a loop over a symbolic size: one batched body; other loops as ShortLoops has them
+        ns["range"] = batching.range(fallback=loops.range)
     exec(compile(defn.reference, "<reference>", "exec"), ns)
     fn = ns.get("run")
     if fn is None:
@@ -353,8 +359,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         # the tensors the reference receives (make_fx's own): `flag.item()` names its input
         dynamic.TRACE_INPUTS.clear()
         dynamic.TRACE_INPUTS.update({id(t): k for k, t in zip(names, a) if isinstance(t, torch.Tensor)})
-        with _CpuDevice():
-            return fn(**dict(zip(names, a)))
+        with _CpuDevice(batching) as mode:
+            return mode.branches.poison(fn(**dict(zip(names, a))))
 
     from torch.func import functionalize
 
@@ -362,8 +368,11 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         gm = make_fx(functionalize(call, remove="mutations"), tracing_mode="symbolic",
                      decomposition_table=_decomp_table())(*args)
     except LoopIndexSteered:
-        return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy)
+        return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
+                           batch_loops=batch_loops)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
+        if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False)
         raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -378,13 +387,14 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
         ir = extrapolate(ir, loops.counts, guards)
         if ir is None:  # the shortened iterations do not roll: trace every iteration
-            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy)
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
+                               batch_loops=batch_loops)
     from . import flags
 
     ir = flags.record(ir, shape_env)
     if "flags" in ir and flag_policy is None:  # a branch on an input's value: trace every side
         return flags.fork(lambda sides: _trace_once(defn, wl, sentinel, symfloat, short_loops,
-                                                    flag_policy=sides), ir)
+                                                    flag_policy=sides, batch_loops=batch_loops), ir)
     return ir
 
 
@@ -414,10 +424,11 @@ class _CpuDeviceBase:
     pass
 
 
-def _make_cpu_device_mode():
+def _make_cpu_device_mode(batching=None):
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from .assumed_branches import NOT_HANDLED, AssumedBranches
     from .dynamic import MISS, DataDependentHooks
 
     dyn_hooks = DataDependentHooks()
@@ -426,11 +437,18 @@ def _make_cpu_device_mode():
         """References that place tensors on "cuda" trace on the CPU (fake tensors): the device
         moves are identities here."""
 
+        def __init__(self):
+            super().__init__()
+            self.branches = AssumedBranches()  # `if t == 0.0:` on a device value
+
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
             hit = dyn_hooks.handle(func, args, kwargs)  # mask.any(), a loop over data-dependent rows
             if hit is not MISS:
                 return hit
+            r = self.branches.intercept(func, args, kwargs)
+            if r is not NOT_HANDLED:
+                return r
             if func is torch._C._nn.linear:
                 return _linear(*args, **kwargs)
             if "device" in kwargs:
@@ -458,7 +476,8 @@ def _make_cpu_device_mode():
             if func is torch.Tensor.to:
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
             return func(*args, **kwargs)
-    return CpuDevice()
+    # loop_batching: `x[..., i]` / `out[..., i] = v` of a loop over a symbolic size
+    return batching.wrap_mode(CpuDevice)() if batching is not None else CpuDevice()
 
 
 def _linear(x, weight, bias=None):
@@ -476,8 +495,8 @@ def _linear(x, weight, bias=None):
     return out + bias if bias is not None else out
 
 
-def _CpuDevice():
-    return _make_cpu_device_mode()
+def _CpuDevice(batching=None):
+    return _make_cpu_device_mode(batching)
 
 
 def _why(e: Exception) -> str:
@@ -657,10 +676,21 @@ def _guards(shape_env, namer) -> list[str]:
     return sorted(set(out))
 
 
+def _guard_ns() -> dict:
+    """Names a guard's srepr uses: sympy's and torch's size functions (CeilToInt(IntTrueDiv(..)) of
+    a math.ceil over sizes, FloorDiv, ...)."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    ns = {k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}
+    ns.update({k: getattr(functions, k) for k in dir(functions) if not k.startswith("_")})
+    return ns
+
+
 def _eval_guard(src: str, values: dict) -> bool:
     import sympy
 
-    e = sympy.sympify(eval(src, {**{k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}}))
+    e = sympy.sympify(eval(src, _guard_ns()))
     return bool(e.subs({sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in values.items()})
                 .subs({sympy.Symbol(k): v for k, v in values.items()}))
 
@@ -706,8 +736,7 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
         if not keep or any(all(_eval_guard(src, v) for src in keep) for v in others):
             raise TraceError("the graph differs between workloads and no guard on the scalar "
                              "inputs or sizes tells the variants apart")
-        exprs = [sympy.sympify(eval(src, {k: getattr(sympy, k) for k in dir(sympy)
-                                          if not k.startswith("_")})) for src in keep]
+        exprs = [sympy.sympify(eval(src, _guard_ns())) for src in keep]
         names = sorted({str(x) for e in exprs for x in e.free_symbols})
         c = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in float_names else "z_") + n)
                         + ")" for e in exprs)

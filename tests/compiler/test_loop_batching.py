@@ -1,0 +1,79 @@
+"""A Python loop over a symbolic size traced as one batched body; a loop whose meaning batching
+would change (the index in arithmetic, a value leaving the loop) is traced unrolled instead: one
+variant per size, each with one matmul per iteration."""
+
+from __future__ import annotations
+
+from solforge.compiler.trace import trace_definition
+
+from .test_compiler import T, make_problem
+
+
+def _trace(tmp_path, name, body):
+    p = make_problem(tmp_path, name, {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
+                                      "K": {"type": "const", "value": 8},
+                                      "N": {"type": "const", "value": 6}},
+                     {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
+                     "import torch\n" + body, [{"B": 2}, {"B": 5}])
+    return trace_definition(p.definition, list(p.workloads))
+
+
+def test_slice_writes_become_one_matmul_for_every_batch_size(tmp_path):
+    tr = _trace(tmp_path, "ok", """
+def run(x, w):
+    out = torch.empty(x.shape[0], x.shape[1], w.shape[0])
+    for b in range(x.shape[0]):
+        out[b] = torch.relu(x[b]) @ w.t()
+    return out
+""")
+    assert tr.ok, tr.reason
+    ops = [n["op"] for n in tr.ir["nodes"]]
+    assert ops.count("aten.mm.default") + ops.count("aten.bmm.default") == 1, ops
+
+
+def _unrolled(tr):
+    """Either refused or one variant per B, each with B matmuls (never a batched body)."""
+    import re
+
+    if not tr.ok:
+        return
+    assert "variants" in tr.ir, tr.ir
+    for v in tr.ir["variants"]:
+        b = int(float(re.search(r"z_B\) == \(([0-9.]+)\)", v["pred"]).group(1)))
+        ops = [n["op"] for n in v["ir"]["nodes"]]
+        assert ops.count("aten.mm.default") == b, (b, ops)
+
+
+def test_a_value_leaving_the_loop_is_unrolled(tmp_path):
+    tr = _trace(tmp_path, "acc", """
+def run(x, w):
+    acc = torch.zeros(x.shape[1], w.shape[0])
+    for b in range(x.shape[0]):
+        acc = acc + x[b] @ w.t()
+    return acc.unsqueeze(0).expand(x.shape[0], -1, -1) * 1.0
+""")
+    _unrolled(tr)
+
+
+def test_the_index_in_arithmetic_is_unrolled(tmp_path):
+    tr = _trace(tmp_path, "arith", """
+def run(x, w):
+    out = torch.empty(x.shape[0], x.shape[1], w.shape[0])
+    for b in range(x.shape[0]):
+        out[b] = x[b] @ w.t() * (b + 1)
+    return out
+""")
+    _unrolled(tr)
+
+
+def test_a_value_carried_into_a_later_loop_is_unrolled(tmp_path):
+    tr = _trace(tmp_path, "carry", """
+def run(x, w):
+    out = torch.empty(x.shape[0], x.shape[1], w.shape[0])
+    for b in range(x.shape[0]):
+        t = x[b] * 2.0
+    for c in range(x.shape[0]):
+        out[c] = (t + x[c]) @ w.t()
+    return out
+""")
+    _unrolled(tr)
