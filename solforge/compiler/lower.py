@@ -15,7 +15,7 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
-from . import loops, symexpr
+from . import loops, lower_fft, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -153,7 +153,8 @@ class Lowering:
                 self.users[a] = self.users.get(a, 0) + 1
         for n in self.ir["nodes"]:
             op = n["op"]
-            fn = LOWER.get(op)
+            # complex values (two real parts) and the FFT ops: lower_fft's own table
+            fn = lower_fft.lowering(n, self.env, LOWER, Unsupported) or LOWER.get(op)
             if fn is None and op.startswith("prims."):
                 base = "aten." + op.split(".")[1]
                 fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")

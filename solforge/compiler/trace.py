@@ -494,6 +494,8 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             if a in sent:
                 return {"scalar": sent[a]}
             return a if a == a and abs(a) != float("inf") else {"float": str(a)}
+        if isinstance(a, complex):  # a complex Python number (x * 1j): lower_fft reads it
+            return {"complex": [a.real, a.imag]}
         if isinstance(a, (list, tuple)):
             return [enc(x) for x in a]
         if isinstance(a, torch.dtype):
