@@ -15,7 +15,7 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
-from . import loops, lower_fft, symexpr
+from . import loops, lower_conv_transpose, lower_fft, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -727,7 +727,7 @@ def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, out
     """Implicit GEMM: rows = (n, output position), cols = output channels of a group, k = (input
     channel of the group, kernel position); groups are the batch."""
     if transposed:
-        raise Unsupported("transposed convolution")
+        return lower_conv_transpose.conv_transpose(L, node, x, w, bias, stride, padding, dilation, groups)
     out_dt = node["dtype"]
     oshape = [symexpr.parse(s) for s in node["shape"]]
     nsp = len(x.shape) - 2
