@@ -52,11 +52,7 @@ def pick_workloads(defn, workloads: list) -> list[dict]:
     rows = []
     for rw in workloads:
         axes = dict(getattr(rw, "axes", {}) or {})
-        scal = {}
-        try:
-            scal = rw.scalars()
-        except Exception:  # noqa: BLE001
-            pass
+        scal = _scalar_values(defn, rw)
         rows.append({"axes": axes, "scalars": scal})
     good = [r for r in rows if all(int(r["axes"].get(v, 2)) >= 2 for v in var)] or rows
     good.sort(key=lambda r: sum(int(r["axes"].get(v, 0)) for v in var))
@@ -70,6 +66,20 @@ def pick_workloads(defn, workloads: list) -> list[dict]:
     return [first]
 
 
+def _scalar_values(defn, rw) -> dict:
+    """The workload's scalar inputs; a custom-made scalar input (its value made by the custom
+    inputs entrypoint) takes the workload axis of its name, which is what the entrypoint reads."""
+    try:
+        out = dict(rw.scalars())
+    except Exception:  # noqa: BLE001 - a workload without scalars
+        out = {}
+    for k, v in (getattr(rw, "extra_axes", None) or {}).items():
+        spec = defn.inputs.get(k)
+        if spec is not None and spec.is_scalar and k not in out:
+            out[k] = v
+    return out
+
+
 def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) -> TraceResult:
     if not workloads:
         return TraceResult(False, reason="no workloads to trace at")
@@ -79,7 +89,7 @@ def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) 
     extra = []
     for rw in workloads:  # every other distinct (sizes, scalars): to tell variants apart
         try:
-            row = {"axes": dict(rw.axes), "scalars": rw.scalars()}
+            row = {"axes": dict(rw.axes), "scalars": _scalar_values(defn, rw)}
         except Exception:  # noqa: BLE001
             continue
         if row not in picked and row not in extra:
@@ -243,7 +253,7 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, symint: bool = False) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -298,7 +308,19 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True) -> dict:
                 v = scalars.get(k)
                 if v is None:
                     raise TraceError(f"int scalar input {k} has no value in the workload")
-                args.append(int(v))
+                if not symint:
+                    args.append(int(v))
+                else:
+                    # an int steering the Python code (a mode or index): a symbol, so a branch on
+                    # it becomes a guard the variants are selected by at run time
+                    from torch._dynamo.source import ConstantSource
+
+                    from . import symexpr
+                    src = ConstantSource(f"scalar_{k}")
+                    isym = shape_env.create_unspecified_symbol(int(v), source=src,
+                                                               dynamic_dim=DimDynamic.DYNAMIC)
+                    namer.map[isym] = symexpr.sym(k)
+                    args.append(shape_env.create_symintnode(isym, hint=int(v), source=src))
             elif not symfloat:  # the fallback trace: the workload's value, baked in
                 args.append(bool(scalars.get(k, False)))
             else:
@@ -721,17 +743,23 @@ def child_main() -> int:
                     raise
                 irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
-            try:
-                var = list(defn.var_axes)
-                big = [w for w in req.get("extra", [])
-                       if all(int(w["axes"].get(v, 2)) >= 2 for v in var)]
-                small = [w for w in req.get("extra", []) if w not in big]
-                wls = list(req["workloads"][:2]) + big
-                more = [_trace_once(defn, w, _SENTINELS[0]) for w in big]
-                print(json.dumps({"ok": True, "ir": _variants(defn, wls, irs + more, small)}))
-                return 0
-            except TraceError:
-                pass
+            # int scalars are baked in first; when that leaves variants without guards, they are
+            # traced again as symbols, so a branch on one becomes a guard
+            ints = any(i_.is_scalar and "int" in str(i_.dtype) for i_ in defn.inputs.values())
+            for symint in ((False, True) if ints else (False,)):
+                try:
+                    var = list(defn.var_axes)
+                    big = [w for w in req.get("extra", [])
+                           if all(int(w["axes"].get(v, 2)) >= 2 for v in var)]
+                    small = [w for w in req.get("extra", []) if w not in big]
+                    wls = list(req["workloads"][:2]) + big
+                    base = irs if not symint else [_trace_once(defn, w, _SENTINELS[i], symint=True)
+                                                   for i, w in enumerate(req["workloads"][:2])]
+                    more = [_trace_once(defn, w, _SENTINELS[0], symint=symint) for w in big]
+                    print(json.dumps({"ok": True, "ir": _variants(defn, wls, base + more, small)}))
+                    return 0
+                except TraceError:
+                    pass
             a, b = irs
             why = "the graph differs between two workloads"
             for x, y in zip(a["nodes"], b["nodes"]):
