@@ -94,7 +94,7 @@ def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) 
             continue
         if row not in picked and row not in extra:
             extra.append(row)
-    req = {"definition": defn.model_dump(mode="json"), "workloads": picked, "extra": extra[:6]}
+    req = {"definition": defn.model_dump(mode="json"), "workloads": picked, "extra": extra[:64]}
     return _run_child(req, timeout_s)
 
 
@@ -253,7 +253,8 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, symint: bool = False) -> dict:
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, symint: bool = False,
+                baked: bool = False) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -284,11 +285,23 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, symint: 
     namer = _Namer()
     names = list(defn.inputs)
     args, inputs_ir = [], []
+    pins: dict = {}   # baked: scalar -> the value this trace is valid for
     for k in names:
         spec = defn.inputs[k]
         if spec.is_scalar:
             kind = {"float": "float", "int": "int", "bool": "bool"}.get(
                 __import__("solforge.problem.dtypes", fromlist=["kind"]).kind(spec.dtype), "float")
+            if baked:
+                # value specialisation: the workload's own value in the graph, and a guard that
+                # the scalar is this value (as the kernel sees it: a float32 argument)
+                v = scalars.get(k)
+                if not isinstance(v, (int, float, bool)):
+                    raise TraceError(f"scalar input {k} has no value in the workload")
+                v = {"float": float, "int": int, "bool": bool}[kind](v)
+                args.append(v)
+                pins[k] = _f32(v) if kind == "float" else int(v)
+                inputs_ir.append({"name": k, "kind": kind, "dtype": spec.dtype, "shape": None})
+                continue
             if kind == "float" and symfloat:
                 # a SymFloat: Python arithmetic on it (1 / (1 - p)) stays an expression of p
                 from torch._dynamo.source import ConstantSource
@@ -377,7 +390,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, symint: 
             from . import symexpr
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
     ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
-    ir["guards"] = _guards(shape_env, namer)
+    ir["guards"] = _guards(shape_env, namer) + _pin_guards(pins, inputs_ir)
     return ir
 
 
@@ -645,10 +658,80 @@ def _eval_guard(src: str, values: dict) -> bool:
                 .subs({sympy.Symbol(k): v for k, v in values.items()}))
 
 
+def _f32(v: float) -> float:
+    import struct
+
+    return struct.unpack("f", struct.pack("f", float(v)))[0]
+
+
 def _values(wl: dict) -> dict:
-    return {k: float(v) if isinstance(v, float) else int(v)
+    # a float scalar as the kernel sees it (a float32 argument), so a guard pinning it holds there
+    return {k: _f32(v) if isinstance(v, float) else int(v)
             for k, v in {**wl["axes"], **wl.get("scalars", {})}.items()
             if isinstance(v, (int, float, bool))}
+
+
+def _pin_guards(pins: dict, inputs_ir: list) -> list[str]:
+    """Eq(scalar, value) per baked scalar: a float one over a plain symbol (an integer symbol
+    would make sympy decide Eq(n, 0.2) false on the spot)."""
+    import sympy
+
+    from . import symexpr
+
+    floats = {i["name"] for i in inputs_ir if i["kind"] == "float"}
+    return [sympy.srepr(sympy.Eq(sympy.Symbol(k) if k in floats else symexpr.sym(k),
+                                 sympy.Float(v) if k in floats else sympy.Integer(v)))
+            for k, v in sorted(pins.items())]
+
+
+def _covers(ir: dict, wl: dict) -> bool:
+    """Whether a trace is valid at this workload too (all its guards hold there)."""
+    v = _values(wl)
+    try:
+        return all(_eval_guard(src, v) for src in ir.get("guards", []))
+    except Exception:  # noqa: BLE001 - a guard we cannot evaluate: trace the workload itself
+        return False
+
+
+VARIANT_BUDGET_S = 70   # of TRACE_TIMEOUT_S: tracing workloads one by one stops here
+
+
+def _trace_variants(defn, req: dict, irs: list, t0: float) -> dict:
+    """The reference takes different graphs at different workloads: trace each workload that no
+    trace so far covers (its guards), then select among the structures by guards (_variants).
+    Tried with int scalars baked in, then as symbols, then with every scalar's value baked in and
+    pinned by a guard (value specialisation: a float flag or mode that steers the code)."""
+    import time
+
+    ints = any(i.is_scalar and "int" in str(i.dtype) for i in defn.inputs.values())
+    scal = any(i.is_scalar for i in defn.inputs.values())
+    modes = [{}] + ([{"symint": True}] if ints else []) + \
+        ([{"baked": True, "symfloat": False}] if scal else [])
+    pool: list = []
+    for w in list(req["workloads"][:2]) + list(req.get("extra", [])):
+        if w not in pool:
+            pool.append(w)
+    last = TraceError("the graph differs between workloads")
+    for mode in modes:
+        try:
+            traced, tirs, covered = [], [], []
+            for i, w in enumerate(pool):
+                if i < 2 and not mode:
+                    ir = irs[i]
+                elif any(_covers(t, w) for t in tirs):
+                    covered.append(w)
+                    continue
+                else:
+                    if time.monotonic() - t0 > VARIANT_BUDGET_S:
+                        raise TraceError(f"tracing each graph the workloads take took over "
+                                         f"{VARIANT_BUDGET_S} s")
+                    ir = _trace_once(defn, w, _SENTINELS[0], **mode)
+                traced.append(w)
+                tirs.append(ir)
+            return _variants(defn, traced, tirs, covered)
+        except TraceError as e:
+            last = e
+    raise last
 
 
 def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
@@ -669,7 +752,7 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
                 break
         else:
             groups.append([st, ir, [vals]])
-    if len(groups) > 4:
+    if len(groups) > 8:
         raise TraceError(f"{len(groups)} different graphs over the workloads")
     all_vals = [v for g in groups for v in g[2]]
     out = []
@@ -723,6 +806,9 @@ def _symbolic_math() -> None:
 
 
 def child_main() -> int:
+    import time
+
+    t0 = time.monotonic()
     req = json.loads(sys.stdin.read())
     try:
         _symbolic_math()
@@ -743,23 +829,11 @@ def child_main() -> int:
                     raise
                 irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
-            # int scalars are baked in first; when that leaves variants without guards, they are
-            # traced again as symbols, so a branch on one becomes a guard
-            ints = any(i_.is_scalar and "int" in str(i_.dtype) for i_ in defn.inputs.values())
-            for symint in ((False, True) if ints else (False,)):
-                try:
-                    var = list(defn.var_axes)
-                    big = [w for w in req.get("extra", [])
-                           if all(int(w["axes"].get(v, 2)) >= 2 for v in var)]
-                    small = [w for w in req.get("extra", []) if w not in big]
-                    wls = list(req["workloads"][:2]) + big
-                    base = irs if not symint else [_trace_once(defn, w, _SENTINELS[i], symint=True)
-                                                   for i, w in enumerate(req["workloads"][:2])]
-                    more = [_trace_once(defn, w, _SENTINELS[0], symint=symint) for w in big]
-                    print(json.dumps({"ok": True, "ir": _variants(defn, wls, base + more, small)}))
-                    return 0
-                except TraceError:
-                    pass
+            try:
+                print(json.dumps({"ok": True, "ir": _trace_variants(defn, req, irs, t0)}))
+                return 0
+            except TraceError:
+                pass
             a, b = irs
             why = "the graph differs between two workloads"
             for x, y in zip(a["nodes"], b["nodes"]):

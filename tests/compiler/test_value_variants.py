@@ -1,0 +1,82 @@
+"""Workloads whose sizes or scalar values steer the reference's Python code into different graphs:
+one variant per graph, chosen at run time by guards (a Python loop over a size pins it; a float
+flag that only a data-dependent branch reads is baked in and pinned). Run on the CPU through the
+g++ emulation, on problems written here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from solforge.compiler.api import compile_problem
+from solforge.compiler.check import check_problem
+from solforge.problem.loader import load_problem_dir
+
+from .test_compiler import T, make_problem
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")]
+
+
+
+def _with_scalar_values(tmp_path, name, values):
+    d = tmp_path / name
+    rows = [json.loads(l) for l in (d / "workload.jsonl").read_text().splitlines()]
+    for r, v in zip(rows, values):
+        r["inputs"]["t"] = {"type": "scalar", "value": v}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return load_problem_dir(d)
+
+
+@pytest.mark.parametrize("first", [0.0, 0.3])
+def test_float_flag_read_by_a_data_dependent_branch(tmp_path, first):
+    """`if t == 0: return x` and a threshold through `mask.any()` on a tensor of t: each distinct
+    value is its own variant (the smallest workload, the one checked, has `first`)."""
+    name = f"f{int(first * 10)}"
+    make_problem(tmp_path, name, {"N": {"type": "var"}, "D": {"type": "const", "value": 8}},
+                 {"x": T("N", "D"), "t": {"shape": None, "dtype": "float32"}}, {"y": T("N", "D")},
+                 """
+                 import torch
+                 def run(x, t):
+                     if t == 0.0:
+                         return x
+                     tt = torch.tensor(t, dtype=torch.float32)
+                     z = torch.zeros_like(tt)
+                     m = tt < 0.25
+                     if m.any():
+                         z = tt * 2.0
+                     else:
+                         z = tt - 1.0
+                     return torch.relu(x - x.mean(-1, keepdim=True) * z)
+                 """, [{"N": 3}, {"N": 9}, {"N": 12}, {"N": 17}], scalars={"t": 0.1})
+    p = _with_scalar_values(tmp_path, name, [first, 0.1, 0.3 if first == 0.0 else 0.0, 0.1])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("variants") == 3
+    r = check_problem(p, cap=16, candidate=out.candidate)
+    assert r["ok"], r
+
+
+@pytest.mark.parametrize("first_batch", [2, 3])
+def test_python_loop_over_a_size(tmp_path, first_batch):
+    """`for b in range(batch)` unrolls per batch size: one variant per batch size seen."""
+    p = make_problem(tmp_path, f"b{first_batch}", {"B": {"type": "var"}, "S": {"type": "var"},
+                                                   "D": {"type": "const", "value": 4}},
+                     {"x": T("B", "S", "D"), "pos": {"shape": ["B"], "dtype": "int64"}},
+                     {"y": T("B", "S", "D")},
+                     """
+                     import torch
+                     def run(x, pos):
+                         y = x.clone()
+                         for b in range(x.shape[0]):
+                             y[b] = y[b] * (b + 1)
+                         return y
+                     """, [{"B": first_batch, "S": 5}, {"B": 5 - first_batch, "S": 7},
+                           {"B": 4, "S": 3}, {"B": first_batch, "S": 11}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("variants") == 3
+    r = check_problem(p, cap=16, candidate=out.candidate)
+    assert r["ok"], r
