@@ -200,7 +200,7 @@ def to_c_float(e, name=lambda n: n) -> str:
             return f"pow({p(x.args[0])}, {p(x.args[1])})"
         if fn.startswith("OpaqueUnaryFn_"):
             return f"{fn[len('OpaqueUnaryFn_'):]}({p(x.args[0])})"
-        if isinstance(x, (FloorDiv, ModularIndexing, Mod, PythonMod, Max, Min)):
+        if isinstance(x, (FloorDiv, ModularIndexing, Mod, PythonMod, sympy.Mod, Max, Min)):
             return f"((double){to_c(x, name)})"
         raise ValueError(f"cannot print {fn} in a float size expression")
     return p(e)

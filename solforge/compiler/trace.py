@@ -482,7 +482,9 @@ def _CpuDevice():
 def _why(e: Exception) -> str:
     s = f"{type(e).__name__}: {e}".strip().splitlines()[0]
     low = s.lower()
-    if "data-dependent" in low or "guardondatadependent" in low or "unbacked" in low:
+    # .tolist() / a Python loop over a fake tensor's values ends in numel() of symbolic sizes
+    if "data-dependent" in low or "guardondatadependent" in low or "unbacked" in low or \
+            "cannot call numel() on tensor with symbolic" in low:
         return "stopped at a data-dependent size or branch (nonzero / boolean mask / .item() / " \
                "a Python loop over tensor values): " + s[:160]
     return s[:300]
