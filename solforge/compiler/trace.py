@@ -716,13 +716,13 @@ def _trace_variants(defn, req: dict, irs: list, t0: float) -> dict:
     last = TraceError("the graph differs between workloads")
     for mode in modes:
         try:
-            traced, tirs, covered = [], [], []
+            traced, tirs = [], []
             for i, w in enumerate(pool):
+                cover = [t for t in tirs if _covers(t, w)]
                 if i < 2 and not mode:
                     ir = irs[i]
-                elif any(_covers(t, w) for t in tirs):
-                    covered.append(w)
-                    continue
+                elif cover:
+                    ir = cover[0]   # the same graph: a member of that structure's group
                 else:
                     if time.monotonic() - t0 > VARIANT_BUDGET_S:
                         raise TraceError(f"tracing each graph the workloads take took over "
@@ -730,7 +730,7 @@ def _trace_variants(defn, req: dict, irs: list, t0: float) -> dict:
                     ir = _trace_once(defn, w, _SENTINELS[0], **mode)
                 traced.append(w)
                 tirs.append(ir)
-            return _variants(defn, traced, tirs, covered)
+            return _variants(defn, traced, tirs)
         except TraceError as e:
             last = e
     raise last
@@ -762,8 +762,11 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
     for st, ir, vals in groups:
         keep = []
         for src in ir.get("guards", []):
+            # a selecting guard holds at every workload of this structure and fails somewhere
+            # else (one that only held at the traced sizes, batch < 16, would drop members)
             try:
-                if not all(_eval_guard(src, v) for v in all_vals):
+                if all(_eval_guard(src, v) for v in vals) and \
+                        not all(_eval_guard(src, v) for v in all_vals):
                     keep.append(src)
             except Exception:  # noqa: BLE001 - a guard we cannot evaluate does not select
                 continue

@@ -80,3 +80,36 @@ def test_python_loop_over_a_size(tmp_path, first_batch):
     assert out.segments.get("variants") == 3
     r = check_problem(p, cap=16, candidate=out.candidate)
     assert r["ok"], r
+
+
+def test_size_guard_that_keeps_the_graph_does_not_select(tmp_path):
+    """A size test that leaves the graph as it is (`batch < 16`) is a guard of the trace, but not
+    of the variant: a workload past it with the same flag runs the same variant."""
+    ref = """
+          import torch
+          def run(x, flag):
+              s = 2.0 if x.shape[0] < 16 else 2.0
+              return torch.relu(x) * s if flag else torch.sigmoid(x) * s
+          """
+    rows = [{"B": 2}, {"B": 3}, {"B": 20}, {"B": 21}]
+    flags = [False, True, False, True]
+    full = make_problem(tmp_path, "g", {"B": {"type": "var"}, "D": {"type": "const", "value": 8}},
+                        {"x": T("B", "D"), "flag": {"shape": None, "dtype": "bool"}},
+                        {"y": T("B", "D")}, ref, rows, scalars={"flag": False})
+    d = tmp_path / "g"
+    lines = [json.loads(l) for l in (d / "workload.jsonl").read_text().splitlines()]
+    for r, f in zip(lines, flags):
+        r["inputs"]["flag"] = {"type": "scalar", "value": f}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    full = load_problem_dir(d)
+    out = compile_problem(full)
+    assert out.ok, out.reason
+    assert out.segments.get("variants") == 2
+    # the candidate checked at each large workload alone (check_problem runs the smallest)
+    for i in (2, 3):
+        one = tmp_path / f"g{i}"
+        one.mkdir()
+        (one / "definition.json").write_text((d / "definition.json").read_text())
+        (one / "workload.jsonl").write_text(json.dumps(lines[i]) + "\n")
+        r = check_problem(load_problem_dir(one), cap=32, candidate=out.candidate)
+        assert r["ok"], (i, r)
