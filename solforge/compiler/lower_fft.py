@@ -127,7 +127,7 @@ def _div(a, b):
 
 
 def _is_complex(x) -> bool:
-    return isinstance(x, Complex)
+    return isinstance(x, Complex) or (isinstance(x, dict) and "complex" in x)
 
 
 def _arith(kind):
@@ -150,7 +150,7 @@ def _arith(kind):
                                                             f"({v[0][1]} * {v[1][0]})"))
             return _complex_ew(node, [a, b], lambda v: _mul(*v))
         # div: by a real number (a size, a Python scalar) PyTorch multiplies by its reciprocal
-        if _is_complex(a) and not isinstance(b, (Loader, Complex)):
+        if _is_complex(a) and not isinstance(b, (Loader, Complex)) and not _is_complex(b):
             return _complex_ew(node, [a, b], lambda v: (f"({v[0][0]} * (1.0f / {v[1][0]}))",
                                                         f"({v[0][1]} * (1.0f / {v[1][0]}))"))
         return _complex_ew(node, [a, b], lambda v: _div(*v))
