@@ -73,3 +73,25 @@ def test_complex_fft_ifft_abs_and_ortho_rfft2(tmp_path):
                             m = torch.fft.fft(x, dim=1).real
                             return a, r.real + r.imag, m
                         """, [{"B": 2}, {"B": 3}]), atol=1e-5)
+
+
+def test_rotary_embedding_through_complex_numbers(tmp_path):
+    """LLaMA-style rotary embedding: view_as_complex of (pairs), polar frequencies, a complex
+    product, view_as_real and a flatten back (no FFT: complex values on their own)."""
+    out = make_problem(tmp_path, "rope", {"S": {"type": "var"}, "H": {"type": "const", "value": 2},
+                                          "D": {"type": "const", "value": 8},
+                                          "D2": {"type": "const", "value": 4}},
+                       {"x": {"shape": ["S", "H", "D"], "dtype": "bfloat16"}, "freqs": T("S", "D2")},
+                       {"y": {"shape": ["S", "H", "D"], "dtype": "bfloat16"}},
+                       """
+                       import torch
+                       def run(x, freqs):
+                           cis = torch.polar(torch.ones_like(freqs), freqs)
+                           xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+                           y = torch.view_as_real(xc * cis.unsqueeze(1)).flatten(2)
+                           return y.type_as(x)
+                       """, [{"S": 5}, {"S": 9}])
+    res = compile_problem(out)
+    assert res.ok, res.reason
+    r = check_problem(out, cap=16, candidate=res.candidate)
+    assert r["ok"], r
