@@ -837,8 +837,8 @@ def child_main() -> int:
             try:
                 print(json.dumps({"ok": True, "ir": _trace_variants(defn, req, irs, t0)}))
                 return 0
-            except TraceError:
-                pass
+            except TraceError as e:
+                variants_why = str(e)
             a, b = irs
             why = "the graph differs between two workloads"
             for x, y in zip(a["nodes"], b["nodes"]):
@@ -848,7 +848,8 @@ def child_main() -> int:
             else:
                 if len(a["nodes"]) != len(b["nodes"]):
                     why += f" ({len(a['nodes'])} vs {len(b['nodes'])} nodes)"
-            raise TraceError(why + ": sizes or scalar values steer the reference's Python code")
+            raise TraceError(why + ": sizes or scalar values steer the reference's Python code ("
+                             + variants_why[:120] + ")")
         print(json.dumps({"ok": True, "ir": irs[0]}))
     except TraceError as e:
         print(json.dumps({"ok": False, "reason": str(e)}))
