@@ -194,6 +194,8 @@ def to_c_float(e, name=lambda n: n) -> str:
         fn = type(x).__name__
         if fn in ("ToFloat", "Identity", "TruncToFloat"):
             return f"((double)({p(x.args[0])}))"
+        if fn in ("CeilToInt", "FloorToInt"):
+            return f"((double){fn[:-5].lower()}({p(x.args[0])}))"
         if fn in ("IntTrueDiv", "FloatTrueDiv"):
             return f"({p(x.args[0])} / {p(x.args[1])})"
         if fn in ("FloatPow", "PowByNatural"):

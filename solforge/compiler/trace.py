@@ -654,10 +654,21 @@ def _guards(shape_env, namer) -> list[str]:
     return sorted(set(out))
 
 
+def _guard_names() -> dict:
+    """What a guard's srepr names: sympy's classes and torch's size functions (CeilToInt of an
+    IntTrueDiv: math.ceil(seq / window))."""
+    import sympy
+    import torch.utils._sympy.functions as tf
+
+    ns = {k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}
+    ns.update({k: getattr(tf, k) for k in dir(tf) if not k.startswith("_") and k[0].isupper()})
+    return ns
+
+
 def _eval_guard(src: str, values: dict) -> bool:
     import sympy
 
-    e = sympy.sympify(eval(src, {**{k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}}))
+    e = sympy.sympify(eval(src, _guard_names()))
     return bool(e.subs({sympy.Symbol(k, integer=True, nonnegative=True): v for k, v in values.items()})
                 .subs({sympy.Symbol(k): v for k, v in values.items()}))
 
@@ -757,7 +768,7 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
                 break
         else:
             groups.append([st, ir, [vals]])
-    if len(groups) > 8:
+    if len(groups) > 16:
         raise TraceError(f"{len(groups)} different graphs over the workloads")
     all_vals = [v for g in groups for v in g[2]]
     out = []
@@ -777,8 +788,7 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
         if not keep or any(all(_eval_guard(src, v) for src in keep) for v in others):
             raise TraceError("the graph differs between workloads and no guard on the scalar "
                              "inputs or sizes tells the variants apart")
-        exprs = [sympy.sympify(eval(src, {k: getattr(sympy, k) for k in dir(sympy)
-                                          if not k.startswith("_")})) for src in keep]
+        exprs = [sympy.sympify(eval(src, _guard_names())) for src in keep]
         names = sorted({str(x) for e in exprs for x in e.free_symbols})
         c = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in float_names else "z_") + n)
                         + ")" for e in exprs)
