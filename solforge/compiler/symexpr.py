@@ -216,8 +216,9 @@ def _dm(term):
     if term.is_Mul:
         nums = [a for a in term.args if a.is_number]
         rest = [a for a in term.args if not a.is_number]
-        if len(rest) != 1 and not all(isinstance(r, (ModularIndexing, FloorDiv)) for r in rest[:1]):
-            # coef may be symbolic: split the single div/mod factor from the rest
+        if len(rest) != 1:
+            # coef may be symbolic: split the single div/mod factor from the rest (with two, as
+            # 3 * ((L + 2) // 4) * (row // 3), which one is the index is unknown: no folding)
             dm = [a for a in term.args if isinstance(a, (ModularIndexing, FloorDiv))]
             if len(dm) != 1:
                 return None

@@ -113,3 +113,29 @@ def test_size_guard_that_keeps_the_graph_does_not_select(tmp_path):
         (one / "workload.jsonl").write_text(json.dumps(lines[i]) + "\n")
         r = check_problem(load_problem_dir(one), cap=32, candidate=out.candidate)
         assert r["ok"], (i, r)
+
+
+def test_ceil_of_a_size_ratio_selects_padding(tmp_path):
+    """`nb = math.ceil(L / 4)`, `if nb * 4 - L > 0: pad`: guards over CeilToInt(L / 4) tell the
+    padded graph from the other one."""
+    p = make_problem(tmp_path, "ceil", {"B": {"type": "var"}, "L": {"type": "var"},
+                                        "D": {"type": "const", "value": 3}},
+                     {"x": T("B", "L", "D")}, {"y": T("B", "D")},
+                     """
+                     import math
+                     import torch
+                     import torch.nn.functional as F
+                     def run(x):
+                         L = x.shape[1]
+                         nb = math.ceil(L / 4)
+                         pad = nb * 4 - L
+                         if pad > 0:
+                             x = F.pad(x, (0, 0, 0, pad))
+                         w = x.view(x.shape[0], nb, 4, x.shape[2]).amax(2)
+                         return w.sum(1)
+                     """, [{"B": 2, "L": 6}, {"B": 3, "L": 8}, {"B": 2, "L": 12}, {"B": 4, "L": 9}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert out.segments.get("variants") == 2
+    r = check_problem(p, cap=16, candidate=out.candidate)
+    assert r["ok"], r
