@@ -16,7 +16,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from . import dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
-from . import attention_segment, loops, symexpr
+from . import attention_segment, loops, lower_conv_transpose, lower_fft, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -183,7 +183,8 @@ class Lowering:
 
     def lower_node(self, n: dict, **extra) -> None:
         op = n["op"]
-        fn = LOWER.get(op)
+        # complex values (two real parts) and the FFT ops: lower_fft's own table
+        fn = lower_fft.lowering(n, self.env, LOWER, Unsupported) or LOWER.get(op)
         if fn is None and op.startswith("prims."):
             base = "aten." + op.split(".")[1]
             fn = LOWER.get(base + ".Tensor") or LOWER.get(base + ".default")
@@ -754,7 +755,7 @@ def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, out
     """Implicit GEMM: rows = (n, output position), cols = output channels of a group, k = (input
     channel of the group, kernel position); groups are the batch."""
     if transposed:
-        raise Unsupported("transposed convolution")
+        return lower_conv_transpose.conv_transpose(L, node, x, w, bias, stride, padding, dilation, groups)
     out_dt = node["dtype"]
     oshape = [symexpr.parse(s) for s in node["shape"]]
     nsp = len(x.shape) - 2

@@ -80,6 +80,18 @@ def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
                      options=["--fmad=false"], notes=notes)
 
 
+def workspace_bound(totals: list):
+    """A short upper bound of max(totals) (a Candidate's expression is at most 2000 characters):
+    their sum with each 256-byte rounding as + 255, expanded into one polynomial; None when that
+    is not an integer polynomial."""
+    ub = sympy.expand(sum((sympy.sympify(t).replace(
+        lambda e: isinstance(e, FloorDiv) and e.args[1] == ALIGN, lambda e: e.args[0] / ALIGN)
+        for t in totals), sympy.Integer(0)))
+    if ub.free_symbols:
+        return ub if all(c.is_integer for c in sympy.Poly(ub).coeffs()) else None
+    return ub if ub.is_integer else None
+
+
 def build_candidate_variants(problem_name: str, variants: list, notes: str = "") -> Candidate:
     """Several lowered graphs, one per structure the reference takes; each kernel of variant v
     starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work.
@@ -104,6 +116,9 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
                              "smem": spec.smem, "args": bound_args(spec, k.args())})
     total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
     ws = symexpr.to_axis(total) if total != 0 else "0"
+    if len(ws) > 1500:
+        ub = workspace_bound(totals)
+        ws = symexpr.to_axis(ub) if ub is not None else ws
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
                      options=["--fmad=false"], notes=notes)

@@ -194,13 +194,15 @@ def to_c_float(e, name=lambda n: n) -> str:
         fn = type(x).__name__
         if fn in ("ToFloat", "Identity", "TruncToFloat"):
             return f"((double)({p(x.args[0])}))"
+        if fn in ("CeilToInt", "FloorToInt"):
+            return f"((double){fn[:-5].lower()}({p(x.args[0])}))"
         if fn in ("IntTrueDiv", "FloatTrueDiv"):
             return f"({p(x.args[0])} / {p(x.args[1])})"
         if fn in ("FloatPow", "PowByNatural"):
             return f"pow({p(x.args[0])}, {p(x.args[1])})"
         if fn.startswith("OpaqueUnaryFn_"):
             return f"{fn[len('OpaqueUnaryFn_'):]}({p(x.args[0])})"
-        if isinstance(x, (FloorDiv, ModularIndexing, Mod, PythonMod, Max, Min, CeilToInt,
+        if isinstance(x, (FloorDiv, ModularIndexing, Mod, PythonMod, sympy.Mod, Max, Min, CeilToInt,
                           FloorToInt, TruncToInt)):  # int-valued: math.ceil(rows / 128) ...
             return f"((double){to_c(x, name)})"
         raise ValueError(f"cannot print {fn} in a float size expression")
@@ -215,8 +217,9 @@ def _dm(term):
     if term.is_Mul:
         nums = [a for a in term.args if a.is_number]
         rest = [a for a in term.args if not a.is_number]
-        if len(rest) != 1 and not all(isinstance(r, (ModularIndexing, FloorDiv)) for r in rest[:1]):
-            # coef may be symbolic: split the single div/mod factor from the rest
+        if len(rest) != 1:
+            # coef may be symbolic: split the single div/mod factor from the rest (with two, as
+            # 3 * ((L + 2) // 4) * (row // 3), which one is the index is unknown: no folding)
             dm = [a for a in term.args if isinstance(a, (ModularIndexing, FloorDiv))]
             if len(dm) != 1:
                 return None

@@ -52,11 +52,7 @@ def pick_workloads(defn, workloads: list) -> list[dict]:
     rows = []
     for rw in workloads:
         axes = dict(getattr(rw, "axes", {}) or {})
-        scal = {}
-        try:
-            scal = rw.scalars()
-        except Exception:  # noqa: BLE001
-            pass
+        scal = _scalar_values(defn, rw)
         rows.append({"axes": axes, "scalars": scal})
     good = [r for r in rows if all(int(r["axes"].get(v, 2)) >= 2 for v in var)] or rows
     good.sort(key=lambda r: sum(int(r["axes"].get(v, 0)) for v in var))
@@ -70,6 +66,20 @@ def pick_workloads(defn, workloads: list) -> list[dict]:
     return [first]
 
 
+def _scalar_values(defn, rw) -> dict:
+    """The workload's scalar inputs; a custom-made scalar input (its value made by the custom
+    inputs entrypoint) takes the workload axis of its name, which is what the entrypoint reads."""
+    try:
+        out = dict(rw.scalars())
+    except Exception:  # noqa: BLE001 - a workload without scalars
+        out = {}
+    for k, v in (getattr(rw, "extra_axes", None) or {}).items():
+        spec = defn.inputs.get(k)
+        if spec is not None and spec.is_scalar and k not in out:
+            out[k] = v
+    return out
+
+
 def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) -> TraceResult:
     if not workloads:
         return TraceResult(False, reason="no workloads to trace at")
@@ -79,12 +89,14 @@ def trace_definition(defn, workloads: list, timeout_s: float = TRACE_TIMEOUT_S) 
     extra = []
     for rw in workloads:  # every other distinct (sizes, scalars): to tell variants apart
         try:
-            row = {"axes": dict(rw.axes), "scalars": rw.scalars()}
+            row = {"axes": dict(rw.axes), "scalars": _scalar_values(defn, rw)}
         except Exception:  # noqa: BLE001
             continue
         if row not in picked and row not in extra:
             extra.append(row)
-    req = {"definition": defn.model_dump(mode="json"), "workloads": picked, "extra": extra[:6]}
+    req = {"definition": defn.model_dump(mode="json"), "workloads": picked, "extra": extra[:64],
+           # tracing variant after variant stops in time to answer before the sandbox's timeout
+           "budget_s": max(10.0, float(timeout_s) - 20.0)}
     return _run_child(req, timeout_s)
 
 
@@ -247,7 +259,8 @@ def _axis_sym(defn, name_or_int):
 
 
 def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True,
-                flag_policy: Optional[list] = None, batch_loops: bool = True) -> dict:
+                flag_policy: Optional[list] = None, batch_loops: bool = True, symint: bool = False,
+                baked: bool = False) -> dict:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -293,11 +306,23 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     namer = _Namer()
     names = list(defn.inputs)
     args, inputs_ir = [], []
+    pins: dict = {}   # baked: scalar -> the value this trace is valid for
     for k in names:
         spec = defn.inputs[k]
         if spec.is_scalar:
             kind = {"float": "float", "int": "int", "bool": "bool"}.get(
                 __import__("solforge.problem.dtypes", fromlist=["kind"]).kind(spec.dtype), "float")
+            if baked:
+                # value specialisation: the workload's own value in the graph, and a guard that
+                # the scalar is this value (as the kernel sees it: a float32 argument)
+                v = scalars.get(k)
+                if not isinstance(v, (int, float, bool)):
+                    raise TraceError(f"scalar input {k} has no value in the workload")
+                v = {"float": float, "int": int, "bool": bool}[kind](v)
+                args.append(v)
+                pins[k] = _f32(v) if kind == "float" else int(v)
+                inputs_ir.append({"name": k, "kind": kind, "dtype": spec.dtype, "shape": None})
+                continue
             if kind == "float" and symfloat:
                 # a SymFloat: Python arithmetic on it (1 / (1 - p)) stays an expression of p
                 from torch._dynamo.source import ConstantSource
@@ -317,7 +342,19 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
                 v = scalars.get(k)
                 if v is None:
                     raise TraceError(f"int scalar input {k} has no value in the workload")
-                args.append(int(v))
+                if not symint:
+                    args.append(int(v))
+                else:
+                    # an int steering the Python code (a mode or index): a symbol, so a branch on
+                    # it becomes a guard the variants are selected by at run time
+                    from torch._dynamo.source import ConstantSource
+
+                    from . import symexpr
+                    src = ConstantSource(f"scalar_{k}")
+                    isym = shape_env.create_unspecified_symbol(int(v), source=src,
+                                                               dynamic_dim=DimDynamic.DYNAMIC)
+                    namer.map[isym] = symexpr.sym(k)
+                    args.append(shape_env.create_symintnode(isym, hint=int(v), source=src))
             elif not symfloat:  # the fallback trace: the workload's value, baked in
                 args.append(bool(scalars.get(k, False)))
             else:
@@ -369,10 +406,11 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
                      decomposition_table=_decomp_table())(*args)
     except LoopIndexSteered:
         return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
-                           batch_loops=batch_loops)
+                           batch_loops=batch_loops, symint=symint, baked=baked)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
         if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
-            return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False)
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False,
+                               symint=symint, baked=baked)
         raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -382,19 +420,20 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
             from . import symexpr
             namer.map[v.node.expr] = symexpr.sym(inp["name"])
     ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
-    ir["guards"] = _guards(shape_env, namer)
+    ir["guards"] = _guards(shape_env, namer) + _pin_guards(pins, inputs_ir)
     if loops.counts:
         guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
         ir = extrapolate(ir, loops.counts, guards)
         if ir is None:  # the shortened iterations do not roll: trace every iteration
             return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
-                               batch_loops=batch_loops)
+                               batch_loops=batch_loops, symint=symint, baked=baked)
     from . import flags
 
     ir = flags.record(ir, shape_env)
     if "flags" in ir and flag_policy is None:  # a branch on an input's value: trace every side
         return flags.fork(lambda sides: _trace_once(defn, wl, sentinel, symfloat, short_loops,
-                                                    flag_policy=sides, batch_loops=batch_loops), ir)
+                                                    flag_policy=sides, batch_loops=batch_loops,
+                                                    symint=symint, baked=baked), ir)
     return ir
 
 
@@ -502,7 +541,9 @@ def _CpuDevice(batching=None):
 def _why(e: Exception) -> str:
     s = f"{type(e).__name__}: {e}".strip().splitlines()[0]
     low = s.lower()
-    if "data-dependent" in low or "guardondatadependent" in low or "unbacked" in low:
+    # .tolist() / a Python loop over a fake tensor's values ends in numel() of symbolic sizes
+    if "data-dependent" in low or "guardondatadependent" in low or "unbacked" in low or \
+            "cannot call numel() on tensor with symbolic" in low:
         return "stopped at a data-dependent size or branch (nonzero / boolean mask / .item() / " \
                "a Python loop over tensor values): " + s[:160]
     return s[:300]
@@ -549,6 +590,8 @@ def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
             if a in sent:
                 return {"scalar": sent[a]}
             return a if a == a and abs(a) != float("inf") else {"float": str(a)}
+        if isinstance(a, complex):  # a complex Python number (x * 1j): lower_fft reads it
+            return {"complex": [a.real, a.imag]}
         if isinstance(a, (list, tuple)):
             return [enc(x) for x in a]
         if isinstance(a, torch.dtype):
@@ -695,10 +738,81 @@ def _eval_guard(src: str, values: dict) -> bool:
                 .subs({sympy.Symbol(k): v for k, v in values.items()}))
 
 
+def _f32(v: float) -> float:
+    import struct
+
+    return struct.unpack("f", struct.pack("f", float(v)))[0]
+
+
 def _values(wl: dict) -> dict:
-    return {k: float(v) if isinstance(v, float) else int(v)
+    # a float scalar as the kernel sees it (a float32 argument), so a guard pinning it holds there
+    return {k: _f32(v) if isinstance(v, float) else int(v)
             for k, v in {**wl["axes"], **wl.get("scalars", {})}.items()
             if isinstance(v, (int, float, bool))}
+
+
+def _pin_guards(pins: dict, inputs_ir: list) -> list[str]:
+    """Eq(scalar, value) per baked scalar: a float one over a plain symbol (an integer symbol
+    would make sympy decide Eq(n, 0.2) false on the spot)."""
+    import sympy
+
+    from . import symexpr
+
+    floats = {i["name"] for i in inputs_ir if i["kind"] == "float"}
+    return [sympy.srepr(sympy.Eq(sympy.Symbol(k) if k in floats else symexpr.sym(k),
+                                 sympy.Float(v) if k in floats else sympy.Integer(v)))
+            for k, v in sorted(pins.items())]
+
+
+def _covers(ir: dict, wl: dict) -> bool:
+    """Whether a trace is valid at this workload too (all its guards hold there)."""
+    v = _values(wl)
+    try:
+        return all(_eval_guard(src, v) for src in ir.get("guards", []))
+    except Exception:  # noqa: BLE001 - a guard we cannot evaluate: trace the workload itself
+        return False
+
+
+VARIANT_BUDGET_S = 70   # of TRACE_TIMEOUT_S: tracing workloads one by one stops here (default)
+
+
+def _trace_variants(defn, req: dict, irs: list, t0: float) -> dict:
+    """The reference takes different graphs at different workloads: trace each workload that no
+    trace so far covers (its guards), then select among the structures by guards (_variants).
+    Tried with int scalars baked in, then as symbols, then with every scalar's value baked in and
+    pinned by a guard (value specialisation: a float flag or mode that steers the code)."""
+    import time
+
+    ints = any(i.is_scalar and "int" in str(i.dtype) for i in defn.inputs.values())
+    scal = any(i.is_scalar for i in defn.inputs.values())
+    modes = [{}] + ([{"symint": True}] if ints else []) + \
+        ([{"baked": True, "symfloat": False}] if scal else [])
+    pool: list = []
+    for w in list(req["workloads"][:2]) + list(req.get("extra", [])):
+        if w not in pool:
+            pool.append(w)
+    budget = float(req.get("budget_s", VARIANT_BUDGET_S))
+    last = TraceError("the graph differs between workloads")
+    for mode in modes:
+        try:
+            traced, tirs = [], []
+            for i, w in enumerate(pool):
+                cover = [t for t in tirs if _covers(t, w)]
+                if i < 2 and not mode:
+                    ir = irs[i]
+                elif cover:
+                    ir = cover[0]   # the same graph: a member of that structure's group
+                else:
+                    if time.monotonic() - t0 > budget:
+                        raise TraceError(f"tracing each graph the workloads take took over "
+                                         f"{budget:.0f} s")
+                    ir = _trace_once(defn, w, _SENTINELS[0], **mode)
+                traced.append(w)
+                tirs.append(ir)
+            return _variants(defn, traced, tirs)
+        except TraceError as e:
+            last = e
+    raise last
 
 
 def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
@@ -719,7 +833,7 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
                 break
         else:
             groups.append([st, ir, [vals]])
-    if len(groups) > 4:
+    if len(groups) > 16:
         raise TraceError(f"{len(groups)} different graphs over the workloads")
     all_vals = [v for g in groups for v in g[2]]
     out = []
@@ -727,8 +841,11 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
     for st, ir, vals in groups:
         keep = []
         for src in ir.get("guards", []):
+            # a selecting guard holds at every workload of this structure and fails somewhere
+            # else (one that only held at the traced sizes, batch < 16, would drop members)
             try:
-                if not all(_eval_guard(src, v) for v in all_vals):
+                if all(_eval_guard(src, v) for v in vals) and \
+                        not all(_eval_guard(src, v) for v in all_vals):
                     keep.append(src)
             except Exception:  # noqa: BLE001 - a guard we cannot evaluate does not select
                 continue
@@ -772,6 +889,9 @@ def _symbolic_math() -> None:
 
 
 def child_main() -> int:
+    import time
+
+    t0 = time.monotonic()
     req = json.loads(sys.stdin.read())
     try:
         _symbolic_math()
@@ -793,16 +913,10 @@ def child_main() -> int:
                 irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         if len(irs) == 2 and _structure(irs[0]) != _structure(irs[1]):
             try:
-                var = list(defn.var_axes)
-                big = [w for w in req.get("extra", [])
-                       if all(int(w["axes"].get(v, 2)) >= 2 for v in var)]
-                small = [w for w in req.get("extra", []) if w not in big]
-                wls = list(req["workloads"][:2]) + big
-                more = [_trace_once(defn, w, _SENTINELS[0]) for w in big]
-                print(json.dumps({"ok": True, "ir": _variants(defn, wls, irs + more, small)}))
+                print(json.dumps({"ok": True, "ir": _trace_variants(defn, req, irs, t0)}))
                 return 0
-            except TraceError:
-                pass
+            except TraceError as e:
+                variants_why = str(e)
             a, b = irs
             why = "the graph differs between two workloads"
             for x, y in zip(a["nodes"], b["nodes"]):
@@ -812,7 +926,8 @@ def child_main() -> int:
             else:
                 if len(a["nodes"]) != len(b["nodes"]):
                     why += f" ({len(a['nodes'])} vs {len(b['nodes'])} nodes)"
-            raise TraceError(why + ": sizes or scalar values steer the reference's Python code")
+            raise TraceError(why + ": sizes or scalar values steer the reference's Python code ("
+                             + variants_why[:120] + ")")
         print(json.dumps({"ok": True, "ir": irs[0]}))
     except TraceError as e:
         print(json.dumps({"ok": False, "reason": str(e)}))
