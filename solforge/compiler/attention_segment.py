@@ -79,7 +79,7 @@ def absorbed(segs: dict) -> set:
 
 
 def lower(L, node: dict, match) -> Loader:
-    from .lower import Unsupported
+    from .errors import Unsupported
     from .templates.attention import AttentionSpecError, check_spec, default_params
 
     spec = match.spec

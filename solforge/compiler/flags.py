@@ -1,6 +1,6 @@
 """Branches on a value read back from an input tensor (`if training.item():`), traced on every side.
 
-The trace's shape environment (dynamic.make_shape_env) takes each such branch on the side its
+The trace's shape environment (dynamic_trace.make_shape_env) takes each such branch on the side its
 policy says (False by default) and records the condition; `fork` traces every combination of
 sides (at most MAX_BRANCHES branches) and makes each distinct graph a variant whose predicate reads
 the flag from the input on the device (`cv(p_<input>[0])`), so every kernel of the other variants
@@ -35,7 +35,7 @@ def record(ir: dict, shape_env) -> dict:
 
 def fork(trace, first: dict) -> dict:
     """Every side of the branches `first` took (trace(policy) -> IR), as device-picked variants."""
-    from .trace import TraceError
+    from .errors import TraceError
 
     conds = first["flags"]["conds"]
     if len(conds) > MAX_BRANCHES:

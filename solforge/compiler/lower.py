@@ -21,8 +21,7 @@ from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
 
-class Unsupported(Exception):
-    pass
+from .errors import Unsupported  # noqa: E402 - defined there (errors.py), raised here
 
 
 class Scalar:

@@ -133,8 +133,7 @@ def sandbox_entry(payload: dict) -> dict:
 
 
 # ── child side ───────────────────────────────────────────────────────────────────────────────────
-class TraceError(Exception):
-    pass
+from .errors import TraceError  # noqa: E402 - defined there (errors.py), raised here
 
 
 def _decomp_table():
@@ -192,7 +191,7 @@ class _Namer:
     """sympy symbol of the trace -> axis expression (sympy, over var axes and int scalars)."""
 
     def __init__(self):
-        from .dynamic import Tracker
+        from .dynamic_trace import Tracker
 
         self.map: dict = {}
         self.float_names: set = set()
@@ -297,10 +296,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         raise TraceError("the reference defines no run()")
     # no duck sizing (two axes equal in this workload stay two symbols); a var axis of size 1 stays
     # symbolic too, constant dims are static
-    from . import dynamic
+    from . import dynamic_trace
 
-    # a guard on a data-dependent size (nonzero's count) is decided size-obliviously (dynamic.py)
-    shape_env = dynamic.make_shape_env(duck_shape=False, specialize_zero_one=False)
+    # a guard on a data-dependent size (nonzero's count) is decided size-obliviously (dynamic_trace.py)
+    shape_env = dynamic_trace.make_shape_env(duck_shape=False, specialize_zero_one=False)
     shape_env.flag_policy = list(flag_policy or [])   # `if flag.item():` sides (flags.py)
     mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     namer = _Namer()
@@ -394,8 +393,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
 
     def call(*a):
         # the tensors the reference receives (make_fx's own): `flag.item()` names its input
-        dynamic.TRACE_INPUTS.clear()
-        dynamic.TRACE_INPUTS.update({id(t): k for k, t in zip(names, a) if isinstance(t, torch.Tensor)})
+        dynamic_trace.TRACE_INPUTS.clear()
+        dynamic_trace.TRACE_INPUTS.update({id(t): k for k, t in zip(names, a) if isinstance(t, torch.Tensor)})
         with _CpuDevice(batching) as mode:
             return mode.branches.poison(fn(**dict(zip(names, a))))
 
@@ -468,7 +467,7 @@ def _make_cpu_device_mode(batching=None):
     from torch.overrides import TorchFunctionMode
 
     from .assumed_branches import NOT_HANDLED, AssumedBranches
-    from .dynamic import MISS, DataDependentHooks
+    from .dynamic_trace import MISS, DataDependentHooks
 
     dyn_hooks = DataDependentHooks()
 

@@ -1,0 +1,236 @@
+"""Data-dependent sizes, the trace side (runs in the sandboxed child): a ShapeEnv that decides a
+guard on such a size size-obliviously, the hooks for `mask.any()`, `flag.item()` and `for row in t`,
+and the Tracker that names each unbacked size `dyn<i>` with its upper bound. The lowering side, and
+what the IR records, is dynamic.py's."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import sympy
+
+from . import symexpr
+from .dynamic import PREFIX, VALUE_OP, _PRODUCERS, _SCATTERS, is_dynamic  # noqa: F401 - the shared names
+from .errors import TraceError
+
+# ── trace side (the sandboxed child) ─────────────────────────────────────────────────────────────
+def make_shape_env(**kw):
+    """A ShapeEnv whose undecidable guards on data-dependent sizes are decided size-obliviously
+    where that decides them (recorded in `.oblivious`), and raise as usual otherwise."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+
+    class ObliviousShapeEnv(ShapeEnv):
+        def _evaluate_expr(self, orig_expr, hint=None, fx_node=None, size_oblivious=False,
+                           fallback_value=None, *, forcing_spec=False):
+            try:
+                return super()._evaluate_expr(orig_expr, hint, fx_node, size_oblivious,
+                                              fallback_value, forcing_spec=forcing_spec)
+            except GuardOnDataDependentSymNode:
+                r = self._maybe_evaluate_static(orig_expr, size_oblivious=True)
+                if r is not None and r in (sympy.true, sympy.false):
+                    self.oblivious.append(orig_expr)
+                    return r
+                free = orig_expr.free_symbols
+                if free and all(x in self.flags for x in free):
+                    # a branch on an int/bool input read back (`if flag.item():`): this trace
+                    # takes the policy's side; flags.py traces every side as a variant
+                    i = len(self.flag_taken)
+                    side = self.flag_policy[i] if i < len(self.flag_policy) else False
+                    self.flag_taken.append((orig_expr, side))
+                    return sympy.true if side else sympy.false
+                raise
+
+    env = ObliviousShapeEnv(**kw)
+    env.oblivious = []
+    env.flags = {}          # unbacked symbol -> the input tensor whose one value it is
+    env.flag_policy = []    # the side each branch on a flag takes, in order (default False)
+    env.flag_taken = []     # (condition, side) of each branch taken on a flag
+    return env
+
+
+MISS = object()
+TRACE_INPUTS: dict = {}   # id(fake input tensor) -> its name, for the trace being run
+
+
+def _iterated_by_reference() -> bool:
+    """Whether this unbind is Tensor.__iter__'s, for a `for` statement of the reference."""
+    import sys
+
+    f = sys._getframe(1)
+    for _ in range(8):
+        f = f.f_back
+        if f is None:
+            return False
+        if f.f_code.co_name == "__iter__" and f.f_code.co_filename.endswith("_tensor.py"):
+            from .rolling import for_statement_at
+
+            ref = f.f_back
+            return ref is not None and ref.f_code.co_filename == "<reference>" and \
+                for_statement_at(ref)
+    return False
+
+
+class DataDependentHooks:
+    """Torch calls of the traced reference that meet a data-dependent value, made traceable:
+    - `if mask.any():` as `if mask.nonzero().numel() > 0:`: the same test, but over the mask's
+      count (a size, decided size-obliviously like any emptiness test) instead of a tensor value
+      read back. The count is the one `x[mask]` uses later (torch memoises a mask's nonzero);
+    - `for row in t` over a data-dependent length (`_rows`);
+    - `w[e]` with e an int read back: select (Python indexing refuses an unbacked int)."""
+
+    def __init__(self):
+        self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)
+
+    def handle(self, func, args, kwargs):
+        import torch
+
+        if func in (torch.Tensor.any, torch.any) and len(args) == 1 and not kwargs and \
+                isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
+            out = func(*args)
+            self.anys[id(out)] = (out, args[0])
+            return out
+        if func is torch.Tensor.__bool__ and args and id(args[0]) in self.anys and \
+                self.anys[id(args[0])][0] is args[0]:
+            count = torch.nonzero(self.anys[id(args[0])][1]).shape[0]
+            return bool(count > 0)
+        if func is torch.Tensor.item and args and id(args[0]) in TRACE_INPUTS and \
+                not args[0].is_floating_point() and args[0].numel() == 1:
+            v = func(*args)
+            if isinstance(v, (torch.SymInt, torch.SymBool)):
+                env = v.node.shape_env
+                for x in env.replace(v.node.expr).free_symbols:
+                    env.flags[x] = TRACE_INPUTS[id(args[0])]
+            return v
+        if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], torch.SymInt):
+            return torch.select(args[0], 0, args[1])   # w[e] with e read back (Python indexing refuses)
+        if func is torch.Tensor.unbind and args and isinstance(args[0], torch.Tensor) and \
+                (args[1:] in ((), (0,))) and not kwargs and _iterated_by_reference():
+            return self._rows(args[0])
+        return MISS
+
+    @staticmethod
+    def _rows(x):
+        """`for row in t` over a tensor of a data-dependent length u (bound B): a loop of B
+        iterations whose i-th runs only while i < u (rolling.py guards the body's kernels); the
+        trace runs the shortened loop's first iterations (each one asserting i < u)."""
+        import torch
+
+        from . import rolling
+
+        if x.dim() == 0 or not isinstance(x.shape[0], torch.SymInt):
+            return MISS
+        n = x.shape[0]
+        env = n.node.shape_env
+        u = env.replace(n.node.expr)
+        if not (isinstance(u, sympy.Symbol) and str(u).startswith("u")):
+            return MISS
+        up = env.var_to_range[u].upper if u in env.var_to_range else None
+        loops = rolling.active_loops()
+        if up is None or not getattr(up, "is_Integer", False) or loops is None or \
+                not loops.enabled or int(up) <= rolling.SHORT_RUN:
+            return MISS
+        loops.counts.append(int(up))
+        loops.guards[len(loops.counts) - 1] = u
+
+        def rows():
+            for i in range(rolling.SHORT_RUN):
+                torch._check(n > i)
+                yield x[i]
+        return rows()
+
+
+class Tracker:
+    """Names the trace's unbacked symbols as they first appear in a node's output and keeps their
+    bounds; `expr_of` maps a symbol for `_Namer`."""
+
+    def __init__(self):
+        self.names: dict = {}      # unbacked sympy symbol -> sympy symbol dyn<i>
+        self.bounds: dict = {}     # "dyn<i>" -> bound axis expression
+
+    def bind_node(self, n, namer, shape_env) -> None:
+        import torch
+
+        v = n.meta.get("val")
+        vals = v if isinstance(v, (list, tuple)) else [v]
+        fresh = []
+        for t in vals:
+            if not isinstance(t, torch.Tensor):
+                continue
+            for s in t.shape:
+                if isinstance(s, torch.SymInt):
+                    e = shape_env.replace(s.node.expr)
+                    for u in e.free_symbols:
+                        if u not in namer.map and u not in self.names and str(u).startswith("u"):
+                            fresh.append(u)
+        if not fresh:
+            return
+        op = str(n.target)
+        if op not in _PRODUCERS or len(set(fresh)) != 1:
+                        raise TraceError(f"a data-dependent size from {op} (only nonzero, boolean-mask "
+                             "indexing and masked_select have a known upper bound)")
+        u = fresh[0]
+        bound = self._bound(n, op, namer, shape_env)
+        name = f"{PREFIX}{len(self.names)}"
+        self.names[u] = symexpr.sym(name)
+        namer.map[u] = symexpr.sym(name)
+        self.bounds[name] = bound
+
+    def bind_value(self, n, namer, shape_env, enc) -> Optional[dict]:
+        """An int read back from a tensor (`.item()`, `_local_scalar_dense`) as a named value: an
+        IR node `solforge.item` that the lowering realises so kernels read it from the device."""
+        import torch
+
+        v = n.meta.get("val")
+        if str(n.target) != "aten._local_scalar_dense.default" or not isinstance(v, torch.SymInt):
+            return None
+        u = shape_env.replace(v.node.expr)
+        if not isinstance(u, sympy.Symbol) or u in namer.map or not str(u).startswith("u"):
+            return None
+        name = f"{PREFIX}{len(self.names)}"
+        self.names[u] = symexpr.sym(name)
+        namer.map[u] = symexpr.sym(name)
+        self.bounds[name] = None
+        return {"name": n.name, "op": VALUE_OP, "args": [enc(n.args[0])], "kwargs": {},
+                "dtype": "int64", "shape": [], "sym": name}
+
+    @staticmethod
+    def _bound(n, op, namer, shape_env) -> str:
+        import torch
+
+        def numel(t):
+            out = sympy.Integer(1)
+            for s in t.shape:
+                out = out * (s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s)))
+            return out
+        args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in n.args]
+        if op == "aten.index.Tensor":
+            masks = [a.meta.get("val") for a in (n.args[1] or []) if isinstance(a, torch.fx.Node)
+                     and a.meta.get("val") is not None and a.meta["val"].dtype == torch.bool]
+            if len(masks) != 1:
+                                raise TraceError("indexing with several boolean masks")
+            e = numel(masks[0])
+        elif op == "aten.masked_select.default":
+            a, b = list(args[0].shape), list(args[1].shape)
+            nd = max(len(a), len(b))
+            a, b = [1] * (nd - len(a)) + a, [1] * (nd - len(b)) + b
+            e = sympy.Integer(1)
+            for x, y in zip(a, b):  # the broadcast shape's numel
+                d = y if (isinstance(x, int) and x == 1) else x
+                e = e * (d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(int(d)))
+        else:
+            e = numel(args[0])
+        return namer.expr(e, shape_env)
+
+    def ir_entry(self, shape_env) -> dict:
+        inv = {str(u): d for u, d in self.names.items()}
+        out = {}
+        for name, bound in self.bounds.items():
+            u = next(str(k) for k, v in self.names.items() if str(v) == name)
+            obl = [sympy.srepr(g) for g in getattr(shape_env, "oblivious", [])
+                   if u in {str(s) for s in g.free_symbols}]
+            out[name] = {"bound": bound, "oblivious": sorted(set(
+                o.replace(f"'{u}'", f"'{inv[u]}'") for o in obl))}
+        return out
+
+
+# ── lowering side ────────────────────────────────────────────────────────────────────────────────
