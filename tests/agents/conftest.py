@@ -88,16 +88,16 @@ def cpu_lab(store, tmp_path, monkeypatch):
 
 
 def write_unservable_problem(folder):
-    """A problem written here: the sum of the positive entries of each row, computed through a
-    boolean-mask gather whose size depends on the values (the compiler stops at it)."""
+    """A problem written here that nothing serves: the eigenvalues of each row's symmetric 4x4 matrix
+    (an iterative eigensolver: no kernel family claims it and the compiler has no lowering for it)."""
     folder.mkdir(parents=True)
     ref = ("import torch\n\n\ndef run(x):\n"
-           "    return torch.stack([r[r > 0].sum() for r in x]).reshape(x.shape[0], 1)\n")
-    defn = {"name": "positive_row_sum", "hf_id": "", "description": "sum of the positive entries",
-            "axes": {"rows": {"type": "var"}, "cols": {"type": "const", "value": 64}},
+           "    return torch.linalg.eigvalsh(x + x.transpose(-1, -2))\n")
+    defn = {"name": "row_eigenvalues", "hf_id": "", "description": "eigenvalues of symmetric 4x4 blocks",
+            "axes": {"rows": {"type": "var"}, "n": {"type": "const", "value": 4}},
             "custom_inputs_entrypoint": None,
-            "inputs": {"x": {"shape": ["rows", "cols"], "dtype": "float32"}},
-            "outputs": {"out": {"shape": ["rows", "1"], "dtype": "float32"}}, "reference": ref}
+            "inputs": {"x": {"shape": ["rows", "n", "n"], "dtype": "float32"}},
+            "outputs": {"out": {"shape": ["rows", "n"], "dtype": "float32"}}, "reference": ref}
     (folder / "definition.json").write_text(json.dumps(defn, indent=1))
     (folder / "workload.jsonl").write_text("".join(
         json.dumps({"uuid": f"00000000-0000-4000-8000-00000000000{i}", "axes": {"rows": r},

@@ -237,10 +237,9 @@ def test_optimize_cli_with_a_model(tmp_path, sol_execbench_dir, monkeypatch, cap
     monkeypatch.setenv("SCRIPTED_LLM_KEY", SECRET)
     monkeypatch.setattr("solforge.agents.lab.gpu_available", lambda: False)
     db = tmp_path / "cli.duckdb"
-    # a problem no kernel family (and not the compiler: its output's size depends on the input's
-    # values) serves, so the planner must hand it to the LLM; the scripted model answers with a
+    # a problem no kernel family (and not the compiler: an eigensolver) serves, so the planner must hand it to the LLM; the scripted model answers with a
     # kernel for another problem, which the static check rejects (unknown tensors)
-    pdir = write_unservable_problem(tmp_path / "problems" / "positive_sum")
+    pdir = write_unservable_problem(tmp_path / "problems" / "row_eigenvalues")
     with ScriptedLLM([{"content": reply_with(candidate_json(RMSNORM_H128)), "repeat": 3}]) as server:
         rc = main(["--json", "optimize", "--problems", str(pdir),
                    "--model", "openai/scripted", "--api-base", server.api_base,

@@ -20,8 +20,8 @@ def problems(sol_execbench_dir, tmp_path_factory):
     from .conftest import write_unservable_problem
 
     names = [("L1", "069_rms_norm"), ("FlashInfer-Bench", "004_gemm_n128_k2048")]
-    # and a problem nothing serves (its output's size depends on the input's values)
-    unserved = write_unservable_problem(tmp_path_factory.mktemp("written") / "positive_row_sum")
+    # and a problem nothing serves (an eigensolver)
+    unserved = write_unservable_problem(tmp_path_factory.mktemp("written") / "row_eigenvalues")
     return [load_problem_dir(sol_execbench_dir / s / n, subset=s) for s, n in names] + \
         [load_problem_dir(unserved, subset="written")]
 
@@ -44,7 +44,7 @@ def test_offline_loop_without_gpu(store, cpu_lab, problems):
         assert comp[0]["status"] == "ok" and comp[0]["cubin_hash"]
     dec = store.query("SELECT problem, action, worker, reason FROM planner_decisions WHERE run_id = ? "
                       "ORDER BY created_at", [report.run_id])
-    att = [d for d in dec if d["problem"] == "positive_row_sum"]
+    att = [d for d in dec if d["problem"] == "row_eigenvalues"]
     assert att and all(d["action"] == "skip" and "no kernel family" in d["reason"] for d in att)
     assert any(d["action"] == "run" and d["worker"] == "offline" for d in dec)
     assert dec[-1]["action"] == "stop"
