@@ -134,7 +134,10 @@ def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.
         reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
         try:
             ans = run_python("solforge.compiler.check", "reference_case",
-                             {"problem": problem_to_json(problem), "uuid": rw0.uuid, "axes": rw.axes,
+                             # the shrunk workload's own axes (a custom-inputs entrypoint may read
+                             # an axis the definition does not declare)
+                             {"problem": problem_to_json(problem), "uuid": rw0.uuid,
+                              "axes": dict(rw.workload.axes),
                               "folder": str(folder)},
                              timeout_s=timeout_s, binds=(str(folder),), read_paths=reads,
                              # constant dims stay full size when var axes shrink: a weight can pass
