@@ -24,6 +24,7 @@ from typing import Optional
 
 import sympy
 
+from .ir import refs as _refs
 from . import symexpr
 
 PREFIX = "dyn"
@@ -117,13 +118,3 @@ def check_oblivious(ir: dict) -> Optional[str]:
             return (f"op {n['op']} reduces over the data-dependent size that the reference tests "
                     "for emptiness (the branch it skips may differ from the empty one)")
     return None
-
-
-def _refs(args) -> list:
-    out = []
-    for a in args:
-        if isinstance(a, dict) and "ref" in a:
-            out.append(a["ref"])
-        elif isinstance(a, list):
-            out += _refs(a)
-    return out

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
+from .ir import refs as _refs
 from . import dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
 from . import attention_segment, loops, lower_conv_transpose, lower_fft, symexpr
@@ -223,16 +224,6 @@ class Lowering:
                 groups.append([it])
         for g in groups:
             self.kernels.append(templates.pointwise(self.kname("out"), g))
-
-
-def _refs(args) -> list[str]:
-    out = []
-    for a in args:
-        if isinstance(a, dict) and "ref" in a:
-            out.append(a["ref"])
-        elif isinstance(a, list):
-            out += _refs(a)
-    return out
 
 
 # ── elementwise ──────────────────────────────────────────────────────────────────────────────────

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import sympy
 
+from .ir import refs as _refs
 from . import generic, loops, symexpr
 from .kernel import convert
 from .loops import Loader, prod, view_of
@@ -428,16 +429,6 @@ def _fft_c2r(L, node, x, dim, normalization, last_dim_size, **kw):
 
 FFT = {"aten._fft_r2c.default": _fft_r2c, "aten._fft_c2c.default": _fft_c2c,
        "aten._fft_c2r.default": _fft_c2r}
-
-
-def _refs(a) -> list:
-    if isinstance(a, dict) and "ref" in a:
-        return [a["ref"]]
-    if isinstance(a, list):
-        return [r for x in a for r in _refs(x)]
-    if isinstance(a, dict):
-        return [r for x in a.values() for r in _refs(x)]
-    return []
 
 
 def lowering(node: dict, env: dict, table: dict, unsupported=Unsupported) -> Optional[Any]:

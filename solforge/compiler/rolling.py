@@ -23,6 +23,7 @@ import json
 
 import sympy
 
+from .ir import refs as _refs
 from . import dynamic, symexpr
 from .generic import pointwise
 from .loops import view_of
@@ -242,18 +243,6 @@ def _verify(ir, pos, s, P, R) -> dict:
             raise _Mismatch()
     return {"start": s, "period": P, "reps": R, "carries": carries, "affine": affine,
             "sym_affine": sym_affine}
-
-
-def _refs(args) -> list:
-    out = []
-    for a in args:
-        if isinstance(a, dict) and "ref" in a:
-            out.append(a["ref"])
-        elif isinstance(a, dict):
-            out += _refs(list(a.values()))
-        elif isinstance(a, list):
-            out += _refs(a)
-    return out
 
 
 def _set(tree, path, value):

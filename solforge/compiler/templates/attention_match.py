@@ -32,6 +32,7 @@ from typing import Optional
 
 import sympy
 
+from ..ir import refs as _refs
 from .attention import AttentionSpec, TensorLayout
 
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand", "unsqueeze", "squeeze",
@@ -312,16 +313,6 @@ class Graph:
     def only_user(self, name: str) -> Optional[str]:
         u = self.users.get(name, [])
         return u[0] if len(set(u)) == 1 and len(u) >= 1 else None
-
-
-def _refs(x) -> list:
-    if isinstance(x, dict):
-        if "ref" in x:
-            return [x["ref"]]
-        return [r for v in x.values() for r in _refs(v)]
-    if isinstance(x, list):
-        return [r for v in x for r in _refs(v)]
-    return []
 
 
 def _ref(a) -> Optional[str]:
