@@ -17,7 +17,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from .ir import refs as _refs
 from . import dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
-from . import attention_segment, loops, lower_conv_transpose, lower_fft, symexpr
+from . import attention_segment, conv_gemm, loops, lower_conv_transpose, lower_fft, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -768,8 +768,7 @@ def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, out
     kst = loops.contiguous_strides([Cg] + list(ks))
     ost = loops.contiguous_strides(list(osp))
 
-    def unr(e, strides, sizes):
-        return [sympy.Integer(0) if same(s, 1) else ModularIndexing(e, st, s) for st, s in zip(strides, sizes)]
+    unr = conv_gemm.unravel
 
     def a_fn(k, idx):
         g, m, kk = idx
@@ -789,24 +788,7 @@ def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, out
         kpart = unr(kk, kst, [Cg] + list(ks))
         return w(k, [g * Cog + co] + kpart)
 
-    A = Loader([sympy.Integer(G), M, KK], x.dtype, a_fn)
-    B = Loader([sympy.Integer(G), KK, Cog], w.dtype, b_fn)
-    buf = L.new_buffer(out_dt, oshape)
-    obst = loops.contiguous_strides(oshape)
-
-    def out_index(bidx, om, on):
-        g = bidx[0] if bidx else sympy.Integer(0)
-        n = FloorDiv(om, P) if not same(P, 1) else om
-        pos = unr(om, ost, osp)
-        return sum((i * s for i, s in zip([n, g * Cog + on] + pos, obst)), sympy.Integer(0))
-
-    bias_l = None
-    if bias is not None:
-        bias_l = Loader([sympy.Integer(G), M, Cog], bias.dtype,
-                        lambda k, idx: bias(k, [idx[0] * Cog + idx[2]]))
-    L.kernels.append(L.matmul(L.kname("conv"), A, B, out_dt, buf, out_index=out_index,
-                                      bias=bias_l, batch_shape=[sympy.Integer(G)]))
-    return view_of(buf)
+    return conv_gemm.emit(L, "conv", x, w, a_fn, b_fn, G, M, KK, Cog, P, osp, oshape, out_dt, bias)
 
 
 def _cumulative(op):
