@@ -27,8 +27,9 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,9 +96,9 @@ def _stage_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool
         return [{"problem": key, "worker": None, "staged": False, "reason": f"matching failed: {e}"}]
     if not cands:
         return [{"problem": key, "worker": None, "staged": False, "reason": _why_unserved(problem)}]
-    for worker, cand in cands:
+    for order, (worker, cand) in enumerate(cands):
         res = compile_candidate(cand, arch)
-        row = {"problem": key, "worker": worker, "staged": False}
+        row = {"problem": key, "worker": worker, "staged": False, "order": order}
         if not res.ok:
             row["reason"] = f"compile {res.status.value}: " + (res.log or "").strip().splitlines()[-1][:200] \
                 if (res.log or "").strip() else f"compile {res.status.value}"
@@ -182,7 +183,6 @@ def cmd_run(a) -> None:
             if line.strip():
                 done.add(json.loads(line)["stage"])
     staged = [r for r in json.loads((d / "staged.json").read_text()) if r["staged"] and r["stage"] not in done]
-    staged.sort(key=lambda r: r["workloads"])  # small first: a cut run keeps the most verdicts
     t_end = time.time() + a.deadline_s
 
     def one(r: dict) -> dict:
@@ -199,19 +199,45 @@ def cmd_run(a) -> None:
             rec["stderr_tail"] = err.read_text(errors="replace")[-1500:] if err.exists() else ""
         return rec
 
-    with ThreadPoolExecutor(a.parallel) as ex, open(res_path, "a") as fh:
-        futs = [ex.submit(one, r) for r in staged]
-        for f in as_completed(futs):
-            rec = f.result()
+    # --fallback: a problem's next candidate (the next worker staged for it) runs only when the one
+    # before it was not correct on every workload; without it every staged candidate runs.
+    groups: dict[str, list[dict]] = {}
+    for r in sorted(staged, key=lambda r: r.get("order", 0)):
+        groups.setdefault(r["problem"], []).append(r)
+    if a.fallback:
+        queue = [g[0] for g in groups.values()]
+        later = {p: g[1:] for p, g in groups.items()}
+    else:
+        queue, later = list(staged), {}
+    queue.sort(key=lambda r: r["workloads"])  # small first: a cut run keeps the most verdicts
+    lock = threading.Lock()
+
+    def lane(fh) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                r = queue.pop(0)
+            rec = one(r)
             if rec.get("skipped"):
                 continue
-            fh.write(json.dumps(rec, default=str) + "\n")
-            fh.flush()
             ok = sum(w["status"] == "passed" for w in rec["results"])
+            with lock:
+                fh.write(json.dumps(rec, default=str) + "\n")
+                fh.flush()
+                if ok < rec["workloads"] and later.get(rec["problem"]):
+                    queue.insert(0, later[rec["problem"]].pop(0))
             first_bad = next((w for w in rec["results"] if w["status"] != "passed"), None)
             print(f"{rec['problem']:<64} {rec['worker']:<16} {ok}/{rec['workloads']} passed "
                   f"{rec['wall_s']:6.1f} s" + (f"  {first_bad['status']}: {first_bad['message'][:100]}"
                                                if first_bad else ""), flush=True)
+
+    with open(res_path, "a") as fh:
+        threads = [threading.Thread(target=lane, args=(fh,)) for _ in range(max(1, a.parallel))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
 
 def verdicts(staged: list[dict], results: list[dict]) -> list[dict]:
@@ -234,6 +260,8 @@ def verdicts(staged: list[dict], results: list[dict]) -> list[dict]:
         n = s["workloads"]
         bad = next((w for w in r["results"] if w["status"] != "passed"), None)
         verdict = "correct" if ok == n and n > 0 else ("partial" if ok else "failed")
+        if s.get("order", 0) == 0:
+            row["first_verdict"] = verdict
         row["workers"][s["worker"]] = {"verdict": verdict, "passed": ok, "total": n,
                                        "detail": f"{bad['status']}: {bad['message'][:120]}" if bad else ""}
     rank = {"correct": 0, "partial": 1, "failed": 2, "compile error": 3, "not run": 4}
@@ -247,6 +275,7 @@ def verdicts(staged: list[dict], results: list[dict]) -> list[dict]:
                     "passed": best[1].get("passed") if best else None,
                     "total": best[1].get("total") if best else None,
                     "detail": (best[1]["detail"] if best else "; ".join(p["reasons"]))[:160],
+                    "first_verdict": p.get("first_verdict"),
                     "all": {k: v["verdict"] for k, v in ws}})
     return out
 
@@ -281,7 +310,8 @@ def cmd_table(a) -> None:
     print(f"{n} problems: {served} served, {correct} correct on every workload, "
           f"{sum(r['verdict'] == 'partial' for r in rows)} partial, "
           f"{sum(r['verdict'] in ('failed', 'compile error') for r in rows)} failed, "
-          f"{sum(r['verdict'] == 'not run' for r in rows)} not run\n")
+          f"{sum(r['verdict'] == 'not run' for r in rows)} not run; the first candidate correct on "
+          f"every workload for {sum(r.get('first_verdict') == 'correct' for r in rows)}\n")
     print("| problem | worker | verdict | workloads passed | first failure or reason |")
     print("|---|---|---|---|---|")
     for r in rows:
@@ -310,6 +340,8 @@ def main() -> None:
     r.add_argument("--parallel", type=int, default=4)
     r.add_argument("--timeout", type=float, default=240.0, help="seconds per stage")
     r.add_argument("--deadline-s", type=float, default=540.0)
+    r.add_argument("--fallback", action="store_true",
+                   help="run a problem's next staged candidate only when the one before was not correct")
     r.add_argument("--skip-done", nargs="*", default=[], help="results files whose stages are done")
     t = sub.add_parser("table")
     t.add_argument("--dir", nargs="+", required=True,

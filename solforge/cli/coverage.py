@@ -95,6 +95,20 @@ def emulate_row(problem, cand, cap: int, timeout: float) -> dict:
     return out
 
 
+def _compiler_first(problem, out):
+    """The compiler family's first candidate (its default point: the GEMM template where the plan
+    has matmuls and the template takes them, else the generic plan `out` already holds)."""
+    if not out.ok:
+        return None
+    from ..kernels.compiled import CompiledFamily
+
+    fam = CompiledFamily()
+    try:
+        return fam.instantiate(problem, fam.default_params(problem))
+    except Exception:  # noqa: BLE001 - the template's failure leaves the generic plan first
+        return out.candidate
+
+
 def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: str) -> dict:
     from ..compiler.api import compile_problem
 
@@ -128,7 +142,7 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
         row["served"] = bool(names)
         cand = None
         if worker == "compiler":
-            cand = out.candidate if out.ok else None
+            cand = _compiler_first(problem, out)
             row["first"] = "compiler" if out.ok else None
         elif fams:
             try:
@@ -136,10 +150,10 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
                 row["first"] = fams[0].name
             except Exception as e:  # noqa: BLE001
                 row["reason"] = f"{fams[0].name}: instantiate failed: {e}"[:300]
-                cand = out.candidate if out.ok else None
+                cand = _compiler_first(problem, out)
                 row["first"] = "compiler" if out.ok else None
         elif out.ok:
-            cand = out.candidate
+            cand = _compiler_first(problem, out)
             row["first"] = "compiler"
         row["candidate"] = cand
         if do_compile and cand is not None:

@@ -29,8 +29,10 @@ def test_gemm_lowering_is_a_searched_tunable(tmp_path):
                      """, [{"M": 7}, {"M": 33}])
     fam = CompiledFamily()
     space = fam.param_space(p)
-    assert [s[GEMM_PARAM] for s in space] == [0, 1], space
-    generic, template = (fam.instantiate(p, s) for s in space)
+    # the template first (the first candidate), the generic kernel next
+    assert [s[GEMM_PARAM] for s in space] == [1, 0], space
+    assert fam.default_params(p)[GEMM_PARAM] == 1
+    template, generic = (fam.instantiate(p, s) for s in space)
     assert generic.params[GEMM_PARAM] == 0 and template.params[GEMM_PARAM] == 1
     src_g, src_t = ("\n".join(c.sources.values()) for c in (generic, template))
     assert src_g != src_t and "sfg" in src_t and "sfg" not in src_g
