@@ -37,7 +37,7 @@ from typing import Callable, Optional
 import torch
 
 from .correctness import compare_all, poison_
-from .inputs import clone_inputs
+from .inputs import clone_inputs, write_into
 
 WARM_IN_CALLS = 3
 # kernels shorter than this get the same input-making work before seen calls as before fresh ones
@@ -147,9 +147,12 @@ def _write(dst: dict, src: dict) -> bool:
         old = dst.get(k)
         if not isinstance(old, torch.Tensor) or old.shape != v.shape or old.dtype != v.dtype:
             return False
+        if any(st == 0 and sz > 1 for sz, st in zip(old.shape, old.stride())) and \
+                any(st != 0 and sz > 1 and ost == 0 for sz, st, ost in zip(v.shape, v.stride(), old.stride())):
+            return False                  # an expanded buffer cannot hold values that vary
         pairs.append((old, v))
     for old, v in pairs:
-        old.copy_(v)
+        write_into(old, v)
     return True
 
 

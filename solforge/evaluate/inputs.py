@@ -401,3 +401,28 @@ class InputFactory:
 
 def clone_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+
+def _one_of_each_repeat(t: torch.Tensor) -> torch.Tensor:
+    """The view of `t` with every broadcast dim (stride 0, size > 1) cut to one element: the
+    memory an expanded tensor really has, which can be written."""
+    return t[tuple(slice(0, 1) if st == 0 and sz > 1 else slice(None)
+                   for sz, st in zip(t.shape, t.stride()))]
+
+
+def write_into(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Write src's values into dst's memory (the same buffers, new data). An expanded dst (a custom
+    input made with .expand(), stride 0) has one element per repeat: it takes src's values when src
+    repeats along the same dims, through the elements it really has. False where dst cannot hold
+    src (another shape or dtype, or src varies along a dim dst repeats): the caller hands src over
+    instead."""
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        return False
+    bcast = [st == 0 and sz > 1 for sz, st in zip(dst.shape, dst.stride())]
+    if not any(bcast):
+        dst.copy_(src)
+        return True
+    if any(b and not (st == 0 or sz == 1) for b, sz, st in zip(bcast, src.shape, src.stride())):
+        return False
+    _one_of_each_repeat(dst).copy_(_one_of_each_repeat(src))
+    return True
