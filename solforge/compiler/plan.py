@@ -104,6 +104,10 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
             k = spec.kernel
             if k.name not in seen:  # a rolled loop launches its body's kernels repeatedly
                 seen.add(k.name)
+                if getattr(k, "text", ""):
+                    # a template's source is rendered whole (gemm_adapter): it would neither take
+                    # the guard's arguments nor return early, and would run in every variant
+                    raise ValueError(f"{k.name}: a template kernel cannot take a variant's guard")
                 for n in names:
                     k.size(n)
                 for n in fnames:

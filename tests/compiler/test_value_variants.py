@@ -148,3 +148,26 @@ def test_ceil_of_a_size_ratio_selects_padding(tmp_path):
     assert out.segments.get("variants") == 2
     r = check_problem(p, cap=16, candidate=out.candidate)
     assert r["ok"], r
+
+
+def test_a_template_gemm_is_never_offered_inside_variants(tmp_path):
+    """Each variant's kernels return early unless its guard holds; a template kernel's source is
+    rendered whole and could not, so a plan with variants keeps the generic matmul (which the
+    guard reaches) and the template point is not offered."""
+    from solforge.kernels.compiled import GEMM_PARAM, CompiledFamily
+
+    make_problem(tmp_path, "vmm", {"N": {"type": "var"}, "D": {"type": "const", "value": 16}},
+                 {"x": T("N", "D"), "w": T("D", "D"), "t": {"shape": None, "dtype": "float32"}},
+                 {"y": T("N", "D")},
+                 """
+                 import torch
+                 def run(x, w, t):
+                     if t == 0.0:
+                         return x @ w
+                     return torch.relu(x @ w) * t
+                 """, [{"N": 3}, {"N": 9}, {"N": 12}], scalars={"t": 0.1})
+    p = _with_scalar_values(tmp_path, "vmm", [0.0, 0.5, 0.0])
+    templ = compile_problem(p, gemm="template")
+    assert not templ.ok and "variant" in templ.reason, templ.reason
+    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [0]
+    assert compile_problem(p).ok
