@@ -171,7 +171,7 @@ def cmd_prepare(a) -> None:
 
 
 def cmd_run(a) -> None:
-    from solforge.evaluate import runner
+    from solforge.evaluate import gpu_share, runner
 
     d = Path(a.dir)
     dest = Path(a.out or os.environ.get("OUT") or ".")
@@ -185,15 +185,28 @@ def cmd_run(a) -> None:
     staged = [r for r in json.loads((d / "staged.json").read_text()) if r["staged"] and r["stage"] not in done]
     t_end = time.time() + a.deadline_s
 
+    # Lanes share the GPU: each evaluation times alone (gpu_share: correctness side by side, timing
+    # exclusive), so the times are the kernel's own; a stage too big to share the GPU's memory (its
+    # largest workload's two input sets and outputs over ALONE_BYTES), or one that ran out of memory
+    # beside the others, runs alone (once more, at the end).
+    share = str((dest / "gpu_share.lock").resolve()) if a.parallel > 1 else ""
+
     def one(r: dict) -> dict:
         left = t_end - time.time()
         if left < 20:
             return {**r, "skipped": "deadline"}
         t0 = time.time()
-        rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, left - 5))
+        alone = bool(share) and (r.get("alone") or _stage_bytes(d / r["stage"]) > ALONE_BYTES)
+        if alone:
+            with gpu_share.alone(share):
+                rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, t_end - time.time() - 5))
+        else:
+            rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, left - 5),
+                                   env={gpu_share.ENV: share} if share else None)
         wl = [{"uuid": x.workload_uuid, "status": x.status.value, "median_ms": x.median_ms,
                "message": (x.message or "")[:240]} for x in rep.results]
-        rec = {**r, "wall_s": round(time.time() - t0, 1), "exit_code": rep.exit_code, "results": wl}
+        rec = {**r, "wall_s": round(time.time() - t0, 1), "exit_code": rep.exit_code, "results": wl,
+               "alone": alone}
         if rep.exit_code not in (0, None):  # the driver died: its last words say why
             err = d / r["stage"] / "driver.stderr"
             rec["stderr_tail"] = err.read_text(errors="replace")[-1500:] if err.exists() else ""
@@ -225,6 +238,9 @@ def cmd_run(a) -> None:
             with lock:
                 fh.write(json.dumps(rec, default=str) + "\n")
                 fh.flush()
+                if share and not rec["alone"] and any(w["status"] == "oom" for w in rec["results"]):
+                    queue.append({**r, "alone": True})    # once more, alone, at the end
+                    continue
                 if ok < rec["workloads"] and later.get(rec["problem"]):
                     queue.insert(0, later[rec["problem"]].pop(0))
             first_bad = next((w for w in rec["results"] if w["status"] != "passed"), None)
@@ -238,6 +254,16 @@ def cmd_run(a) -> None:
             t.start()
         for t in threads:
             t.join()
+
+
+ALONE_BYTES = 8e9
+
+
+def _stage_bytes(stage: Path) -> float:
+    """The largest workload's device bytes (two input sets and the outputs), 0 if unknown."""
+    from solforge.baselines.plan import workload_bytes
+
+    return max(workload_bytes(stage) or [0.0])
 
 
 def verdicts(staged: list[dict], results: list[dict]) -> list[dict]:

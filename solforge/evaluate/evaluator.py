@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import caching_probe, guards
+from . import caching_probe, gpu_share, guards
 from .correctness import allocate_outputs, compare_all, normalize_reference_outputs, poison_
 from .guards import GuardTripped
 from .inputs import InputFactory, clone_inputs, write_into
@@ -184,6 +184,16 @@ def _make(factory: InputFactory, r: int) -> dict:
 
 
 def _evaluate(env: Env, rw, res: EvalResult) -> None:
+    with gpu_share.shared():
+        timed = _check(env, rw, res)
+    if timed is not None:
+        with gpu_share.alone():
+            _time(env, rw, res, *timed)
+
+
+def _check(env: Env, rw, res: EvalResult):
+    """The correctness rounds; what timing needs (factory, inputs, outputs, notes, last_round) when
+    they passed and timing is on, else None (res says why)."""
     cfg, dev = env.config, env.device
     try:
         factory = InputFactory(rw, dev, custom_fn=env.custom_fn, blob_roots=env.blob_roots)
@@ -221,8 +231,8 @@ def _evaluate(env: Env, rw, res: EvalResult) -> None:
     if not cfg.timing:
         res.status = EvalStatus.PASSED
         res.message = "; ".join(notes + ["correctness only (timing off)"])
-        return
-    _time(env, rw, res, factory, inputs, outputs, notes, last_round=max(cfg.correctness_rounds, 1) - 1)
+        return None
+    return factory, inputs, outputs, notes, max(cfg.correctness_rounds, 1) - 1
 
 
 def _checked_call(env: Env, rw, inputs, outputs, ref, tol, call=None):
