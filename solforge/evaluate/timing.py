@@ -439,7 +439,9 @@ class CuptiPython:
                 torch.cuda.synchronize(device)
             finally:
                 try:
-                    cupti.activity_flush_all(1)
+                    # after the synchronize every record is complete, and the unforced flush (the
+                    # one SOL-ExecBench's timing calls) hands every completed record over
+                    cupti.activity_flush_all(0)
                 finally:
                     for k in self.kinds:
                         try:
