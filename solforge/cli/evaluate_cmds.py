@@ -87,7 +87,9 @@ def _baseline(args) -> int:
 
     rest = ["--help" if a in ("--help-scheduler", "-h", "--help") else a for a in args.rest]
     dry = "--device" in rest and rest[rest.index("--device") + 1:][:1] == ["cpu"]
-    if not dry and "--help" not in rest and "--plan-only" not in rest:
+    # --plan-only prints, --merge-rows and --to-duckdb move rows measured elsewhere: no GPU needed
+    offline = {"--help", "--plan-only", "--merge-rows", "--to-duckdb"}
+    if not dry and not offline & set(rest):
         from .doctor_cmd import require_gpu
 
         require_gpu("baseline")
