@@ -35,7 +35,7 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
              attempts_per_round: int = 4, runs_per_round: int = 1, sol_target: float = 0.95,
              model: Optional[str] = None, api_base: Optional[str] = None,
              api_key_env: Optional[str] = None, language: str = "cuda", gpus: Optional[str] = None,
-             arch: Optional[str] = None, gpu_profile: Optional[str] = None, reps: Optional[int] = None,
+             lanes: int = 1, arch: Optional[str] = None, gpu_profile: Optional[str] = None, reps: Optional[int] = None,
              correctness_rounds: Optional[int] = None, timing_budget_s: Optional[float] = None,
              eval_timeout_s: Optional[float] = None, baseline_reps: int = 20,
              max_tokens: Optional[int] = None, max_calls: Optional[int] = None,
@@ -51,7 +51,8 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
         with the same parameters resumes it and counts what the killed run spent.
     model: LiteLLM model string (None: the offline kernel-family search alone).
     gpus: CUDA_VISIBLE_DEVICES-style list of GPUs to spread evaluations over (None: all visible,
-        "": none, compile only). One evaluation per GPU at a time.
+        "": none, compile only). `lanes` evaluations per GPU at a time: their correctness checks
+        side by side, each timing alone (default 1).
     correctness_rounds / timing_budget_s / eval_timeout_s / baseline_reps: evaluation settings
         (None: solforge.settings defaults).
     job: part of the resume key; a rerun with the same parameters and job resumes that job, a new

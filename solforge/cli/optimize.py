@@ -71,6 +71,9 @@ def register(sub) -> None:
                    help="reps when a missing eager baseline is measured on first touch")
     p.add_argument("--gpus", help="CUDA_VISIBLE_DEVICES-style GPUs to spread evaluations over, one at "
                                   "a time each (default: every visible GPU; '' compile only)")
+    p.add_argument("--lanes", type=int, default=1,
+                   help="evaluations at a time per GPU: their correctness checks run side by side, "
+                        "each timing alone (default 1)")
     p.add_argument("--resume", action="store_true",
                    help="continue the job these same parameters started (budget counts what it spent; "
                         "unfinished attempts are finished, none evaluated twice)")

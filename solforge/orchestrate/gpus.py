@@ -1,10 +1,15 @@
-"""GPU slots: which GPUs this process may use, one benchmark per GPU at a time, and how busy each was.
+"""GPU slots: which GPUs this process may use, how many evaluations each runs at a time (lanes), and
+how busy each was.
 
 An evaluation holds a slot for as long as its spawned evaluator runs; the evaluator is pinned to the
 slot's GPU through CUDA_VISIBLE_DEVICES in its own environment (threads share os.environ, so the
 parent never changes its own). Within a process a condition variable hands slots out; across
 processes on one host an flock per GPU (the same idea as solforge.evaluate.baseline.gpu_lock) keeps
-a second run, a baseline script or another worker off a GPU that is busy.
+a second run, a baseline script or another worker off a GPU that is busy. With lanes > 1 a GPU
+has that many slots: their evaluations run correctness side by side and time alone, through a
+per-GPU share lock the evaluator takes (solforge.evaluate.gpu_share, $SOLFORGE_GPU_SHARE in the
+slot's environment; every slot of a real pool carries it, so a one-lane run on the same GPU
+cooperates too).
 
 Stdlib only: the bare GPU box runs this (benchmarks/two_gpu_run.py).
 """
@@ -86,8 +91,8 @@ def _lock_dir() -> Path:
 
 
 def eval_threads(n_gpus: int) -> int:
-    """CPU threads for one evaluator process: the host's cores shared by one evaluator per GPU and
-    the loop's own process, at most 8 (an evaluator's CPU work is input set-up and Python; torch's
+    """CPU threads for one evaluator process: the host's cores shared by one evaluator per GPU slot
+    (n_gpus counts slots: GPUs x lanes) and the loop's own process, at most 8 (an evaluator's CPU work is input set-up and Python; torch's
     default, one thread per core in EVERY evaluator, oversubscribes the host when GPUs run at once).
     The same number for 1 and 2 GPUs on a 32-core host, so a scaling comparison is like for like.
     SOLFORGE_EVAL_THREADS overrides it."""
@@ -127,6 +132,8 @@ def eval_sync() -> str:
 class Slot:
     gpu: str
     acquired_at: float
+    lane: int = 0     # which of the GPU's slots (0 .. lanes-1)
+    share: str = ""   # the GPU's share lock file (gpu_share); "": no cross-process locking
     threads: int = 0  # CPU threads for the evaluator (0: torch's default)
     cpus: str = ""    # CPUs to pin the evaluator to, "0,1,2" (eval_cpusets; "": not pinned)
     sync: str = ""    # the evaluator context's wait mode (eval_sync; "": CUDA's default)
@@ -138,6 +145,8 @@ class Slot:
         torch.set_num_threads, its OpenMP runtime having read the environment before the fork), and
         when asked for, its CPUs (SOLFORGE_EVAL_CPUSET) and CUDA wait mode (SOLFORGE_EVAL_SYNC)."""
         env = {"CUDA_VISIBLE_DEVICES": self.gpu}
+        if self.share:
+            env["SOLFORGE_GPU_SHARE"] = self.share
         if self.threads > 0:
             env.update(OMP_NUM_THREADS=str(self.threads), SOLFORGE_EVAL_THREADS=str(self.threads))
         if self.cpus:
@@ -153,26 +162,37 @@ class GpuUse:
 
 
 class GpuPool:
-    """Hands out one slot per GPU; waits while all are busy; records when each GPU was held."""
+    """Hands out `lanes` slots per GPU; waits while all are busy; records when each GPU was held."""
 
-    def __init__(self, gpus: Sequence[str], cross_process: bool = True):
+    def __init__(self, gpus: Sequence[str], cross_process: bool = True, lanes: int = 1):
         self.gpus = list(gpus)
-        self._free = list(self.gpus)
+        self.lanes = max(1, int(lanes))
+        # lane-major: a second lane of a GPU is handed out only once every GPU has one busy
+        self._free = [(g, i) for i in range(self.lanes) for g in self.gpus]
         self._cond = threading.Condition()
-        self._fds: dict[str, int] = {}
+        self._fds: dict[tuple[str, int], int] = {}
         self._cross = cross_process
         self.use = {g: GpuUse() for g in self.gpus}
-        self.threads = eval_threads(len(self.gpus)) if self.gpus else 0
-        self.cpusets = dict(zip(self.gpus, eval_cpusets(len(self.gpus))))
+        self.threads = eval_threads(len(self._free)) if self.gpus else 0
+        self.cpusets = dict(zip(self._free, eval_cpusets(len(self._free))))
         self.sync = eval_sync()
 
     def __len__(self) -> int:
-        return len(self.gpus)
+        """Slots: evaluations that may run at once."""
+        return len(self.gpus) * self.lanes
 
-    def _try_flock(self, gpu: str) -> Optional[int]:
+    @staticmethod
+    def _name(gpu: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", gpu)
+
+    def _share(self, gpu: str) -> str:
+        return str(_lock_dir() / (self._name(gpu) + ".share")) if self._cross else ""
+
+    def _try_flock(self, key: tuple[str, int]) -> Optional[int]:
         if not self._cross:
             return -1
-        path = _lock_dir() / (re.sub(r"[^A-Za-z0-9_.-]", "_", gpu) + ".lock")
+        gpu, lane = key
+        path = _lock_dir() / (self._name(gpu) + (f".lane{lane}" if lane else "") + ".lock")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -187,14 +207,15 @@ class GpuPool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
             while True:
-                order = [g for g in self._free if prefer is None or g == prefer]
-                for g in order:
-                    fd = self._try_flock(g)
+                order = [k for k in self._free if prefer is None or k[0] == prefer]
+                for key in order:
+                    fd = self._try_flock(key)
                     if fd is not None:
-                        self._free.remove(g)
-                        self._fds[g] = fd
-                        return Slot(g, time.monotonic(), threads=self.threads,
-                                    cpus=self.cpusets.get(g, ""), sync=self.sync)
+                        self._free.remove(key)
+                        self._fds[key] = fd
+                        return Slot(key[0], time.monotonic(), lane=key[1], share=self._share(key[0]),
+                                    threads=self.threads, cpus=self.cpusets.get(key, ""),
+                                    sync=self.sync)
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no GPU slot free within {timeout_s} s")
                 # a slot freed here notifies; one freed by another process is seen on the next poll
@@ -202,13 +223,14 @@ class GpuPool:
 
     def release(self, slot: Slot, label: str = "") -> None:
         end = time.monotonic()
+        key = (slot.gpu, slot.lane)
         with self._cond:
-            fd = self._fds.pop(slot.gpu, None)
+            fd = self._fds.pop(key, None)
             if fd is not None and fd >= 0:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
             self.use[slot.gpu].intervals.append((slot.acquired_at, end, label))
-            self._free.append(slot.gpu)
+            self._free.append(key)
             self._cond.notify_all()
 
     @contextmanager
@@ -220,10 +242,15 @@ class GpuPool:
             self.release(s, label)
 
     def busy_fractions(self, t0: float, t1: float) -> dict[str, float]:
-        """Per GPU: the share of [t0, t1] during which it was held."""
+        """Per GPU: the share of [t0, t1] during which any of its lanes was held."""
         span = max(t1 - t0, 1e-9)
         out = {}
         for g, u in self.use.items():
-            busy = sum(max(0.0, min(e, t1) - max(s, t0)) for s, e, _ in u.intervals)
+            busy, end = 0.0, t0
+            for s, e, _ in sorted(u.intervals):     # the union of the lanes' intervals
+                s, e = max(s, end), min(e, t1)
+                if e > s:
+                    busy += e - s
+                    end = e
             out[g] = busy / span
         return out

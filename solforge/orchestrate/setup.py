@@ -29,6 +29,7 @@ class OptimizeParams:
     api_key_env: Optional[str] = None
     language: str = "cuda"                  # cuda | cute | both
     gpus: Optional[str] = None              # "0,1"; None: every visible GPU; "": none (compile only)
+    lanes: int = 1                          # evaluations at a time per GPU (gpus.GpuPool)
     arch: Optional[str] = None
     gpu_profile: Optional[str] = None
     reps: Optional[int] = None
@@ -50,7 +51,7 @@ class OptimizeParams:
     def resume_parts(self) -> dict:
         """What identifies the job for resume: everything but where it runs and how it is stored."""
         d = asdict(self)
-        for k in ("gpus", "db", "api_key_env", "api_base", "refcache_dir"):
+        for k in ("gpus", "lanes", "db", "api_key_env", "api_base", "refcache_dir"):
             d.pop(k)
         return d
 
@@ -75,10 +76,10 @@ def parse_timeouts(spec: Optional[str]) -> list[tuple[str, float]]:
     return out
 
 
-def gpu_pool(gpus: Optional[str]) -> GpuPool:
+def gpu_pool(gpus: Optional[str], lanes: int = 1) -> GpuPool:
     if gpus is None:
-        return GpuPool(visible_gpus())
-    return GpuPool([g.strip() for g in gpus.split(",") if g.strip()])
+        return GpuPool(visible_gpus(), lanes=lanes)
+    return GpuPool([g.strip() for g in gpus.split(",") if g.strip()], lanes=lanes)
 
 
 def select_problems(store, selector: Optional[str], *, subset: Optional[str] = None,
@@ -163,7 +164,7 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
     from ..store import Store
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    pool = gpu_pool(p.gpus)
+    pool = gpu_pool(p.gpus, p.lanes)
     if len(pool) and (stages is None or stages.prestart is _prestart):
         start_evaluator()  # its imports overlap what follows (problems, traced; store; lab)
     cfg = settings.Settings.load(db_path=p.db, arch=p.arch, gpu_profile=p.gpu_profile)

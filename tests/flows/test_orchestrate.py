@@ -71,6 +71,37 @@ def test_a_gpu_held_by_another_process_is_not_handed_out(tmp_path, monkeypatch):
     assert s.gpu == "0"
 
 
+def test_lanes_hand_out_several_slots_of_one_gpu_each_with_its_share_lock(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOLFORGE_GPU_LOCK_DIR", str(tmp_path))
+    pool = GpuPool(["0", "1"], lanes=2)
+    assert len(pool) == 4
+    slots = [pool.acquire(timeout_s=2) for _ in range(4)]
+    # lane-major: every GPU gets a first lane before any gets a second
+    assert [(s.gpu, s.lane) for s in slots[:2]] == [("0", 0), ("1", 0)]
+    assert sorted((s.gpu, s.lane) for s in slots) == [("0", 0), ("0", 1), ("1", 0), ("1", 1)]
+    assert {s.env["SOLFORGE_GPU_SHARE"] for s in slots if s.gpu == "0"} == {str(tmp_path / "0.share")}
+    assert all(s.env["CUDA_VISIBLE_DEVICES"] == s.gpu for s in slots)
+    with pytest.raises(TimeoutError):
+        pool.acquire(timeout_s=0.2)
+    # another process's one-lane pool finds GPU 0's lane 0 taken (the same lock file as before lanes)
+    probe = subprocess.run([sys.executable, "-c",
+                            "from solforge.orchestrate.gpus import GpuPool\n"
+                            "try:\n    GpuPool(['0']).acquire(timeout_s=0.3); print('got')\n"
+                            "except TimeoutError:\n    print('busy')"],
+                           capture_output=True, text=True, env={**__import__('os').environ})
+    assert probe.stdout.strip() == "busy", probe.stderr
+    t0 = min(s.acquired_at for s in slots)
+    for s in slots:
+        pool.release(s)
+    busy = pool.busy_fractions(t0, time.monotonic())
+    assert all(0.9 < v <= 1.0 for v in busy.values()), busy   # two lanes held at once count once
+
+
+def test_a_pool_without_cross_process_locks_sets_no_share_lock():
+    s = GpuPool(["0"], cross_process=False, lanes=3).acquire(timeout_s=1)
+    assert "SOLFORGE_GPU_SHARE" not in s.env
+
+
 def test_only_transient_failures_are_retried():
     class RateLimitError(Exception):  # LiteLLM's name; matched by class name, litellm not imported
         pass
