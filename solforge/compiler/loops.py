@@ -256,6 +256,9 @@ def _gt(a, b) -> bool:
     return bool(d.is_number and d > 0)
 
 
+RESHAPE_INDEX_COST = 3
+
+
 def reshape(src: Loader, shape) -> Loader:
     shape = [sympy.sympify(s) for s in shape]
     total = prod(src.shape)
@@ -283,7 +286,12 @@ def reshape(src: Loader, shape) -> Loader:
         flat = sum((i * s for i, s in zip(idx, new_st)), sympy.Integer(0))
         return [ModularIndexing(flat, st, sz) if not same(sz, 1) else sympy.Integer(0)
                 for st, sz in zip(old_st, old_shape)]
-    return reindex(src, shape, f)
+    out = reindex(src, shape, f)
+    # a division and a modulo per element and dim (by runtime sizes, often): cheap once, not when an
+    # anchor re-reads every element per tile (a GEMM reads A N/BN times), so anchors realise it
+    # (Lowering.operand: a contiguous copy the template then reads with plain strides)
+    out.cost = src.cost + RESHAPE_INDEX_COST
+    return out
 
 
 def as_strided(src: Loader, size, stride, offset=0) -> Loader:

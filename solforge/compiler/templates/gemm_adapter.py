@@ -145,6 +145,20 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
     return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params)
 
 
+def _merged(tiers: list) -> list:
+    """Tiers picked by M at run time, a tier dropped where the next one is the same kernel (split-K
+    was all that told them apart): each tier is a kernel body NVRTC compiles, and plans with several
+    GEMMs ran past the compile time limit."""
+    out = []
+    for t in tiers:
+        if out and {k: v for k, v in out[-1].items() if k != "max_m"} == \
+                {k: v for k, v in t.items() if k != "max_m"}:
+            out[-1] = t                 # the later one covers the larger M (or every M)
+        else:
+            out.append(t)
+    return out
+
+
 def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params) -> GemmLaunchSpec:
     from .. import symexpr
     from ..kernel import convert, round_to
@@ -212,7 +226,7 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params) ->
             return symexpr.as_int(e)
         params = G.default_params(spec, hint(M), hint(N), hint(K), hint(NB))
     # one launch: no split-K (its reduce kernel would be a second launch)
-    params = ({"tiers": [dict(t, SPLIT=1) for t in params["tiers"]]} if "tiers" in params
+    params = ({"tiers": _merged([dict(t, SPLIT=1) for t in params["tiers"]])} if "tiers" in params
               else dict(params, SPLIT=1))
     text, launches, _, sig, _ = G.render(spec, params, inline_header=True)
     k.text = text
