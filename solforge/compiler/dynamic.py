@@ -49,6 +49,8 @@ class Sizes:
         self.bounds = {k: symexpr.parse(v["bound"]) if v.get("bound") is not None else None
                        for k, v in (ir.get("dynamic") or {}).items()}
         self.oblivious = {k for k, v in (ir.get("dynamic") or {}).items() if v.get("oblivious")}
+        # sizes computed from other sizes in each kernel (a slice's length: sliced_sizes.py)
+        self.sliced = {k: v["slice"] for k, v in (ir.get("dynamic") or {}).items() if v.get("slice")}
         self.counts: dict = {}     # name -> int64 workspace buffer holding the count
         self.coords: dict = {}     # name -> the nonzero coordinates (a loader), once computed
 
@@ -70,6 +72,10 @@ def device_size(k, name: str) -> Optional[str]:
     sizes = _ACTIVE.get()
     if sizes is None or name not in sizes.bounds:
         return None
+    if name in sizes.sliced:
+        from .sliced_sizes import device_value
+
+        return device_value(k, name, sizes.sliced[name])
     buf = sizes.counts.get(name)
     if buf is None:
         raise ValueError(f"size {name} is read before the kernel that counts it")

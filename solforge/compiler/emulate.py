@@ -24,6 +24,8 @@ SHIM = r"""
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <barrier>
 #include <vector>
@@ -45,6 +47,7 @@ static sf_dim3 blockDim, gridDim;
 static std::barrier<>* sf_bar = nullptr;
 static std::mutex sf_atomic;
 inline void __syncthreads() { if (sf_bar) sf_bar->arrive_and_wait(); }
+[[noreturn]] inline void __trap() { std::fprintf(stderr, "__trap\n"); std::abort(); }  // a failed device check
 static unsigned long long sf_slot[1024];
 inline unsigned sf_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int off) {
