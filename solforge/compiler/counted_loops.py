@@ -103,6 +103,20 @@ def decide(env, expr):
         # oblivious decisions are (dynamic.check_oblivious then refuses reductions over it)
         env.oblivious.append(expr)
         return sympy.false if isinstance(expr, sympy.Eq) else sympy.true
+    if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
+                         sympy.LessThan)) and all(str(s).startswith("u") for s in free):
+        # `l > 0` on a segment length (a filter dropping empty segments): the non-empty side too
+        d = expr.lhs - expr.rhs if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan)) \
+            else expr.rhs - expr.lhs
+        strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+        if d.is_Symbol or (d.is_Add and d.as_coeff_Add()[1].is_Symbol):
+            c = d.as_coeff_Add()[0] if d.is_Add else 0
+            if (strict and c == 0) or (not strict and c == -1):
+                from . import counted_splits
+
+                counted_splits.tested(d.free_symbols)
+                env.oblivious.append(sympy.Eq(d - c, 0))
+                return sympy.true
     if isinstance(expr, sympy.Eq):
         env.assumed.append(expr)
         return sympy.true
@@ -150,7 +164,8 @@ def bind_counts(ir: dict, defn, workloads: list) -> dict:
             axes.update({k: v for k, v in dict(w.scalars()).items() if isinstance(v, int)})
         except Exception:  # noqa: BLE001 - a workload without scalars
             pass
-        envs.append({symexpr.sym(k): int(v) for k, v in axes.items() if isinstance(v, (int, bool))})
+        envs.append({symexpr.sym(k): sympy.Integer(int(v)) for k, v in axes.items()
+                     if isinstance(v, (int, bool))})
     for n in loops:
         e = symexpr.parse(n["count_expr"])
         vals = [e.xreplace(env) for env in envs]

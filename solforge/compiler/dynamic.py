@@ -102,6 +102,10 @@ def check_oblivious(ir: dict) -> Optional[str]:
     guarded = {k for k, v in (ir.get("dynamic") or {}).items() if v.get("oblivious")}
     if not guarded:
         return None
+    for k, v in (ir.get("dynamic") or {}).items():  # a slice between tested bounds: tested too
+        if v.get("slice") and any(str(x) in guarded for p in v["slice"]
+                                  for x in symexpr.parse(p).free_symbols):
+            guarded.add(k)
     shapes: dict = {i["name"]: [i.get("shape") or []] for i in ir["inputs"]}
 
     def names_in(shape_list) -> set:

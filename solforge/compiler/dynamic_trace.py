@@ -106,6 +106,9 @@ class DataDependentHooks:
 
     def __init__(self):
         self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)
+        from . import counted_splits
+
+        counted_splits.reset()
 
     def handle(self, func, args, kwargs):
         import torch
@@ -127,6 +130,11 @@ class DataDependentHooks:
                 for x in env.replace(v.node.expr).free_symbols:
                     env.flags[x] = TRACE_INPUTS[id(args[0])]
             return v
+        from . import counted_splits
+
+        hit = counted_splits.handle(func, args, kwargs)   # split by segment lengths read back
+        if hit is not counted_splits.MISS:
+            return hit
         if func is torch.Tensor.__getitem__ and len(args) == 2 and _counted_index(args):
             from .counted_loops import index_rows
 
@@ -204,10 +212,14 @@ class Tracker:
                              "indexing, masked_select and a slice have a known upper bound)")
         u = fresh[0]
         if sliced is not None:   # a slice between values read back: as long as the dim at most
-            bound, self.values[f"{PREFIX}{len(self.names)}"] = sliced[0], {"slice": sliced[1]}
+            same = next((k for k, v in self.values.items() if v.get("slice") == sliced[1]), None)
+            if same is not None:  # the same bounds of a dim of the same length: the same size
+                self.names[u] = namer.map[u] = symexpr.sym(same)
+                return
+            bound, self.values[f"{PREFIX}{len(self.bounds)}"] = sliced[0], {"slice": sliced[1]}
         else:
             bound = self._bound(n, op, namer, shape_env)
-        name = f"{PREFIX}{len(self.names)}"
+        name = f"{PREFIX}{len(self.bounds)}"
         self.names[u] = symexpr.sym(name)
         namer.map[u] = symexpr.sym(name)
         self.bounds[name] = bound
@@ -223,7 +235,7 @@ class Tracker:
         u = shape_env.replace(v.node.expr)
         if not isinstance(u, sympy.Symbol) or u in namer.map or not str(u).startswith("u"):
             return None
-        name = f"{PREFIX}{len(self.names)}"
+        name = f"{PREFIX}{len(self.bounds)}"
         self.names[u] = symexpr.sym(name)
         namer.map[u] = symexpr.sym(name)
         self.bounds[name] = None
