@@ -180,6 +180,9 @@ def finalize(lowering) -> None:
     sizes = lowering.dyn
     if not sizes:
         return
+    from . import guessed_bounds
+
+    guessed_bounds.guess(lowering)   # a value read back that no shape bounds: a checked guess
     for b in lowering.ws:
         b.shape = [dynamic.upper(s, sizes) for s in b.shape]
         if any(dynamic.is_dynamic(str(x)) for s in b.shape for x in sympy.sympify(s).free_symbols):
