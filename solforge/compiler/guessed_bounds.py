@@ -1,49 +1,132 @@
-"""An upper bound for a size read back from the device that nothing proves (`n = t.max().item() + 1;
-torch.zeros(n, d)`): a generous guess, checked on the device.
+"""Upper bounds for sizes computed from values read back from the device (`.item()`), before the
+lowering sizes its buffers and grids at the bounds (dynamic_lower.finalize).
 
-The guess is the inputs' total element count (a size computed from tensor values counts or indexes
-their elements, in every problem seen; the sum of the inputs' numels is a polynomial over the axes
-and at least the largest). A one-thread kernel right after the kernel that writes the value traps
-when it is negative or over the guess, so a workload the guess does not cover fails on the device
-instead of overrunning its buffer. Values written more than once (inside a rolled loop) are not
-guessed for: their buffers stay refused.
+First what the expression proves (`bound_of`): `min(R, k % R)` is at most R whatever k is (a min
+is at most any of its bounded sides, a modulo below its divisor), sums and products of bounded
+non-negative parts are at most their bounds' sums and products. A buffer dim bounded this way is
+allocated at that bound.
+
+Where nothing proves one (`n = t.max().item() + 1; torch.zeros(n, d)`), a generous guess, checked
+on the device: the inputs' total element count (a size computed from tensor values counts or
+indexes their elements, in every problem seen; the sum of the inputs' numels is a polynomial over
+the axes and at least the largest). A one-thread kernel right after the kernel that writes the
+value traps when it is negative or over the guess, so a workload the guess does not cover fails on
+the device instead of overrunning its buffer. Values written more than once (inside a rolled loop)
+are not guessed for: their buffers stay refused.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import sympy
+from torch.utils._sympy.functions import FloorDiv, Max, Min, ModularIndexing, Mod, PythonMod
 
 from . import dynamic
 
+_GRID_STRIDE = ("pointwise", "scatter", "reduction", "scan", "sort")
+
+
+def bound_of(e, bounds: dict) -> Optional[sympy.Expr]:
+    """An upper bound of a size expression over axes (non-negative) and data-dependent values
+    (`bounds`: name -> bound, None when unbounded), or None when the expression proves none."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return e
+    if e.is_Symbol:
+        n = str(e)
+        if dynamic.is_dynamic(n):
+            return bounds.get(n)
+        return e
+    if isinstance(e, Min):
+        got = [b for b in (bound_of(a, bounds) for a in e.args) if b is not None]
+        return Min(*got) if len(got) > 1 else (got[0] if got else None)
+    if isinstance(e, Max):
+        got = [bound_of(a, bounds) for a in e.args]
+        return None if any(b is None for b in got) else Max(*got)
+    if isinstance(e, (Mod, PythonMod)) or (isinstance(e, sympy.Mod)):
+        m = e.args[1]
+        return m if m.is_positive or (m.is_Symbol and not dynamic.is_dynamic(str(m))) else None
+    if isinstance(e, ModularIndexing):
+        m = e.args[2]
+        return m if not any(dynamic.is_dynamic(str(x)) for x in m.free_symbols) else None
+    if isinstance(e, FloorDiv):
+        b = bound_of(e.args[0], bounds)
+        d = e.args[1]
+        return FloorDiv(b, d) if b is not None and d.is_Integer and d > 0 else None
+    if e.is_Add:
+        out = sympy.Integer(0)
+        for t in e.args:
+            c, rest = t.as_coeff_Mul()
+            if c < 0:
+                # a subtracted size: at most 0 when it is an axis product (non-negative)
+                if any(dynamic.is_dynamic(str(x)) for x in rest.free_symbols):
+                    return None
+                continue
+            b = bound_of(t, bounds)
+            if b is None:
+                return None
+            out = out + b
+        return out
+    if e.is_Mul:
+        out = sympy.Integer(1)
+        for f in e.args:
+            if f.is_number and f < 0:
+                return None
+            b = bound_of(f, bounds)
+            if b is None:
+                return None
+            out = out * b
+        return out
+    return None
+
+
+def _unbounded(e, bounds) -> list:
+    return sorted(str(x) for x in sympy.sympify(e).free_symbols
+                  if dynamic.is_dynamic(str(x)) and bounds.get(str(x), 0) is None)
+
 
 def guess(lowering) -> None:
-    """Give each unbounded value read back that a workspace buffer's shape uses a guessed bound,
-    with its device check (before dynamic_lower.finalize sizes the buffers)."""
+    """Bound the workspace buffers' data-dependent dims (what the expressions prove, else a
+    checked guess per value read back), before dynamic_lower.finalize sizes buffers and grids."""
+    import ast
+
     sizes = lowering.dyn
-    needed = []
+    needed: list = []
     for b in lowering.ws:
         for s in b.shape:
-            for x in sympy.sympify(s).free_symbols:
-                n = str(x)
-                if dynamic.is_dynamic(n) and sizes.bounds.get(n, 0) is None and n not in needed:
-                    needed.append(n)
-    if not needed:
-        return
-    total = sympy.Integer(0)
-    for inp in lowering.ir["inputs"]:
-        if inp["kind"] == "tensor":
-            from . import symexpr
+            if _unbounded(s, sizes.bounds) and bound_of(s, sizes.bounds) is None:
+                needed += [n for n in _unbounded(s, sizes.bounds) if n not in needed]
+    for spec in lowering.kernels:   # a grid over a value read back (a grid-stride loop needs none)
+        if spec.kind in _GRID_STRIDE or spec.kind == "attention":
+            continue
+        for g in spec.grid:
+            names = {x.id for x in ast.walk(ast.parse(str(g), mode="eval")) if isinstance(x, ast.Name)}
+            needed += [n for n in sorted(names) if dynamic.is_dynamic(n)
+                       and sizes.bounds.get(n, 0) is None and n not in needed]
+    if needed:
+        total = sympy.Integer(0)
+        for inp in lowering.ir["inputs"]:
+            if inp["kind"] == "tensor":
+                from . import symexpr
 
-            total = total + sympy.Mul(*[symexpr.parse(s) for s in inp["shape"]])
-    for name in needed:
-        buf = sizes.counts.get(name)
-        if buf is None or name in sizes.sliced:
-            continue
-        writers = [i for i, spec in enumerate(lowering.kernels) if buf.name in spec.kernel.written]
-        if len(writers) > 1 or (buf.kind == "ws" and not writers):
-            continue
-        sizes.bounds[name] = total
-        lowering.kernels.insert(writers[0] + 1 if writers else 0, _check(lowering, buf, total, name))
+                total = total + sympy.Mul(*[symexpr.parse(s) for s in inp["shape"]])
+        for name in needed:
+            buf = sizes.counts.get(name)
+            if buf is None or name in sizes.sliced:
+                continue
+            writers = [i for i, spec in enumerate(lowering.kernels) if buf.name in spec.kernel.written]
+            if len(writers) > 1 or (buf.kind == "ws" and not writers):
+                continue
+            sizes.bounds[name] = total
+            lowering.kernels.insert(writers[0] + 1 if writers else 0, _check(lowering, buf, total, name))
+    for b in lowering.ws:   # what the expressions prove (with the guesses)
+        shape = []
+        for s in b.shape:
+            dyn = any(dynamic.is_dynamic(str(x)) for x in sympy.sympify(s).free_symbols)
+            ub = bound_of(s, sizes.bounds) if dyn else None
+            shape.append(ub if ub is not None else s)
+        b.shape = shape
 
 
 def _check(lowering, buf, bound, name):
