@@ -100,3 +100,62 @@ def run(x, cu):
 """
     out = compile_problem(_custom(tmp_path, "segsum", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}]))
     assert not out.ok and "\n" not in out.reason
+
+
+def test_split_by_lengths_read_back_filtered_and_emulated(tmp_path):
+    """`x.split(lengths.tolist())` with empty segments filtered out by a comprehension, a loop over
+    the chunks zipped from two splits, their outputs concatenated along a middle dim."""
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    lengths = [n for n in lengths if n > 0]
+    outs = []
+    for q, k in zip(x.split(lengths, dim=1), (x * 0.5).split(lengths, dim=1)):
+        a = torch.softmax(torch.matmul(q, k.transpose(1, 2)), dim=-1)
+        outs.append(torch.matmul(a, k))
+    return torch.cat(outs, dim=1) - x
+"""
+    p = _custom(tmp_path, "segsplit", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_size_read_back_without_a_bound_gets_a_checked_guess(tmp_path):
+    """`m = idx.max().item() + 1; zeros(m, C).index_add_(0, idx, x)`: no shape bounds m, so the
+    plan sizes the buffer at a guess and checks the value on the device."""
+    from solforge.compiler.api import compile_problem
+    from solforge.problem.loader import load_problem_dir
+
+    name = "guess"
+    make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                 {"x": T("R", "C"), "idx": {"shape": ["R"], "dtype": "int64"}}, {"y": T("C")},
+                 """
+                 import torch
+                 def get_inputs(axes_and_scalars, device):
+                     r = axes_and_scalars["R"]
+                     return {"x": torch.randn(r, 4, device=device),
+                             "idx": torch.randint(0, r, (r,), device=device)}
+                 def run(x, idx):
+                     m = idx.max().item() + 1
+                     z = torch.zeros(m, x.shape[1], dtype=x.dtype, device=x.device)
+                     z.index_add_(0, idx, x)
+                     return torch.arange(m, dtype=x.dtype, device=x.device) @ z
+                 """, [{"R": 5}, {"R": 9}])
+    d = tmp_path / name
+    defn = json.loads((d / "definition.json").read_text())
+    defn["custom_inputs_entrypoint"] = "get_inputs"
+    (d / "definition.json").write_text(json.dumps(defn))
+    rows = [json.loads(line) for line in (d / "workload.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    p = load_problem_dir(d)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "bound_check" in out.candidate.sources["kernel.cu"]
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
