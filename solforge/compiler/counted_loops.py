@@ -85,8 +85,12 @@ def index_rows(x, i):
     pass; past n the device never runs the iteration)."""
     import torch
 
+    rest = None
+    if isinstance(i, tuple):   # t[i, 0]: the row, then the rest of the index
+        i, rest = i[0], i[1:]
     t = torch.full((1,), int(i), dtype=torch.int64, device=x.device)
-    return torch.index_select(x, 0, t).squeeze(0)
+    row = torch.index_select(x, 0, t).squeeze(0)
+    return row[rest] if rest else row
 
 
 def decide(env, expr):

@@ -70,6 +70,8 @@ def _counted_index(args) -> bool:
 
     loops = _counted_loops()
     x, i = args
+    if isinstance(i, tuple) and i:   # t[i, 0]: the row, then the rest
+        i = i[0]
     return loops is not None and loops.counted > 0 and isinstance(i, _Idx) and \
         isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.shape[0], torch.SymInt)
 

@@ -12,7 +12,8 @@ indexes their elements, in every problem seen; the sum of the inputs' numels is 
 the axes and at least the largest). A one-thread kernel right after the kernel that writes the
 value traps when it is negative or over the guess, so a workload the guess does not cover fails on
 the device instead of overrunning its buffer. Values written more than once (inside a rolled loop)
-are not guessed for: their buffers stay refused.
+are not guessed for, nor values whose product sizes a buffer (a product of guesses would be far
+beyond any use): those buffers stay refused.
 """
 
 from __future__ import annotations
@@ -93,16 +94,24 @@ def guess(lowering) -> None:
 
     sizes = lowering.dyn
     needed: list = []
+    refused: set = set()
     for b in lowering.ws:
+        names = []
         for s in b.shape:
             if _unbounded(s, sizes.bounds) and bound_of(s, sizes.bounds) is None:
-                needed += [n for n in _unbounded(s, sizes.bounds) if n not in needed]
+                names += [n for n in _unbounded(s, sizes.bounds) if n not in names]
+        if names and _degree(b.numel(), names) > 1:
+            # a product of values read back (t * h * w rows): a product of guesses would size the
+            # buffer far beyond any use, so none of them is guessed (the plan is refused)
+            refused.update(names)
+        needed += [n for n in names if n not in needed]
+    needed = [n for n in needed if n not in refused]
     for spec in lowering.kernels:   # a grid over a value read back (a grid-stride loop needs none)
         if spec.kind in _GRID_STRIDE or spec.kind == "attention":
             continue
         for g in spec.grid:
             names = {x.id for x in ast.walk(ast.parse(str(g), mode="eval")) if isinstance(x, ast.Name)}
-            needed += [n for n in sorted(names) if dynamic.is_dynamic(n)
+            needed += [n for n in sorted(names) if dynamic.is_dynamic(n) and n not in refused
                        and sizes.bounds.get(n, 0) is None and n not in needed]
     if needed:
         total = sympy.Integer(0)
@@ -127,6 +136,16 @@ def guess(lowering) -> None:
             ub = bound_of(s, sizes.bounds) if dyn else None
             shape.append(ub if ub is not None else s)
         b.shape = shape
+
+
+def _degree(e, names) -> int:
+    """The total degree of a size in these values (a large number when it is not a polynomial)."""
+    from . import symexpr
+
+    try:
+        return sympy.Poly(sympy.expand(e), *[symexpr.sym(n) for n in names]).total_degree()
+    except sympy.PolynomialError:
+        return 99
 
 
 def _check(lowering, buf, bound, name):

@@ -407,6 +407,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
                            batch_loops=batch_loops, symint=symint, baked=baked)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
+        if loops.any_counted and short_loops:   # a loop of a symbolic count (counted_loops.py)
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False,  # that failed:
+                               flag_policy=flag_policy, batch_loops=batch_loops,  # as before
+                               symint=symint, baked=baked)
         if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
             return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False,
                                symint=symint, baked=baked)
