@@ -293,3 +293,115 @@ def assumed_checks(L) -> None:
         a, b = symexpr.parse(lhs), symexpr.parse(rhs)
         L.kernels.append(check_kernel(L, lambda k, a=a, b=b: f"({k.c(a)}) == ({k.c(b)})",
                                       "assumed_check"))
+
+
+# ── before rolling: values one loop's iteration reads from another's ─────────────────────────────
+def rematerialize(ir: dict, reps: int) -> dict:
+    """A loop whose iteration j reads values of an earlier loop's iteration j (`for w, q in
+    zip(weights_list, qs)` over a list the first loop filled) recomputes them in its own iteration:
+    each of its blocks starts with a copy of the nodes of the earlier block it needs (and their
+    ancestors in that block). Both loops then roll on their own (a value per iteration cannot leave
+    a loop but through a collected cat). The IR itself when no block reads another loop's."""
+    from .ir import refs as _refs
+    from .rolling import _sig
+
+    nodes = ir["nodes"]
+    runs = _periodic_runs([_sig(n) for n in nodes], reps)
+    if len(runs) < 2:
+        return ir
+    pos = {n["name"]: i for i, n in enumerate(nodes)}
+
+    def block_of(i):
+        for s, P in runs:
+            if s <= i < s + P * reps:
+                return s, P, (i - s) // P
+        return None
+
+    needs: dict = {}    # run start -> {earlier run start: set of relative indices}
+    for s, P in runs:
+        for b in range(reps):
+            for j in range(P):
+                n = nodes[s + b * P + j]
+                for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
+                    p = pos.get(r)
+                    if p is None or p >= s:
+                        continue
+                    got = block_of(p)
+                    if got is None:
+                        continue
+                    s2, P2, b2 = got
+                    if b2 != b:
+                        return ir   # another iteration's value: not this shape
+                    needs.setdefault(s, {}).setdefault(s2, set()).add((p - s2) % P2)
+    if not needs:
+        return ir
+    period = dict(runs)
+    for s, srcs in needs.items():   # ancestors inside the source block, in block order
+        for s2, rel in srcs.items():
+            P2 = period[s2]
+            todo = sorted(rel, reverse=True)
+            while todo:
+                j = todo.pop()
+                n = nodes[s2 + j]
+                for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
+                    p = pos.get(r)
+                    if p is not None and s2 <= p < s2 + P2 and p - s2 not in rel:
+                        rel.add(p - s2)
+                        todo.append(p - s2)
+    out, i = [], 0
+
+    def ren(a, m):
+        if isinstance(a, dict) and "ref" in a:
+            return {"ref": m.get(a["ref"], a["ref"])}
+        if isinstance(a, list):
+            return [ren(x, m) for x in a]
+        if isinstance(a, dict):
+            return {k: ren(v, m) for k, v in a.items()}
+        return a
+    while i < len(nodes):
+        if i not in needs:
+            out.append(nodes[i])
+            i += 1
+            continue
+        s, P = i, period[i]
+        for b in range(reps):
+            m: dict = {}
+            for s2, rel in sorted(needs[s].items()):
+                P2 = period[s2]
+                for j in sorted(rel):
+                    src = nodes[s2 + b * P2 + j]
+                    name = f"{src['name']}_re{s}"
+                    m[src["name"]] = name
+                    out.append({**src, "name": name, "args": ren(src["args"], m),
+                                "kwargs": ren(src["kwargs"], m)})
+            for j in range(P):
+                n = nodes[s + b * P + j]
+                out.append({**n, "args": ren(n["args"], m), "kwargs": ren(n["kwargs"], m)})
+        i = s + P * reps
+    return {**ir, "nodes": out}
+
+
+def _periodic_runs(sigs: list, reps: int) -> list:
+    """(start, period) of each run of exactly `reps` blocks of the same node signatures, scanning
+    as rolling.roll does."""
+    from .rolling import MAX_PERIOD
+
+    ids: dict = {}
+    x = [ids.setdefault(g, len(ids)) for g in sigs]
+    N, i, out = len(x), 0, []
+    while i < N:
+        best = None
+        for P in range(1, min(MAX_PERIOD, (N - i) // reps) + 1):
+            if not all(x[i + j] == x[i + P + j] for j in range(P)):
+                continue
+            R = 2
+            while i + (R + 1) * P <= N and all(x[i + j] == x[i + R * P + j] for j in range(P)):
+                R += 1
+            if R == reps and (best is None or P > best):
+                best = P
+        if best is not None:
+            out.append((i, best))
+            i += best * reps
+        else:
+            i += 1
+    return out

@@ -540,6 +540,10 @@ def extrapolate(ir: dict, counts: list, guards: "dict | None" = None) -> "dict |
     its real iteration count; None when the traced iterations do not roll into exactly one loop
     node each (then the loops must be traced in full)."""
     counted = any(isinstance(c, str) for c in counts)
+    if counted:   # a loop reading an earlier loop's iteration values recomputes them
+        from .counted_loops import rematerialize
+
+        ir = rematerialize(ir, SHORT_RUN)
     rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN, collect=counted)
     loops = [n for n in rolled["nodes"] if n["op"] == LOOP_OP]
     if len(loops) != len(counts):
