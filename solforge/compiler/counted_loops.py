@@ -336,15 +336,20 @@ def rematerialize(ir: dict, reps: int) -> dict:
     if not needs:
         return ir
     period = dict(runs)
+    dyn = ir.get("dynamic") or {}
     for s, srcs in needs.items():   # ancestors inside the source block, in block order
         for s2, rel in srcs.items():
             P2 = period[s2]
+            # the values read back in this block, by the size they name: a cloned node that names
+            # one (a slice between them, a shape of their length) needs its read too
+            reads = {n["sym"]: j for j, n in enumerate(nodes[s2:s2 + P2]) if n.get("sym")}
             todo = sorted(rel, reverse=True)
             while todo:
                 j = todo.pop()
                 n = nodes[s2 + j]
-                for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
-                    p = pos.get(r)
+                deps = [pos.get(r) for r in _refs(n["args"]) + _refs(list(n["kwargs"].values()))]
+                deps += [s2 + reads[x] for x in _dyn_names(n, dyn) if x in reads]
+                for p in deps:
                     if p is not None and s2 <= p < s2 + P2 and p - s2 not in rel:
                         rel.add(p - s2)
                         todo.append(p - s2)
@@ -379,6 +384,31 @@ def rematerialize(ir: dict, reps: int) -> dict:
                 out.append({**n, "args": ren(n["args"], m), "kwargs": ren(n["kwargs"], m)})
         i = s + P * reps
     return {**ir, "nodes": out}
+
+
+def _dyn_names(n: dict, dyn: dict) -> set:
+    """The data-dependent sizes a node names (its shape, its size arguments), with the values a
+    sliced size is computed from."""
+    import json
+
+    from . import dynamic
+
+    text = json.dumps([n.get("shape"), n.get("outs"), n["args"], n["kwargs"]])
+    out, todo = set(), [w for w in _words(text) if dynamic.is_dynamic(w)]
+    while todo:
+        x = todo.pop()
+        if x in out:
+            continue
+        out.add(x)
+        for part in (dyn.get(x) or {}).get("slice") or []:
+            todo += [w for w in _words(part) if dynamic.is_dynamic(w)]
+    return out
+
+
+def _words(text: str) -> list:
+    import re
+
+    return re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
 
 
 def _periodic_runs(sigs: list, reps: int) -> list:

@@ -90,9 +90,13 @@ def device_size(k, name: str) -> Optional[str]:
 def upper(e, sizes: Sizes):
     """A size expression with every dynamic size at its upper bound."""
     e = sympy.sympify(e)
-    rep = {symexpr.sym(n): b for n, b in sizes.bounds.items()
-           if b is not None and symexpr.sym(n) in e.free_symbols}
-    return e.xreplace(rep) if rep else e
+    for _ in range(8):   # a bound may name another size (a slice of a collected cat's length)
+        rep = {symexpr.sym(n): b for n, b in sizes.bounds.items()
+               if b is not None and symexpr.sym(n) in e.free_symbols}
+        if not rep:
+            break
+        e = e.xreplace(rep)
+    return e
 
 
 def check_oblivious(ir: dict) -> Optional[str]:

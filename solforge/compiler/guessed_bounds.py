@@ -28,7 +28,7 @@ from . import dynamic
 _GRID_STRIDE = ("pointwise", "scatter", "reduction", "scan", "sort")
 
 
-def bound_of(e, bounds: dict) -> Optional[sympy.Expr]:
+def bound_of(e, bounds: dict, depth: int = 0) -> Optional[sympy.Expr]:
     """An upper bound of a size expression over axes (non-negative) and data-dependent values
     (`bounds`: name -> bound, None when unbounded), or None when the expression proves none."""
     e = sympy.sympify(e)
@@ -37,7 +37,11 @@ def bound_of(e, bounds: dict) -> Optional[sympy.Expr]:
     if e.is_Symbol:
         n = str(e)
         if dynamic.is_dynamic(n):
-            return bounds.get(n)
+            b = bounds.get(n)
+            if b is not None and depth < 8 and any(dynamic.is_dynamic(str(x)) for x in
+                                                   sympy.sympify(b).free_symbols):
+                return bound_of(b, bounds, depth + 1)   # a bound naming another size
+            return b
         return e
     if isinstance(e, Min):
         got = [b for b in (bound_of(a, bounds) for a in e.args) if b is not None]

@@ -349,6 +349,13 @@ def _rewrite(ir, runs) -> dict:
         i = s + R * P
     res = {**ir, "nodes": out, "outputs": fix(ir["outputs"])}
     if sizes:
+        for k, v in list(dyn.items()):   # a size bounded or sliced by a collected cat's length
+            v = dict(v)
+            if v.get("bound") is not None:
+                v["bound"] = _over(v["bound"], sizes)
+            if v.get("slice"):
+                v["slice"] = [_over(x, sizes) for x in v["slice"]]
+            dyn[k] = v
         res["dynamic"] = dyn
         if ir.get("assumed"):
             res["assumed"] = [[_over(a, sizes), _over(b, sizes)] for a, b in ir["assumed"]]

@@ -159,3 +159,56 @@ def test_size_read_back_without_a_bound_gets_a_checked_guess(tmp_path):
     assert "bound_check" in out.candidate.sources["kernel.cu"]
     r = check_problem(p, cap=8)
     assert r["ok"], r
+
+
+def test_a_second_loop_over_the_first_loops_values_recomputes_them(tmp_path):
+    """The second loop zips a list the first one filled (a backward pass over saved attention
+    weights): each of its iterations recomputes the first loop's values it reads, so both roll."""
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    ws, outs = [], []
+    for q in x.split(lengths, dim=1):
+        w = torch.softmax(torch.matmul(q, q.transpose(1, 2)), dim=-1)
+        ws.append(w)
+        outs.append(torch.matmul(w, q))
+    y = torch.cat(outs, dim=1)
+    grads = []
+    for w, g in zip(ws, (y * 2.0).split(lengths, dim=1)):
+        grads.append(torch.matmul(w.transpose(1, 2), g))
+    return torch.cat(grads, dim=1) + y
+"""
+    p = _custom(tmp_path, "segtwice", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert sum(launch.kernel.endswith("_collect") for launch in out.candidate.launches) == 2 * 5
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+@pytest.mark.parametrize("body", [
+    "    acc = torch.zeros(x.shape[1], w.shape[0])\n"
+    "    for b in range(x.shape[0]):\n"
+    "        acc = acc + x[b] @ w.t()\n"
+    "    return acc.unsqueeze(0).expand(x.shape[0], -1, -1) * 1.0\n",
+    "    out = torch.empty(x.shape[0], x.shape[1], w.shape[0])\n"
+    "    for b in range(x.shape[0]):\n"
+    "        out[b] = x[b] @ w.t() * (b + 1)\n"
+    "    return out\n"])
+def test_a_loop_over_a_batch_size_vmap_cannot_batch(tmp_path, body):
+    """An accumulator carried through the iterations (one loop of the symbolic count, not a
+    variant per size), or the index in arithmetic (unrolled per size as before): emulated."""
+    from solforge.compiler.api import compile_problem
+
+    p = make_problem(tmp_path, "batchloop", {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
+                                             "K": {"type": "const", "value": 8},
+                                             "N": {"type": "const", "value": 6}},
+                     {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
+                     "import torch\ndef run(x, w):\n" + body, [{"B": 2}, {"B": 7}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert ("variants" in out.segments) == ("(b + 1)" in body)
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
