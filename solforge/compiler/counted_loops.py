@@ -200,14 +200,12 @@ def count_check(L, node):
 
 def collect_start(L, node) -> dict:
     """The collected buffers of a loop (one per `collects` entry) and their running offsets."""
-    from .loops import Loader  # noqa: F401 - the values written are loaders
+    from .generic import LaunchSpec
+    from .kernel import Kernel
 
     out = {}
     for c in node.get("collects") or []:
         off = L.new_buffer("int64", [sympy.Integer(1)])
-        from .generic import LaunchSpec
-        from .kernel import Kernel
-
         k = Kernel(L.kname("collect_init"))
         k.emit("if (threadIdx.x == 0) " + f"{k.ptr(off)}[0] = 0;")
         L.kernels.append(LaunchSpec(k, ["1"], ["32"], kind="collect"))
