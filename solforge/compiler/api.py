@@ -209,7 +209,15 @@ def _traced(defn, workloads: list, timeout_s: float):
 
     key = _key(defn, workloads)
     if key not in _TRACES:
-        _TRACES[key] = trace_definition(defn, workloads, timeout_s=timeout_s)
+        tr = trace_definition(defn, workloads, timeout_s=timeout_s)
+        if tr.ok:   # loops of a symbolic count: launched for the largest workload's count
+            from .counted_loops import bind_counts
+
+            try:
+                bind_counts(tr.ir, defn, workloads)
+            except ValueError as e:
+                tr = type(tr)(False, reason=str(e))
+        _TRACES[key] = tr
     return _TRACES[key]
 
 

@@ -49,6 +49,8 @@ class Sizes:
         self.bounds = {k: symexpr.parse(v["bound"]) if v.get("bound") is not None else None
                        for k, v in (ir.get("dynamic") or {}).items()}
         self.oblivious = {k for k, v in (ir.get("dynamic") or {}).items() if v.get("oblivious")}
+        # sizes computed from other sizes in each kernel (a slice's length: sliced_sizes.py)
+        self.sliced = {k: v["slice"] for k, v in (ir.get("dynamic") or {}).items() if v.get("slice")}
         self.counts: dict = {}     # name -> int64 workspace buffer holding the count
         self.coords: dict = {}     # name -> the nonzero coordinates (a loader), once computed
 
@@ -70,6 +72,10 @@ def device_size(k, name: str) -> Optional[str]:
     sizes = _ACTIVE.get()
     if sizes is None or name not in sizes.bounds:
         return None
+    if name in sizes.sliced:
+        from .sliced_sizes import device_value
+
+        return device_value(k, name, sizes.sliced[name])
     buf = sizes.counts.get(name)
     if buf is None:
         raise ValueError(f"size {name} is read before the kernel that counts it")
@@ -84,9 +90,13 @@ def device_size(k, name: str) -> Optional[str]:
 def upper(e, sizes: Sizes):
     """A size expression with every dynamic size at its upper bound."""
     e = sympy.sympify(e)
-    rep = {symexpr.sym(n): b for n, b in sizes.bounds.items()
-           if b is not None and symexpr.sym(n) in e.free_symbols}
-    return e.xreplace(rep) if rep else e
+    for _ in range(8):   # a bound may name another size (a slice of a collected cat's length)
+        rep = {symexpr.sym(n): b for n, b in sizes.bounds.items()
+               if b is not None and symexpr.sym(n) in e.free_symbols}
+        if not rep:
+            break
+        e = e.xreplace(rep)
+    return e
 
 
 def check_oblivious(ir: dict) -> Optional[str]:
@@ -96,6 +106,10 @@ def check_oblivious(ir: dict) -> Optional[str]:
     guarded = {k for k, v in (ir.get("dynamic") or {}).items() if v.get("oblivious")}
     if not guarded:
         return None
+    for k, v in (ir.get("dynamic") or {}).items():  # a slice between tested bounds: tested too
+        if v.get("slice") and any(str(x) in guarded for p in v["slice"]
+                                  for x in symexpr.parse(p).free_symbols):
+            guarded.add(k)
     shapes: dict = {i["name"]: [i.get("shape") or []] for i in ir["inputs"]}
 
     def names_in(shape_list) -> set:

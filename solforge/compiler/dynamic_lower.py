@@ -171,6 +171,12 @@ def _upper_text(expr: str, sizes) -> str:
 
 
 _GRID_STRIDE = ("pointwise", "scatter", "reduction", "scan", "sort")
+
+
+def _reads_back(expr: str, sizes) -> bool:
+    """Whether a launch expression names a value read back that has no bound."""
+    return any(isinstance(x, ast.Name) and dynamic.is_dynamic(x.id) and sizes.bounds.get(x.id) is None
+               for x in ast.walk(ast.parse(expr, mode="eval")))
 _DYN_GRID_CAP = 2048
 
 
@@ -180,6 +186,9 @@ def finalize(lowering) -> None:
     sizes = lowering.dyn
     if not sizes:
         return
+    from . import guessed_bounds
+
+    guessed_bounds.guess(lowering)   # a value read back that no shape bounds: a checked guess
     for b in lowering.ws:
         b.shape = [dynamic.upper(s, sizes) for s in b.shape]
         if any(dynamic.is_dynamic(str(x)) for s in b.shape for x in sympy.sympify(s).free_symbols):
@@ -189,6 +198,8 @@ def finalize(lowering) -> None:
         if spec.kind == "attention":  # the template's launches are rendered from its own spec
             raise ValueError("an attention segment in a plan with sizes counted on the device")
         grid = [_upper_text(str(g), sizes) for g in spec.grid]
+        if spec.kind in _GRID_STRIDE:   # any grid serves a grid-stride loop: a value read back
+            grid = [str(_DYN_GRID_CAP) if _reads_back(g, sizes) else g for g in grid]
         if any(dynamic.is_dynamic(x.id) for g in grid for x in ast.walk(ast.parse(g, mode="eval"))
                if isinstance(x, ast.Name)):
             raise ValueError("a launch grid depends on a value read back from the device (.item())")

@@ -31,6 +31,13 @@ def make_shape_env(**kw):
                     self.oblivious.append(orig_expr)
                     return r
                 free = orig_expr.free_symbols
+                loops = _counted_loops()
+                if loops is not None and loops.any_counted:
+                    from .counted_loops import decide
+
+                    r = decide(self, orig_expr)   # sizes read back in a counted loop
+                    if r is not None:
+                        return r
                 if free and all(x in self.flags for x in free):
                     # a branch on an int/bool input read back (`if flag.item():`): this trace
                     # takes the policy's side; flags.py traces every side as a variant
@@ -42,10 +49,31 @@ def make_shape_env(**kw):
 
     env = ObliviousShapeEnv(**kw)
     env.oblivious = []
+    env.assumed = []        # size equalities assumed and checked on the device (counted_loops.py)
     env.flags = {}          # unbacked symbol -> the input tensor whose one value it is
     env.flag_policy = []    # the side each branch on a flag takes, in order (default False)
     env.flag_taken = []     # (condition, side) of each branch taken on a flag
     return env
+
+
+def _counted_loops():
+    from .rolling import active_loops
+
+    return active_loops()
+
+
+def _counted_index(args) -> bool:
+    """`t[i]` with i a shortened loop's index inside a counted loop, t of a symbolic length."""
+    import torch
+
+    from .rolling import _Idx
+
+    loops = _counted_loops()
+    x, i = args
+    if isinstance(i, tuple) and i:   # t[i, 0]: the row, then the rest
+        i = i[0]
+    return loops is not None and loops.counted > 0 and isinstance(i, _Idx) and \
+        isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.shape[0], torch.SymInt)
 
 
 MISS = object()
@@ -80,6 +108,9 @@ class DataDependentHooks:
 
     def __init__(self):
         self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)
+        from . import counted_splits
+
+        counted_splits.reset()
 
     def handle(self, func, args, kwargs):
         import torch
@@ -101,6 +132,15 @@ class DataDependentHooks:
                 for x in env.replace(v.node.expr).free_symbols:
                     env.flags[x] = TRACE_INPUTS[id(args[0])]
             return v
+        from . import counted_splits
+
+        hit = counted_splits.handle(func, args, kwargs)   # split by segment lengths read back
+        if hit is not counted_splits.MISS:
+            return hit
+        if func is torch.Tensor.__getitem__ and len(args) == 2 and _counted_index(args):
+            from .counted_loops import index_rows
+
+            return index_rows(*args)   # t[i] in a loop of a symbolic count (counted_loops.py)
         if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], torch.SymInt):
             return torch.select(args[0], 0, args[1])   # w[e] with e read back (Python indexing refuses)
         if func is torch.Tensor.unbind and args and isinstance(args[0], torch.Tensor) and \
@@ -146,6 +186,7 @@ class Tracker:
     def __init__(self):
         self.names: dict = {}      # unbacked sympy symbol -> sympy symbol dyn<i>
         self.bounds: dict = {}     # "dyn<i>" -> bound axis expression
+        self.values: dict = {}     # "dyn<i>" -> how a size is computed from others (sliced_sizes)
 
     def bind_node(self, n, namer, shape_env) -> None:
         import torch
@@ -165,12 +206,22 @@ class Tracker:
         if not fresh:
             return
         op = str(n.target)
-        if op not in _PRODUCERS or len(set(fresh)) != 1:
-                        raise TraceError(f"a data-dependent size from {op} (only nonzero, boolean-mask "
-                             "indexing and masked_select have a known upper bound)")
+        from . import sliced_sizes
+
+        sliced = sliced_sizes.spec(n, namer, shape_env) if len(set(fresh)) == 1 else None
+        if sliced is None and (op not in _PRODUCERS or len(set(fresh)) != 1):
+            raise TraceError(f"a data-dependent size from {op} (only nonzero, boolean-mask "
+                             "indexing, masked_select and a slice have a known upper bound)")
         u = fresh[0]
-        bound = self._bound(n, op, namer, shape_env)
-        name = f"{PREFIX}{len(self.names)}"
+        if sliced is not None:   # a slice between values read back: as long as the dim at most
+            same = next((k for k, v in self.values.items() if v.get("slice") == sliced[1]), None)
+            if same is not None:  # the same bounds of a dim of the same length: the same size
+                self.names[u] = namer.map[u] = symexpr.sym(same)
+                return
+            bound, self.values[f"{PREFIX}{len(self.bounds)}"] = sliced[0], {"slice": sliced[1]}
+        else:
+            bound = self._bound(n, op, namer, shape_env)
+        name = f"{PREFIX}{len(self.bounds)}"
         self.names[u] = symexpr.sym(name)
         namer.map[u] = symexpr.sym(name)
         self.bounds[name] = bound
@@ -186,7 +237,7 @@ class Tracker:
         u = shape_env.replace(v.node.expr)
         if not isinstance(u, sympy.Symbol) or u in namer.map or not str(u).startswith("u"):
             return None
-        name = f"{PREFIX}{len(self.names)}"
+        name = f"{PREFIX}{len(self.bounds)}"
         self.names[u] = symexpr.sym(name)
         namer.map[u] = symexpr.sym(name)
         self.bounds[name] = None
@@ -229,7 +280,7 @@ class Tracker:
             obl = [sympy.srepr(g) for g in getattr(shape_env, "oblivious", [])
                    if u in {str(s) for s in g.free_symbols}]
             out[name] = {"bound": bound, "oblivious": sorted(set(
-                o.replace(f"'{u}'", f"'{inv[u]}'") for o in obl))}
+                o.replace(f"'{u}'", f"'{inv[u]}'") for o in obl)), **self.values.get(name, {})}
         return out
 
 

@@ -24,6 +24,7 @@ SHIM = r"""
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <atomic>
 #include <thread>
 #include <barrier>
 #include <vector>
@@ -45,6 +46,11 @@ static sf_dim3 blockDim, gridDim;
 static std::barrier<>* sf_bar = nullptr;
 static std::mutex sf_atomic;
 inline void __syncthreads() { if (sf_bar) sf_bar->arrive_and_wait(); }
+// a failed device check: the thread stops, the launch is reported as trapped (emulate raises)
+struct sf_trap_t {};
+static std::atomic<bool> sf_trapped{false};
+[[noreturn]] inline void __trap() { throw sf_trap_t(); }
+extern "C" int sf_trap_flag() { return sf_trapped.exchange(false) ? 1 : 0; }
 static unsigned long long sf_slot[1024];
 inline unsigned sf_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 template <class T> T __shfl_xor_sync(unsigned, T v, int off) {
@@ -124,12 +130,14 @@ static void sf_run(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned 
     for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y) for (unsigned x = 0; x < gx; ++x) {
         if (!sync) {
             blockIdx = {x, y, z};
-            for (unsigned t = 0; t < nt; ++t) { threadIdx = {t % bx, (t / bx) % by, t / (bx * by)}; body(); }
+            for (unsigned t = 0; t < nt; ++t) { threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+                try { body(); } catch (const sf_trap_t&) { sf_trapped = true; } }
             continue; }
         std::barrier<> bar(nt); sf_bar = &bar;
         std::vector<std::thread> ts;
         for (unsigned t = 0; t < nt; ++t) ts.emplace_back([=, &body]() {
-            blockIdx = {x, y, z}; threadIdx = {t % bx, (t / bx) % by, t / (bx * by)}; body(); });
+            blockIdx = {x, y, z}; threadIdx = {t % bx, (t / bx) % by, t / (bx * by)};
+            try { body(); } catch (const sf_trap_t&) { sf_trapped = true; } });
         for (auto& th : ts) th.join();
         sf_bar = nullptr; }
 }
@@ -221,6 +229,8 @@ def emulate(candidate, inputs: dict, axes: dict, scalars: dict | None = None) ->
         keep.append(vals)
         arr = (ctypes.c_void_p * max(len(vals), 1))(*[ctypes.addressof(v) for v in vals])
         getattr(lib, f"run_{name}")(*[ctypes.c_uint(x) for x in grid[:3] + block[:3]], arr)
+        if lib.sf_trap_flag():
+            raise RuntimeError(f"launch {name}: a device check trapped (__trap)")
     return inputs
 
 

@@ -15,7 +15,7 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from .ir import refs as _refs
-from . import dynamic, dynamic_lower, rolling
+from . import counted_loops, dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
 from . import attention_segment, conv_gemm, loops, lower_conv_transpose, lower_fft, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
@@ -154,6 +154,7 @@ class Lowering:
         token = dynamic.activate(self.dyn)  # kernels read a dynamic size from its count
         try:
             self._run()
+            counted_loops.assumed_checks(self)   # size equalities the trace assumed
         finally:
             dynamic.deactivate(token)
         try:

@@ -72,9 +72,10 @@ def _sig(n) -> str:
 
 
 def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
-         exact: "int | None" = None) -> dict:
+         exact: "int | None" = None, collect: bool = False) -> dict:
     """The IR with each long enough run of identical blocks replaced by a loop node (the IR itself
-    when there is none). exact: only runs of exactly that many blocks."""
+    when there is none). exact: only runs of exactly that many blocks. collect: a `cat` of one
+    value per block is collected by the loop (counted_loops.py)."""
     nodes = ir["nodes"]
     if len(nodes) < min_nodes or any(n["op"] == LOOP_OP for n in nodes):
         return ir
@@ -97,7 +98,7 @@ def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
         run = None
         if best is not None:
             try:
-                run = _verify(ir, pos, i, *best)
+                run = _verify(ir, pos, i, *best, collect=collect)
             except _Mismatch:
                 run = None
         if run is not None:
@@ -110,7 +111,7 @@ def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
     return _rewrite(ir, runs)
 
 
-def _verify(ir, pos, s, P, R) -> dict:
+def _verify(ir, pos, s, P, R, collect: bool = False) -> dict:
     nodes = ir["nodes"]
     base = nodes[s:s + P]
     carries: dict = {}      # slot path -> relative index of the carried node
@@ -229,10 +230,14 @@ def _verify(ir, pos, s, P, R) -> dict:
             raise _Mismatch()
         if d != 0:
             sym_affine[path] = d
-    # after the run, only the last block's carried values may be read
+    # after the run, only the last block's carried values may be read (and, collecting, a cat of
+    # one value per block)
     last = s + (R - 1) * P
     carried = set(carries.values())
+    collects = _collects(nodes[s + R * P:], pos, s, P, R) if collect else {}
     for n in nodes[s + R * P:]:
+        if n["name"] in collects:
+            continue
         for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
             p = pos.get(r)
             if p is not None and s <= p < s + R * P and not (p >= last and p - last in carried):
@@ -242,7 +247,24 @@ def _verify(ir, pos, s, P, R) -> dict:
         if p is not None and s <= p < s + R * P and not (p >= last and p - last in carried):
             raise _Mismatch()
     return {"start": s, "period": P, "reps": R, "carries": carries, "affine": affine,
-            "sym_affine": sym_affine}
+            "sym_affine": sym_affine, "collects": collects}
+
+
+def _collects(after, pos, s, P, R) -> dict:
+    """cat nodes after a run whose inputs are one value per block, the same one in each (the
+    blocks' outputs a loop appends to a list): cat name -> (relative index, dim)."""
+    out = {}
+    for n in after:
+        if n["op"] != "aten.cat.default" or not n["args"] or not isinstance(n["args"][0], list):
+            continue
+        ps = [pos.get(a.get("ref")) if isinstance(a, dict) else None for a in n["args"][0]]
+        if len(ps) != R or ps[0] is None or not s <= ps[0] < s + P or \
+                any(p != ps[0] + b * P for b, p in enumerate(ps)):
+            continue
+        dim = n["args"][1] if len(n["args"]) > 1 else n["kwargs"].get("dim", 0)
+        if isinstance(dim, int):
+            out[n["name"]] = (ps[0] - s, dim)
+    return out
 
 
 def _set(tree, path, value):
@@ -256,10 +278,16 @@ def _rewrite(ir, runs) -> dict:
     out, alias = [], {}
     cut = {r["start"]: r for r in runs}
     i, k = 0, 0
+    dropped: set = set()          # cat nodes a loop collects: the loop gives their value
+    sizes: dict = {}              # a collected cat's traced length -> the loop's counted length
+    dyn = dict(ir.get("dynamic") or {})
+    free_dyn = 1 + max([int(x[len(dynamic.PREFIX):]) for x in dyn] or [-1])
 
     def fix(a):
         if isinstance(a, dict) and "ref" in a:
             return {"ref": alias.get(a["ref"], a["ref"])}
+        if isinstance(a, dict) and "sym" in a and sizes:
+            return {**a, "sym": _over(a["sym"], sizes)}
         if isinstance(a, list):
             return [fix(x) for x in a]
         if isinstance(a, dict):
@@ -268,7 +296,12 @@ def _rewrite(ir, runs) -> dict:
     while i < len(nodes):
         run = cut.get(i)
         if run is None:
+            if nodes[i]["name"] in dropped:
+                i += 1
+                continue
             n = dict(nodes[i], args=fix(nodes[i]["args"]), kwargs=fix(nodes[i]["kwargs"]))
+            if sizes:
+                _resize(n, sizes)
             out.append(n)
             i += 1
             continue
@@ -296,11 +329,59 @@ def _rewrite(ir, runs) -> dict:
                 return ir           # one carry read from two different initial values: leave it
             cl.append({"name": c["name"], "out": c["out"], "init": c["inits"].pop()})
             alias[nodes[s + (R - 1) * P + r]["name"]] = c["name"]
-        out.append({"name": f"loop{k}", "op": LOOP_OP, "args": [], "kwargs": {}, "dtype": None,
-                    "shape": None, "count": R, "var": var, "body": body, "carries": cl})
+        coll = []
+        for cname, (r, dim) in (run.get("collects") or {}).items():
+            cat = next(n for n in nodes if n["name"] == cname)
+            nd = len(cat["shape"])
+            traced = symexpr.parse(cat["shape"][dim % nd])
+            size = f"{dynamic.PREFIX}{free_dyn}"
+            free_dyn += 1
+            dyn[size] = {"bound": None, "oblivious": []}
+            sizes[traced] = symexpr.sym(size)
+            coll.append({"name": cname, "out": body[r]["name"], "dim": dim, "size": size})
+            dropped.add(cname)
+        loop = {"name": f"loop{k}", "op": LOOP_OP, "args": [], "kwargs": {}, "dtype": None,
+                "shape": None, "count": R, "var": var, "body": body, "carries": cl}
+        if coll:
+            loop["collects"] = coll
+        out.append(loop)
         k += 1
         i = s + R * P
-    return {**ir, "nodes": out, "outputs": fix(ir["outputs"])}
+    res = {**ir, "nodes": out, "outputs": fix(ir["outputs"])}
+    if sizes:
+        for k, v in list(dyn.items()):   # a size bounded or sliced by a collected cat's length
+            v = dict(v)
+            if v.get("bound") is not None:
+                v["bound"] = _over(v["bound"], sizes)
+            if v.get("slice"):
+                v["slice"] = [_over(x, sizes) for x in v["slice"]]
+            dyn[k] = v
+        res["dynamic"] = dyn
+        if ir.get("assumed"):
+            res["assumed"] = [[_over(a, sizes), _over(b, sizes)] for a, b in ir["assumed"]]
+    return res
+
+
+def _over(expr: str, sizes: dict) -> str:
+    """A size string with each collected cat's traced length (the blocks' sum) as the loop's
+    counted length."""
+    e = symexpr.parse(str(expr))
+    for traced, size in sizes.items():
+        if not traced.free_symbols & e.free_symbols:
+            continue
+        terms = traced.as_ordered_terms() if traced.is_Add else [traced]
+        one = next((t for t in terms if t.is_Symbol), None)
+        if one is None:
+            continue
+        e = e.xreplace({one: size - (traced - one)})
+    return symexpr.to_axis(e)
+
+
+def _resize(n: dict, sizes: dict) -> None:
+    if n.get("shape") is not None:
+        n["shape"] = [_over(x, sizes) for x in n["shape"]]
+    if n.get("outs"):
+        n["outs"] = [[o[0], [_over(x, sizes) for x in o[1]]] if o else o for o in n["outs"]]
 
 
 def _get(tree, path):
@@ -332,6 +413,8 @@ class ShortLoops:
         self.enabled = enabled
         self.counts: list = []
         self.guards: dict = {}   # loop position -> the data-dependent size bounding its iterations
+        self.counted = 0         # counted loops (a symbolic trip count) running now
+        self.any_counted = False
 
     def activate(self) -> "ShortLoops":
         global _ACTIVE_LOOPS
@@ -341,6 +424,12 @@ class ShortLoops:
     def range(self, *a):
         import builtins
 
+        if self.enabled:
+            from .counted_loops import CountedRange, symbolic_count
+
+            n = symbolic_count(a)
+            if n is not None:    # a symbolic trip count: counted_loops.py
+                return CountedRange(n, self)
         r = builtins.range(*a)
         if not self.enabled or len(r) <= SHORT_OVER:
             return r
@@ -457,11 +546,19 @@ def extrapolate(ir: dict, counts: list, guards: "dict | None" = None) -> "dict |
     """The IR of a trace whose long loops ran SHORT_RUN iterations, with each loop rolled and given
     its real iteration count; None when the traced iterations do not roll into exactly one loop
     node each (then the loops must be traced in full)."""
-    rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN)
+    counted = any(isinstance(c, str) for c in counts)
+    if counted:   # a loop reading an earlier loop's iteration values recomputes them
+        from .counted_loops import rematerialize
+
+        ir = rematerialize(ir, SHORT_RUN)
+    rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN, collect=counted)
     loops = [n for n in rolled["nodes"] if n["op"] == LOOP_OP]
     if len(loops) != len(counts):
         return None
     for i, (n, c) in enumerate(zip(loops, counts)):
+        if isinstance(c, str):   # a symbolic count: launches bound later (counted_loops.bind_counts)
+            n["count"], n["count_expr"] = 0, c
+            continue
         n["count"] = int(c)
         if (guards or {}).get(i):
             n["guard"] = guards[i]   # iteration i runs only while i < that size
@@ -482,6 +579,11 @@ def lower_loop(L, node):
         L.kernels.append(pointwise(L.kname("carry_init"), [(x, buf)]))
         L.env[c["name"]] = view_of(buf)
         cbufs[c["name"]] = buf
+    from . import counted_loops
+
+    if node.get("count_expr"):
+        counted_loops.count_check(L, node)
+    collected = counted_loops.collect_start(L, node)
     k0 = len(L.kernels)
     inplace = _in_place(node)
     for n in node["body"]:
@@ -489,20 +591,29 @@ def lower_loop(L, node):
             L.lower_node(n, into=cbufs[inplace[n["name"]]])
         else:
             L.lower_node(n)
+    for c in node.get("collects") or []:
+        counted_loops.collect_write(L, node, c, collected[c["name"]])
     for c in node["carries"]:
         ob = L.realize(L.env[c["out"]])
         if ob is not cbufs[c["name"]]:
             L.kernels.append(pointwise(L.kname("carry"), [(view_of(ob), cbufs[c["name"]])]))
     body = L.kernels[k0:]
-    if node.get("guard"):
-        # a loop over the rows of a data-dependent count: iteration i does nothing once i >= count
+    if node.get("guard") or node.get("count_expr"):
+        # a loop over the rows of a data-dependent count, or of a symbolic count launched for the
+        # largest: iteration i does nothing once i >= count
         seen = set()
         for spec in body:
             k = spec.kernel
             if k.name not in seen:
                 seen.add(k.name)
-                it, count = k.size(node["var"]), k.size(node["guard"])
-                k.head.append(f"    if ({it} >= {count}) return;")
+                it = k.size(node["var"])
+                count = k.size(node["guard"]) if node.get("guard") else \
+                    k.c(symexpr.parse(node["count_expr"]))
+                line = f"    if ({it} >= {count}) return;"
+                if node.get("guard"):
+                    k.head.append(line)
+                else:
+                    k.head.insert(_first_size_load(k), line)
     reps = []
     for it in range(int(node["count"])):
         for spec in body:
@@ -511,7 +622,18 @@ def lower_loop(L, node):
             sp.grid = [_subst(str(g), sp.bound) if node["var"] in str(g) else g for g in spec.grid]
             reps.append(sp)
     L.kernels[k0:] = reps
+    counted_loops.collect_finish(L, node, collected)
     return None
+
+
+def _first_size_load(k) -> int:
+    """Where the iteration guard goes in a kernel's head: after the pointers and sizes it reads,
+    before any data-dependent size computed from values an iteration past the count never wrote
+    (a slice length's range check would trap on them)."""
+    for j, line in enumerate(k.head):
+        if "__trap" in line or line.lstrip().startswith("const long long s_"):
+            return j
+    return len(k.head)
 
 
 def _in_place(node) -> dict:

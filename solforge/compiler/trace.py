@@ -407,6 +407,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
                            batch_loops=batch_loops, symint=symint, baked=baked)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
+        if loops.any_counted and short_loops:   # a loop of a symbolic count (counted_loops.py)
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False,  # that failed:
+                               flag_policy=flag_policy, batch_loops=batch_loops,  # as before
+                               symint=symint, baked=baked)
         if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
             return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False,
                                symint=symint, baked=baked)
@@ -421,8 +425,12 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     ir = _to_ir(gm, inputs_ir, namer, shape_env, sentinel)
     ir["guards"] = _guards(shape_env, namer) + _pin_guards(pins, inputs_ir)
     if loops.counts:
+        from . import counted_loops
+
+        if shape_env.assumed:   # size equalities checked on the device (counted_loops.py)
+            ir[counted_loops.ASSUMED] = counted_loops.assumed_ir(shape_env, namer)
         guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
-        ir = extrapolate(ir, loops.counts, guards)
+        ir = extrapolate(ir, counted_loops.count_exprs(loops.counts, namer, shape_env), guards)
         if ir is None:  # the shortened iterations do not roll: trace every iteration
             return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
                                batch_loops=batch_loops, symint=symint, baked=baked)

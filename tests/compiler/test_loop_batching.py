@@ -1,6 +1,7 @@
 """A Python loop over a symbolic size traced as one batched body; a loop whose meaning batching
-would change (the index in arithmetic, a value leaving the loop) is traced unrolled instead: one
-variant per size, each with one matmul per iteration."""
+would change (the index in arithmetic, a value leaving the loop) is traced as a loop of the
+symbolic count (counted_loops.py) or unrolled: one variant per size, each with one matmul per
+iteration."""
 
 from __future__ import annotations
 
@@ -32,10 +33,17 @@ def run(x, w):
 
 
 def _unrolled(tr):
-    """Either refused or one variant per B, each with B matmuls (never a batched body)."""
+    """Either refused, one variant per B, each with B matmuls, or one loop of B iterations with one
+    matmul each (counted_loops.py), never a batched body."""
     import re
 
     if not tr.ok:
+        return
+    loops = [n for n in tr.ir.get("nodes", []) if n["op"] == "solforge.loop"]
+    if loops and "variants" not in tr.ir:
+        assert [n.get("count_expr") for n in loops] == ["B"] * len(loops), loops
+        for n in loops:
+            assert [b["op"] for b in n["body"]].count("aten.mm.default") == 1, n["body"]
         return
     assert "variants" in tr.ir, tr.ir
     for v in tr.ir["variants"]:

@@ -1,0 +1,214 @@
+"""Loops over segments whose bounds are read back from the device (`for i in range(len(cu) - 1):
+s, e = cu[i].item(), cu[i + 1].item()`): traced for a few iterations, rolled into a loop of the
+symbolic count with the cat of its outputs collected, and checked on the CPU (g++ emulation)
+against the reference, on problems written here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from solforge.compiler.check import check_problem
+
+from .test_compiler import T, make_problem
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")]
+
+# boundaries 0 = b_0 <= ... <= b_{S-1} = L, some equal (an empty segment) when there is room
+GET_INPUTS = """
+import torch
+def get_inputs(axes_and_scalars, device):
+    L, S = axes_and_scalars["L"], axes_and_scalars["S"]
+    inner = torch.randint(0, L + 1, (S - 2,), generator=torch.Generator().manual_seed(L * 7 + S))
+    if S > 3:
+        inner[1] = inner[0]
+    cu = torch.cat([torch.tensor([0]), inner.sort().values, torch.tensor([L])]).to(torch.int64)
+    return {"x": torch.randn(4, L, 8, device=device), "cu": cu.to(device)}
+"""
+
+SEGMENT_ATTENTION = GET_INPUTS + """
+def run(x, cu):
+    outs = []
+    for i in range(cu.shape[0] - 1):
+        s = cu[i].item()
+        e = cu[i + 1].item()
+        if e - s == 0:
+            continue
+        q = x[:, s:e]
+        a = torch.softmax(torch.matmul(q, q.transpose(1, 2)) * 0.25, dim=-1)
+        outs.append(torch.matmul(a, q) + 1.0)
+    y = torch.cat(outs, dim=1)
+    return y.reshape(4, x.shape[1], 8) * 2.0
+"""
+
+
+def _custom(tmp_path, name: str, reference: str, workloads: list):
+    from solforge.problem.loader import load_problem_dir
+
+    make_problem(tmp_path, name, {"L": {"type": "var"}, "S": {"type": "var"}},
+                 {"x": T(4, "L", 8), "cu": {"shape": ["S"], "dtype": "int64"}}, {"y": T(4, "L", 8)},
+                 reference, workloads)
+    d = tmp_path / name
+    defn = json.loads((d / "definition.json").read_text())
+    defn["custom_inputs_entrypoint"] = "get_inputs"
+    (d / "definition.json").write_text(json.dumps(defn))
+    rows = [json.loads(line) for line in (d / "workload.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return load_problem_dir(d)
+
+
+def test_segment_loop_rolled_collected_and_emulated(tmp_path):
+    from solforge.compiler.api import compile_problem
+
+    from .test_compiler import _compile_ok
+
+    p = _custom(tmp_path, "segattn", SEGMENT_ATTENTION, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    names = [launch.kernel for launch in out.candidate.launches]
+    # one body, launched for the largest count (S - 1 = 5), each launch told its iteration
+    assert len(set(names)) < len(names) - 8
+    assert sum(n.endswith("_collect") for n in names) == 5
+    src = out.candidate.sources["kernel.cu"]
+    assert "<= 5LL" in src and "__trap()" in src   # a larger count fails on the device
+    _compile_ok(out.candidate)   # NVRTC, sm_90a
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_segment_loop_reducing_over_a_tested_length_is_refused(tmp_path):
+    """The branch on a segment being empty takes the non-empty side; a value reduced over the
+    segment's length (here a sum over its rows, not kept per row) would then differ from the
+    skipped branch, so the plan is refused in one line."""
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    y = x * 0.0
+    for i in range(cu.shape[0] - 1):
+        s = cu[i].item()
+        e = cu[i + 1].item()
+        if e - s == 0:
+            continue
+        y = y + x[:, s:e].sum(dim=1, keepdim=True)
+    return y
+"""
+    out = compile_problem(_custom(tmp_path, "segsum", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}]))
+    assert not out.ok and "\n" not in out.reason
+
+
+def test_split_by_lengths_read_back_filtered_and_emulated(tmp_path):
+    """`x.split(lengths.tolist())` with empty segments filtered out by a comprehension, a loop over
+    the chunks zipped from two splits, their outputs concatenated along a middle dim."""
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    lengths = [n for n in lengths if n > 0]
+    outs = []
+    for q, k in zip(x.split(lengths, dim=1), (x * 0.5).split(lengths, dim=1)):
+        a = torch.softmax(torch.matmul(q, k.transpose(1, 2)), dim=-1)
+        outs.append(torch.matmul(a, k))
+    return torch.cat(outs, dim=1) - x
+"""
+    p = _custom(tmp_path, "segsplit", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_size_read_back_without_a_bound_gets_a_checked_guess(tmp_path):
+    """`m = idx.max().item() + 1; zeros(m, C).index_add_(0, idx, x)`: no shape bounds m, so the
+    plan sizes the buffer at a guess and checks the value on the device."""
+    from solforge.compiler.api import compile_problem
+    from solforge.problem.loader import load_problem_dir
+
+    name = "guess"
+    make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
+                 {"x": T("R", "C"), "idx": {"shape": ["R"], "dtype": "int64"}}, {"y": T("C")},
+                 """
+                 import torch
+                 def get_inputs(axes_and_scalars, device):
+                     r = axes_and_scalars["R"]
+                     return {"x": torch.randn(r, 4, device=device),
+                             "idx": torch.randint(0, r, (r,), device=device)}
+                 def run(x, idx):
+                     m = idx.max().item() + 1
+                     z = torch.zeros(m, x.shape[1], dtype=x.dtype, device=x.device)
+                     z.index_add_(0, idx, x)
+                     return torch.arange(m, dtype=x.dtype, device=x.device) @ z
+                 """, [{"R": 5}, {"R": 9}])
+    d = tmp_path / name
+    defn = json.loads((d / "definition.json").read_text())
+    defn["custom_inputs_entrypoint"] = "get_inputs"
+    (d / "definition.json").write_text(json.dumps(defn))
+    rows = [json.loads(line) for line in (d / "workload.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    p = load_problem_dir(d)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "bound_check" in out.candidate.sources["kernel.cu"]
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_a_second_loop_over_the_first_loops_values_recomputes_them(tmp_path):
+    """The second loop zips a list the first one filled (a backward pass over saved attention
+    weights): each of its iterations recomputes the first loop's values it reads, so both roll."""
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    lengths = (cu[1:] - cu[:-1]).tolist()
+    ws, outs = [], []
+    for q in x.split(lengths, dim=1):
+        w = torch.softmax(torch.matmul(q, q.transpose(1, 2)), dim=-1)
+        ws.append(w)
+        outs.append(torch.matmul(w, q))
+    y = torch.cat(outs, dim=1)
+    grads = []
+    for w, g in zip(ws, (y * 2.0).split(lengths, dim=1)):
+        grads.append(torch.matmul(w.transpose(1, 2), g))
+    return torch.cat(grads, dim=1) + y
+"""
+    p = _custom(tmp_path, "segtwice", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert sum(launch.kernel.endswith("_collect") for launch in out.candidate.launches) == 2 * 5
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+@pytest.mark.parametrize("body", [
+    "    acc = torch.zeros(x.shape[1], w.shape[0])\n"
+    "    for b in range(x.shape[0]):\n"
+    "        acc = acc + x[b] @ w.t()\n"
+    "    return acc.unsqueeze(0).expand(x.shape[0], -1, -1) * 1.0\n",
+    "    out = torch.empty(x.shape[0], x.shape[1], w.shape[0])\n"
+    "    for b in range(x.shape[0]):\n"
+    "        out[b] = x[b] @ w.t() * (b + 1)\n"
+    "    return out\n"])
+def test_a_loop_over_a_batch_size_vmap_cannot_batch(tmp_path, body):
+    """An accumulator carried through the iterations (one loop of the symbolic count, not a
+    variant per size), or the index in arithmetic (unrolled per size as before): emulated."""
+    from solforge.compiler.api import compile_problem
+
+    p = make_problem(tmp_path, "batchloop", {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
+                                             "K": {"type": "const", "value": 8},
+                                             "N": {"type": "const", "value": 6}},
+                     {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
+                     "import torch\ndef run(x, w):\n" + body, [{"B": 2}, {"B": 7}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert ("variants" in out.segments) == ("(b + 1)" in body)
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
