@@ -437,8 +437,9 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
 
 
 def _symint_preserving_int():
-    """`int(n)` on a SymInt would specialise the trace to this workload's value (a guard); in the
-    reference's namespace it returns the SymInt itself, for everything else it is int."""
+    """`int(n)` on a SymInt or SymFloat would specialise the trace to this workload's value (a
+    guard); in the reference's namespace it returns the SymInt itself (a SymFloat truncated
+    symbolically), for everything else it is int."""
     import builtins
 
     import torch
@@ -447,6 +448,9 @@ def _symint_preserving_int():
         def __new__(cls, x=0, *a):
             if isinstance(x, torch.SymInt) and not a:
                 return x
+            if isinstance(x, torch.SymFloat) and not a:
+                # int(n ** 0.5), int(n * 8 / 160 * 1.25) of sizes: a TruncToInt size expression
+                return torch.sym_int(x)
             return builtins.int(x, *a)
 
         def __instancecheck__(self, obj):  # pragma: no cover - isinstance(x, int) keeps working
@@ -927,7 +931,11 @@ def child_main() -> int:
                     why += f" ({len(a['nodes'])} vs {len(b['nodes'])} nodes)"
             raise TraceError(why + ": sizes or scalar values steer the reference's Python code ("
                              + variants_why[:120] + ")")
-        print(json.dumps({"ok": True, "ir": irs[0]}))
+        from . import float_sizes
+
+        # every workload checked against the guards of a size truncated from float arithmetic
+        ir = float_sizes.guard(irs[0], list(req["workloads"]) + list(req.get("extra", [])))
+        print(json.dumps({"ok": True, "ir": ir}))
     except TraceError as e:
         print(json.dumps({"ok": False, "reason": str(e)}))
     except Exception as e:  # noqa: BLE001 - anything else the reference raises, as one line
