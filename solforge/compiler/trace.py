@@ -278,7 +278,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     # a long `for i in range(n)` runs a few iterations, then rolls into a loop of n (rolling.py)
     loops = ShortLoops(short_loops).activate()
     ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int(),
-                          "range": loops.range}
+                          "range": loops.range, "len": _symint_preserving_len}
     from ..evaluate.reference import Fp4Shim, needs_fp4_dequant
 
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
@@ -456,6 +456,17 @@ def _symint_preserving_int():
         def __instancecheck__(self, obj):  # pragma: no cover - isinstance(x, int) keeps working
             return isinstance(obj, builtins.int)
     return Int
+
+
+def _symint_preserving_len(x):
+    """`len(t)` of a tensor is its first size: a SymInt (builtins.len would specialise it)."""
+    import builtins
+
+    import torch
+
+    if isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.shape[0], torch.SymInt):
+        return x.shape[0]
+    return builtins.len(x)
 
 
 def _cpu(dev):

@@ -104,3 +104,24 @@ def test_capacity_from_float_arithmetic_on_a_size(tmp_path):
     _compile_ok(out.candidate)
     res = check_problem(p, cap=400)
     assert res["ok"], res
+
+
+@_slow
+def test_len_of_a_tensor_stays_a_size(tmp_path):
+    """`torch.arange(len(x))`: builtins.len would pin the trace to one workload's size."""
+    from solforge.compiler.api import compile_problem
+    from solforge.compiler.check import check_problem
+
+    p = make_problem(tmp_path, "length", {"N": {"type": "var"}, "C": {"type": "const", "value": 8}},
+                     {"x": T("N", "C")}, {"y": T("N", "C")},
+                     """
+                     import torch
+                     def run(x):
+                         pos = torch.arange(len(x), device=x.device).to(x.dtype)
+                         return x * pos.unsqueeze(1)
+                     """, [{"N": 5}, {"N": 33}, {"N": 70}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "variants" not in out.segments, out.segments   # one graph for every size
+    res = check_problem(p, cap=40)
+    assert res["ok"], res
