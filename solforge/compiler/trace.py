@@ -481,6 +481,7 @@ def _make_cpu_device_mode(batching=None):
     import torch
     from torch.overrides import TorchFunctionMode
 
+    from . import symint_index
     from .assumed_branches import NOT_HANDLED, AssumedBranches
     from .dynamic_trace import MISS, DataDependentHooks
 
@@ -528,6 +529,10 @@ def _make_cpu_device_mode(batching=None):
                 return args[0].reshape(())
             if func is torch.Tensor.to:
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
+            if func is torch.Tensor.__getitem__ and len(args) == 2 and not kwargs:
+                r = symint_index.getitem(*args)   # t[:, i] with i symbolic: stays symbolic
+                if r is not symint_index.NOT_HANDLED:
+                    return r
             return func(*args, **kwargs)
     # loop_batching: `x[..., i]` / `out[..., i] = v` of a loop over a symbolic size
     return batching.wrap_mode(CpuDevice)() if batching is not None else CpuDevice()
@@ -793,13 +798,15 @@ VARIANT_BUDGET_S = 70   # of TRACE_TIMEOUT_S: tracing workloads one by one stops
 def _trace_variants(defn, req: dict, irs: list, t0: float) -> dict:
     """The reference takes different graphs at different workloads: trace each workload that no
     trace so far covers (its guards), then select among the structures by guards (_variants).
-    Tried with int scalars baked in, then as symbols, then with every scalar's value baked in and
+    Tried with int scalars as symbols, then baked in, then with every scalar's value baked in and
     pinned by a guard (value specialisation: a float flag or mode that steers the code)."""
     import time
 
     ints = any(i.is_scalar and "int" in str(i.dtype) for i in defn.inputs.values())
     scal = any(i.is_scalar for i in defn.inputs.values())
-    modes = [{}] + ([{"symint": True}] if ints else []) + \
+    # int scalars as symbols first: baked in, each value is a graph of its own and a trace of the
+    # budget (an expert offset taking 7 values used it all before the symbols were tried)
+    modes = ([{"symint": True}] if ints else []) + [{}] + \
         ([{"baked": True, "symfloat": False}] if scal else [])
     pool: list = []
     for w in list(req["workloads"][:2]) + list(req.get("extra", [])):
