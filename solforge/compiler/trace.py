@@ -529,6 +529,9 @@ def _make_cpu_device_mode(batching=None):
                 return args[0].reshape(())
             if func is torch.Tensor.to:
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
+            if func is torch.Tensor.numpy:
+                # a fake tensor has no values: numpy would hand back uninitialised memory as data
+                raise TraceError("the reference reads a tensor's values into numpy (.numpy())")
             if func is torch.Tensor.__getitem__ and len(args) == 2 and not kwargs:
                 r = symint_index.getitem(*args)   # t[:, i] with i symbolic: stays symbolic
                 if r is not symint_index.NOT_HANDLED:
