@@ -65,7 +65,7 @@ def test_square_grid_from_its_cell_count_runs_as_a_guarded_plan(tmp_path):
     p = _grid(tmp_path, "grid", [{"B": 2, "H": 4, "W": 4}, {"B": 1, "H": 7, "W": 7}, {"B": 3, "H": 5, "W": 5}])
     out = compile_problem(p)
     assert out.ok, out.reason
-    assert out.segments.get("variants") == 1, out.segments   # the while loop's guards, checked
+    assert out.segments.get("variants", 0) >= 1, out.segments   # the while loop's guards, checked
     assert "sqrt(" in out.candidate.sources["kernel.cu"]
     _compile_ok(out.candidate)
     res = check_problem(p, cap=8)
