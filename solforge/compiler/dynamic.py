@@ -119,16 +119,39 @@ def check_oblivious(ir: dict) -> Optional[str]:
                 out |= {str(x) for x in symexpr.parse(str(s)).free_symbols}
         return out
     flat = [b for n in ir["nodes"] for b in (n.get("body") or [n])]  # rolled loops: their body
+    zero: set = set()   # sums over the rows (0 when empty) and views of them: only ever added
     for n in flat:
         outs = [n["shape"]] if n.get("shape") is not None else [o[1] for o in n.get("outs") or [] if o]
         shapes[n["name"]] = outs
+        reads = _refs(n["args"]) + _refs(list(n["kwargs"].values()))
+        if any(r in zero for r in reads):
+            if n["op"] in _ZERO_VIEWS and reads[0] in zero:
+                zero.add(n["name"])
+                continue
+            if not (n["op"] == "aten.add.Tensor" and not n["kwargs"] and len(reads) == 2
+                    and not all(r in zero for r in reads)):
+                return (f"op {n['op']} reads a sum over the data-dependent size that the reference "
+                        "tests for emptiness (the branch it skips may differ from the empty one)")
         if any(n["op"].startswith(s) for s in _SCATTERS):
             continue
         ins = set()
-        for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
+        for r in reads:
             ins |= names_in(shapes.get(r, []))
         lost = (ins & guarded) - names_in(outs)
+        if lost and n["op"] in _ZERO_SUMS:
+            # over no rows a sum is 0, and x + 0 is x: the empty iteration leaves what the
+            # skipped one leaves, as long as the sum is only added (checked at its readers)
+            zero.add(n["name"])
+            continue
         if lost and n["op"] != "getitem" and not n["op"].startswith("aten._assert"):
             return (f"op {n['op']} reduces over the data-dependent size that the reference tests "
                     "for emptiness (the branch it skips may differ from the empty one)")
+    if zero & set(_refs(ir.get("outputs", []))):
+        return "an output is a sum over the data-dependent size that the reference tests for emptiness"
     return None
+
+
+_ZERO_SUMS = ("aten.mm.default", "aten.bmm.default", "aten.sum.dim_IntList", "aten.sum.default")
+_ZERO_VIEWS = ("aten.permute.default", "aten.view.default", "aten.unsqueeze.default",
+               "aten.squeeze.dims", "aten.expand.default", "aten.t.default", "aten.transpose.int",
+               "aten.select.int", "aten.slice.Tensor")

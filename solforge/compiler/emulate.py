@@ -222,6 +222,9 @@ def emulate(candidate, inputs: dict, axes: dict, scalars: dict | None = None) ->
             elif ":" in a:
                 typ, expr = a.split(":", 1)
                 x = axis_expr.evaluate(expr, env)
+                if typ.startswith(("int", "uint")) and isinstance(x, float):
+                    # a whole float (a size truncated from float arithmetic), as the launcher takes it
+                    x = axis_expr.as_int(x, expr)
                 v = _CT[t.replace("const ", "").strip()](x)
             else:
                 v = ctypes.c_void_p(inputs[a].data_ptr())

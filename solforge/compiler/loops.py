@@ -76,7 +76,7 @@ class Loader:
         if self.buf is not None:
             return self.fn(k, list(idx))
         # a computed value read twice at the same index in one scope is computed once
-        key = ("v", self.uid, tuple(str(i) for i in idx))
+        key = ("v", self.uid, tuple(idx))   # sympy hashes structurally (str of a deep index is slow)
         v = k.lookup(key)
         if v is None:
             v = self.fn(k, list(idx))

@@ -71,13 +71,62 @@ def _sig(n) -> str:
                        _skeleton(n["kwargs"]), n.get("value")], sort_keys=True, default=str)
 
 
+# views nothing reads: functionalize leaves the stale view of a mutated slice (`acc[e] += v` reads
+# acc[e] of the original where the first iteration reads its live value), which makes the first
+# block of a loop differ from the others
+_VIEWS = ("aten.select.int", "aten.slice.Tensor", "aten.permute.default", "aten.view.default",
+          "aten.unsqueeze.default", "aten.squeeze.dims", "aten.expand.default", "aten.t.default",
+          "aten.transpose.int", "aten.alias.default")
+
+
+def canonical_views(ir: dict) -> dict:
+    """The IR without view nodes whose value nothing reads (repeated until none is left), and each
+    view read by exactly one node moved to just before it (functionalize emits the live view of a
+    mutated slice where it is read, the first iteration's where the slice was taken). Views are
+    pure, so the order among them and their reader does not change any value."""
+    nodes = ir["nodes"]
+    while True:
+        used = set(_refs(ir.get("outputs", [])))
+        for n in nodes:
+            used.update(_refs(n["args"]) + _refs(list(n["kwargs"].values())))
+        keep = [n for n in nodes if n["op"] not in _VIEWS or n["name"] in used]
+        if len(keep) == len(nodes):
+            break
+        nodes = keep
+    readers: dict = {}
+    for r in _refs(ir.get("outputs", [])):
+        readers[r] = readers.get(r, 0) + 2   # an output is read after every node: never moved
+    for n in nodes:
+        for r in set(_refs(n["args"]) + _refs(list(n["kwargs"].values()))):
+            readers[r] = readers.get(r, 0) + 1
+    deferred = {n["name"]: n for n in nodes if n["op"] in _VIEWS and readers.get(n["name"]) == 1}
+    out: list = []
+
+    def emit(n):
+        for r in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
+            v = deferred.pop(r, None)
+            if v is not None:
+                emit(v)
+        out.append(n)
+    for n in nodes:
+        if n["name"] not in deferred:
+            emit(n)
+    out.extend(deferred.values())   # a view whose reader is not a node (cannot happen): kept
+    if [n["name"] for n in out] == [n["name"] for n in ir["nodes"]]:
+        return ir
+    return {**ir, "nodes": out}
+
+
 def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
          exact: "int | None" = None, collect: bool = False) -> dict:
     """The IR with each long enough run of identical blocks replaced by a loop node (the IR itself
     when there is none). exact: only runs of exactly that many blocks. collect: a `cat` of one
     value per block is collected by the loop (counted_loops.py)."""
+    if any(n["op"] == LOOP_OP for n in ir["nodes"]):
+        return ir
+    ir = canonical_views(ir)
     nodes = ir["nodes"]
-    if len(nodes) < min_nodes or any(n["op"] == LOOP_OP for n in nodes):
+    if len(nodes) < min_nodes:
         return ir
     intern: dict = {}
     ids = [intern.setdefault(_sig(n), len(intern)) for n in nodes]

@@ -13,9 +13,9 @@ import ast
 from functools import lru_cache
 
 import sympy
-from torch.utils._sympy.functions import (CeilToInt, CleanDiv, FloorDiv, FloorToInt, Identity,
-                                          IntTrueDiv, Max, Min, ModularIndexing, Mod, PythonMod,
-                                          TruncToInt)
+from torch.utils._sympy.functions import (CeilToInt, CleanDiv, FloatPow, FloorDiv, FloorToInt,
+                                          Identity, IntTrueDiv, Max, Min, ModularIndexing, Mod,
+                                          FloatTrueDiv, PythonMod, ToFloat, TruncToInt)
 
 
 @lru_cache(maxsize=None)
@@ -39,6 +39,9 @@ def _from_ast(n):
     if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.UAdd):
         return _from_ast(n.operand)
     if isinstance(n, ast.BinOp):
+        if isinstance(n.op, ast.FloorDiv) and isinstance(n.right, ast.Constant) and \
+                n.right.value == 1 and _float_ops(n.left):
+            return TruncToInt(_float_from_ast(n.left))   # a truncated float size (truncated_float)
         a, b = _from_ast(n.left), _from_ast(n.right)
         if isinstance(n.op, ast.Add):
             return a + b
@@ -69,6 +72,48 @@ def _from_ast(n):
         if f == "abs":
             return sympy.Abs(args[0])
     raise ValueError(f"size expression {ast.dump(n)[:80]} not understood")
+
+
+# A size truncated from Python float arithmetic on sizes (int(n ** 0.5), int(n * 8 / 160 * 1.25)):
+# TruncToInt over ToFloat / IntTrueDiv / FloatTrueDiv / FloatPow / numbers / sizes. An axis
+# expression has no int(): it prints as `(F) // 1` with F the same float arithmetic (a whole float,
+# which axis_expr.as_int accepts), and parses back from that form.
+def _float_ops(n) -> bool:
+    """Whether an axis-expression node does float arithmetic (a float literal, `/`, `** 0.5`)."""
+    return any(isinstance(x, ast.Div) or (isinstance(x, ast.Constant) and isinstance(x.value, float))
+               for x in ast.walk(n))
+
+
+def _float_from_ast(n):
+    if isinstance(n, ast.Constant):
+        return sympy.Float(n.value) if isinstance(n.value, float) else sympy.Integer(n.value)
+    if isinstance(n, ast.BinOp) and not _float_ops(n):
+        return _from_ast(n)
+    if isinstance(n, (ast.Name, ast.Call)) or (isinstance(n, ast.UnaryOp) and not _float_ops(n)):
+        return _from_ast(n)
+    if isinstance(n, ast.BinOp):
+        a, b = _float_from_ast(n.left), _float_from_ast(n.right)
+        if isinstance(n.op, ast.Add):
+            return a + b
+        if isinstance(n.op, ast.Sub):
+            return a - b
+        if isinstance(n.op, ast.Mult):
+            return a * b
+        if isinstance(n.op, ast.Div):
+            return IntTrueDiv(a, b) if a.is_integer and b.is_integer else FloatTrueDiv(a, b)
+        if isinstance(n.op, ast.Pow):
+            return FloatPow(ToFloat(a) if a.is_integer else a, b)
+    raise ValueError(f"float size expression {ast.dump(n)[:80]} not understood")
+
+
+def truncated_float(e):
+    """The float argument when e is a size truncated from float arithmetic, else None."""
+    if type(e) in (TruncToInt, FloorToInt) and not isinstance(e.args[0], IntTrueDiv) and \
+            any(isinstance(x, (ToFloat, FloatPow, IntTrueDiv, FloatTrueDiv)) or
+                (x.is_Float if hasattr(x, "is_Float") else False)
+                for x in sympy.preorder_traversal(e.args[0])):
+        return e.args[0]
+    return None
 
 
 class _Printer:
@@ -134,6 +179,13 @@ class _Printer:
         if f in (CeilToInt, sympy.ceiling) and isinstance(e.args[0], IntTrueDiv):
             a, b = e.args[0].args
             return f"(({self.p(a)} + {self.p(b)} - 1) {'/' if self.c else '//'} {self.p(b)})"
+        fl = truncated_float(e)
+        if fl is not None:
+            # Python's int() of float arithmetic on sizes, in double as Python computes it (a
+            # square root as sqrt, correctly rounded like the host's pow(n, 0.5))
+            if self.c:
+                return f"((long long)({to_c_float(fl, self.name)}))"
+            return f"(({_float_axis(fl, self)}) // 1)"
         if f in (FloorToInt, TruncToInt, sympy.floor) and isinstance(e.args[0], IntTrueDiv):
             a, b = e.args[0].args
             return f"({self.p(a)} {'/' if self.c else '//'} {self.p(b)})"
@@ -150,6 +202,23 @@ class _Printer:
             out = f"{fn}({out}, {self.p(a)})" if not self.c else \
                 f"(({out}) {'>' if fn == 'max' else '<'} ({self.p(a)}) ? ({out}) : ({self.p(a)}))"
         return out
+
+
+def _float_axis(x, pr: "_Printer") -> str:
+    """A float size expression (truncated_float's argument) as an axis expression."""
+    if x.is_Float:
+        return repr(float(x))
+    if isinstance(x, ToFloat):
+        return _float_axis(x.args[0], pr)
+    if isinstance(x, (IntTrueDiv, FloatTrueDiv)):
+        return f"({_float_axis(x.args[0], pr)} / {_float_axis(x.args[1], pr)})"
+    if isinstance(x, FloatPow):
+        return f"({_float_axis(x.args[0], pr)} ** {_float_axis(x.args[1], pr)})"
+    if x.is_Mul and any(not a.is_integer for a in x.args):
+        return "(" + " * ".join(_float_axis(a, pr) for a in x.args) + ")"
+    if x.is_Add and any(not a.is_integer for a in x.args):
+        return "(" + " + ".join(_float_axis(a, pr) for a in x.args) + ")"
+    return pr.p(x)
 
 
 def to_axis(e) -> str:
@@ -198,6 +267,8 @@ def to_c_float(e, name=lambda n: n) -> str:
             return f"((double){fn[:-5].lower()}({p(x.args[0])}))"
         if fn in ("IntTrueDiv", "FloatTrueDiv"):
             return f"({p(x.args[0])} / {p(x.args[1])})"
+        if fn == "FloatPow" and x.args[1] == sympy.Float(0.5):
+            return f"sqrt({p(x.args[0])})"   # correctly rounded, as the host's pow(n, 0.5)
         if fn in ("FloatPow", "PowByNatural"):
             return f"pow({p(x.args[0])}, {p(x.args[1])})"
         if fn.startswith("OpaqueUnaryFn_"):
