@@ -124,7 +124,20 @@ def roll(ir: dict, min_reps: int = MIN_REPS, min_nodes: int = MIN_NODES,
     value per block is collected by the loop (counted_loops.py)."""
     if any(n["op"] == LOOP_OP for n in ir["nodes"]):
         return ir
-    ir = canonical_views(ir)
+    out = _roll(ir, min_reps, min_nodes, exact, collect)
+    if out is ir:
+        # no run as traced: with the views canonical (a mutated slice's stale view moved), the
+        # first iteration may match the others. Only then: a counted loop's blocks (collect,
+        # counted_loops.py) match as traced and their views' places matter to it
+        canon = canonical_views(ir)
+        if canon is not ir:
+            again = _roll(canon, min_reps, min_nodes, exact, collect)
+            if again is not canon:
+                return again
+    return out
+
+
+def _roll(ir: dict, min_reps: int, min_nodes: int, exact, collect: bool) -> dict:
     nodes = ir["nodes"]
     if len(nodes) < min_nodes:
         return ir

@@ -83,8 +83,9 @@ def test_segment_loop_rolled_collected_and_emulated(tmp_path):
 
 def test_segment_loop_reducing_over_a_tested_length_is_refused(tmp_path):
     """The branch on a segment being empty takes the non-empty side; a value reduced over the
-    segment's length (here a sum over its rows, not kept per row) would then differ from the
-    skipped branch, so the plan is refused in one line."""
+    segment's length (here a mean over its rows: NaN when empty) would then differ from the
+    skipped branch, so the plan is refused in one line. (A sum only added is 0 when empty, the
+    same as skipping: that one is served, test_empty_sums.py.)"""
     from solforge.compiler.api import compile_problem
 
     ref = GET_INPUTS + """
@@ -95,7 +96,7 @@ def run(x, cu):
         e = cu[i + 1].item()
         if e - s == 0:
             continue
-        y = y + x[:, s:e].sum(dim=1, keepdim=True)
+        y = y + x[:, s:e].mean(dim=1, keepdim=True)
     return y
 """
     out = compile_problem(_custom(tmp_path, "segsum", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}]))
