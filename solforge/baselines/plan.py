@@ -5,7 +5,6 @@ re-run (what is still missing per problem, and why)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
 import re
 from collections import Counter
@@ -48,19 +47,10 @@ def gpu_lease(path: Optional[str], alone: bool):
     taking turns could starve it. A gate file fixes that: every locker passes the gate (exclusive,
     for an instant) before taking the lease, and the alone task keeps the gate until it holds the
     lease: the others drain (finish their current task) and nobody new starts meanwhile."""
-    if not path:
+    from solforge.evaluate.gpu_share import held
+
+    with held(path or "", alone):
         yield
-        return
-    with open(path, "a+") as lease, open(path + ".gate", "a+") as gate:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lease, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lease, fcntl.LOCK_UN)
 
 
 def is_alone(task: dict) -> bool:

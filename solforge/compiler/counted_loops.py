@@ -57,7 +57,7 @@ class CountedRange:
         import builtins
         import sys
 
-        from .rolling import SHORT_RUN, _Idx, for_statement_at
+        from .loop_base import SHORT_RUN, _Idx, for_statement_at
 
         f = sys._getframe(1)
         if not (f.f_code.co_filename == "<reference>" and for_statement_at(f)):
@@ -301,7 +301,7 @@ def rematerialize(ir: dict, reps: int) -> dict:
     ancestors in that block). Both loops then roll on their own (a value per iteration cannot leave
     a loop but through a collected cat). The IR itself when no block reads another loop's."""
     from .ir import refs as _refs
-    from .rolling import _sig
+    from .loop_base import _sig
 
     nodes = ir["nodes"]
     runs = _periodic_runs([_sig(n) for n in nodes], reps)
@@ -412,7 +412,7 @@ def _words(text: str) -> list:
 def _periodic_runs(sigs: list, reps: int) -> list:
     """(start, period) of each run of exactly `reps` blocks of the same node signatures, scanning
     as rolling.roll does."""
-    from .rolling import MAX_PERIOD
+    from .loop_base import MAX_PERIOD
 
     ids: dict = {}
     x = [ids.setdefault(g, len(ids)) for g in sigs]

@@ -47,7 +47,7 @@ def tolist(t):
     reads roll into a loop of their own: its values serve only Python, split reads afresh)."""
     import torch
 
-    from .rolling import SHORT_RUN, active_loops
+    from .loop_base import SHORT_RUN, active_loops
 
     loops = active_loops()
     if loops is None or not loops.enabled or t.dim() != 1 or t.is_floating_point() or \
@@ -83,7 +83,7 @@ def _source(sizes):
     """The lengths tensor a list of sizes was read from, all of it in order, else None."""
     import torch
 
-    from .rolling import SHORT_RUN
+    from .loop_base import SHORT_RUN
 
     if not isinstance(sizes, (list, tuple)) or len(sizes) != SHORT_RUN or \
             not all(isinstance(s, torch.SymInt) for s in sizes):
@@ -108,12 +108,12 @@ class Chunks:
         self.x, self.lengths, self.dim = x, lengths, dim
 
     def __len__(self):
-        from .rolling import SHORT_RUN
+        from .loop_base import SHORT_RUN
 
         return SHORT_RUN
 
     def __iter__(self):
-        from .rolling import SHORT_RUN, active_loops
+        from .loop_base import SHORT_RUN, active_loops
 
         f = sys._getframe(1)
         key = (id(f), f.f_lasti)

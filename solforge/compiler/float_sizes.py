@@ -17,7 +17,7 @@ def _truncated_guards(ir: dict) -> list[str]:
     import sympy
 
     from . import symexpr
-    from .trace import _guard_ns
+    from .guard_eval import _guard_ns
 
     out = []
     for src in ir.get("guards", []):
@@ -39,7 +39,7 @@ def guard(ir: dict, workloads: list) -> dict:
 
     from . import symexpr
     from .errors import TraceError
-    from .trace import _eval_guard, _guard_ns, _values
+    from .guard_eval import _eval_guard, _guard_ns, _values
 
     keep = _truncated_guards(ir)
     if not keep:

@@ -133,6 +133,7 @@ def sandbox_entry(payload: dict) -> dict:
 
 
 # ── child side ───────────────────────────────────────────────────────────────────────────────────
+from .guard_eval import _eval_guard, _guard_ns, _values  # noqa: E402,F401 - used here and by tests
 from .errors import TraceError  # noqa: E402 - defined there (errors.py), raised here
 
 
@@ -747,47 +748,6 @@ def _guards(shape_env, namer) -> list[str]:
         if s_ in namer.map and getattr(v, "is_number", False):
             out.append(sympy.srepr(sympy.Eq(namer.map[s_], v)))
     return sorted(set(out))
-
-
-def _guard_ns() -> dict:
-    """Names a guard's srepr uses: sympy's and torch's size functions (CeilToInt(IntTrueDiv(..)) of
-    a math.ceil over sizes, FloorDiv, ...)."""
-    import sympy
-    from torch.utils._sympy import functions
-
-    ns = {k: getattr(sympy, k) for k in dir(sympy) if not k.startswith("_")}
-    ns.update({k: getattr(functions, k) for k in dir(functions) if not k.startswith("_")})
-    return ns
-
-
-_PARSED_GUARDS: dict = {}
-
-
-def _eval_guard(src: str, values: dict) -> bool:
-    """A guard at these values (each guard parsed once; its symbols replaced by name, whatever
-    their assumptions: a float scalar's is a plain symbol)."""
-    import sympy
-
-    if src not in _PARSED_GUARDS:
-        _PARSED_GUARDS[src] = sympy.sympify(eval(src, _guard_ns()))
-    e = _PARSED_GUARDS[src]
-    rep = {x: (sympy.Float(values[x.name]) if isinstance(values[x.name], float)
-               else sympy.Integer(values[x.name]))
-           for x in e.free_symbols if x.name in values}
-    return bool(e.xreplace(rep))
-
-
-def _f32(v: float) -> float:
-    import struct
-
-    return struct.unpack("f", struct.pack("f", float(v)))[0]
-
-
-def _values(wl: dict) -> dict:
-    # a float scalar as the kernel sees it (a float32 argument), so a guard pinning it holds there
-    return {k: _f32(v) if isinstance(v, float) else int(v)
-            for k, v in {**wl["axes"], **wl.get("scalars", {})}.items()
-            if isinstance(v, (int, float, bool))}
 
 
 def _pin_guards(pins: dict, inputs_ir: list) -> list[str]:

@@ -7,7 +7,7 @@ work and exclusively around its timing (the timed calls, the re-check after them
 probe), so the GPU is quiet while anyone times. Without the variable both are no-ops.
 
 Linux flock gives a waiting exclusive locker no priority over new shared lockers; a gate file fixes
-that (as solforge.baselines.plan.gpu_lease does): every locker passes the gate for an instant, and
+that: every locker passes the gate for an instant, and
 an exclusive one keeps it until it holds the lock, so the others drain and nobody new starts. No
 section is nested in another (a process never waits at the gate while it holds the lock).
 """
@@ -22,8 +22,9 @@ ENV = "SOLFORGE_GPU_SHARE"
 
 
 @contextlib.contextmanager
-def _held(exclusive: bool, path: str = ""):
-    path = path or os.environ.get(ENV, "").strip()
+def held(path: str, exclusive: bool):
+    """The lock file `path` held shared or exclusively, through the gate (a no-op without a path).
+    Also the baseline scheduler's lease on a GPU (solforge.baselines.plan.gpu_lease)."""
     if not path:
         yield
         return
@@ -37,6 +38,10 @@ def _held(exclusive: bool, path: str = ""):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _held(exclusive: bool, path: str = ""):
+    return held(path or os.environ.get(ENV, "").strip(), exclusive)
 
 
 def shared():
