@@ -30,6 +30,20 @@ def make_problem(tmp: Path, name: str, axes: dict, inputs: dict, outputs: dict, 
     return load_problem_dir(d)
 
 
+def with_custom_inputs(tmp: Path, name: str) -> object:
+    """The problem make_problem wrote under tmp/name, its inputs made by the reference's
+    `get_inputs` (custom inputs: values the reference's data-dependent sizes rely on)."""
+    d = tmp / name
+    defn = json.loads((d / "definition.json").read_text())
+    defn["custom_inputs_entrypoint"] = "get_inputs"
+    (d / "definition.json").write_text(json.dumps(defn))
+    rows = [json.loads(line) for line in (d / "workload.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return load_problem_dir(d)
+
+
 def _compile_ok(cand):
     from solforge.compile import compile_candidate
 

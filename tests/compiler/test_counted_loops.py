@@ -12,7 +12,7 @@ import pytest
 
 from solforge.compiler.check import check_problem
 
-from .test_compiler import T, make_problem
+from .test_compiler import T, make_problem, with_custom_inputs
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")]
@@ -51,15 +51,7 @@ def _custom(tmp_path, name: str, reference: str, workloads: list):
     make_problem(tmp_path, name, {"L": {"type": "var"}, "S": {"type": "var"}},
                  {"x": T(4, "L", 8), "cu": {"shape": ["S"], "dtype": "int64"}}, {"y": T(4, "L", 8)},
                  reference, workloads)
-    d = tmp_path / name
-    defn = json.loads((d / "definition.json").read_text())
-    defn["custom_inputs_entrypoint"] = "get_inputs"
-    (d / "definition.json").write_text(json.dumps(defn))
-    rows = [json.loads(line) for line in (d / "workload.jsonl").read_text().splitlines()]
-    for r in rows:
-        r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
-    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return load_problem_dir(d)
+    return with_custom_inputs(tmp_path, name)
 
 
 def test_segment_loop_rolled_collected_and_emulated(tmp_path):
@@ -146,15 +138,7 @@ def test_size_read_back_without_a_bound_gets_a_checked_guess(tmp_path):
                      z.index_add_(0, idx, x)
                      return torch.arange(m, dtype=x.dtype, device=x.device) @ z
                  """, [{"R": 5}, {"R": 9}])
-    d = tmp_path / name
-    defn = json.loads((d / "definition.json").read_text())
-    defn["custom_inputs_entrypoint"] = "get_inputs"
-    (d / "definition.json").write_text(json.dumps(defn))
-    rows = [json.loads(line) for line in (d / "workload.jsonl").read_text().splitlines()]
-    for r in rows:
-        r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
-    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    p = load_problem_dir(d)
+    p = with_custom_inputs(tmp_path, name)
     out = compile_problem(p)
     assert out.ok, out.reason
     assert "bound_check" in out.candidate.sources["kernel.cu"]

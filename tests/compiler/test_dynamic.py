@@ -10,7 +10,7 @@ import pytest
 
 from solforge.compiler.check import check_problem
 
-from .test_compiler import B, T, make_problem
+from .test_compiler import B, T, make_problem, with_custom_inputs
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")]
@@ -266,15 +266,7 @@ def test_branch_on_an_input_flag_read_back(tmp_path):
                                  y = y + g.item() * x.sum(dim=0)
                              return y
                          """, [{"R": 5}, {"R": 9}])
-        d = tmp_path / name
-        defn = json.loads((d / "definition.json").read_text())
-        defn["custom_inputs_entrypoint"] = "get_inputs"
-        (d / "definition.json").write_text(json.dumps(defn))
-        rows = [json.loads(l) for l in (d / "workload.jsonl").read_text().splitlines()]
-        for r in rows:
-            r["inputs"] = {k: {"type": "custom"} for k in r["inputs"]}
-        (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-        p = load_problem_dir(d)
+        p = with_custom_inputs(tmp_path, name)
         out = compile_problem(p)
         assert out.ok, out.reason
         assert out.segments.get("variants") == 2
