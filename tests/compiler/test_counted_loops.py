@@ -5,7 +5,6 @@ against the reference, on problems written here."""
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
@@ -46,7 +45,6 @@ def run(x, cu):
 
 
 def _custom(tmp_path, name: str, reference: str, workloads: list):
-    from solforge.problem.loader import load_problem_dir
 
     make_problem(tmp_path, name, {"L": {"type": "var"}, "S": {"type": "var"}},
                  {"x": T(4, "L", 8), "cu": {"shape": ["S"], "dtype": "int64"}}, {"y": T(4, "L", 8)},
@@ -121,7 +119,6 @@ def test_size_read_back_without_a_bound_gets_a_checked_guess(tmp_path):
     """`m = idx.max().item() + 1; zeros(m, C).index_add_(0, idx, x)`: no shape bounds m, so the
     plan sizes the buffer at a guess and checks the value on the device."""
     from solforge.compiler.api import compile_problem
-    from solforge.problem.loader import load_problem_dir
 
     name = "guess"
     make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},

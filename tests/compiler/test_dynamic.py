@@ -245,10 +245,7 @@ def test_a_slice_by_an_int_item(tmp_path):
 def test_branch_on_an_input_flag_read_back(tmp_path):
     """`if flag.item():` on an input: both sides traced, the variant picked on the device; the
     flag is set by the problem's own inputs, once per side."""
-    import json
-
     from solforge.compiler.api import compile_problem
-    from solforge.problem.loader import load_problem_dir
 
     for name, flag in (("flag_on", 3), ("flag_off", -3)):
         p = make_problem(tmp_path, name, {"R": {"type": "var"}, "C": {"type": "const", "value": 4}},
