@@ -177,12 +177,16 @@ def cmd_run(a) -> None:
     dest = Path(a.out or os.environ.get("OUT") or ".")
     dest.mkdir(parents=True, exist_ok=True)
     res_path = dest / "sweep_results.jsonl"
-    done = set()
+    done, solved = set(), set()
     for f in a.skip_done or []:
         for line in Path(f).read_text().splitlines():
             if line.strip():
-                done.add(json.loads(line)["stage"])
-    staged = [r for r in json.loads((d / "staged.json").read_text()) if r["staged"] and r["stage"] not in done]
+                rec = json.loads(line)
+                done.add(rec["stage"])
+                if sum(w["status"] == "passed" for w in rec.get("results") or []) == rec.get("workloads"):
+                    solved.add(rec["problem"])  # its later candidates are not needed any more
+    staged = [r for r in json.loads((d / "staged.json").read_text())
+              if r["staged"] and r["stage"] not in done and r["problem"] not in solved]
     t_end = time.time() + a.deadline_s
 
     # Lanes share the GPU: each evaluation times alone (gpu_share: correctness side by side, timing
@@ -242,7 +246,8 @@ def cmd_run(a) -> None:
                     queue.append({**r, "alone": True})    # once more, alone, at the end
                     continue
                 if ok < rec["workloads"] and later.get(rec["problem"]):
-                    queue.insert(0, later[rec["problem"]].pop(0))
+                    # after every first candidate: a cut run keeps the most first-candidate verdicts
+                    queue.append(later[rec["problem"]].pop(0))
             first_bad = next((w for w in rec["results"] if w["status"] != "passed"), None)
             print(f"{rec['problem']:<64} {rec['worker']:<16} {ok}/{rec['workloads']} passed "
                   f"{rec['wall_s']:6.1f} s" + (f"  {first_bad['status']}: {first_bad['message'][:100]}"
