@@ -447,13 +447,14 @@ TRACE_TIMEOUT_S = 300.0
 def trace_in_sandbox(module: str, defn: Definition, types: tuple) -> tuple[Optional[Any], str]:
     """(graph, "") or (None, reason): `module`._trace(defn) run in the sandbox, since it executes the
     problem's reference (a dataset's code); the graph comes back as tagged JSON of `types` only."""
-    from ..sandbox import SandboxError, run_python
+    from ..sandbox import SandboxError
     from ..sandbox.jsonable import decode
+    from .trace_cache import sandboxed_trace
 
     try:
-        out = run_python(__name__, "trace_entry", {"module": module,
-                                                    "definition": defn.model_dump(mode="json")},
-                         timeout_s=TRACE_TIMEOUT_S)
+        out = sandboxed_trace(__name__, "trace_entry", {"module": module,
+                                                         "definition": defn.model_dump(mode="json")},
+                              timeout_s=TRACE_TIMEOUT_S, code=(__name__, module))
     except SandboxError as e:
         return None, str(e)[:300]
     if out.get("reason") is not None or "graph" not in out:

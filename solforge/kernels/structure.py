@@ -163,12 +163,14 @@ TRACE_TIMEOUT_S = 120.0
 def _trace_in_sandbox(defn: Definition, scalars: dict) -> Optional[Traced]:
     """The reference is a dataset's code: _trace runs in the sandbox (solforge.sandbox) and the ops
     come back as tagged JSON of these dataclasses only; any failure means "no structure"."""
-    from ..sandbox import SandboxError, run_python
+    from ..sandbox import SandboxError
     from ..sandbox.jsonable import decode
+    from .trace_cache import sandboxed_trace
 
     try:
-        out = run_python(__name__, "trace_entry", {"definition": defn.model_dump(mode="json"),
-                                                    "scalars": scalars}, timeout_s=TRACE_TIMEOUT_S)
+        out = sandboxed_trace(__name__, "trace_entry", {"definition": defn.model_dump(mode="json"),
+                                                         "scalars": scalars},
+                              timeout_s=TRACE_TIMEOUT_S, code=(__name__,))
         return decode(out["traced"], (Traced, Op, In, Ref)) if out.get("traced") is not None else None
     except (SandboxError, KeyError, ValueError, TypeError):
         return None

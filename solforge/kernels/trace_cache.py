@@ -1,0 +1,67 @@
+"""The sandboxed reference tracers' answers, kept on disk (<cache_dir>/traces/<key>.json).
+
+Matching a problem asks two tracers (kernels/structure.py, kernels/pointwise_trace.py) that run the
+reference in a fresh sandbox: several seconds per tracer and problem, paid again by every process
+(an optimize run on a new box traced each of ~190 problems three times before its first evaluation).
+The answer depends only on the request and the tracer's code, so the key is both: the entry point,
+its payload (the definition) and a hash of the tracer modules' sources. Only answers are kept; a
+sandbox failure (timeout, crash) raises as before and is asked again next time. What comes back from
+the disk is decoded exactly as a fresh answer is (tagged JSON of the caller's dataclasses only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+def _sources_hash(modules: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(modules):
+        mod = sys.modules.get(name)
+        f = getattr(mod, "__file__", None)
+        h.update(name.encode())
+        h.update(Path(f).read_bytes() if f else b"?")
+    return h.hexdigest()[:16]
+
+
+def _folder() -> Optional[Path]:
+    try:
+        from .. import settings
+
+        return settings.get().cache_dir / "traces"
+    except Exception:  # noqa: BLE001 - no settings: no disk cache
+        return None
+
+
+def sandboxed_trace(module: str, function: str, payload: dict, *, timeout_s: float,
+                    code: Sequence[str]) -> dict:
+    """run_python(module, function, payload)'s answer, from the disk when the same request was
+    answered by the same code (`code`: the modules whose sources decide the answer)."""
+    from ..sandbox import run_python
+
+    key = hashlib.sha256(json.dumps([module, function, payload, _sources_hash(code)], sort_keys=True,
+                                    default=str).encode()).hexdigest()
+    folder = _folder()
+    path = folder / f"{key}.json" if folder is not None else None
+    if path is not None and path.exists():
+        try:
+            out = json.loads(path.read_text())
+            if isinstance(out, dict):
+                return out
+        except (OSError, ValueError):
+            pass  # a damaged entry is a miss, and gets rewritten
+    out = run_python(module, function, payload, timeout_s=timeout_s)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(out))
+            os.replace(tmp, path)  # a reader never sees half an entry
+        except (OSError, TypeError, ValueError):
+            pass
+    return out
