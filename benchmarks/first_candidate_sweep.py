@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import as_completed
@@ -193,7 +194,17 @@ def cmd_run(a) -> None:
     # exclusive), so the times are the kernel's own; a stage too big to share the GPU's memory (its
     # largest workload's two input sets and outputs over ALONE_BYTES), or one that ran out of memory
     # beside the others, runs alone (once more, at the end).
-    share = str((dest / "gpu_share.lock").resolve()) if a.parallel > 1 else ""
+    # (the lock files live outside OUT: a device call brings back only a few files)
+    share = str(Path(tempfile.mkdtemp(prefix="sweep-share-")) / "gpu_share.lock") if a.parallel > 1 else ""
+    if a.no_timing:
+        # Verdicts only: correctness rounds on every workload, no timing. Timing is what lanes
+        # take turns for (each times alone); a slow generic kernel's duty-cycled timing held the
+        # GPU for minutes and starved every other lane. The optimize pass times.
+        for r in staged:
+            jf = d / r["stage"] / "job.json"
+            job = json.loads(jf.read_text())
+            job.setdefault("settings", {})["timing"] = False
+            jf.write_text(json.dumps(job))
 
     def one(r: dict) -> dict:
         left = t_end - time.time()
@@ -371,6 +382,8 @@ def main() -> None:
     r.add_argument("--parallel", type=int, default=4)
     r.add_argument("--timeout", type=float, default=240.0, help="seconds per stage")
     r.add_argument("--deadline-s", type=float, default=540.0)
+    r.add_argument("--no-timing", action="store_true",
+                   help="verdicts only: correctness on every workload, no timing (lanes never wait)")
     r.add_argument("--fallback", action="store_true",
                    help="run a problem's next staged candidate only when the one before was not correct")
     r.add_argument("--skip-done", nargs="*", default=[], help="results files whose stages are done")
