@@ -54,7 +54,9 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
                                        compile_result=compiled, job=job)
         with pool.slot(label=label) as slot, (hold(slot) if hold else contextlib.nullcontext()):
             t0 = time.perf_counter()
-            report = runner.run_stage(stage, timeout_s=timeout_s, env=slot.env)
+            # the lanes of one GPU time one at a time (gpu_share): an evaluation may wait for every
+            # other lane's timing, and that wait is no reason to kill it
+            report = runner.run_stage(stage, timeout_s=timeout_s * pool.lanes, env=slot.env)
             wall = time.perf_counter() - t0
     if gpu_lost(report):
         raise GpuLost(f"GPU {slot.gpu}: evaluator lost (exit {report.exit_code}): "

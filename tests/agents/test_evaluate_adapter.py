@@ -43,3 +43,22 @@ def test_report_to_outcome():
     assert to.status is AttemptOutcome.TIMEOUT
     empty = outcome_of_report(RunReport("p", [], exit_code=1, stderr_tail="Segmentation fault"))
     assert empty.status is AttemptOutcome.RUNTIME_ERROR and "Segmentation" in empty.message
+
+
+def test_lanes_lengthen_the_evaluation_limit(cpu_lab, rmsnorm_problem, monkeypatch):
+    """With N lanes on a GPU an evaluation may wait for N-1 other timings: its limit is N times the
+    per-candidate one (a candidate is not killed for waiting)."""
+    from solforge.evaluate import runner
+
+    seen = []
+
+    def run_stage(stage, timeout_s, env=None):
+        seen.append(timeout_s)
+        return RunReport(rmsnorm_problem.name, [])
+    monkeypatch.setattr(runner, "run_stage", run_stage)
+    cand = Candidate.model_validate(candidate_json(RMSNORM_H128))
+    _, compiled = cpu_lab.compile(cand)
+    for lanes in (1, 3):
+        evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled,
+                        GpuPool(["0"], cross_process=False, lanes=lanes), timeout_s=40.0)
+    assert seen == [40.0, 120.0]
