@@ -24,6 +24,9 @@ def register(sub) -> None:
     p.add_argument("--worker", choices=["first", "compiler"], default="first",
                    help="first: the planner's first candidate; compiler: the compiler's plan")
     p.add_argument("--timeout", type=float, default=300, help="seconds for tracing one reference")
+    p.add_argument("--problem-timeout", type=float, default=900,
+                   help="seconds for one problem's whole line (trace, lowering, compile), in a child "
+                        "process; past it the line says so and the next problem starts")
     p.add_argument("--only", default=None, help="only problems whose name contains this")
     p.add_argument("--jsonl", "--lines", dest="jsonl", default=None,
                    help="append one JSON line per problem to this file")
@@ -170,6 +173,37 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
     return row
 
 
+def _cover_child(problem, do_compile, arch, timeout, worker, q) -> None:
+    q.put(cover_problem(problem, do_compile, arch, timeout, worker))
+
+
+def cover_problem_boxed(problem, do_compile: bool, arch: str, timeout: float, worker: str,
+                        box_s: float) -> dict:
+    """cover_problem in a forked child with a wall-clock limit: the lowering runs in-process and a
+    large unrolled graph once took over 15 minutes, so one problem must not hold the whole command.
+    The compiler's and the tracers' disk caches carry what a child learned to the next one."""
+    import multiprocessing as mp
+    import queue
+
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    t0 = time.time()
+    proc = ctx.Process(target=_cover_child, args=(problem, do_compile, arch, timeout, worker, q))
+    proc.start()
+    try:
+        row = q.get(timeout=box_s)
+    except queue.Empty:
+        row = {"problem": problem.name, "subset": problem.subset or "", "served": False,
+               "families": [], "first": None, "segments": {}, "compiles": None,
+               "reason": (f"stopped: no answer within {box_s:.0f} s (trace, lowering and compile)"
+                          if proc.is_alive() else f"stopped: crashed (exit code {proc.exitcode})"),
+               "seconds": round(time.time() - t0, 1)}
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+    return row
+
+
 def run(args) -> int:
     from ..problem.sources import ingest_path
     from .output import console, emit_json
@@ -195,7 +229,8 @@ def run(args) -> int:
     rows = []
     c = console()
     for p in problems:
-        row = cover_problem(p, args.compile, args.arch, args.timeout, args.worker)
+        row = cover_problem_boxed(p, args.compile, args.arch, args.timeout, args.worker,
+                                  args.problem_timeout)
         cand = row.pop("candidate", None)
         if emit and cand is not None:
             name = f"{row['subset']}__{row['problem']}.json".replace("/", "_")

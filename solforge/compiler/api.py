@@ -115,6 +115,20 @@ def _matmul_for(gemm: str):
     return gemm_adapter.matmul
 
 
+def _one_line(e: Exception) -> str:
+    """An error in one line; a pydantic validation error with its first field and message (its
+    first line alone only says that validation failed)."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        try:
+            err = errors()[0]
+            first += f": {'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg', '')}"
+        except Exception:  # noqa: BLE001 - the plain first line then
+            pass
+    return first[:300]
+
+
 def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic",
              attention: bool = False) -> CompileOutcome:
     from .lower import Lowering, Unsupported
@@ -145,7 +159,7 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic",
         cand = build_candidate(name or defn.name, low,
                                notes="compiler: " + ", ".join(f"{k} x{v}" for k, v in segs.items()))
     except (ValueError, TypeError) as e:
-        return CompileOutcome(reason=f"plan: {str(e).splitlines()[0][:200]}", stage="plan",
+        return CompileOutcome(reason=f"plan: {_one_line(e)}", stage="plan",
                               ops=dict(ops), segments=dict(segs))
     return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
 
@@ -173,7 +187,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
         cand = build_candidate_variants(name or defn.name, parts, notes="compiler: " + ", ".join(
             f"{k} x{n}" for k, n in segs.items()))
     except (ValueError, TypeError) as e:
-        return CompileOutcome(reason=f"plan: {str(e).splitlines()[0][:200]}", stage="plan",
+        return CompileOutcome(reason=f"plan: {_one_line(e)}", stage="plan",
                               ops=dict(ops), segments=dict(segs))
     return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
 

@@ -98,7 +98,12 @@ class Lowering:
 
     # ---- helpers ---------------------------------------------------------------------------
     def new_buffer(self, dtype: str, shape) -> Buffer:
+        # a workspace buffer's name never repeats an input's or output's (an input named `b2` and
+        # workspace buffer b2 would both be the kernel parameter p_b2)
+        taken = {i["name"] for i in self.ir.get("inputs", [])} | set(self.out_specs)
         self._n += 1
+        while f"b{self._n}" in taken:
+            self._n += 1
         b = Buffer(f"b{self._n}", dtype, [sympy.sympify(s) for s in shape], "ws")
         self.ws.append(b)
         return b

@@ -133,7 +133,7 @@ def sandbox_entry(payload: dict) -> dict:
 
 
 # ── child side ───────────────────────────────────────────────────────────────────────────────────
-from .guard_eval import _eval_guard, _guard_ns, _values  # noqa: E402,F401 - used here and by tests
+from .guard_eval import _eval_guard, _f32, _guard_ns, _values  # noqa: E402,F401 - used here and by tests
 from .errors import TraceError  # noqa: E402 - defined there (errors.py), raised here
 
 

@@ -97,3 +97,26 @@ def test_adapter_candidates_compile_and_match_the_reference(name, tmp_path, adap
     assert res.ok, res.log[-3000:]
     r = check.check_problem(p, candidate=out.candidate)
     assert r["ok"], r
+
+
+@pytest.mark.slow
+def test_a_size_counted_on_the_device_takes_the_generic_matmul(tmp_path):
+    """K is read back from the device (one more than the largest index): the template's sizes are
+    host-side launch arguments, so this matmul stays generic and no launch names the count."""
+    p = tc.make_problem(tmp_path, "dynk", {"n": {"type": "var"}, "D": {"type": "const", "value": 8}},
+                        {"idx": {"shape": ["n"], "dtype": "int64"}, "w": F32("n", "D")},
+                        {"y": F32(1, "D")},
+                        """
+                        import torch
+                        def run(idx, w):
+                            pos = idx.abs() % w.shape[0]
+                            m = int(pos.max().item()) + 1
+                            acc = torch.zeros(m, w.shape[1], device=w.device).index_add_(0, pos, w)
+                            return torch.ones(1, m, device=w.device) @ acc
+                        """, [{"n": 5}, {"n": 9}])
+    out = api.compile_problem(p, gemm="template")
+    assert out.ok, out.reason
+    launches = repr([(la.grid, la.block, la.args) for la in out.candidate.launches])
+    assert "dyn" not in launches, launches
+    r = check.check_problem(p, candidate=out.candidate)
+    assert r["ok"], r

@@ -125,11 +125,22 @@ _TAKES = {"float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"}
 
 
 def _generic_matmul():
-    """The lowering's generic matmul template (the templates package's own `matmul`), or None."""
-    import importlib
+    """The lowering's generic matmul kernel (solforge.compiler.generic.matmul, which lower.py
+    imports as `templates`), or None where it is this adapter (a test swapped them)."""
+    from .. import generic
 
-    fn = getattr(importlib.import_module(__package__), "matmul", None)
+    fn = getattr(generic, "matmul", None)
     return None if fn is matmul else fn
+
+
+def _counted_on_device(a, b, batch_shape) -> bool:
+    """A size only the device knows (a count read back: dyn<i>)? The template's M/N/K/batch are
+    launch arguments evaluated on the host from the axes, where such a size has no value; the
+    generic kernel reads it from the workspace."""
+    from ..dynamic import is_dynamic
+
+    dims = list(a.shape) + list(b.shape) + list(batch_shape or [])
+    return any(is_dynamic(str(s)) for d in dims for s in getattr(d, "free_symbols", ()))
 
 
 def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
@@ -137,7 +148,7 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
     """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec). Operands
     or outputs it does not take (float64, integers) go to the generic template."""
     if not ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
-            and (bias is None or bias.dtype in _TAKES)):
+            and (bias is None or bias.dtype in _TAKES)) or _counted_on_device(a, b, batch_shape):
         generic = _generic_matmul()
         if generic is None:
             raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
