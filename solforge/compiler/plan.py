@@ -74,7 +74,7 @@ def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
             srcs.append(spec.kernel.source(spec.launch_bounds))
         launches.append({"kernel": spec.kernel.name, "grid": spec.grid, "block": spec.block,
                          "smem": spec.smem, "args": bound_args(spec, spec.kernel.args())})
-    ws = symexpr.to_axis(total) if total != 0 else "0"
+    ws = _short_workspace(total, [total])
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs), **units},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
                      options=["--fmad=false"], notes=notes)
@@ -82,14 +82,38 @@ def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
 
 def workspace_bound(totals: list):
     """A short upper bound of max(totals) (a Candidate's expression is at most 2000 characters):
-    their sum with each 256-byte rounding as + 255, expanded into one polynomial; None when that
-    is not an integer polynomial."""
-    ub = sympy.expand(sum((sympy.sympify(t).replace(
-        lambda e: isinstance(e, FloorDiv) and e.args[1] == ALIGN, lambda e: e.args[0] / ALIGN)
-        for t in totals), sympy.Integer(0)))
-    if ub.free_symbols:
-        return ub if all(c.is_integer for c in sympy.Poly(ub).coeffs()) else None
-    return ub if ub.is_integer else None
+    their sum, every floor division a // b taken as a / b, max() as the sum of its arguments and
+    min() as its first, expanded into one polynomial over a common integer denominator (sizes are
+    never negative, so each step only grows the value); None when that is not possible."""
+    from sympy import Max, Min
+
+    def loosen(e):
+        e = e.replace(lambda x: isinstance(x, FloorDiv), lambda x: x.args[0] / x.args[1])
+        e = e.replace(lambda x: isinstance(x, Max), lambda x: sympy.Add(*x.args))
+        return e.replace(lambda x: isinstance(x, Min), lambda x: x.args[0])
+
+    ub = sympy.expand(sum((loosen(sympy.sympify(t)) for t in totals), sympy.Integer(0)))
+    num, den = sympy.fraction(sympy.together(ub))
+    num = sympy.expand(num)
+    if not den.is_Integer or den <= 0:
+        return None
+    if num.free_symbols:
+        try:
+            if not all(c.is_integer for c in sympy.Poly(num, *sorted(num.free_symbols, key=str)).coeffs()):
+                return None
+        except sympy.PolynomialError:
+            return None
+    elif not num.is_integer:
+        return None
+    return num if den == 1 else FloorDiv(num + den - 1, den)
+
+
+def _short_workspace(total, totals: list) -> str:
+    ws = symexpr.to_axis(total) if total != 0 else "0"
+    if len(ws) > 1500:   # many buffers of their own sizes: the short bound
+        ub = workspace_bound(totals)
+        ws = symexpr.to_axis(ub) if ub is not None else ws
+    return ws
 
 
 def build_candidate_variants(problem_name: str, variants: list, notes: str = "") -> Candidate:
@@ -119,10 +143,7 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
             launches.append({"kernel": k.name, "grid": spec.grid, "block": spec.block,
                              "smem": spec.smem, "args": bound_args(spec, k.args())})
     total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
-    ws = symexpr.to_axis(total) if total != 0 else "0"
-    if len(ws) > 1500:
-        ub = workspace_bound(totals)
-        ws = symexpr.to_axis(ub) if ub is not None else ws
+    ws = _short_workspace(total, totals)
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
                      options=["--fmad=false"], notes=notes)

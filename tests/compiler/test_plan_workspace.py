@@ -28,8 +28,26 @@ def test_bound_covers_every_variant_and_is_short():
         assert int(ub.subs(env)) >= max(int(t.subs(env)) for t in totals)
 
 
-def test_bound_refuses_a_fraction():
-    """A rounding that is not to whole 256-byte units would leave a fractional polynomial."""
+def _holds(ub, totals, syms, values):
+    for vals in values:
+        env = dict(zip(syms, vals))
+        assert int(ub.subs(env)) >= max(int(sympy.sympify(t).subs(env)) for t in totals), (ub, vals)
+
+
+def test_bound_over_a_common_denominator():
+    """A rounding that is not to whole 256-byte units gives a fractional polynomial: its ceiling
+    over the common denominator, still an upper bound."""
     a = symexpr.sym("a")
-    assert workspace_bound([FloorDiv(a + ALIGN - 1, ALIGN) * 128]) is None
+    t = FloorDiv(a + ALIGN - 1, ALIGN) * 128
+    ub = workspace_bound([t])
+    assert ub is not None
+    _holds(ub, [t], [a], [(0,), (1,), (255,), (256,), (1000,)])
     assert workspace_bound([FloorDiv(a + ALIGN - 1, ALIGN) * ALIGN]) == a + ALIGN - 1
+
+
+def test_bound_over_other_divisions_and_max_min():
+    a, b = symexpr.sym("a"), symexpr.sym("b")
+    totals = [FloorDiv(a * 7, 3) * 4 + sympy.Max(a, b * 2) * 8, sympy.Min(a, b) * 16 + FloorDiv(b, 5) * 256]
+    ub = workspace_bound(totals)
+    assert ub is not None
+    _holds(ub, totals, [a, b], [(1, 1), (3, 9), (1000, 7), (17, 4096)])
