@@ -196,14 +196,15 @@ def cmd_run(a) -> None:
     # beside the others, runs alone (once more, at the end).
     # (the lock files live outside OUT: a device call brings back only a few files)
     share = str(Path(tempfile.mkdtemp(prefix="sweep-share-")) / "gpu_share.lock") if a.parallel > 1 else ""
-    if a.no_timing:
-        # Verdicts only: correctness rounds on every workload, no timing. Timing is what lanes
-        # take turns for (each times alone); a slow generic kernel's duty-cycled timing held the
-        # GPU for minutes and starved every other lane. The optimize pass times.
-        for r in staged:
-            jf = d / r["stage"] / "job.json"
-            job = json.loads(jf.read_text())
-            job.setdefault("settings", {})["timing"] = False
+    # --no-timing: verdicts only, correctness rounds on every workload. Timing is what lanes take
+    # turns for (each times alone); a slow generic kernel's duty-cycled timing held the GPU for
+    # minutes and starved every other lane. The optimize pass times. Each stage's job is set to this
+    # run's choice either way, so a later run on the same folder gets its own.
+    for r in staged:
+        jf = d / r["stage"] / "job.json"
+        job = json.loads(jf.read_text())
+        if job.setdefault("settings", {}).get("timing", True) != (not a.no_timing):
+            job["settings"]["timing"] = not a.no_timing
             jf.write_text(json.dumps(job))
 
     def one(r: dict) -> dict:
