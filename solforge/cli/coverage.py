@@ -112,11 +112,15 @@ def _compiler_first(problem, out):
         return out.candidate
 
 
+def _unserved_row(problem) -> dict:
+    return {"problem": problem.name, "subset": problem.subset or "", "served": False,
+            "families": [], "first": None, "segments": {}, "compiles": None, "reason": ""}
+
+
 def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: str) -> dict:
     from ..compiler.api import compile_problem
 
-    row = {"problem": problem.name, "subset": problem.subset or "", "served": False,
-           "families": [], "first": None, "segments": {}, "compiles": None, "reason": ""}
+    row = _unserved_row(problem)
     t0 = time.time()
     # the trace (the reference's code) runs in a child process with its own timeout; no alarm
     # here: an exception raised at an arbitrary point (mid-import) would poison this process
@@ -193,11 +197,10 @@ def cover_problem_boxed(problem, do_compile: bool, arch: str, timeout: float, wo
     try:
         row = q.get(timeout=box_s)
     except queue.Empty:
-        row = {"problem": problem.name, "subset": problem.subset or "", "served": False,
-               "families": [], "first": None, "segments": {}, "compiles": None,
-               "reason": (f"stopped: no answer within {box_s:.0f} s (trace, lowering and compile)"
-                          if proc.is_alive() else f"stopped: crashed (exit code {proc.exitcode})"),
-               "seconds": round(time.time() - t0, 1)}
+        row = _unserved_row(problem)
+        row["reason"] = (f"stopped: no answer within {box_s:.0f} s (trace, lowering and compile)"
+                         if proc.is_alive() else f"stopped: crashed (exit code {proc.exitcode})")
+        row["seconds"] = round(time.time() - t0, 1)
     if proc.is_alive():
         proc.kill()
     proc.join()

@@ -94,15 +94,15 @@ class Lowering:
         self.ws: list[Buffer] = []
         self.users: dict[str, int] = {}
         self._n = 0
+        # a workspace buffer's name never repeats an input's or output's (an input named `b2` and
+        # workspace buffer b2 would both be the kernel parameter p_b2)
+        self._io_names = {i["name"] for i in ir.get("inputs", [])} | set(out_specs)
         self.dyn = dynamic.Sizes(ir)        # data-dependent sizes (nonzero's count), if any
 
     # ---- helpers ---------------------------------------------------------------------------
     def new_buffer(self, dtype: str, shape) -> Buffer:
-        # a workspace buffer's name never repeats an input's or output's (an input named `b2` and
-        # workspace buffer b2 would both be the kernel parameter p_b2)
-        taken = {i["name"] for i in self.ir.get("inputs", [])} | set(self.out_specs)
         self._n += 1
-        while f"b{self._n}" in taken:
+        while f"b{self._n}" in self._io_names:
             self._n += 1
         b = Buffer(f"b{self._n}", dtype, [sympy.sympify(s) for s in shape], "ws")
         self.ws.append(b)

@@ -11,6 +11,7 @@ the disk is decoded exactly as a fresh answer is (tagged JSON of the caller's da
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 
-def _sources_hash(modules: Sequence[str]) -> str:
+@functools.lru_cache(maxsize=None)
+def _sources_hash(modules: tuple) -> str:
+    """Once per process: the code that runs is what was imported."""
     h = hashlib.sha256()
     for name in sorted(modules):
         mod = sys.modules.get(name)
@@ -44,7 +47,7 @@ def sandboxed_trace(module: str, function: str, payload: dict, *, timeout_s: flo
     answered by the same code (`code`: the modules whose sources decide the answer)."""
     from ..sandbox import run_python
 
-    key = hashlib.sha256(json.dumps([module, function, payload, _sources_hash(code)], sort_keys=True,
+    key = hashlib.sha256(json.dumps([module, function, payload, _sources_hash(tuple(code))], sort_keys=True,
                                     default=str).encode()).hexdigest()
     folder = _folder()
     path = folder / f"{key}.json" if folder is not None else None
