@@ -133,6 +133,30 @@ def sandbox_entry(payload: dict) -> dict:
 
 
 # ── child side ───────────────────────────────────────────────────────────────────────────────────
+def _with_custom_scalars(defn, axes: dict, scalars: dict) -> dict:
+    """A scalar input the custom inputs entrypoint makes (a workload says only "custom") takes the
+    value that entrypoint returns for these axes. It runs here, in the sandbox, on the meta device:
+    its tensors cost nothing and its Python numbers come out as they are."""
+    missing = [k for k, s in defn.inputs.items() if s.is_scalar and k not in scalars]
+    if not missing or not defn.custom_inputs_entrypoint:
+        return scalars
+    import torch
+
+    ns: dict[str, Any] = {"__name__": "_solforge_custom_inputs"}
+    try:
+        exec(compile(defn.reference, "<reference>", "exec"), ns)
+        made = ns[defn.custom_inputs_entrypoint]({**axes, **scalars}, torch.device("meta"))
+    except Exception:  # noqa: BLE001 - the trace then says which scalar has no value
+        return scalars
+    for k in missing:
+        v = made.get(k) if isinstance(made, dict) else None
+        if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_meta:
+            v = v.item()
+        if isinstance(v, (bool, int, float)):
+            scalars[k] = v
+    return scalars
+
+
 from .guard_eval import _eval_guard, _f32, _guard_ns, _values  # noqa: E402,F401 - used here and by tests
 from .errors import TraceError  # noqa: E402 - defined there (errors.py), raised here
 
@@ -273,7 +297,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         axes.update(defn.resolve_axes({k: axes[k] for k in defn.var_axes}))
     except (KeyError, ValueError):
         pass
-    scalars = wl.get("scalars", {})
+    scalars = _with_custom_scalars(defn, axes, dict(wl.get("scalars", {})))
     from .rolling import LoopIndexSteered, ShortLoops, extrapolate
 
     # a long `for i in range(n)` runs a few iterations, then rolls into a loop of n (rolling.py)

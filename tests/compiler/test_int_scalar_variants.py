@@ -70,3 +70,38 @@ def test_custom_made_int_scalar_reads_its_workload_axis(tmp_path):
     assert out.ok, out.reason
     r = check_problem(p, cap=16, candidate=out.candidate)
     assert r["ok"], r
+
+
+REF_CONST = """
+import torch
+def get_inputs(axes_and_scalars, device):
+    n = axes_and_scalars["N"]
+    return {"x": torch.randn(n, 8, device=device), "w": torch.randn(8, 8, device=device),
+            "mode": 1}
+def run(x, w, mode):
+    if mode == 1:
+        return torch.relu(x @ w) + 1.0
+    return torch.softmax(x, dim=-1) * 2.0
+"""
+
+
+def test_custom_made_scalar_without_an_axis_takes_the_entrypoints_value(tmp_path):
+    # the workload says only "custom" and no axis carries the value: the sandboxed tracer asks the
+    # entrypoint itself (on the meta device) and traces the branch the entrypoint's value takes
+    axes = {"N": {"type": "var"}, "D": {"type": "const", "value": 8}}
+    p = make_problem(tmp_path, "cc", axes, {"x": T("N", "D"), "w": T("D", "D"),
+                                            "mode": {"shape": None, "dtype": "int64"}},
+                     {"y": T("N", "D")}, REF_CONST, [{"N": 5}, {"N": 9}], scalars={"mode": 0})
+    d = tmp_path / "cc"
+    rows = [json.loads(l) for l in (d / "workload.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["inputs"] = {k: {"type": "custom"} for k in ("x", "w", "mode")}
+    (d / "workload.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    defn = json.loads((d / "definition.json").read_text())
+    defn["custom_inputs_entrypoint"] = "get_inputs"
+    (d / "definition.json").write_text(json.dumps(defn))
+    p = load_problem_dir(d)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=16, candidate=out.candidate)
+    assert r["ok"], r
