@@ -27,7 +27,7 @@ def register(sub) -> None:
     sel.add_argument("--problems", help="names, SUBSET/name or globs, comma-separated (e.g. "
                                         "'FlashInfer-Bench/*rmsnorm*'), over the store's problems "
                                         "(ingested from the shared tree when the store lacks them), "
-                                        "or a path to ingest")
+                                        "a path to ingest, or @FILE (one of those per line)")
     sel.add_argument("--subset", help="only this subset (L1, L2, Quant, FlashInfer-Bench)")
     sel.add_argument("--limit", type=int, help="at most this many problems (after filtering)")
     sel.add_argument("--with-family", action="store_true",

@@ -98,7 +98,9 @@ def select_problems(store, selector: Optional[str], *, subset: Optional[str] = N
     from ..store.problems import load_problems, problem_index, upsert_problems
 
     report = report or _to_stderr
-    if selector and Path(selector).exists():
+    if selector and selector.startswith("@"):
+        selector = _read_selector_file(Path(selector[1:]))
+    if selector and _is_path(selector):
         from ..problem.sources import ingest_path
 
         rep = ingest_path(selector)
@@ -122,6 +124,32 @@ def select_problems(store, selector: Optional[str], *, subset: Optional[str] = N
     if not probs:
         raise InputError("no problem matches", field="--problems/--subset")
     return probs
+
+
+def _read_selector_file(path) -> str:
+    """@FILE: one name, SUBSET/name or glob per line ('#' starts a comment), as one comma list."""
+    from ..errors import InputError
+
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise InputError(f"cannot read the problem list {path}: {e.strerror}",
+                         field="--problems") from None
+    terms = [ln.split("#", 1)[0].strip() for ln in lines]
+    return ",".join(t for t in terms if t)
+
+
+def _is_path(selector: str) -> bool:
+    """A selector names a path to ingest only when it is one (a long comma list is not, and asking
+    the filesystem about it can fail with 'file name too long')."""
+    from pathlib import Path
+
+    if "," in selector:
+        return False
+    try:
+        return Path(selector).exists()
+    except OSError:
+        return False
 
 
 def _to_stderr(msg: str) -> None:

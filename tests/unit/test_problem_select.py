@@ -72,3 +72,21 @@ def test_a_stored_problem_comes_back_the_same_and_selection_reads_the_store(tmp_
         find_problem(s, "p_other")
     with pytest.raises(InputError, match="no problem matches"):
         select_problems(s, "T/*", shared_dir=tmp_path / "no-shared-tree")
+
+
+def test_a_problem_list_file_and_a_long_comma_list_select_from_the_store(tmp_path):
+    from solforge.errors import InputError
+    from solforge.orchestrate.setup import select_problems
+    from solforge.store import Store
+
+    _write_problem(tmp_path / "tree")
+    s = Store(tmp_path / "sel.duckdb")
+    select_problems(s, str(tmp_path / "tree"))
+    # a list longer than a file name may be: a selector, never a path to look up
+    long_list = ",".join(["S/p_scale"] + [f"S/not_{i:04d}_{'x' * 40}" for i in range(40)])
+    assert [p.name for p in select_problems(s, long_list, shared_dir=tmp_path / "none")] == ["p_scale"]
+    lst = tmp_path / "problems.txt"
+    lst.write_text("# the one problem\nS/p_scale   # trailing comment\n\n")
+    assert [p.name for p in select_problems(s, f"@{lst}")] == ["p_scale"]
+    with pytest.raises(InputError, match="cannot read the problem list"):
+        select_problems(s, f"@{tmp_path / 'missing.txt'}")
