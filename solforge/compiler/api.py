@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .. import disk_cache
 from ..candidate import Candidate
 
 
@@ -47,44 +48,22 @@ def _key(defn, workloads, gemm: str = "generic", attention: bool = False) -> str
                                      sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _disk(key: str):
-    try:
-        from .. import settings
-
-        d = settings.get().cache_dir / "compiler"
-    except Exception:  # noqa: BLE001 - no settings: no disk cache
-        return None
-    return d / f"{key}.json"
-
-
 def _load(key: str) -> Optional[CompileOutcome]:
-    f = _disk(key)
-    if f is None or not f.exists():
+    d = disk_cache.load("compiler", key)
+    if not isinstance(d, dict):
         return None
     try:
-        d = json.loads(f.read_text())
         cand = Candidate.model_validate(d["candidate"]) if d.get("candidate") else None
         return CompileOutcome(candidate=cand, reason=d.get("reason", ""), stage=d.get("stage", ""),
                               ops=d.get("ops", {}), segments=d.get("segments", {}))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
 def _save(key: str, out: CompileOutcome) -> None:
-    f = _disk(key)
-    if f is None:
-        return
-    try:
-        import os
-
-        f.parent.mkdir(parents=True, exist_ok=True)
-        tmp = f.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"candidate": out.candidate.model_dump() if out.candidate else None,
-                                   "reason": out.reason, "stage": out.stage, "ops": out.ops,
-                                   "segments": out.segments}))
-        os.replace(tmp, f)
-    except OSError:
-        pass
+    disk_cache.save("compiler", key, {"candidate": out.candidate.model_dump() if out.candidate else None,
+                                      "reason": out.reason, "stage": out.stage, "ops": out.ops,
+                                      "segments": out.segments})
 
 
 def output_specs(defn) -> dict:

@@ -3,7 +3,7 @@
 Matching a problem asks two tracers (kernels/structure.py, kernels/pointwise_trace.py) that run the
 reference in a fresh sandbox: several seconds per tracer and problem, paid again by every process
 (an optimize run on a new box traced each of ~190 problems three times before its first evaluation).
-The answer depends only on the request and the tracer's code, so the key is both: the entry point,
+The answer depends only on the request and the tracer's code, so the key is both (entries kept by solforge/disk_cache.py): the entry point,
 its payload (the definition) and a hash of the tracer modules' sources. Only answers are kept; a
 sandbox failure (timeout, crash) raises as before and is asked again next time. What comes back from
 the disk is decoded exactly as a fresh answer is (tagged JSON of the caller's dataclasses only).
@@ -14,10 +14,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
+
+from .. import disk_cache
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,15 +33,6 @@ def _sources_hash(modules: tuple) -> str:
     return h.hexdigest()[:16]
 
 
-def _folder() -> Optional[Path]:
-    try:
-        from .. import settings
-
-        return settings.get().cache_dir / "traces"
-    except Exception:  # noqa: BLE001 - no settings: no disk cache
-        return None
-
-
 def sandboxed_trace(module: str, function: str, payload: dict, *, timeout_s: float,
                     code: Sequence[str]) -> dict:
     """run_python(module, function, payload)'s answer, from the disk when the same request was
@@ -49,22 +41,9 @@ def sandboxed_trace(module: str, function: str, payload: dict, *, timeout_s: flo
 
     key = hashlib.sha256(json.dumps([module, function, payload, _sources_hash(tuple(code))], sort_keys=True,
                                     default=str).encode()).hexdigest()
-    folder = _folder()
-    path = folder / f"{key}.json" if folder is not None else None
-    if path is not None and path.exists():
-        try:
-            out = json.loads(path.read_text())
-            if isinstance(out, dict):
-                return out
-        except (OSError, ValueError):
-            pass  # a damaged entry is a miss, and gets rewritten
+    out = disk_cache.load("traces", key)
+    if isinstance(out, dict):
+        return out
     out = run_python(module, function, payload, timeout_s=timeout_s)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(out))
-            os.replace(tmp, path)  # a reader never sees half an entry
-        except (OSError, TypeError, ValueError):
-            pass
+    disk_cache.save("traces", key, out)
     return out
