@@ -84,8 +84,21 @@ def workspace_bound(totals: list):
     """A short upper bound of max(totals) (a Candidate's expression is at most 2000 characters):
     their sum, every floor division a // b taken as a / b, max() as the sum of its arguments and
     min() as its first, expanded into one polynomial over a common integer denominator (sizes are
-    never negative, so each step only grows the value); None when that is not possible."""
+    never negative, so each step only grows the value); None when that is not possible, which
+    includes a floor division, max() or min() inside a divisor (loosening it there shrinks the
+    quotient)."""
     from sympy import Max, Min
+
+    def shrinks(x) -> bool:   # loosening this would grow it: wrong inside a divisor
+        return x.has(FloorDiv) or x.has(Max) or x.has(Min)
+
+    for t in totals:
+        e = sympy.sympify(t)
+        divisors = [x.args[1] for x in e.atoms(FloorDiv)] + \
+                   [x.base for x in e.atoms(sympy.Pow) if x.exp.is_negative]
+        if any(d.free_symbols and shrinks(d) for d in divisors):
+            # a // (b // c): b // c taken as b / c is larger, so the quotient gets smaller
+            return None
 
     def loosen(e):
         e = e.replace(lambda x: isinstance(x, FloorDiv), lambda x: x.args[0] / x.args[1])

@@ -51,3 +51,17 @@ def test_bound_over_other_divisions_and_max_min():
     ub = workspace_bound(totals)
     assert ub is not None
     _holds(ub, totals, [a, b], [(1, 1), (3, 9), (1000, 7), (17, 4096)])
+
+
+def test_no_bound_when_a_divisor_would_be_loosened():
+    """n // (n // 256) taken as n / (n / 256) = 256 is below the true value (300 // 1 = 300): a
+    divisor holding a floor division, max() or min() gives no short bound, never a short one."""
+    n = symexpr.sym("n")
+    t = FloorDiv(n, FloorDiv(n, 256)) * 64 + n * 4
+    assert workspace_bound([t]) is None
+    assert workspace_bound([t, n * 8]) is None
+    # a constant divisor of a loosened numerator is still fine
+    ok = FloorDiv(FloorDiv(n, 3) * 5, 7) * 16
+    ub = workspace_bound([ok])
+    assert ub is not None
+    _holds(ub, [ok], [n], [(1,), (300,), (4097,)])
