@@ -3,6 +3,7 @@ The reference (a dataset's code) runs in solforge.sandbox; the emulation (the co
 generated code, built with g++) runs here.
 
     python -m solforge.compiler.check PROBLEM_DIR [--cap 8]
+    python -m solforge.compiler.check PROBLEM_DIR --float64   # the reference against itself in float64
 
 Var axes are shrunk (to at most --cap, keeping the definition's constraints) so the emulation stays
 small; inputs come from the evaluator's InputFactory, the reference runs on the CPU (sandboxed), outputs are
@@ -65,8 +66,22 @@ def reference_case(payload: dict) -> dict:
     folder = Path(payload["folder"])
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     scalars = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
-    return {"inputs": _save(folder, "in", tensors), "refs": _save(folder, "ref", refs),
-            "scalars": {k: (v.item() if hasattr(v, "item") else v) for k, v in scalars.items()}}
+    ans = {"inputs": _save(folder, "in", tensors), "refs": _save(folder, "ref", refs),
+           "scalars": {k: (v.item() if hasattr(v, "item") else v) for k, v in scalars.items()}}
+    if payload.get("float64"):
+        # the same reference on the same values held in float64 (casts the reference makes itself
+        # still happen), rounded to each output's dtype: the best answer that dtype can hold
+        wide = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                for k, v in clone_inputs(inputs).items()}
+        with torch.no_grad():
+            ref64 = mod.run(**wide)
+        outs64 = ref64 if isinstance(ref64, (tuple, list)) else (ref64,)
+        names = list(defn.outputs)
+        if isinstance(ref64, dict):
+            outs64 = [ref64[k] for k in names]
+        ans["refs64"] = _save(folder, "wide", {k: t.to(refs[k].dtype) for k, t in zip(names, outs64)
+                                               if isinstance(t, torch.Tensor) and k in refs})
+    return ans
 
 
 def _save(folder: Path, prefix: str, tensors: dict) -> dict:
@@ -161,12 +176,56 @@ def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _one(path: str, cap: int, emitted, q) -> None:
+def reference_conditioning(problem, cap: int = 16, timeout_s: float = 300.0) -> dict:
+    """Is the reference within its own tolerance of itself evaluated in float64 (at the shrunk
+    workload check_problem uses)? Where it is not (activations that grow layer after layer, long
+    fp32 sums), any kernel that adds in another order fails some elements for the same reason,
+    however right it is: such a wrong-answer verdict says more about the problem than the kernel."""
+    import shutil
+
+    from ..evaluate.correctness import compare_all
+    from ..problem.loader import problem_to_json
+    from ..sandbox import Limits, SandboxError, run_python
+
+    defn = problem.definition
+    rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
+    rw = shrink(defn, rw0, cap)
+    folder = Path(tempfile.mkdtemp(prefix="solforge_cond_"))
+    try:
+        src = Path(problem.source) if problem.source and "://" not in problem.source else None
+        reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
+        try:
+            ans = run_python("solforge.compiler.check", "reference_case",
+                             {"problem": problem_to_json(problem), "uuid": rw0.uuid,
+                              "axes": dict(rw.workload.axes), "folder": str(folder), "float64": True},
+                             timeout_s=timeout_s, binds=(str(folder),), read_paths=reads,
+                             limits=Limits(fsize_bytes=16 << 30))
+            refs, wide = _load(folder, ans["refs"]), _load(folder, ans["refs64"])
+        except SandboxError as e:
+            return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            return {"ok": False, "stage": "reference", "reason": f"reference gave no usable tensors: {e}"}
+        if set(wide) != set(refs):
+            return {"ok": False, "stage": "reference",
+                    "reason": "the float64 run did not give every output back"}
+        cmp = compare_all(refs, wide, rw.workload.tolerance)
+        return {"ok": bool(cmp.ok), "stage": "float64", "well_conditioned": bool(cmp.ok),
+                "reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "axes": rw.axes}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _one(path: str, cap: int, emitted, q, float64: bool = False) -> None:
     from ..candidate import Candidate
     from ..problem.loader import load_problem_dir
 
     try:
         p = load_problem_dir(Path(path))
+        if float64:
+            r = reference_conditioning(p, cap)
+            r["problem"], r["subset"] = p.name, p.subset
+            q.put(r)
+            return
         cand = None
         if emitted:
             found = sorted(Path(emitted).glob(f"*__{p.name}.json"))
@@ -195,13 +254,16 @@ def main(argv=None) -> int:
     ap.add_argument("--emitted", default=None, help="read candidates from `coverage --emit` here")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--jsonl", default=None)
+    ap.add_argument("--float64", action="store_true",
+                    help="check the reference against its own float64 evaluation instead of a "
+                         "candidate (a reference that fails this is ill-conditioned at its tolerance)")
     a = ap.parse_args(argv)
     import torch  # noqa: F401 - forked children start with it
 
     ctx = mp.get_context("fork")
     for path in a.problems:
         q = ctx.Queue()
-        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q))
+        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q, a.float64))
         proc.start()
         proc.join(a.timeout)
         if proc.is_alive():

@@ -1,0 +1,36 @@
+"""check.reference_conditioning: a reference that disagrees with its own float64 evaluation beyond its
+tolerance is reported ill-conditioned (no kernel adding in another order passes it reliably); a
+well-conditioned one is not. Problems written here; the reference runs in the sandbox."""
+
+from __future__ import annotations
+
+import pytest
+
+from solforge.compiler.check import reference_conditioning
+
+from .test_compiler import T, make_problem
+
+pytestmark = pytest.mark.slow
+
+AXES = {"N": {"type": "var"}, "D": {"type": "const", "value": 64}}
+
+
+def test_cancellation_is_ill_conditioned_and_a_relu_is_not(tmp_path):
+    # (x * 1e8 + 1) - x * 1e8 is exactly 1 in float64 and off by up to a few units in float32
+    bad = make_problem(tmp_path, "cancel", AXES, {"x": T("N", "D")}, {"y": T("N", "D")},
+                       "import torch\ndef run(x):\n    return (x * 1e8 + 1.0) - x * 1e8\n",
+                       [{"N": 8}])
+    r = reference_conditioning(bad, cap=8)
+    assert r["stage"] == "float64" and r["well_conditioned"] is False, r
+    assert "matched ratio" in r["reason"]
+    good = make_problem(tmp_path, "relu", AXES, {"x": T("N", "D")}, {"y": T("N", "D")},
+                        "import torch\ndef run(x):\n    return torch.relu(x) * 2.0\n", [{"N": 8}])
+    r = reference_conditioning(good, cap=8)
+    assert r["well_conditioned"] is True and r["max_abs_err"] == 0.0, r
+
+
+def test_a_reference_that_fails_is_one_line(tmp_path):
+    p = make_problem(tmp_path, "boom", AXES, {"x": T("N", "D")}, {"y": T("N", "D")},
+                     "import torch\ndef run(x):\n    raise RuntimeError('no')\n", [{"N": 8}])
+    r = reference_conditioning(p, cap=8)
+    assert r["ok"] is False and r["stage"] == "reference" and "\n" not in r["reason"]
