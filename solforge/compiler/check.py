@@ -23,8 +23,13 @@ def shrink(defn, rw, cap: int):
     from ..problem.loader import resolve_at
 
     axes = dict(rw.workload.axes)
+    # a scalar input that carries an axis's value (num_frames beside a num_frames axis) does not
+    # shrink with it: such an axis keeps its size
+    mirrored = {v for v in rw.scalars().values() if isinstance(v, int) and not isinstance(v, bool)}
     for k in defn.var_axes:
         v = int(axes.get(k, 1))
+        if v in mirrored and v > cap:
+            continue
         for c in (min(v, cap), min(v, 2 * cap), min(v, 4 * cap), v):
             trial = dict(axes, **{k: c})
             try:
