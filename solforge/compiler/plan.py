@@ -81,7 +81,7 @@ def build_candidate(problem_name: str, lowering, notes: str = "") -> Candidate:
 
 
 def workspace_bound(totals: list):
-    """A short upper bound of max(totals) (a Candidate's expression is at most 2000 characters):
+    """A short upper bound of max(totals) (a Candidate's expression is at most 16000 characters):
     their sum, every floor division a // b taken as a / b, max() as the sum of its arguments and
     min() as its first, expanded into one polynomial over a common integer denominator (sizes are
     never negative, so each step only grows the value); None when that is not possible, which
@@ -123,7 +123,7 @@ def workspace_bound(totals: list):
 
 def _short_workspace(total, totals: list) -> str:
     ws = symexpr.to_axis(total) if total != 0 else "0"
-    if len(ws) > 1500:   # many buffers of their own sizes: the short bound
+    if len(ws) > 12000:   # many buffers of their own sizes: the short bound
         ub = workspace_bound(totals)
         ws = symexpr.to_axis(ub) if ub is not None else ws
     return ws

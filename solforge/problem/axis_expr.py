@@ -40,7 +40,10 @@ class ExprError(ValueError):
     pass
 
 
-_MAX_LEN = 2000  # longer is not a shape formula; refusing early keeps the parser and checks cheap
+# Longer is not a formula anybody wrote: refusing early keeps the parser and checks cheap. A compiler-
+# made workspace size (the largest of several variants' packed buffers, each rounded up) runs to a few
+# thousand characters; parsing 16 kB stays well under a millisecond, and MAX_BITS bounds the values.
+_MAX_LEN = 16000
 
 
 def _parse_eval(expr: str) -> ast.Expression:
