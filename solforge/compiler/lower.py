@@ -917,7 +917,10 @@ def _cat(L, node, tensors, dim=0, **kw):
         k.emit(f"{ct} {res};")
         for j, (t, s) in enumerate(zip(parts, starts)):
             cond = f"{d} < {k.c(s + t.shape[dim])}"
-            head = ("if" if j == 0 else "else if") + f" ({cond})" if j < len(parts) - 1 else "else"
+            # the last part takes what is left; a cat left with one part (the others empty 1-D
+            # tensors, which cat skips) is a plain block, not an `else` with no `if`
+            head = ("if" if j == 0 else "else if") + f" ({cond})" if j < len(parts) - 1 else \
+                ("else" if j else "")
             k.open(head)
             sub = idx[:dim] + [idx[dim] - s] + idx[dim + 1:]
             v = convert(t(k, sub), t.dtype, dt)
