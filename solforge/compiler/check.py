@@ -129,40 +129,49 @@ def _load(folder: Path, manifest: dict) -> dict:
 
 
 # ---- in the caller ----------------------------------------------------------------------------------
+def _reference_answer(problem, cap: int, folder: Path, timeout_s: float, float64: bool = False):
+    """The shrunk workload and the sandboxed reference's answer for it (reference_case), its
+    tensors as files in `folder`. Raises SandboxError when the reference fails."""
+    from ..problem.loader import problem_to_json
+    from ..sandbox import Limits, run_python
+
+    rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
+    rw = shrink(problem.definition, rw0, cap)
+    src = Path(problem.source) if problem.source and "://" not in problem.source else None
+    reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
+    payload = {"problem": problem_to_json(problem), "uuid": rw0.uuid,
+               # the shrunk workload's own axes (a custom-inputs entrypoint may read an axis the
+               # definition does not declare)
+               "axes": dict(rw.workload.axes), "folder": str(folder)}
+    if float64:
+        payload["float64"] = True
+    ans = run_python("solforge.compiler.check", "reference_case", payload, timeout_s=timeout_s,
+                     binds=(str(folder),), read_paths=reads,
+                     # constant dims stay full size when var axes shrink: a weight can pass the
+                     # default 256 MiB file limit
+                     limits=Limits(fsize_bytes=16 << 30))
+    return rw, ans
+
+
 def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.0) -> dict:
     """The candidate (default: the compiler's plan) emulated on the CPU at a shrunk workload and
     compared with the reference (run in the sandbox) under the workload's tolerance."""
     import shutil
 
     from ..evaluate.correctness import allocate_outputs, compare_all
-    from ..problem.loader import problem_to_json
-    from ..sandbox import Limits, SandboxError, run_python
+    from ..sandbox import SandboxError
     from .api import compile_problem
     from .emulate import emulate
 
-    defn = problem.definition
     if candidate is None:
         out = compile_problem(problem)
         if not out.ok:
             return {"ok": False, "stage": out.stage, "reason": out.reason}
         candidate = out.candidate
-    rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
-    rw = shrink(defn, rw0, cap)
     folder = Path(tempfile.mkdtemp(prefix="solforge_check_"))
     try:
-        src = Path(problem.source) if problem.source and "://" not in problem.source else None
-        reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
         try:
-            ans = run_python("solforge.compiler.check", "reference_case",
-                             # the shrunk workload's own axes (a custom-inputs entrypoint may read
-                             # an axis the definition does not declare)
-                             {"problem": problem_to_json(problem), "uuid": rw0.uuid,
-                              "axes": dict(rw.workload.axes),
-                              "folder": str(folder)},
-                             timeout_s=timeout_s, binds=(str(folder),), read_paths=reads,
-                             # constant dims stay full size when var axes shrink: a weight can pass
-                             # the default 256 MiB file limit
-                             limits=Limits(fsize_bytes=16 << 30))
+            rw, ans = _reference_answer(problem, cap, folder, timeout_s)
         except SandboxError as e:
             return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
         try:
@@ -189,22 +198,12 @@ def reference_conditioning(problem, cap: int = 16, timeout_s: float = 300.0) -> 
     import shutil
 
     from ..evaluate.correctness import compare_all
-    from ..problem.loader import problem_to_json
-    from ..sandbox import Limits, SandboxError, run_python
+    from ..sandbox import SandboxError
 
-    defn = problem.definition
-    rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
-    rw = shrink(defn, rw0, cap)
     folder = Path(tempfile.mkdtemp(prefix="solforge_cond_"))
     try:
-        src = Path(problem.source) if problem.source and "://" not in problem.source else None
-        reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
         try:
-            ans = run_python("solforge.compiler.check", "reference_case",
-                             {"problem": problem_to_json(problem), "uuid": rw0.uuid,
-                              "axes": dict(rw.workload.axes), "folder": str(folder), "float64": True},
-                             timeout_s=timeout_s, binds=(str(folder),), read_paths=reads,
-                             limits=Limits(fsize_bytes=16 << 30))
+            rw, ans = _reference_answer(problem, cap, folder, timeout_s, float64=True)
             refs, wide = _load(folder, ans["refs"]), _load(folder, ans["refs64"])
         except SandboxError as e:
             return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
