@@ -3,10 +3,11 @@
 Matching a problem asks two tracers (kernels/structure.py, kernels/pointwise_trace.py) that run the
 reference in a fresh sandbox: several seconds per tracer and problem, paid again by every process
 (an optimize run on a new box traced each of ~190 problems three times before its first evaluation).
-The answer depends only on the request and the tracer's code, so the key is both (entries kept by solforge/disk_cache.py): the entry point,
-its payload (the definition) and a hash of the tracer modules' sources. Only answers are kept; a
-sandbox failure (timeout, crash) raises as before and is asked again next time. What comes back from
-the disk is decoded exactly as a fresh answer is (tagged JSON of the caller's dataclasses only).
+The answer depends only on the request and the tracer's code, so the key is both: the entry point,
+its payload (the definition) and a hash of the tracer modules' sources. Only answers are kept (by
+solforge/disk_cache.py); a sandbox failure (timeout, crash) raises as before and is asked again next
+time. What comes back from the disk is decoded exactly as a fresh answer is (tagged JSON of the
+caller's dataclasses only).
 """
 
 from __future__ import annotations
