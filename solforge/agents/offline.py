@@ -9,7 +9,9 @@ family serves the problem and compiles for the target) and says that tuning need
 from __future__ import annotations
 
 import json
+import os
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -73,6 +75,17 @@ def _order_key(v):
     return (0, v, "") if isinstance(v, (int, float)) else (1, 0, v)
 
 
+def _match_in_child(problem) -> bool:
+    """OfflineWorker.warm's child: the families' matchers and parameter spaces, for their side effect
+    on the disk cache (what the parent then reads)."""
+    for f in OfflineWorker.families_for(problem):
+        try:
+            f.param_space(problem)
+        except Exception:  # noqa: BLE001 - the parent's own matching reports it
+            pass
+    return True
+
+
 class OfflineWorker:
     name = "offline"
 
@@ -91,6 +104,61 @@ class OfflineWorker:
             return list(families_for(problem, compiler=True))
         except Exception:  # noqa: BLE001 - a family's matcher failing must not stop the run
             return []
+
+    def warm(self, problems, deadline_s: Optional[float] = None, jobs: Optional[int] = None,
+             progress=None) -> dict:
+        """Match every problem to its families up front, in child processes, before any planning.
+
+        The compiler family traces and compiles a problem to know whether it serves it (tens of
+        seconds for a large graph; three compiles where a GEMM has template and attention variants).
+        Done one problem at a time inside the planner's first round, 146 problems held a run for its
+        whole wall budget without one attempt. The children fill the disk cache (compiler outcomes,
+        tracer answers); this process then reads each answer from it. A problem still unmatched
+        `deadline_s` from now is served by no family in this run (said once, by name count), so
+        planning never waits on it. Returns {"matched": n, "unmatched": [names], "seconds": s}."""
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        say = progress or (lambda msg: None)
+        todo = [p for p in problems if p.name not in self._search]
+        t0 = time.monotonic()
+        done: set[str] = set()
+        if len(todo) == 1 and (deadline_s is None or deadline_s > 0):
+            done.add(todo[0].name)  # one problem: no pool to start, _state below matches it
+        elif todo and (deadline_s is None or deadline_s > 0):
+            n = max(1, min(len(todo), jobs or len(os.sched_getaffinity(0))))
+            say(f"matching {len(todo)} problem(s) to kernel families on {n} process(es)")
+            # spawn, not fork: the caller may already run threads (the evaluator's fork server)
+            ex = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
+            try:
+                futs = {ex.submit(_match_in_child, p): p.name for p in todo}
+                try:
+                    for f in cf.as_completed(futs, timeout=deadline_s):
+                        if f.exception() is None:  # a child that died: left out, not redone here
+                            done.add(futs[f])
+                except cf.TimeoutError:
+                    pass
+            finally:
+                # children still matching are stopped (a trace they started ends at its own
+                # time limit): their answers would come after the deadline
+                procs = list((getattr(ex, "_processes", None) or {}).values())
+                ex.shutdown(wait=False, cancel_futures=True)
+                for proc in procs:
+                    if proc.is_alive():
+                        proc.terminate()
+        unmatched = []
+        for p in todo:
+            if p.name in done:
+                self._state(p)  # from the disk cache the child filled
+            else:
+                unmatched.append(p.name)
+                self._search[p.name] = _ProblemSearch([], random.Random(0), exhausted=True)
+        secs = round(time.monotonic() - t0, 1)
+        if len(todo) > 1:
+            say(f"matched {len(done)} problem(s) in {secs} s"
+                + (f"; {len(unmatched)} not matched within the deadline are left out of this run"
+                   if unmatched else ""))
+        return {"matched": len(done), "unmatched": unmatched, "seconds": secs}
 
     def has_family(self, problem) -> bool:
         st = self._state(problem)

@@ -192,6 +192,7 @@ class OptimizeLoop:
         self.use_cache = True  # False: re-measure even what the store already answers (replay --force)
         self.session_log: list[tuple[str, float, float]] = []  # (problem, start, end) monotonic
         self.evaluator_start: dict = {}  # the fork server's hello + waited_s (_prestart)
+        self.matching: dict = {}         # OfflineWorker.warm's answer: matched, unmatched, seconds
         self._lock = threading.Lock()
         self._reserved: dict[str, int] = {}  # problem -> attempts planned for its running session, unspent
         self._feedback: dict[str, list[tuple[str, Outcome]]] = {}
@@ -224,10 +225,11 @@ class OptimizeLoop:
         if not self.lab.has_gpu:
             report.notes.append(NO_GPU + ": attempts stay 'compiled' until evaluated on a GPU")
             self.progress(NO_GPU)
-        self._seed_offline()
         status, error = RunStatus.FINISHED, None
         try:
-            self._t_start = time.monotonic()
+            self._t_start = time.monotonic()  # the wall budget covers matching and seeding too
+            self._match_offline()
+            self._seed_offline()
             self._finish_pending()  # the run row exists now: unfinished attempts first
             self._drive(report)
         except KeyboardInterrupt:
@@ -254,6 +256,11 @@ class OptimizeLoop:
                 f"evaluator fork server: {'ready' if ev.get('ready') else 'NOT ready (spawned instead)'}"
                 f" {ev.get('startup_s', '?')} s after its start, {ev.get('waited_s', '?')} s of it "
                 "waited for before the run's clock started")
+        m = self.matching
+        if m.get("unmatched"):
+            report.notes.append(f"{len(m['unmatched'])} problem(s) not matched to a kernel family within "
+                                f"the wall budget ({m['seconds']} s of matching): "
+                                + ", ".join(m["unmatched"][:8]) + (" ..." if len(m["unmatched"]) > 8 else ""))
         caches = getattr(self.lab, "refcaches", None)
         if caches is not None:
             rc = caches.summary()
@@ -564,6 +571,17 @@ class OptimizeLoop:
             except Exception:  # noqa: BLE001
                 pass
         return ctx
+
+    def _match_offline(self) -> None:
+        """Every problem matched to its kernel families at once, in parallel, within the wall budget
+        (OfflineWorker.warm): the planner asks each problem whether a family serves it, and a
+        compiler match is a trace and a compile."""
+        off = self.workers.get("offline")
+        if off is None or not hasattr(off, "warm"):
+            return
+        wall = self.cfg.budget.wall_seconds
+        left = None if wall is None else wall - (time.monotonic() - self._t_start)
+        self.matching = off.warm(list(self.problems.values()), deadline_s=left, progress=self.progress)
 
     def _seed_offline(self) -> None:
         off = self.workers.get("offline")
