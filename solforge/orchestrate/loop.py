@@ -39,7 +39,7 @@ from ..candidate import Candidate
 from . import attempts, cache, resume
 from .errors import is_transient
 from .evaluation import evaluate_pinned, score
-from .gpus import GpuPool, gpu_identity, visible_gpus
+from .gpus import GpuPool, SlotDeadline, gpu_identity, visible_gpus
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,8 @@ class OptimizeLoop:
         status, error = RunStatus.FINISHED, None
         try:
             self._t_start = time.monotonic()  # the wall budget covers matching and seeding too
+            if self.cfg.budget.wall_seconds is not None:
+                self.pool.deadline = self._t_start + self.cfg.budget.wall_seconds
             self._match_offline()
             self._seed_offline()
             self._finish_pending()  # the run row exists now: unfinished attempts first
@@ -424,7 +426,10 @@ class OptimizeLoop:
         problem = self.problems[d.problem]
         worker = self.workers[d.worker.value]
         if self.lab.has_gpu:
-            self._ensure_baseline(problem)
+            try:
+                self._ensure_baseline(problem)
+            except SlotDeadline:
+                return  # the wall budget ended before the GPU was free: the next round stops
         ctx = self._context(problem)
         self.progress(f"{problem.name}: {d.worker.value}/{d.language} x{d.attempts} ({d.reason})")
 
@@ -521,7 +526,11 @@ class OptimizeLoop:
         if not self.lab.has_gpu:
             out.message = NO_GPU
             return self._note(problem, aid, out)
-        ev = st.evaluate(self.lab, problem, cand, res, self.pool)
+        try:
+            ev = st.evaluate(self.lab, problem, cand, res, self.pool)
+        except SlotDeadline:
+            # compiled, never evaluated: the attempt stays 'compiled' and a resumed run finishes it
+            raise _OutOfTime() from None
         ev = st.score(self.lab, problem, ev)
         ev.compile_log, ev.compile_seconds, ev.cubin_hash = out.compile_log, out.compile_seconds, out.cubin_hash
         with self._lock:

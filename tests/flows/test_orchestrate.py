@@ -97,6 +97,22 @@ def test_lanes_hand_out_several_slots_of_one_gpu_each_with_its_share_lock(tmp_pa
     assert all(0.9 < v <= 1.0 for v in busy.values()), busy   # two lanes held at once count once
 
 
+def test_a_caller_waiting_past_the_pools_deadline_gets_slot_deadline_not_a_slot():
+    from solforge.orchestrate.gpus import SlotDeadline
+
+    pool = GpuPool(["0"], cross_process=False)
+    held = pool.acquire()
+    pool.deadline = time.monotonic() + 0.3
+    t0 = time.monotonic()
+    with pytest.raises(SlotDeadline):
+        pool.acquire()
+    assert 0.25 < time.monotonic() - t0 < 5
+    assert not is_transient(SlotDeadline("x"))  # a spent budget is never retried
+    pool.release(held)
+    with pytest.raises(SlotDeadline):  # past the deadline even a free slot is refused
+        pool.acquire()
+
+
 def test_a_pool_without_cross_process_locks_sets_no_share_lock():
     s = GpuPool(["0"], cross_process=False, lanes=3).acquire(timeout_s=1)
     assert "SOLFORGE_GPU_SHARE" not in s.env

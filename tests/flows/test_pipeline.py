@@ -199,3 +199,46 @@ def test_the_prefect_flows_stages_run_without_a_barrier_too(prefect_api, tmp_pat
     assert r["attempts"] == 5 and "attempt budget spent (5/5)" in r["stop"]
     names = {t["name"].rsplit("-", 1)[0] for t in prefect_api.call("POST", "/task_runs/filter", {})}
     assert {"plan-round", "propose", "compile", "evaluate-standin", "score", "store-result"} <= names, names
+
+
+def test_sessions_queued_for_a_gpu_stop_at_the_wall_budget(tmp_path, monkeypatch, problems, compile_cache):
+    """One GPU slot, two sessions: the second waits for the slot the first holds past the wall budget.
+    It stops at the budget (its attempt stays 'compiled', for a resumed run to finish) instead of
+    starting an evaluation after it."""
+    from solforge.store import Store
+
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(compile_cache))
+    store = Store(tmp_path / "wall.duckdb")
+    lab = Lab(arch="sm_90a", gpu_profile="h200", has_gpu=True, store=store)
+    for p in problems:
+        lab.set_baselines(p, {s.uuid: s.t_sol_ms * 4 for s in lab.roofline(p)})
+    started = []
+
+    def standin_evaluate(lab, problem, cand, compiled, pool):
+        with pool.slot(label=problem.name):
+            started.append((problem.name, time.monotonic()))
+            time.sleep(8.0)
+        sols = {s.uuid: s for s in lab.roofline(problem)}
+        wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=0.0, matched_ratio=1.0,
+                               median_ms=sols[w.uuid].t_sol_ms * 2) for w in problem.workloads]
+        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=8.0)
+
+    stages = Stages()
+    stages.evaluate = standin_evaluate
+    stages.prestart = lambda loop: None
+    worker = OfflineWorker(lab)
+    worker.warm(problems)  # matched before the clock: the budget below is for the sessions alone
+    wall = 6.0
+    loop = OptimizeLoop(store, problems, lab, {"offline": worker},
+                        LoopConfig(budget=Budget(attempts=20, wall_seconds=wall),
+                                   planner=PlannerConfig(attempts_per_round=1), runs_per_round=2),
+                        pool=GpuPool(["0"], cross_process=False), stages=stages)
+    t0 = time.monotonic()
+    report = loop.run()
+    took = time.monotonic() - t0
+    assert len(started) == 1, started               # nothing started after the budget
+    assert started[0][1] - t0 < wall
+    assert took < wall + 8.0 + 5.0, took             # the one evaluation in flight, then the end
+    rows = store.query("SELECT problem, status FROM attempts WHERE run_id = ?", [report.run_id])
+    assert sorted(r["status"] for r in rows) == ["compiled", "evaluated"], rows
+    assert "wall-clock budget spent" in report.stop_reason
