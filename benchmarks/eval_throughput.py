@@ -186,7 +186,7 @@ def summarize(records: list[dict]) -> dict:
     return out
 
 
-PHASE_ORDER = ("launch", "cuda_init", "hardware", "load", "inputs", "reference", "checks",
+PHASE_ORDER = ("launch", "cuda_init", "hardware", "load", "inputs", "reference", "gpu_wait", "checks",
                "timing_warmup", "timing_profile", "teardown", "imports")
 
 

@@ -13,6 +13,8 @@ workloads are reported as skipped and the process exits with code 3.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 import time
@@ -61,7 +63,7 @@ def _instrument(clock: PhaseClock, device):
     phase that caused them. Installed before any candidate code is loaded (trusted code only)."""
     import torch
 
-    from . import evaluator, inputs, timing
+    from . import evaluator, gpu_share, inputs, timing
 
     def sync():
         if device.type == "cuda":
@@ -91,10 +93,31 @@ def _instrument(clock: PhaseClock, device):
                 sync()
                 return out
 
+    class PhasedShare:
+        """gpu_share's two sections, the wait to enter them in their own phase: with several lanes
+        on one GPU an evaluation waits there for the others' timing, and that wait is no check."""
+
+        @staticmethod
+        @contextlib.contextmanager
+        def shared():
+            with contextlib.ExitStack() as stack:
+                with clock.phase("gpu_wait"):
+                    stack.enter_context(gpu_share.shared())
+                yield
+
+        @staticmethod
+        @contextlib.contextmanager
+        def alone(path: str = ""):
+            with contextlib.ExitStack() as stack:
+                with clock.phase("gpu_wait"):
+                    stack.enter_context(gpu_share.alone(path))
+                yield
+
     # The evaluator builds its factories and (lazily) its timer from its module globals; point them
     # at the phased subclasses. Integrity snapshots the timing module's own callables, not these.
     evaluator.InputFactory = PhasedInputFactory
     evaluator.Timer = PhasedTimer
+    evaluator.gpu_share = PhasedShare
 
 
 def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") -> int:

@@ -18,6 +18,8 @@ Phase names (seconds):
   timing_warmup   warm-up calls before each timed measurement
   timing_profile  the timed calls under CUPTI (or events), including the profiler's own start/stop
                   and reading its records back (inputs the caching probe makes meanwhile: "inputs")
+  gpu_wait        waiting to enter gpu_share's sections: lanes sharing one GPU wait there while
+                  another lane times (a wait, not GPU work of this evaluation)
   checks          the remainder of each workload: candidate correctness calls, comparisons, guards
   teardown        "done" -> process exit (runner side)
 """

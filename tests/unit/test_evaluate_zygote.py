@@ -279,3 +279,31 @@ def test_slot_pins_the_child_and_asks_for_its_wait_mode(problem, tmp_path, pypat
     rep = run_stage(st, timeout_s=180, launch="spawn", env=env)
     assert rep.launch == "spawn" and rep.results[0].status.value == "passed", \
         rep.results[0].message + rep.stderr_tail
+
+
+def test_waiting_for_another_lanes_timing_is_its_own_phase(problem, tmp_path, pypath):
+    """Lanes sharing one GPU: while another process holds the GPU alone (it times), an evaluation
+    waits to start its correctness work; those seconds are `gpu_wait`, not `checks`."""
+    import threading
+
+    from solforge.evaluate import gpu_share
+
+    lock = str(tmp_path / "gpu0.share")
+    taken, hold_s = threading.Event(), 3.0
+
+    def other_lane():
+        with gpu_share.held(lock, exclusive=True):
+            taken.set()
+            time.sleep(hold_s)
+
+    t = threading.Thread(target=other_lane)
+    t.start()
+    assert taken.wait(10)
+    rep = _run(problem, tmp_path, "waits", HONEST, pypath, timeout_s=120,
+               env={gpu_share.ENV: lock})
+    t.join()
+    r = rep.results[0]
+    assert r.status.value == "passed", r.message + rep.stderr_tail
+    secs = rep.phases["seconds"]
+    assert secs.get("gpu_wait", 0) > hold_s - 1.5, secs
+    assert secs["checks"] < hold_s - 1.5, secs  # the wait is not counted twice
