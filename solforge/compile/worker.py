@@ -222,8 +222,25 @@ def _serve(backend: str) -> None:
             out = {"status": "error", "log": f"solforge: internal compile error: {e}\n"
                    + traceback.format_exc(), "cubins": {}, "entries": {}, "options": [],
                    "compile_seconds": 0.0}
-        _send(reply_fd, out)
+        try:
+            _send(reply_fd, out)
+        except BrokenPipeError:  # the caller is gone (killed at a deadline): nobody to answer
+            return
+
+
+def _remove_own_home() -> None:
+    """The caller removes a worker's private folder when it stops the worker; a caller that was
+    killed (a deadline's SIGKILL or SIGTERM runs no atexit) cannot, and each such death left a
+    solforge-compile-* folder in the temp dir. The worker, finding its input closed or its answer
+    unwanted, removes the folder it runs in (its cwd, named by Worker)."""
+    home = os.getcwd()
+    if os.path.basename(home).startswith("solforge-compile-"):
+        os.chdir("/")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    try:
+        _serve(sys.argv[1])
+    finally:
+        _remove_own_home()
