@@ -63,17 +63,14 @@ def test_poison_makes_unwritten_elements_fail():
         torch.empty(4, dtype=torch.bool), 1).any()
 
 
-def test_fp4_dequant_matches_reference_quantizer(sol_execbench_dir):
+def test_fp4_dequant_matches_reference_quantizer(sol_execbench_dir, tmp_path):
     """Quantize with the NVFP4 problems' own scaler, multiply through the dequantizing shim, compare
     with the float product: the shim must be a faithful FP4 matmul."""
-    import tempfile
-    from pathlib import Path
-
     from solforge.evaluate.reference import dequant_scaled_mm, load_reference
     from solforge.problem import load_problem_dir
 
     p = load_problem_dir(sol_execbench_dir / "Quant/020_nvfp4_linear_layer")
-    mod = load_reference(p.definition, Path(tempfile.mkdtemp()), "ref_fp4")
+    mod = load_reference(p.definition, tmp_path, "ref_fp4")
     sc = mod.BlockWiseScalerNVFP4()
     torch.manual_seed(0)
     a = torch.randn(1, 128, 256)

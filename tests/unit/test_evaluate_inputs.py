@@ -58,15 +58,13 @@ def test_synthesized_paged_metadata_is_valid(sol_execbench_dir):
             assert bool((q_len <= kv_len).all())  # causal prefill: queries never outnumber keys
 
 
-def test_reference_runs_on_synthesized_inputs(sol_execbench_dir):
+def test_reference_runs_on_synthesized_inputs(sol_execbench_dir, tmp_path):
     from solforge.evaluate.correctness import normalize_reference_outputs
     from solforge.evaluate.reference import load_reference
 
     p = load_problem_dir(sol_execbench_dir / "FlashInfer-Bench/016_gqa_ragged_prefill_causal_h32_kv4_d128")
     rw = min(p.workloads, key=lambda w: w.axes["total_q"] * w.axes["total_kv"])
-    import tempfile
-
-    mod = load_reference(p.definition, Path(tempfile.mkdtemp()), "ref016")
+    mod = load_reference(p.definition, tmp_path, "ref016")
     x = I.InputFactory(rw, "cpu").make(0)
     out = normalize_reference_outputs(mod.run(*[x[k] for k in p.definition.inputs]), rw, "cpu")
     assert all(torch.isfinite(t.float()).all() for t in out.values())

@@ -9,7 +9,6 @@ against torch.topk and how rare ties are on those inputs."""
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +31,8 @@ def problem(sol_execbench_dir):
 
 
 @pytest.fixture(scope="module")
-def ref_run(problem):
-    return load_reference(problem.definition, Path(tempfile.mkdtemp()), "ref_moe_group_mask").run
+def ref_run(problem, tmp_path_factory):
+    return load_reference(problem.definition, tmp_path_factory.mktemp("ref"), "ref_moe_group_mask").run
 
 
 def _edited(defn, old: str, new: str, axes: dict | None = None):
