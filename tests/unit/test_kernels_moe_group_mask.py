@@ -9,7 +9,6 @@ against torch.topk and how rare ties are on those inputs."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
