@@ -242,6 +242,7 @@ class OptimizeLoop:
             status, error = RunStatus.FAILED, f"{type(e).__name__}: {e}"
             raise
         finally:
+            self.pool.deadline = None  # the pool may serve another run after this one
             self.store.finish_run(self.run_id, status, error)
             report.spent = self.spent
             report.problems = self._summary()
