@@ -820,12 +820,22 @@ def _sort(L, node, x, dim=-1, descending=False, stable=None, **kw):
 
 
 def _topk(L, node, x, kk, dim=-1, largest=True, sorted_=True, **kw):
+    largest, sorted_ = kw.get("largest", largest), kw.get("sorted", sorted_)
+    dim = kw.get("dim", dim)
     src = L.realize(x)
     oshape = [symexpr.parse(s) for s in node["outs"][0][1]]
     vals = L.new_buffer(x.dtype, oshape)
     idx = L.new_buffer("int64", oshape)
+    if sorted_:
+        L.kernels.append(templates.sort_rank(L.kname("topk"), src, dim, bool(largest), sympy.sympify(kk),
+                                             vals, idx, x.dtype))
+        return (view_of(vals), view_of(idx))
+    # sorted=False: the k best in sorted order first (for the k-th value), then CUDA's own order
+    ranked = L.new_buffer(x.dtype, oshape)
     L.kernels.append(templates.sort_rank(L.kname("topk"), src, dim, bool(largest), sympy.sympify(kk),
-                                         vals, idx, x.dtype))
+                                         ranked, None, x.dtype))
+    L.kernels.append(templates.topk_unsorted(L.kname("topk_order"), src, ranked, dim, bool(largest),
+                                             sympy.sympify(kk), vals, idx))
     return (view_of(vals), view_of(idx))
 
 
