@@ -62,7 +62,10 @@ def reference_case(payload: dict) -> dict:
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
         # what the evaluator runs where FP4 _scaled_mm is unavailable (the CPU here, Hopper there)
         Fp4Shim().install()
-    mod = load_reference(defn, Path(tempfile.mkdtemp()), "_check_ref")
+    _use_cuda_topk_order(torch)
+    code_dir = Path(payload["folder"]) / "reference"  # the caller's folder: removed with it
+    code_dir.mkdir(exist_ok=True)
+    mod = load_reference(defn, code_dir, "_check_ref")
     custom = getattr(mod, defn.custom_inputs_entrypoint, None) if defn.custom_inputs_entrypoint else None
     inputs = InputFactory(rw, "cpu", custom_fn=custom).make(0)
     with torch.no_grad():
@@ -87,6 +90,35 @@ def reference_case(payload: dict) -> dict:
         ans["refs64"] = _save(folder, "wide", {k: t.to(refs[k].dtype) for k, t in zip(names, outs64)
                                                if isinstance(t, torch.Tensor) and k in refs})
     return ans
+
+
+def _use_cuda_topk_order(torch) -> None:
+    """topk(sorted=False) on the CPU gives its elements in another order than on CUDA, where the
+    evaluator runs the reference, and indices are compared element by element: here it gives CUDA's
+    order (ATen's gatherTopK: better than the k-th value in index order, then ties in index order),
+    so that the check predicts the GPU's verdict. Sorted topk is left alone."""
+    if getattr(torch.topk, "_solforge_cuda_order", False):
+        return
+    plain = torch.topk
+
+    def topk(x, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A002 - torch's name
+        if sorted or out is not None or x.dim() == 0:
+            return plain(x, k, dim, largest, sorted, out=out) if out is not None else \
+                plain(x, k, dim, largest, sorted)
+        vals, _ = plain(x, k, dim, largest, True)
+        kth = vals.narrow(dim, k - 1, 1)
+        n = x.shape[dim]
+        shape = [1] * x.dim()
+        shape[dim] = n
+        pos = torch.arange(n, device=x.device).view(shape).expand_as(x)
+        better = x > kth if largest else x < kth
+        key = torch.where(better, pos, torch.where(x == kth, pos + n, pos + 2 * n))
+        idx = key.argsort(dim=dim, stable=True).narrow(dim, 0, k)
+        return torch.return_types.topk((x.gather(dim, idx), idx))
+
+    topk._solforge_cuda_order = True
+    torch.topk = topk
+    torch.Tensor.topk = lambda self, *a, **kw: topk(self, *a, **kw)
 
 
 def _save(folder: Path, prefix: str, tensors: dict) -> dict:

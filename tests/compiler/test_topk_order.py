@@ -84,3 +84,19 @@ def test_sorted_topk_keeps_the_sorted_order(tmp_path):
     ix = torch.empty(2, K, dtype=torch.int64)
     emulate(out.candidate, {"x": x, "ix": ix}, {"R": 2}, {})
     assert torch.equal(ix, torch.topk(x, K, dim=-1).indices)
+
+
+def test_the_cpu_check_runs_the_reference_with_cudas_order(tmp_path):
+    """compiler.check runs the reference on the CPU, whose topk(sorted=False) order is its own: the
+    check gives it CUDA's, so that it predicts the GPU's verdict."""
+    from solforge.compiler.check import check_problem
+
+    p = make_problem(tmp_path, "tkc", {"R": {"type": "var"}, "L": {"type": "const", "value": 40}},
+                     {"x": T("R", "L")}, {"ix": {"shape": ["R", 6], "dtype": "int64"}},
+                     """
+                     import torch
+                     def run(x):
+                         return torch.topk((x * 3).floor(), 6, dim=-1, sorted=False)[1]  # many ties
+                     """, [{"R": 5}])
+    r = check_problem(p, cap=16)
+    assert r["ok"], r
