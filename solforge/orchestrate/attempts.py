@@ -46,6 +46,12 @@ def mark_compiled(store, aid: str, row: dict) -> None:
                        outcome=AttemptOutcome.COMPILED.value)
 
 
+def interrupt(store, aid: str, reason: str) -> None:
+    """Stopped before it finished, through no fault of its own (the wall budget ended while it
+    waited for a GPU): a resumed run with the same key finishes it (resume.prepare lists it)."""
+    store.mark_attempt(aid, AttemptStatus.INTERRUPTED, error=reason[:4000])
+
+
 def finish(store, aid: str, out: Outcome, row: Optional[dict] = None) -> None:
     """Evaluated (the evaluator answered: eval_results rows) or failed (it never ran or never
     answered); with `row`, the compile_results row goes in the same transaction."""

@@ -529,8 +529,9 @@ class OptimizeLoop:
             return self._note(problem, aid, out)
         try:
             ev = st.evaluate(self.lab, problem, cand, res, self.pool)
-        except SlotDeadline:
-            # compiled, never evaluated: the attempt stays 'compiled' and a resumed run finishes it
+        except SlotDeadline as e:
+            # compiled, never evaluated: interrupted (not half-done), and a resumed run finishes it
+            attempts.interrupt(s, aid, str(e))
             raise _OutOfTime() from None
         ev = st.score(self.lab, problem, ev)
         ev.compile_log, ev.compile_seconds, ev.cubin_hash = out.compile_log, out.compile_seconds, out.cubin_hash

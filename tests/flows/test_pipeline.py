@@ -203,7 +203,7 @@ def test_the_prefect_flows_stages_run_without_a_barrier_too(prefect_api, tmp_pat
 
 def test_sessions_queued_for_a_gpu_stop_at_the_wall_budget(tmp_path, monkeypatch, problems, compile_cache):
     """One GPU slot, two sessions: the second waits for the slot the first holds past the wall budget.
-    It stops at the budget (its attempt stays 'compiled', for a resumed run to finish) instead of
+    It stops at the budget (its attempt interrupted, for a resumed run to finish) instead of
     starting an evaluation after it."""
     from solforge.store import Store
 
@@ -214,17 +214,17 @@ def test_sessions_queued_for_a_gpu_stop_at_the_wall_budget(tmp_path, monkeypatch
         lab.set_baselines(p, {s.uuid: s.t_sol_ms * 4 for s in lab.roofline(p)})
     started = []
 
-    def standin_evaluate(lab, problem, cand, compiled, pool):
+    def quick(lab, problem, cand, compiled, pool, hold_s=0.0):
         with pool.slot(label=problem.name):
             started.append((problem.name, time.monotonic()))
-            time.sleep(8.0)
+            time.sleep(hold_s)
         sols = {s.uuid: s for s in lab.roofline(problem)}
         wls = [WorkloadOutcome(w.uuid, "passed", True, max_abs_err=0.0, matched_ratio=1.0,
                                median_ms=sols[w.uuid].t_sol_ms * 2) for w in problem.workloads]
-        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=8.0)
+        return Outcome(AttemptOutcome.OK, "stand-in evaluation", workloads=wls, gpu_seconds=hold_s)
 
     stages = Stages()
-    stages.evaluate = standin_evaluate
+    stages.evaluate = lambda *a: quick(*a, hold_s=8.0)
     stages.prestart = lambda loop: None
     worker = OfflineWorker(lab)
     worker.warm(problems)  # matched before the clock: the budget below is for the sessions alone
@@ -232,7 +232,8 @@ def test_sessions_queued_for_a_gpu_stop_at_the_wall_budget(tmp_path, monkeypatch
     loop = OptimizeLoop(store, problems, lab, {"offline": worker},
                         LoopConfig(budget=Budget(attempts=20, wall_seconds=wall),
                                    planner=PlannerConfig(attempts_per_round=1), runs_per_round=2),
-                        pool=GpuPool(["0"], cross_process=False), stages=stages)
+                        pool=GpuPool(["0"], cross_process=False), stages=stages,
+                        key_parts={"test": "wall"})
     t0 = time.monotonic()
     report = loop.run()
     took = time.monotonic() - t0
@@ -240,5 +241,17 @@ def test_sessions_queued_for_a_gpu_stop_at_the_wall_budget(tmp_path, monkeypatch
     assert started[0][1] - t0 < wall
     assert took < wall + 8.0 + 5.0, took             # the one evaluation in flight, then the end
     rows = store.query("SELECT problem, status FROM attempts WHERE run_id = ?", [report.run_id])
-    assert sorted(r["status"] for r in rows) == ["compiled", "evaluated"], rows
+    assert sorted(r["status"] for r in rows) == ["evaluated", "interrupted"], rows
     assert "wall-clock budget spent" in report.stop_reason
+    # the same job resumed: the interrupted attempt is finished first, as a child of it
+    stuck = store.scalar("SELECT id FROM attempts WHERE run_id = ? AND status = 'interrupted'",
+                         [report.run_id])
+    stages.evaluate = quick
+    again = OptimizeLoop(store, problems, lab, {"offline": worker},
+                         LoopConfig(budget=Budget(attempts=20, wall_seconds=wall),
+                                    planner=PlannerConfig(attempts_per_round=1), runs_per_round=2),
+                         pool=GpuPool(["0"], cross_process=False), stages=stages,
+                         key_parts={"test": "wall"})
+    again.run()
+    assert again.resumed == 1
+    assert store.scalar("SELECT status FROM attempts WHERE parent_id = ?", [stuck]) == "evaluated"
