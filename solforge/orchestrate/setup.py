@@ -84,13 +84,15 @@ def gpu_pool(gpus: Optional[str], lanes: int = 1) -> GpuPool:
 
 def select_problems(store, selector: Optional[str], *, subset: Optional[str] = None,
                     limit: Optional[int] = None, with_family: bool = False,
-                    shared_dir=None, report: Optional[Callable[[str], None]] = None) -> list:
+                    shared_dir=None, report: Optional[Callable[[str], None]] = None,
+                    matcher=None) -> list:
     """The problems a run works on, read back from the store.
 
     `selector`: a path (ingested into the store first), or names / SUBSET/name / globs
     (solforge.problem.select) over the stored problems; terms the store does not know are looked up
     in the shared SOL-ExecBench tree and ingested from there. `with_family`: only problems a kernel
-    family serves. Raises InputError when nothing matches."""
+    family serves, matched in parallel by `matcher` (an OfflineWorker: the run's own, so that its
+    loop finds them matched already). Raises InputError when nothing matches."""
     from pathlib import Path
 
     from ..errors import InputError
@@ -118,7 +120,9 @@ def select_problems(store, selector: Optional[str], *, subset: Optional[str] = N
     if with_family:
         from ..agents.offline import OfflineWorker
 
-        probs = [q for q in probs if OfflineWorker.families_for(q)]
+        matcher = matcher or OfflineWorker(None)
+        matcher.warm(probs, progress=report)
+        probs = [q for q in probs if matcher.has_family(q)]
     if limit:
         probs = probs[:limit]
     if not probs:
@@ -197,12 +201,13 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
         start_evaluator()  # its imports overlap what follows (problems, traced; store; lab)
     cfg = settings.Settings.load(db_path=p.db, arch=p.arch, gpu_profile=p.gpu_profile)
     store = store or Store(cfg.db_path)
-    problems = select_problems(store, p.problems, subset=p.subset, limit=p.limit,
-                               with_family=p.with_family, shared_dir=cfg.shared_dir,
-                               report=progress)
     overrides = {k: v for k, v in (("rep_count", p.reps), ("correctness_rounds", p.correctness_rounds),
                                    ("timing_budget_s", p.timing_budget_s)) if v is not None}
     lab = Lab(cfg.arch, cfg.gpu_profile, store=store, eval_settings=overrides, has_gpu=len(pool) > 0)
+    offline = OfflineWorker(lab)
+    problems = select_problems(store, p.problems, subset=p.subset, limit=p.limit,
+                               with_family=p.with_family, shared_dir=cfg.shared_dir,
+                               report=progress, matcher=offline)
     lab.baseline_reps = p.baseline_reps
     lab.eval_timeout_s = p.eval_timeout_s
     lab.eval_timeout_overrides = parse_timeouts(p.eval_timeout_for)
@@ -213,7 +218,7 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
 
         lab.refcaches = RefCaches(parse_patterns(p.refcache), max_ref_s=p.refcache_max_ref_s,
                                   root=Path(p.refcache_dir) if p.refcache_dir else None)
-    workers: dict = {"offline": OfflineWorker(lab)}
+    workers: dict = {"offline": offline}
     langs = ("cuda", "cute") if p.language == "both" else (p.language,)
     loop_cfg = LoopConfig(
         budget=Budget(attempts=p.budget_attempts, gpu_seconds=p.gpu_seconds, dollars=p.max_dollars,
