@@ -19,6 +19,7 @@ from .llm import Context, SessionResult, TryFn
 
 INITIAL_RANDOM = 3   # random picks per family after its best guess
 MAX_SPACE = 4096     # param sets considered per family (spaces are enumerated lists)
+MATCH_JOBS = 16      # child processes matching problems to families at the start of a run (warm)
 
 
 def params_key(family: str, params: dict) -> str:
@@ -126,7 +127,8 @@ class OfflineWorker:
         if len(todo) == 1 and (deadline_s is None or deadline_s > 0):
             done.add(todo[0].name)  # one problem: no pool to start, _state below matches it
         elif todo and (deadline_s is None or deadline_s > 0):
-            n = max(1, min(len(todo), jobs or len(os.sched_getaffinity(0))))
+            # each child imports torch (~0.5 GB): at most MATCH_JOBS of them, however many CPUs
+            n = max(1, min(len(todo), jobs or min(MATCH_JOBS, len(os.sched_getaffinity(0)))))
             say(f"matching {len(todo)} problem(s) to kernel families on {n} process(es)")
             # spawn, not fork: the caller may already run threads (the evaluator's fork server)
             ex = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
