@@ -398,35 +398,35 @@ def scan(name: str, src: Loader, dim: int, op: str, out: Buffer) -> LaunchSpec:
     return LaunchSpec(k, [grid], [str(BLOCK)], kind="scan")
 
 
-def topk_unsorted(name: str, src: Buffer, ranked: Buffer, dim: int, largest: bool, k_top, out_vals,
-                  out_idx) -> LaunchSpec:
-    """topk(sorted=False) in the order CUDA's ATen returns it (gatherTopK, the path every CUDA topk
-    takes): with t the k-th best value of the row, first the elements strictly better than t in
-    index order, then those equal to t in index order until k are written. Indices are compared
-    element by element, so this order is the answer, not a detail. `ranked`: the row's k best
-    values in sorted order (sort_rank's output), read for t."""
+def _row_ranks(name: str, src: Buffer, dim: int, k_top):
+    """The frame sort_rank and topk_unsorted share: one thread per element of src (a grid-stride
+    loop), i_ its position along dim in its row, base_ the row's start, outer_/inner_ the row's
+    place in an output of KT_ entries along dim, v_ its value. Returns (kernel, src pointer,
+    compute type, total elements); the element loop is left open."""
     k = Kernel(name)
     shape = src.shape
-    nd = len(shape)
-    dim %= nd
-    L = shape[dim]
+    dim %= len(shape)
     total = prod(shape)
-    st = contiguous_strides(shape)
     lin = k.local_sym("_x")
-    k.emit(f"const long long n_ = {k.c(total)}, L_ = {k.c(L)}, S_ = {k.c(st[dim])}, KT_ = {k.c(k_top)};")
+    k.emit(f"const long long n_ = {k.c(total)}, L_ = {k.c(shape[dim])}, "
+           f"S_ = {k.c(contiguous_strides(shape)[dim])}, KT_ = {k.c(k_top)};")
     k.open(f"for (long long {lin} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {lin} < n_; "
            f"{lin} += (long long)gridDim.x * blockDim.x)")
-    k.emit("const long long i_ = (" + str(lin) + " / S_) % L_;")
-    k.emit("const long long base_ = " + str(lin) + " - i_ * S_;")
+    k.emit(f"const long long i_ = ({lin} / S_) % L_;")
+    k.emit(f"const long long base_ = {lin} - i_ * S_;")
     k.emit("const long long outer_ = base_ / (S_ * L_), inner_ = base_ % S_;")
     p = k.ptr(src)
     ct = compute_type(src.dtype)
     k.emit(f"const {ct} v_ = cv({p}[{lin}]);")
-    k.emit(f"const {ct} t_ = cv({k.ptr(ranked)}[(outer_ * KT_ + (KT_ - 1)) * S_ + inner_]);")
+    return k, p, ct, total
+
+
+def _key_order(ct: str, largest: bool):
+    """C expressions of the selection order with NaN the largest value: before(a, b), a strictly
+    ahead of b (the larger first when `largest`), and equal(a, b)."""
     isf = ct in ("float", "double")
 
-    def better(a: str, b: str) -> str:
-        # a strictly before b in the selection order; NaN counts as the largest value
+    def before(a: str, b: str) -> str:
         if isf:
             return (f"(!({b} != {b}) && (({a} != {a}) || {a} > {b}))" if largest else
                     f"(!({a} != {a}) && (({b} != {b}) || {a} < {b}))")
@@ -435,6 +435,35 @@ def topk_unsorted(name: str, src: Buffer, ranked: Buffer, dim: int, largest: boo
     def equal(a: str, b: str) -> str:
         return f"(({a} == {b}) || (({a} != {a}) && ({b} != {b})))" if isf else f"({a} == {b})"
 
+    return before, equal
+
+
+def _store_at_rank(k: Kernel, src: Buffer, out_vals, out_idx, total) -> LaunchSpec:
+    """Inside an open `if` on r_: v_ and i_ written at rank r_ of the element's output row (KT_
+    entries along dim); closes the `if` and the element loop."""
+    k.emit("const long long o_ = (outer_ * KT_ + r_) * S_ + inner_;")
+    if out_vals is not None:
+        k.emit(f"st(&{k.ptr(out_vals)}[o_], {convert('v_', src.dtype, out_vals.dtype)});")
+        k.written.add(out_vals.name)
+    if out_idx is not None:
+        k.emit(f"st(&{k.ptr(out_idx)}[o_], {convert('i_', 'int64', out_idx.dtype)});")
+        k.written.add(out_idx.name)
+    k.close()
+    k.close()
+    grid = f"max(1, min(ceil_div({symexpr.to_axis(total)}, {BLOCK}), 131072))"
+    return LaunchSpec(k, [grid], [str(BLOCK)], kind="sort")
+
+
+def topk_unsorted(name: str, src: Buffer, ranked: Buffer, dim: int, largest: bool, k_top, out_vals,
+                  out_idx) -> LaunchSpec:
+    """topk(sorted=False) in the order CUDA's ATen returns it (gatherTopK, the path every CUDA topk
+    takes): with t the k-th best value of the row, first the elements strictly better than t in
+    index order, then those equal to t in index order until k are written. Indices are compared
+    element by element, so this order is the answer, not a detail. `ranked`: the row's k best
+    values in sorted order (sort_rank's output), read for t."""
+    k, p, ct, total = _row_ranks(name, src, dim, k_top)
+    better, equal = _key_order(ct, largest)
+    k.emit(f"const {ct} t_ = cv({k.ptr(ranked)}[(outer_ * KT_ + (KT_ - 1)) * S_ + inner_]);")
     k.emit("long long g_ = 0, gb_ = 0, eb_ = 0;")  # better than t: all, before i; equal to t before i
     k.open("for (long long j_ = 0; j_ < L_; ++j_)")
     k.emit(f"const {ct} w_ = cv({p}[base_ + j_ * S_]);")
@@ -446,68 +475,22 @@ def topk_unsorted(name: str, src: Buffer, ranked: Buffer, dim: int, largest: boo
     k.emit(f"if ({better('v_', 't_')}) r_ = gb_;")
     k.emit(f"else if ({equal('v_', 't_')} && g_ + eb_ < KT_) r_ = g_ + eb_;")
     k.open("if (r_ >= 0)")
-    k.emit("const long long o_ = (outer_ * KT_ + r_) * S_ + inner_;")
-    if out_vals is not None:
-        k.emit(f"st(&{k.ptr(out_vals)}[o_], {convert('v_', src.dtype, out_vals.dtype)});")
-        k.written.add(out_vals.name)
-    if out_idx is not None:
-        k.emit(f"st(&{k.ptr(out_idx)}[o_], {convert('i_', 'int64', out_idx.dtype)});")
-        k.written.add(out_idx.name)
-    k.close()
-    k.close()
-    grid = f"max(1, min(ceil_div({symexpr.to_axis(total)}, {BLOCK}), 131072))"
-    return LaunchSpec(k, [grid], [str(BLOCK)], kind="sort")
+    return _store_at_rank(k, src, out_vals, out_idx, total)
 
 
 def sort_rank(name: str, src: Buffer, dim: int, descending: bool, k_top, out_vals, out_idx,
               vals_dtype: str) -> LaunchSpec:
     """Per row along dim: each element's stable rank r (ties keep index order; NaN counts as the
     largest value); values/indices written at r when r < k_top."""
-    k = Kernel(name)
-    shape = src.shape
-    nd = len(shape)
-    dim %= nd
-    L = shape[dim]
-    total = prod(shape)
-    st = contiguous_strides(shape)
-    lin = k.local_sym("_x")
-    k.emit(f"const long long n_ = {k.c(total)}, L_ = {k.c(L)}, S_ = {k.c(st[dim])}, KT_ = {k.c(k_top)};")
-    k.open(f"for (long long {lin} = (long long)blockIdx.x * blockDim.x + threadIdx.x; {lin} < n_; "
-           f"{lin} += (long long)gridDim.x * blockDim.x)")
-    k.emit("const long long i_ = (" + str(lin) + " / S_) % L_;")
-    k.emit("const long long base_ = " + str(lin) + " - i_ * S_;")
-    p = k.ptr(src)
-    ct = compute_type(src.dtype)
-    k.emit(f"const {ct} v_ = cv({p}[{lin}]);")
-    isf = ct in ("float", "double")
+    k, p, ct, total = _row_ranks(name, src, dim, k_top)
+    before, equal = _key_order(ct, descending)
     k.emit("long long r_ = 0;")
     k.open("for (long long j_ = 0; j_ < L_; ++j_)")
     k.emit(f"const {ct} w_ = cv({p}[base_ + j_ * S_]);")
-    if isf:
-        # key order with NaN largest: a < b  <=>  (!nan(a) && (nan(b) || a < b))
-        lt = "(!(w_ != w_) && ((v_ != v_) || w_ < v_))"
-        gt = "(!(v_ != v_) && ((w_ != w_) || w_ > v_))"
-        eq = "((w_ == v_) || ((w_ != w_) && (v_ != v_)))"
-    else:
-        lt, gt, eq = "(w_ < v_)", "(w_ > v_)", "(w_ == v_)"
-    before = gt if descending else lt
-    k.emit(f"if ({before} || ({eq} && j_ < i_)) ++r_;")
+    k.emit(f"if ({before('w_', 'v_')} || ({equal('w_', 'v_')} && j_ < i_)) ++r_;")
     k.close()
     k.open("if (r_ < KT_)")
-    ost = "S_" if out_vals is None else "S_"
-    # output rows have KT_ entries along dim: the flat index of (row, r_)
-    k.emit("const long long outer_ = base_ / (S_ * L_), inner_ = base_ % S_;")
-    k.emit("const long long o_ = (outer_ * KT_ + r_) * S_ + inner_;")
-    if out_vals is not None:
-        k.emit(f"st(&{k.ptr(out_vals)}[o_], {convert('v_', src.dtype, out_vals.dtype)});")
-        k.written.add(out_vals.name)
-    if out_idx is not None:
-        k.emit(f"st(&{k.ptr(out_idx)}[o_], {convert('i_', 'int64', out_idx.dtype)});")
-        k.written.add(out_idx.name)
-    k.close()
-    k.close()
-    grid = f"max(1, min(ceil_div({symexpr.to_axis(total)}, {BLOCK}), 131072))"
-    return LaunchSpec(k, [grid], [str(BLOCK)], kind="sort")
+    return _store_at_rank(k, src, out_vals, out_idx, total)
 
 
 def scatter(name: str, out: Buffer, iter_shape, index_fn, value: Loader, accumulate: str) -> LaunchSpec:
