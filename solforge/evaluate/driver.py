@@ -14,7 +14,6 @@ workloads are reported as skipped and the process exits with code 3.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import sys
 import time
@@ -93,25 +92,25 @@ def _instrument(clock: PhaseClock, device):
                 sync()
                 return out
 
+    @contextlib.contextmanager
+    def waited(section):
+        # entering the section in its own phase: with several lanes on one GPU an evaluation waits
+        # there for the others' timing, and that wait is no check
+        with contextlib.ExitStack() as stack:
+            with clock.phase("gpu_wait"):
+                stack.enter_context(section)
+            yield
+
     class PhasedShare:
-        """gpu_share's two sections, the wait to enter them in their own phase: with several lanes
-        on one GPU an evaluation waits there for the others' timing, and that wait is no check."""
+        """gpu_share's two sections, the wait to enter them counted as gpu_wait."""
 
         @staticmethod
-        @contextlib.contextmanager
         def shared():
-            with contextlib.ExitStack() as stack:
-                with clock.phase("gpu_wait"):
-                    stack.enter_context(gpu_share.shared())
-                yield
+            return waited(gpu_share.shared())
 
         @staticmethod
-        @contextlib.contextmanager
         def alone(path: str = ""):
-            with contextlib.ExitStack() as stack:
-                with clock.phase("gpu_wait"):
-                    stack.enter_context(gpu_share.alone(path))
-                yield
+            return waited(gpu_share.alone(path))
 
     # The evaluator builds its factories and (lazily) its timer from its module globals; point them
     # at the phased subclasses. Integrity snapshots the timing module's own callables, not these.

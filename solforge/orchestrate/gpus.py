@@ -162,7 +162,7 @@ class GpuUse:
 
 
 class SlotDeadline(Exception):
-    """The pool's deadline passed while waiting for a slot: the run's wall budget is spent. Not a
+    """Asked for a slot past the pool's deadline: the run's wall budget is spent. Not a
     TimeoutError, so no retry policy takes it for a transient failure."""
 
 
@@ -170,9 +170,9 @@ class GpuPool:
     """Hands out `lanes` slots per GPU; waits while all are busy; records when each GPU was held.
 
     `deadline` (time.monotonic() seconds, None: none): past it, a caller gets SlotDeadline instead
-    of a slot, free or not: nothing starts on a GPU after it. An optimize run with a wall budget sets it, so that sessions
-    queued behind busy lanes stop at the budget instead of each starting an evaluation after it
-    (146 queued sessions on 4 lanes ran minutes past a 270 s budget)."""
+    of a slot, free or not: nothing starts on a GPU after it. An optimize run with a wall budget
+    sets it, so that sessions queued behind busy lanes stop at the budget instead of each starting
+    an evaluation after it (146 queued sessions on 4 lanes ran minutes past a 270 s budget)."""
 
     def __init__(self, gpus: Sequence[str], cross_process: bool = True, lanes: int = 1):
         self.gpus = list(gpus)
@@ -231,7 +231,6 @@ class GpuPool:
                                     sync=self.sync)
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"no GPU slot free within {timeout_s} s")
-
                 # a slot freed here notifies; one freed by another process is seen on the next poll
                 self._cond.wait(0.05)
 
