@@ -44,16 +44,30 @@ def reset() -> None:
 
 def tolist(t):
     """The SHORT_RUN first values of a 1-D int tensor of a symbolic length, each read back (the
-    reads roll into a loop of their own: its values serve only Python, split reads afresh)."""
+    reads roll into a loop of their own: its values serve only Python, split reads afresh); of a
+    tensor of one element, that element."""
     import torch
 
     from .loop_base import SHORT_RUN, active_loops
 
     loops = active_loops()
     if loops is None or not loops.enabled or t.dim() != 1 or t.is_floating_point() or \
-            t.dtype == torch.bool or not isinstance(t.shape[0], torch.SymInt) or \
-            not t.shape[0].node.expr.free_symbols:
+            t.dtype == torch.bool:
         return MISS
+    n = t.shape[0]
+    if isinstance(n, torch.SymInt) and not n.node.expr.free_symbols:
+        n = int(n)
+    if isinstance(n, int):
+        # one segment (a workload with one sequence: the trace makes that length static): its
+        # one value, read back; a split by it is the whole dim (split's own check), see split()
+        if n != 1:
+            return MISS
+        v = torch.index_select(t, 0, torch.zeros((1,), dtype=torch.int64)).squeeze(0).item()
+        if not isinstance(v, torch.SymInt):
+            return MISS
+        _STATE.keep.append(t)
+        _STATE.origin[v.node.expr] = (t, 0)
+        return [v]
     if id(t) in _STATE.lists:   # the same tensor's values again: the same reads
         return list(_STATE.lists[id(t)])
     out = []
@@ -95,6 +109,14 @@ def _source(sizes):
 
 
 def split(x, sizes, dim=0):
+    import torch
+
+    if isinstance(sizes, (list, tuple)) and len(sizes) == 1 and isinstance(sizes[0], torch.SymInt):
+        got = _STATE.origin.get(sizes[0].node.expr)
+        if got is not None and not isinstance(got[0].shape[0], torch.SymInt) or \
+                got is not None and not got[0].shape[0].node.expr.free_symbols:
+            d = dim % x.dim()
+            return (x.narrow(d, 0, x.shape[d]),)   # one segment: all of the dim
     t = _source(sizes)
     if t is None:
         return MISS

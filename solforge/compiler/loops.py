@@ -68,6 +68,9 @@ class Loader:
     strides: Optional[list] = None
     offset: sympy.Expr = sympy.Integer(0)
     cost: int = 0                     # elementwise ops inlined (a realisation heuristic)
+    # a computed value's view (a slice, a reshape of a slice): the value whose contiguous flat is
+    # this tensor's storage in torch, which as_strided's absolute strides and offset address
+    storage: Optional["Loader"] = None
 
     def __post_init__(self):
         self.uid = next(_UIDS)
@@ -299,10 +302,12 @@ def as_strided(src: Loader, size, stride, offset=0) -> Loader:
     base (a chunk of x[2:] starts at offset 8, not 8 past the slice; a chunk of a transposed matmul
     output steps through the matmul's own row-major storage). A view of a buffer reads that buffer
     with them: the buffer is the base's storage (a graph input, or an op's output in the layout torch
-    allocates, contiguous). A computed value is read as its contiguous flat (a fresh tensor's storage)."""
+    allocates, contiguous). A computed value is read as its contiguous flat (a fresh tensor's storage);
+    a view of a computed value (a split of a reshaped slice) as the flat of the value it views."""
     off = sympy.sympify(offset or 0)
     if src.is_view:
         return view_of(src.buf, size, stride, off)
-    flat = reshape(src, [prod(src.shape)])
+    root = src.storage or src
+    flat = reshape(root, [prod(root.shape)])
     return reindex(flat, size, lambda idx: [off + sum((i * s for i, s in zip(idx, stride)),
                                                      sympy.Integer(0))])

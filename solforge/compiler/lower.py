@@ -204,7 +204,7 @@ class Lowering:
             raise
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
             raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
-        self.env[n["name"]] = out
+        self.env[n["name"]] = _with_storage(op, out, args[0] if args else None)
 
     def _outputs(self):
         items = []
@@ -230,6 +230,30 @@ class Lowering:
                 groups.append([it])
         for g in groups:
             self.kernels.append(templates.pointwise(self.kname("out"), g))
+
+
+# ops whose result aliases their first argument's storage in torch (torch's own view ops; a traced
+# reshape that had to copy shows as clone + _unsafe_view, and the clone starts a new storage)
+VIEW_OPS = frozenset({
+    "aten.view.default", "aten._unsafe_view.default", "aten.slice.Tensor", "aten.select.int",
+    "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.expand.default",
+    "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default",
+    "aten.unfold.default", "aten.alias.default", "aten.detach.default"})
+
+
+def _with_storage(op: str, out, src):
+    """`out` with the storage torch would give it: a view op's result of a computed value keeps
+    that value's storage (as_strided addresses it); any other op's result is a tensor of its own,
+    also where a lowering returned its input unchanged (clone, contiguous)."""
+    if not isinstance(out, Loader) or out.is_view:
+        return out
+    if op in VIEW_OPS:
+        if isinstance(src, Loader) and not src.is_view and out is not src:
+            out.storage = src.storage or src
+        return out
+    if out.storage is not None:
+        return Loader(out.shape, out.dtype, out.fn, cost=out.cost)
+    return out
 
 
 # ── elementwise ──────────────────────────────────────────────────────────────────────────────────

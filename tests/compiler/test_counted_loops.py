@@ -115,6 +115,29 @@ def run(x, cu):
     assert r["ok"], r
 
 
+def test_split_by_lengths_of_one_segment(tmp_path):
+    """A workload with one segment (cu = [0, L]): the lengths tensor's size is 1 there, which the
+    trace makes static; its tolist is one value read back and the split by it the whole dim, so
+    that workload is served too (emulated at it: the check takes the smallest workload)."""
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    lengths = cu[1:] - cu[:-1]
+    outs = []
+    for q, k in zip(torch.split(x, lengths.tolist(), dim=1), torch.split(x * 0.5, lengths.tolist(), dim=1)):
+        a = torch.softmax(torch.matmul(q, k.transpose(1, 2)), dim=-1)
+        outs.append(torch.matmul(a, k))
+    return torch.cat(outs, dim=1) - x
+"""
+    p = _custom(tmp_path, "oneseg", ref, [{"L": 7, "S": 2}, {"L": 8, "S": 6}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+    assert r["axes"]["S"] == 2
+
+
 def test_size_read_back_without_a_bound_gets_a_checked_guess(tmp_path):
     """`m = idx.max().item() + 1; zeros(m, C).index_add_(0, idx, x)`: no shape bounds m, so the
     plan sizes the buffer at a guess and checks the value on the device."""
