@@ -41,57 +41,89 @@ def _as_f32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float32)
 
 
+# elements compared at a time: the float32 copies and masks of one chunk, never of a whole output
+# (a 4 GiB bool mask made 16 GiB float copies and as much again in temporaries)
+CHUNK_ELEMENTS = 1 << 26
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol, name: str = "output") -> Comparison:
-    """Compare one output tensor with its reference under a workload Tolerance."""
+    """Compare one output tensor with its reference under a workload Tolerance (chunk by chunk:
+    the verdict and the numbers are those of the whole tensor)."""
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, reason=f"{name}: shape {list(out.shape)} != reference "
                                         f"{list(ref.shape)}")
     if out.dtype != ref.dtype:
         return Comparison(False, reason=f"{name}: dtype {out.dtype} != reference {ref.dtype}")
-    x, y = _as_f32(out), _as_f32(ref)
-    if x.numel() == 0:
+    n = out.numel()
+    if n == 0:
         return Comparison(True, 0.0, 0.0, 1.0)
-    both_neg_inf = None
-    if tol.allow_negative_inf:
-        both_neg_inf = (x == float("-inf")) & (y == float("-inf"))
-    bad_x, bad_y = ~torch.isfinite(x), ~torch.isfinite(y)
-    if both_neg_inf is not None:
-        bad_x &= ~both_neg_inf
-        bad_y &= ~both_neg_inf
-    if bool(bad_y.any()):
-        what = "NaN" if bool(torch.isnan(y).any()) else "Inf"
-        return Comparison(False, reason=f"{name}: the reference has {what} "
-                                        f"({int(bad_y.sum())} elements)")
-    if bool(bad_x.any()):
-        n_nan = int(torch.isnan(x).sum())
-        what = f"{n_nan} NaN" if n_nan else f"{int(bad_x.sum())} Inf"
-        return Comparison(False, matched_ratio=1.0 - float(bad_x.sum()) / x.numel(),
-                          reason=f"{name}: {what} of {x.numel()} elements (NaN also marks elements "
+    xs, ys = out.reshape(-1), ref.reshape(-1)
+    s = _Sums()
+    for i in range(0, n, CHUNK_ELEMENTS):
+        s.add(_as_f32(xs[i:i + CHUNK_ELEMENTS]), _as_f32(ys[i:i + CHUNK_ELEMENTS]), tol)
+    if s.bad_y:
+        what = "NaN" if s.nan_y else "Inf"
+        return Comparison(False, reason=f"{name}: the reference has {what} ({s.bad_y} elements)")
+    if s.bad_x:
+        what = f"{s.nan_x} NaN" if s.nan_x else f"{s.bad_x} Inf"
+        return Comparison(False, matched_ratio=1.0 - s.bad_x / n,
+                          reason=f"{name}: {what} of {n} elements (NaN also marks elements "
                                  "the kernel never wrote)")
-    if both_neg_inf is not None and bool(both_neg_inf.any()):
-        keep = ~both_neg_inf
-        x, y = x[keep], y[keep]
-        if x.numel() == 0:
-            return Comparison(True, 0.0, 0.0, 1.0)
-    ref_norm = float(torch.linalg.vector_norm(y))
-    if ref_norm > 0 and float(torch.linalg.vector_norm(x)) == 0:
+    if s.kept == 0:  # every element -inf in both, where that is allowed
+        return Comparison(True, 0.0, 0.0, 1.0)
+    if s.nonzero_y and not s.nonzero_x:
+        ref_norm = s.ref_sq ** 0.5
         return Comparison(False, ref_norm, ref_norm, 0.0,
                           reason=f"{name}: all zeros where the reference is not")
-    err = (x - y).abs()
-    max_abs = float(err.max())
-    bound = tol.max_atol + tol.max_rtol * y.abs()
-    exceed = int((err > bound).sum())
-    matched = max(0.0, min(1.0, 1.0 - exceed / err.numel()))
-    max_rel = float((err / y.abs().clamp(min=tol.max_atol if tol.max_atol > 0 else 1e-12)).max())
+    matched = max(0.0, min(1.0, 1.0 - s.exceed / s.kept))
     ok = matched >= tol.required_matched_ratio
     reason = ""
     if not ok:
         reason = (f"{name}: matched ratio {matched:.6f} < required {tol.required_matched_ratio} "
-                  f"(max_abs_err {max_abs:.4g}, atol {tol.max_atol}, rtol {tol.max_rtol})")
-    if tol.max_error_cap is not None and max_abs > tol.max_error_cap:
+                  f"(max_abs_err {s.max_abs:.4g}, atol {tol.max_atol}, rtol {tol.max_rtol})")
+    if tol.max_error_cap is not None and s.max_abs > tol.max_error_cap:
         ok = False
-        reason = f"{name}: max_abs_err {max_abs:.4g} > max_error_cap {tol.max_error_cap}"
-    return Comparison(ok, max_abs, max_rel, matched, reason)
+        reason = f"{name}: max_abs_err {s.max_abs:.4g} > max_error_cap {tol.max_error_cap}"
+    return Comparison(ok, s.max_abs, s.max_rel, matched, reason)
+
+
+class _Sums:
+    """What compare needs of every element, added up chunk by chunk."""
+
+    def __init__(self):
+        self.bad_x = self.bad_y = self.nan_x = self.nan_y = 0
+        self.kept = self.exceed = 0
+        self.nonzero_x = self.nonzero_y = False
+        self.ref_sq = 0.0
+        self.max_abs = self.max_rel = 0.0
+
+    def add(self, x: torch.Tensor, y: torch.Tensor, tol) -> None:
+        bad_x, bad_y = ~torch.isfinite(x), ~torch.isfinite(y)
+        if tol.allow_negative_inf:
+            both_neg_inf = (x == float("-inf")) & (y == float("-inf"))
+            bad_x &= ~both_neg_inf
+            bad_y &= ~both_neg_inf
+            if bool(both_neg_inf.any()):
+                keep = ~both_neg_inf
+                x, y = x[keep], y[keep]
+                bad_x, bad_y = bad_x[keep], bad_y[keep]
+        self.bad_x += int(bad_x.sum())
+        self.bad_y += int(bad_y.sum())
+        self.nan_x += int(torch.isnan(x).sum())
+        self.nan_y += int(torch.isnan(y).sum())
+        if self.bad_x or self.bad_y or x.numel() == 0:
+            self.kept += x.numel()
+            return  # the verdict is decided; the numbers below are not reported
+        self.kept += x.numel()
+        self.nonzero_x = self.nonzero_x or bool((x != 0).any())
+        self.nonzero_y = self.nonzero_y or bool((y != 0).any())
+        self.ref_sq += float(torch.linalg.vector_norm(y, dtype=torch.float64) ** 2)
+        err = (x - y).abs()
+        self.max_abs = max(self.max_abs, float(err.max()))
+        ay = y.abs()
+        self.exceed += int((err > tol.max_atol + tol.max_rtol * ay).sum())
+        self.max_rel = max(self.max_rel, float(
+            (err / ay.clamp(min=tol.max_atol if tol.max_atol > 0 else 1e-12)).max()))
 
 
 def compare_all(outs: dict, refs: dict, tol) -> Comparison:
