@@ -58,6 +58,9 @@ class Launch(BaseModel):
     smem: str = "0"
     args: list[str] = Field(default_factory=list)
     cluster: Optional[list[str]] = None  # thread-block cluster dims (sm_90+), optional
+    # launched only where this axis expression holds (a compiler plan's variant: the structure the
+    # reference takes at these sizes); None: always
+    when: Optional[str] = None
 
     @field_validator("grid", "block", "cluster", mode="before")
     @classmethod
@@ -71,6 +74,13 @@ class Launch(BaseModel):
     def _exprs(cls, v):
         for e in v or []:
             axis_expr.parse(e)
+        return v
+
+    @field_validator("when")
+    @classmethod
+    def _when(cls, v):
+        if v is not None:
+            axis_expr.parse(v)
         return v
 
     @field_validator("smem", mode="before")
@@ -159,6 +169,9 @@ class Candidate(BaseModel):
         payload = self.model_dump(exclude={"notes", "problem"})
         if payload.get("workspace_zero") is None:  # the default: hashes from before the field stay
             payload.pop("workspace_zero", None)
+        for launch in payload.get("launches", []):
+            if launch.get("when") is None:  # likewise: launches without a condition hash as before
+                launch.pop("when", None)
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def check_tensor_args(self, inputs: set[str], outputs: set[str]) -> None:

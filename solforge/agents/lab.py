@@ -52,6 +52,8 @@ def static_check(problem, cand: Candidate) -> Optional[str]:
             if ws < 0:
                 return f"workspace = {ws} < 0 for workload {w.uuid[:8]} {w.axes}"
             for i, launch in enumerate(cand.launches):
+                if launch.when and not eval_expr(launch.when, env):
+                    continue  # another variant's launch: not made at these sizes
                 grid = [eval_expr(e, env) for e in launch.grid]
                 block = [eval_expr(e, env) for e in launch.block]
                 smem = eval_expr(launch.smem, env)

@@ -425,6 +425,8 @@ class CandidateRuntime:
             workspace = torch.zeros(ws_bytes, dtype=torch.uint8, device=self.device)
         steps = []
         for i, launch in enumerate(cand["launches"]):
+            if launch.get("when") and not ax.evaluate(str(launch["when"]), env):
+                continue  # another variant's launch: not at these sizes
             name = launch["kernel"]
             entry = self.entries[name]
             grid = _dims(launch["grid"], env, "grid", i)

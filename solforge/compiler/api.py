@@ -160,7 +160,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
         except RecursionError:
             return CompileOutcome(reason="lowering recursed too deeply", stage="lower", ops=dict(ops))
         segs.update(s.kind for s in low.kernels)
-        parts.append((low, (v["pred"], v["names"], v["fnames"], v.get("tensors", []))))
+        parts.append((low, (v["pred"], v["names"], v["fnames"], v.get("tensors", []), v.get("when"))))
     segs["variants"] = len(parts)
     try:
         cand = build_candidate_variants(name or defn.name, parts, notes="compiler: " + ", ".join(

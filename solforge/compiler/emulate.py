@@ -206,6 +206,8 @@ def emulate(candidate, inputs: dict, axes: dict, scalars: dict | None = None) ->
     units = _attention_units(cand)
     keep = []
     for launch in cand["launches"]:
+        if launch.get("when") and not axis_expr.evaluate(str(launch["when"]), env):
+            continue  # another variant's launch (the launcher skips it the same way)
         name = launch["kernel"]
         if name in units:  # an attention template segment: its CPU model (templates/attention_emulate)
             _run_attention(units[name], launch, cand["launches"], inputs, ws, env)

@@ -131,30 +131,41 @@ def _short_workspace(total, totals: list) -> str:
 
 def build_candidate_variants(problem_name: str, variants: list, notes: str = "") -> Candidate:
     """Several lowered graphs, one per structure the reference takes; each kernel of variant v
-    starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work.
-    They never run together: each packs the workspace from offset 0; the total is the largest."""
+    starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work, and
+    where the guards are over sizes and int scalars only, the variant's launches also carry them
+    as `when` (the host launches only the variant that holds: a template kernel, rendered whole,
+    takes no guard of its own, so it needs that). They never run together: each packs the
+    workspace from offset 0; the total is the largest."""
     srcs, launches, totals, seen = [PRELUDE], [], [], set()
     for low, (pred, names, fnames, *more) in variants:
         tensors = more[0] if more else []   # inputs the predicate reads on the device (flags.py)
+        when = more[1] if len(more) > 1 and not tensors else None
         totals.append(pack_workspace(low))
         for spec in low.kernels:
             k = spec.kernel
             if k.name not in seen:  # a rolled loop launches its body's kernels repeatedly
                 seen.add(k.name)
                 if getattr(k, "text", ""):
-                    # a template's source is rendered whole (gemm_adapter): it would neither take
-                    # the guard's arguments nor return early, and would run in every variant
-                    raise ValueError(f"{k.name}: a template kernel cannot take a variant's guard")
-                for n in names:
-                    k.size(n)
-                for n in fnames:
-                    k.scalar(n)
-                for t, dt, shape in tensors:
-                    k.ptr(Buffer(t, dt, [symexpr.parse(x) for x in shape], "input"))
-                k.head.insert(0, f"    if (!({pred})) return;")
-                srcs.append(k.source(spec.launch_bounds))
-            launches.append({"kernel": k.name, "grid": spec.grid, "block": spec.block,
-                             "smem": spec.smem, "args": bound_args(spec, k.args())})
+                    # a template's source is rendered whole (gemm_adapter): it neither takes the
+                    # guard's arguments nor returns early, so only a host-side `when` selects it
+                    if when is None:
+                        raise ValueError(f"{k.name}: a template kernel cannot take a variant's "
+                                         "guard (it reads a value on the device)")
+                    srcs.append(k.source(spec.launch_bounds))
+                else:
+                    for n in names:
+                        k.size(n)
+                    for n in fnames:
+                        k.scalar(n)
+                    for t, dt, shape in tensors:
+                        k.ptr(Buffer(t, dt, [symexpr.parse(x) for x in shape], "input"))
+                    k.head.insert(0, f"    if (!({pred})) return;")
+                    srcs.append(k.source(spec.launch_bounds))
+            launch = {"kernel": k.name, "grid": spec.grid, "block": spec.block,
+                      "smem": spec.smem, "args": bound_args(spec, k.args())}
+            if when is not None:
+                launch["when"] = when
+            launches.append(launch)
     total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
     ws = _short_workspace(total, totals)
     return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},

@@ -343,6 +343,28 @@ def fold_divmod(e):
     return sympy.Add(*terms)
 
 
+def to_axis_bool(e) -> str:
+    """A sympy condition over sizes (a variant's guards) as an axis expression the host evaluates
+    (a launch's `when`): the same tree as to_c_bool, in Python's words."""
+    e = sympy.sympify(e)
+    if e is sympy.true:
+        return "1 == 1"
+    if e is sympy.false:
+        return "1 == 0"
+    if isinstance(e, sympy.And):
+        return "(" + " and ".join(to_axis_bool(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Or):
+        return "(" + " or ".join(to_axis_bool(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Not):
+        return f"(not {to_axis_bool(e.args[0])})"
+    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
+           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
+    for t, op in ops.items():
+        if isinstance(e, t):
+            return f"(({to_axis(e.lhs)}) {op} ({to_axis(e.rhs)}))"
+    raise ValueError(f"cannot print the condition {e}")
+
+
 def to_c_bool(e, name=lambda n: n) -> str:
     """A sympy condition (a trace guard: Eq, Ne, <, <=, And, Or, Not) as C."""
     e = sympy.sympify(e)

@@ -884,8 +884,16 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
         names = sorted({str(x) for e in exprs for x in e.free_symbols})
         c = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in float_names else "z_") + n)
                         + ")" for e in exprs)
-        out.append({"pred": c, "names": [n for n in names if n not in float_names],
-                    "fnames": [n for n in names if n in float_names], "ir": ir, "keep": keep})
+        v = {"pred": c, "names": [n for n in names if n not in float_names],
+             "fnames": [n for n in names if n in float_names], "ir": ir, "keep": keep}
+        if not v["fnames"]:
+            # the same test for the host, over sizes and int scalars only (a float scalar is a
+            # float32 argument in the kernels, a double here): its launches carry it as `when`
+            try:
+                v["when"] = symexpr.to_axis_bool(sympy.And(*exprs))
+            except ValueError:
+                pass
+        out.append(v)
     # workloads not traced (a size of 1): exactly one variant must take each
     for wl in untraced:
         v = _values(wl)

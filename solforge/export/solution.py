@@ -246,7 +246,10 @@ def entry_source(att: ExportAttempt, launcher_ids: dict[str, int]) -> str:
             "  }"]
     uses_tmap = False
     for i, launch in enumerate(cand.launches):
-        body.append(f"  {{  // launches[{i}]: {launch.kernel}")
+        if launch.when:  # another variant's launch at other sizes (solforge.compile.launcher)
+            body.append(f"  if ({to_cpp(launch.when, e)} != 0.0) {{  // launches[{i}]: {launch.kernel}")
+        else:
+            body.append(f"  {{  // launches[{i}]: {launch.kernel}")
         refs = []
         for j, a in enumerate(map(parse_arg, launch.args)):
             if a.kind == "tensor":

@@ -159,10 +159,6 @@ def test_a_tma_candidate_exports_and_its_entry_compiles(tmp_path, sol_execbench_
     """A `tmap:` launch argument becomes a CUtensorMap encoded on the host by the entry (the driver's
     cuTensorMapEncodeTiled, found through the runtime): the entry, with torch's and CUDA's headers,
     passes g++ (syntax and types; the CPU torch wheel lacks one generated CUDA header, stubbed)."""
-    import sysconfig
-
-    import torch
-
     from solforge.kernels import get_family
     from solforge.problem import load_problem_dir
     from solforge.store.problems import upsert_problems
@@ -178,6 +174,16 @@ def test_a_tma_candidate_exports_and_its_entry_compiles(tmp_path, sol_execbench_
     entry = (out.parent / ENTRY).read_text()
     assert 'sf_tmap(t_A, 64.0, 64.0, CU_TENSOR_MAP_SWIZZLE_128B, "A")' in entry
     assert 'sf_tmap(t_B, 64.0, 64.0, CU_TENSOR_MAP_SWIZZLE_128B, "B")' in entry
+    _entry_passes_gxx(out.parent / ENTRY, tmp_path)
+
+
+def _entry_passes_gxx(entry, tmp_path) -> None:
+    """g++ -fsyntax-only on an exported entry, with torch's and CUDA's headers (the CPU torch wheel
+    lacks one generated CUDA header: stubbed)."""
+    import sysconfig
+
+    import torch
+
     stub = tmp_path / "stub/c10/cuda/impl"
     stub.mkdir(parents=True)
     (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
@@ -185,5 +191,22 @@ def test_a_tma_candidate_exports_and_its_entry_compiles(tmp_path, sol_execbench_
     r = subprocess.run(["g++", "-std=c++17", "-fsyntax-only", "-x", "c++", f"-I{tmp_path / 'stub'}",
                         f"-I{ti}", f"-I{ti / 'torch/csrc/api/include'}", f"-I{_cuda_include()}",
                         f"-I{sysconfig.get_paths()['include']}", "-DTORCH_EXTENSION_NAME=x",
-                        str(out.parent / ENTRY)], capture_output=True, text=True, timeout=300)
+                        str(entry)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_a_launch_with_when_is_made_only_where_it_holds(tmp_path, sol_execbench_dir):
+    """A launch's `when` (a compiler plan's variant) becomes an `if` around that launch in the
+    entry, over the same axis values the other expressions read."""
+    from solforge.store.problems import upsert_problems
+
+    s, _, p, cand = attempt_store(tmp_path, sol_execbench_dir)
+    axis = sorted(p.definition.var_axes)[0]
+    launch = cand.launches[0].model_copy(update={"when": f"{axis} > 1 and {axis} != 7"})
+    guarded = cand.model_copy(update={"launches": [launch]})
+    upsert_problems(s, [p])
+    aid = s.create_attempt(p.name, agent="offline", candidate=guarded)
+    out = write_solution(load_attempt(s, aid[:10]), tmp_path / "sol")
+    entry = (out.parent / ENTRY).read_text()
+    assert "  if (sf_and(" in entry and "!= 0.0) {  // launches[0]" in entry
+    _entry_passes_gxx(out.parent / ENTRY, tmp_path)

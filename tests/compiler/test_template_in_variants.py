@@ -1,0 +1,79 @@
+"""A plan with variants selected by sizes: each variant's launches carry their guards as `when`, so
+the host launches one variant and a template GEMM (rendered whole, with no guard of its own) can be
+one of its kernels. Problems written here; NVRTC compiles the plan on the CPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from solforge.candidate import Candidate, launch_env
+from solforge.compiler.api import compile_problem
+from solforge.compiler.check import check_problem
+from solforge.problem import axis_expr
+
+from .test_compiler import T, make_problem
+
+REF = """
+import torch
+def run(x, w):
+    if x.shape[0] == 1:
+        return (x[0] @ w.t()).unsqueeze(0) * 2.0
+    return torch.relu(torch.matmul(x, w.t())) + 1.0
+"""
+
+
+def _problem(tmp_path):
+    return make_problem(tmp_path, "bvar", {"B": {"type": "var"}, "M": {"type": "var"},
+                                           "K": {"type": "const", "value": 64},
+                                           "N": {"type": "const", "value": 96}},
+                        {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
+                        REF, [{"B": 1, "M": 40}, {"B": 3, "M": 24}, {"B": 2, "M": 70}, {"B": 1, "M": 9}])
+
+
+def _taken(cand, w) -> set:
+    env = launch_env(w.axes, w.scalars(), cand.params)
+    return {l.kernel.split("k", 1)[0] for l in cand.launches
+            if not l.when or axis_expr.evaluate(l.when, env)}
+
+
+def test_size_variants_take_a_template_gemm_launched_by_when(tmp_path):
+    p = _problem(tmp_path)
+    out = compile_problem(p, gemm="template")
+    assert out.ok, out.reason
+    cand = out.candidate
+    assert out.segments.get("variants") == 2
+    assert all(l.when for l in cand.launches)
+    # each workload launches the kernels of exactly one variant, the one its batch size selects
+    picks = {w.axes["B"]: _taken(cand, w) for w in p.workloads}
+    assert all(len(t) == 1 for t in picks.values()) and picks[1] != picks[3] and picks[3] == picks[2]
+    from solforge.compile import compile_candidate
+
+    res = compile_candidate(cand, "sm_90a", use_cache=False)
+    assert res.ok, res.log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_size_variants_emulated_through_when(tmp_path):
+    """The generic plan (the CPU emulation runs it) skips the other variant's launches as the
+    launcher does, at a workload of each variant."""
+    p = _problem(tmp_path)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert all(l.when for l in out.candidate.launches)
+    r = check_problem(p, cap=8, candidate=out.candidate)
+    assert r["ok"], r
+    assert r["axes"]["B"] == 1
+
+
+def test_when_is_validated_and_leaves_old_hashes_alone():
+    base = {"problem": "p", "language": "cuda", "sources": {"k.cu": "__global__ void k() {}"},
+            "launches": [{"kernel": "k", "grid": ["1"], "block": ["32"]}]}
+    plain = Candidate.model_validate(base)
+    explicit = Candidate.model_validate({**base, "launches": [{**base["launches"][0], "when": None}]})
+    guarded = Candidate.model_validate({**base, "launches": [{**base["launches"][0], "when": "n == 1"}]})
+    assert plain.source_hash() == explicit.source_hash() != guarded.source_hash()
+    with pytest.raises(ValueError):
+        Candidate.model_validate({**base, "launches": [{**base["launches"][0], "when": "__import__('os')"}]})
