@@ -343,44 +343,35 @@ def fold_divmod(e):
     return sympy.Add(*terms)
 
 
+_RELATIONS = ((sympy.Eq, "=="), (sympy.Ne, "!="), (sympy.StrictLessThan, "<"),
+              (sympy.LessThan, "<="), (sympy.StrictGreaterThan, ">"), (sympy.GreaterThan, ">="))
+_C_WORDS = {"true": "true", "false": "false", "and": " && ", "or": " || ", "not": "(!{})"}
+_AXIS_WORDS = {"true": "1 == 1", "false": "1 == 0", "and": " and ", "or": " or ", "not": "(not {})"}
+
+
+def _print_bool(e, side, words: dict) -> str:
+    """A sympy condition (a trace guard: Eq, Ne, <, <=, And, Or, Not), its sides printed by `side`,
+    its connectives in `words`."""
+    e = sympy.sympify(e)
+    if e is sympy.true or e is sympy.false:
+        return words["true" if e is sympy.true else "false"]
+    if isinstance(e, (sympy.And, sympy.Or)):
+        joint = words["and" if isinstance(e, sympy.And) else "or"]
+        return "(" + joint.join(_print_bool(a, side, words) for a in e.args) + ")"
+    if isinstance(e, sympy.Not):
+        return words["not"].format(_print_bool(e.args[0], side, words))
+    for t, op in _RELATIONS:
+        if isinstance(e, t):
+            return f"({side(e.lhs)} {op} {side(e.rhs)})"
+    raise ValueError(f"cannot print the condition {e}")
+
+
 def to_axis_bool(e) -> str:
     """A sympy condition over sizes (a variant's guards) as an axis expression the host evaluates
-    (a launch's `when`): the same tree as to_c_bool, in Python's words."""
-    e = sympy.sympify(e)
-    if e is sympy.true:
-        return "1 == 1"
-    if e is sympy.false:
-        return "1 == 0"
-    if isinstance(e, sympy.And):
-        return "(" + " and ".join(to_axis_bool(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Or):
-        return "(" + " or ".join(to_axis_bool(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Not):
-        return f"(not {to_axis_bool(e.args[0])})"
-    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
-           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
-    for t, op in ops.items():
-        if isinstance(e, t):
-            return f"(({to_axis(e.lhs)}) {op} ({to_axis(e.rhs)}))"
-    raise ValueError(f"cannot print the condition {e}")
+    (a launch's `when`): the same test as to_c_bool's, in Python's words."""
+    return _print_bool(e, lambda x: f"({to_axis(x)})", _AXIS_WORDS)
 
 
 def to_c_bool(e, name=lambda n: n) -> str:
-    """A sympy condition (a trace guard: Eq, Ne, <, <=, And, Or, Not) as C."""
-    e = sympy.sympify(e)
-    if e is sympy.true:
-        return "true"
-    if e is sympy.false:
-        return "false"
-    if isinstance(e, sympy.And):
-        return "(" + " && ".join(to_c_bool(a, name) for a in e.args) + ")"
-    if isinstance(e, sympy.Or):
-        return "(" + " || ".join(to_c_bool(a, name) for a in e.args) + ")"
-    if isinstance(e, sympy.Not):
-        return f"(!{to_c_bool(e.args[0], name)})"
-    ops = {sympy.Eq: "==", sympy.Ne: "!=", sympy.StrictLessThan: "<", sympy.LessThan: "<=",
-           sympy.StrictGreaterThan: ">", sympy.GreaterThan: ">="}
-    for t, op in ops.items():
-        if isinstance(e, t):
-            return f"({to_c_float(e.lhs, name)} {op} {to_c_float(e.rhs, name)})"
-    raise ValueError(f"cannot print the condition {e}")
+    """A sympy condition (a trace guard) as C."""
+    return _print_bool(e, lambda x: to_c_float(x, name), _C_WORDS)

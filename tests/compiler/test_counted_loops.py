@@ -52,6 +52,17 @@ def _custom(tmp_path, name: str, reference: str, workloads: list):
     return with_custom_inputs(tmp_path, name)
 
 
+def _compiled_and_emulated(p) -> dict:
+    """The plan compiles, and its CPU emulation matches the reference at the smallest workload."""
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+    return r
+
+
 def test_segment_loop_rolled_collected_and_emulated(tmp_path):
     from solforge.compiler.api import compile_problem
 
@@ -96,8 +107,6 @@ def run(x, cu):
 def test_split_by_lengths_read_back_filtered_and_emulated(tmp_path):
     """`x.split(lengths.tolist())` with empty segments filtered out by a comprehension, a loop over
     the chunks zipped from two splits, their outputs concatenated along a middle dim."""
-    from solforge.compiler.api import compile_problem
-
     ref = GET_INPUTS + """
 def run(x, cu):
     lengths = (cu[1:] - cu[:-1]).tolist()
@@ -108,19 +117,13 @@ def run(x, cu):
         outs.append(torch.matmul(a, k))
     return torch.cat(outs, dim=1) - x
 """
-    p = _custom(tmp_path, "segsplit", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
-    out = compile_problem(p)
-    assert out.ok, out.reason
-    r = check_problem(p, cap=8)
-    assert r["ok"], r
+    _compiled_and_emulated(_custom(tmp_path, "segsplit", ref, [{"L": 7, "S": 4}, {"L": 8, "S": 6}]))
 
 
 def test_split_by_lengths_of_one_segment(tmp_path):
     """A workload with one segment (cu = [0, L]): the lengths tensor's size is 1 there, which the
     trace makes static; its tolist is one value read back and the split by it the whole dim, so
     that workload is served too (emulated at it: the check takes the smallest workload)."""
-    from solforge.compiler.api import compile_problem
-
     ref = GET_INPUTS + """
 def run(x, cu):
     lengths = cu[1:] - cu[:-1]
@@ -130,11 +133,7 @@ def run(x, cu):
         outs.append(torch.matmul(a, k))
     return torch.cat(outs, dim=1) - x
 """
-    p = _custom(tmp_path, "oneseg", ref, [{"L": 7, "S": 2}, {"L": 8, "S": 6}])
-    out = compile_problem(p)
-    assert out.ok, out.reason
-    r = check_problem(p, cap=8)
-    assert r["ok"], r
+    r = _compiled_and_emulated(_custom(tmp_path, "oneseg", ref, [{"L": 7, "S": 2}, {"L": 8, "S": 6}]))
     assert r["axes"]["S"] == 2
 
 
