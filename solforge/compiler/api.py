@@ -116,7 +116,7 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic",
     from .rolling import node_count, roll
 
     if "variants" in ir:
-        return _lower_variants(defn, ir, name, gemm)
+        return _lower_variants(defn, ir, name, gemm, attention)
     ops = Counter(n["op"] for n in ir["nodes"])
     rolled = roll(ir)  # a Python loop the trace unrolled, lowered once (rolling.py)
     if node_count(rolled) > MAX_NODES:
@@ -143,7 +143,8 @@ def lower_ir(defn, ir: dict, name: Optional[str] = None, gemm: str = "generic",
     return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
 
 
-def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") -> CompileOutcome:
+def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic",
+                    attention: bool = False) -> CompileOutcome:
     """One lowering per structure the reference takes, selected at run time by its guards."""
     from .lower import Lowering, Unsupported
     from .plan import build_candidate_variants
@@ -154,7 +155,8 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic") 
     for i, v in enumerate(ir["variants"]):
         ops.update(n["op"] for n in v["ir"]["nodes"])
         try:
-            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}", matmul=_matmul_for(gemm)).run()
+            low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}", matmul=_matmul_for(gemm),
+                           attention=attention).run()
         except Unsupported as e:
             return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
         except RecursionError:
@@ -175,8 +177,8 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90,
                        gemm: str = "generic", attention: bool = False) -> CompileOutcome:
     """The compiler's candidate for a problem, or why not (cached per definition + workloads +
     lowering choices). `gemm`: how matmuls and convolutions lower (GEMM_LOWERINGS); `attention`:
-    softmax(QK^T)V patterns as the flash template (attention_segment.py; a guarded-variants plan
-    keeps the generic kernels, whose per-variant guard the template has no place for)."""
+    softmax(QK^T)V patterns as the flash template (attention_segment.py; in a plan with variants,
+    where the variant's launches carry a host-side `when`: the template has no guard of its own)."""
     key = _key(defn, workloads, gemm, attention)
     if key in _CACHE:
         return _CACHE[key]

@@ -136,12 +136,20 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
     as `when` (the host launches only the variant that holds: a template kernel, rendered whole,
     takes no guard of its own, so it needs that). They never run together: each packs the
     workspace from offset 0; the total is the largest."""
-    srcs, launches, totals, seen = [PRELUDE], [], [], set()
+    srcs, launches, totals, seen, units = [PRELUDE], [], [], set(), {}
     for low, (pred, names, fnames, *more) in variants:
         tensors = more[0] if more else []   # inputs the predicate reads on the device (flags.py)
         when = more[1] if len(more) > 1 and not tensors else None
         totals.append(pack_workspace(low))
         for spec in low.kernels:
+            if spec.kind == "attention":  # a template segment: its own source unit, rendered now
+                if when is None:
+                    raise ValueError(f"{spec.name}: the attention template cannot take a variant's "
+                                     "guard (it reads a value on the device)")
+                seg = spec.render()
+                units.update(seg.sources)
+                launches += [{**launch, "when": when} for launch in seg.launches]
+                continue
             k = spec.kernel
             if k.name not in seen:  # a rolled loop launches its body's kernels repeatedly
                 seen.add(k.name)
@@ -168,6 +176,6 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
             launches.append(launch)
     total = sympy.Max(*totals) if len(totals) > 1 else totals[0]
     ws = _short_workspace(total, totals)
-    return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs)},
+    return Candidate(problem=problem_name, language="cuda", sources={"kernel.cu": "\n".join(srcs), **units},
                      params={}, launches=launches, workspace=ws, workspace_zero="0",
                      options=["--fmad=false"], notes=notes)

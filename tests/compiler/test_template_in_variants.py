@@ -68,6 +68,42 @@ def test_size_variants_emulated_through_when(tmp_path):
     assert r["axes"]["B"] == 1
 
 
+ATTN_REF = """
+import torch
+def run(q, k, v):
+    if q.shape[0] == 1:
+        p = torch.softmax((q[0] @ k[0].transpose(-1, -2)) * 0.125, dim=-1)
+        return (p @ v[0]).unsqueeze(0)
+    p = torch.softmax((q @ k.transpose(-1, -2)) * 0.125, dim=-1)
+    return p @ v
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_size_variants_take_the_attention_template(tmp_path):
+    """Each variant's softmax(QK^T)V becomes the flash template (its own source unit), launched by
+    the variant's `when`; the CPU model of the template runs the taken variant's launches."""
+    from solforge.compile import compile_candidate
+
+    p = make_problem(tmp_path, "avar", {"B": {"type": "var"}, "S": {"type": "var"},
+                                        "H": {"type": "const", "value": 2},
+                                        "D": {"type": "const", "value": 64}},
+                     {"q": T("B", "H", "S", "D"), "k": T("B", "H", "S", "D"), "v": T("B", "H", "S", "D")},
+                     {"o": T("B", "H", "S", "D")}, ATTN_REF,
+                     [{"B": 1, "S": 40}, {"B": 2, "S": 24}, {"B": 3, "S": 17}])
+    out = compile_problem(p, gemm="template", attention=True)
+    assert out.ok, out.reason
+    assert out.segments.get("attention") == 2 and out.segments.get("variants") == 2
+    assert all(l.when for l in out.candidate.launches)
+    assert len(out.candidate.sources) == 3      # kernel.cu and one unit per variant's attention
+    assert compile_candidate(out.candidate, "sm_90a", use_cache=False).ok
+    for w in p.workloads:
+        assert len(_taken(out.candidate, w)) == 1
+    r = check_problem(p, cap=8, candidate=out.candidate)
+    assert r["ok"], r
+
+
 def test_when_is_validated_and_leaves_old_hashes_alone():
     base = {"problem": "p", "language": "cuda", "sources": {"k.cu": "__global__ void k() {}"},
             "launches": [{"kernel": "k", "grid": ["1"], "block": ["32"]}]}
