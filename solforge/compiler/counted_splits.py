@@ -54,10 +54,8 @@ def tolist(t):
     if loops is None or not loops.enabled or t.dim() != 1 or t.is_floating_point() or \
             t.dtype == torch.bool:
         return MISS
-    n = t.shape[0]
-    if isinstance(n, torch.SymInt) and not n.node.expr.free_symbols:
-        n = int(n)
-    if isinstance(n, int):
+    n = _static_length(t)
+    if n is not None:
         # one segment (a workload with one sequence: the trace makes that length static): its
         # one value, read back; a split by it is the whole dim (split's own check), see split()
         if n != 1:
@@ -83,6 +81,16 @@ def tolist(t):
         out.append(v)
     _STATE.lists[id(t)] = list(out)
     return out
+
+
+def _static_length(t):
+    """The length of a 1-D tensor when the trace made it a number, else None."""
+    import torch
+
+    n = t.shape[0]
+    if isinstance(n, torch.SymInt):
+        return None if n.node.expr.free_symbols else int(n)
+    return int(n)
 
 
 def tested(symbols) -> None:
@@ -113,8 +121,7 @@ def split(x, sizes, dim=0):
 
     if isinstance(sizes, (list, tuple)) and len(sizes) == 1 and isinstance(sizes[0], torch.SymInt):
         got = _STATE.origin.get(sizes[0].node.expr)
-        if got is not None and not isinstance(got[0].shape[0], torch.SymInt) or \
-                got is not None and not got[0].shape[0].node.expr.free_symbols:
+        if got is not None and _static_length(got[0]) == 1:
             d = dim % x.dim()
             return (x.narrow(d, 0, x.shape[d]),)   # one segment: all of the dim
     t = _source(sizes)
