@@ -52,6 +52,10 @@ def test_size_variants_take_a_template_gemm_launched_by_when(tmp_path):
 
     res = compile_candidate(cand, "sm_90a", use_cache=False)
     assert res.ok, res.log
+    # the family offers it second: with variants, the generic plan (quick to compile) comes first
+    from solforge.kernels.compiled import GEMM_PARAM, CompiledFamily
+
+    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [0, 1]
 
 
 @pytest.mark.slow
