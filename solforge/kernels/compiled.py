@@ -66,8 +66,8 @@ class CompiledFamily(Family):
             fast = _outcome(problem, {GEMM_PARAM: 1})
             if fast is not None and fast.ok:
                 space.append({**fast.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 0})
-            # a plan with variants renders each variant's templates whole (L2/078's: 858 kB of
-            # source, 110 s of NVRTC against 7.5 s generic): there the template is the searched
+            # a plan with variants renders each variant's templates whole (one such plan: 858 kB
+            # of source, 110 s of NVRTC against 7.5 s generic): there the template is the searched
             # second point and the generic plan, quick to compile, the first
             space.insert(len(space) if not out.segments.get("variants") else 0, generic)
             flash = _outcome(problem, {GEMM_PARAM: 1, ATTN_PARAM: 1})
