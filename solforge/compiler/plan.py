@@ -129,6 +129,14 @@ def _short_workspace(total, totals: list) -> str:
     return ws
 
 
+def _needs_when(kernel: str, when) -> None:
+    """A template (a GEMM or an attention unit, rendered whole) has no guard of its own: only a
+    variant whose guards the host can test launches it."""
+    if when is None:
+        raise ValueError(f"{kernel}: a template kernel cannot take a variant's guard (it reads a "
+                         "value on the device)")
+
+
 def build_candidate_variants(problem_name: str, variants: list, notes: str = "") -> Candidate:
     """Several lowered graphs, one per structure the reference takes; each kernel of variant v
     starts with `if (!(pred_v)) return;`, so only the variant whose guards hold does any work, and
@@ -143,9 +151,7 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
         totals.append(pack_workspace(low))
         for spec in low.kernels:
             if spec.kind == "attention":  # a template segment: its own source unit, rendered now
-                if when is None:
-                    raise ValueError(f"{spec.name}: the attention template cannot take a variant's "
-                                     "guard (it reads a value on the device)")
+                _needs_when(spec.name, when)
                 seg = spec.render()
                 units.update(seg.sources)
                 launches += [{**launch, "when": when} for launch in seg.launches]
@@ -156,9 +162,7 @@ def build_candidate_variants(problem_name: str, variants: list, notes: str = "")
                 if getattr(k, "text", ""):
                     # a template's source is rendered whole (gemm_adapter): it neither takes the
                     # guard's arguments nor returns early, so only a host-side `when` selects it
-                    if when is None:
-                        raise ValueError(f"{k.name}: a template kernel cannot take a variant's "
-                                         "guard (it reads a value on the device)")
+                    _needs_when(k.name, when)
                     srcs.append(k.source(spec.launch_bounds))
                 else:
                     for n in names:

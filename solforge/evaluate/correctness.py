@@ -111,10 +111,9 @@ class _Sums:
         self.bad_y += int(bad_y.sum())
         self.nan_x += int(torch.isnan(x).sum())
         self.nan_y += int(torch.isnan(y).sum())
-        if self.bad_x or self.bad_y or x.numel() == 0:
-            self.kept += x.numel()
-            return  # the verdict is decided; the numbers below are not reported
         self.kept += x.numel()
+        if self.bad_x or self.bad_y or x.numel() == 0:
+            return  # the verdict is decided; the numbers below are not reported
         self.nonzero_x = self.nonzero_x or bool((x != 0).any())
         self.nonzero_y = self.nonzero_y or bool((y != 0).any())
         self.ref_sq += float(torch.linalg.vector_norm(y, dtype=torch.float64) ** 2)
