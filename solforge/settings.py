@@ -27,6 +27,10 @@ class Settings:
     # compile
     arch: str = "sm_90a"
     compile_timeout_s: float = 120.0
+    # the compiler's sandboxed trace of a reference (make_fx twice, then each distinct workload for
+    # its variants): references that loop in Python over large inputs take minutes; the same box
+    # for `solforge coverage` and for the compiler worker, so what coverage serves the worker serves
+    trace_timeout_s: float = 300.0
     # evaluation (SOL-ExecBench's defaults where it has them)
     eval_timeout_s: float = 300.0
     warmup_ms: float = 25.0

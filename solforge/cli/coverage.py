@@ -23,7 +23,8 @@ def register(sub) -> None:
     p.add_argument("--emit", default=None, help="write first candidates here as <subset>__<name>.json")
     p.add_argument("--worker", choices=["first", "compiler"], default="first",
                    help="first: the planner's first candidate; compiler: the compiler's plan")
-    p.add_argument("--timeout", type=float, default=300, help="seconds for tracing one reference")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds for tracing one reference (default: settings' trace_timeout_s)")
     p.add_argument("--problem-timeout", type=float, default=900,
                    help="seconds for one problem's whole line (trace, lowering, compile), in a child "
                         "process; past it the line says so and the next problem starts")
@@ -211,7 +212,11 @@ def run(args) -> int:
     from ..problem.sources import ingest_path
     from .output import console, emit_json
 
+    from ..settings import Settings
+
     want_json = bool(getattr(args, "json", False) or args.json_out)
+    if args.timeout is None:
+        args.timeout = Settings.load().trace_timeout_s
     rep = ingest_path(args.path)
     problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
     if args.only:

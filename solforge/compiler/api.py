@@ -173,7 +173,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic",
     return CompileOutcome(candidate=cand, stage="ok", ops=dict(ops), segments=dict(segs))
 
 
-def compile_definition(defn, workloads: list, timeout_s: float = 90,
+def compile_definition(defn, workloads: list, timeout_s: Optional[float] = None,
                        gemm: str = "generic", attention: bool = False) -> CompileOutcome:
     """The compiler's candidate for a problem, or why not (cached per definition + workloads +
     lowering choices). `gemm`: how matmuls and convolutions lower (GEMM_LOWERINGS); `attention`:
@@ -186,6 +186,10 @@ def compile_definition(defn, workloads: list, timeout_s: float = 90,
     if cached is not None:
         _CACHE[key] = cached
         return cached
+    if timeout_s is None:
+        from ..settings import Settings
+
+        timeout_s = Settings.load().trace_timeout_s
     tr = _traced(defn, workloads, timeout_s)
     if not tr.ok:
         out = CompileOutcome(reason=tr.reason, stage="trace")
@@ -216,6 +220,6 @@ def _traced(defn, workloads: list, timeout_s: float):
     return _TRACES[key]
 
 
-def compile_problem(problem, timeout_s: float = 90, gemm: str = "generic",
+def compile_problem(problem, timeout_s: Optional[float] = None, gemm: str = "generic",
                     attention: bool = False) -> CompileOutcome:
     return compile_definition(problem.definition, list(problem.workloads), timeout_s, gemm, attention)
