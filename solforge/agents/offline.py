@@ -107,62 +107,131 @@ class OfflineWorker:
             return []
 
     def warm(self, problems, deadline_s: Optional[float] = None, jobs: Optional[int] = None,
-             progress=None) -> dict:
-        """Match every problem to its families up front, in child processes, before any planning.
+             progress=None, wait: bool = True) -> dict:
+        """Match problems to their families in child processes, within a deadline.
 
         The compiler family traces and compiles a problem to know whether it serves it (tens of
-        seconds for a large graph; three compiles where a GEMM has template and attention variants).
-        Done one problem at a time inside the planner's first round, 146 problems held a run for its
-        whole wall budget without one attempt. The children fill the disk cache (compiler outcomes,
-        tracer answers); this process then reads each answer from it. A problem still unmatched
-        `deadline_s` from now is served by no family in this run (said once, by name count), so
-        planning never waits on it. Returns {"matched": n, "unmatched": [names], "seconds": s}."""
+        seconds for a large graph, up to the trace time box). Done one problem at a time inside the
+        planner's first round, 146 problems held a run for its whole wall budget without one attempt;
+        matched all up front before planning, 94 untraced problems held a 500 s run the same way. So
+        the children fill the disk cache (compiler outcomes, tracer answers) and this process reads
+        each answer as it lands: with wait=False this returns at once, `pending(name)` says which
+        problems are still being matched, `wait_matched` blocks until the next one lands, and the
+        loop plans the matched ones meanwhile. A problem still unmatched `deadline_s` from now is
+        served by no family in this run (said once, by count), so planning never waits on it.
+        Returns (wait=True, or later from `matching_result`) {"matched", "unmatched", "seconds"}."""
+        import threading
+
+        todo = [p for p in problems if p.name not in self._search]
+        self._progress = progress or (lambda msg: None)
+        self._stop = threading.Event()
+        self._landed = threading.Condition(threading.RLock())
+        self._stash: dict[str, list] = {}  # remember() calls for problems still being matched
+        self._result = {"matched": 0, "unmatched": [], "seconds": 0.0}
+        with self._landed:
+            self._pending = {p.name for p in todo}
+        self._thread = threading.Thread(target=self._match_all, args=(todo, deadline_s, jobs),
+                                        name="solforge-matching", daemon=True)
+        self._thread.start()
+        return self.matching_result() if wait else {"matching": len(todo)}
+
+    def pending(self, name: str) -> bool:
+        return name in getattr(self, "_pending", ())
+
+    def pending_count(self) -> int:
+        return len(getattr(self, "_pending", ()))
+
+    def wait_matched(self, timeout: float, below: Optional[int] = None) -> None:
+        """Until fewer than `below` problems (default: those pending now) are still being matched,
+        or timeout."""
+        cond = getattr(self, "_landed", None)
+        if cond is None:
+            return
+        with cond:
+            n = len(self._pending) if below is None else below
+            if n:
+                cond.wait_for(lambda: len(self._pending) < n, timeout)
+
+    def matching_result(self, stop: bool = False) -> dict:
+        """The matching's answer once it ends; stop=True ends it now (the run is over: children still
+        matching are stopped, their problems count as unmatched)."""
+        th = getattr(self, "_thread", None)
+        if th is None:
+            return {}
+        if stop:
+            self._stop.set()
+        th.join()
+        return self._result
+
+    def _match_all(self, todo, deadline_s, jobs) -> None:
         import concurrent.futures as cf
         import multiprocessing as mp
 
-        say = progress or (lambda msg: None)
-        todo = [p for p in problems if p.name not in self._search]
+        say = self._progress
         t0 = time.monotonic()
         done: set[str] = set()
-        if len(todo) == 1 and (deadline_s is None or deadline_s > 0):
-            done.add(todo[0].name)  # one problem: no pool to start, _state below matches it
-        elif todo and (deadline_s is None or deadline_s > 0):
-            # each child imports torch (~0.5 GB): at most MATCH_JOBS of them, however many CPUs
-            n = max(1, min(len(todo), jobs or min(MATCH_JOBS, len(os.sched_getaffinity(0)))))
-            say(f"matching {len(todo)} problem(s) to kernel families on {n} process(es)")
-            # spawn, not fork: the caller may already run threads (the evaluator's fork server)
-            ex = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
+        by_name = {p.name: p for p in todo}
+
+        def land(name: str, matched: bool) -> None:
+            # read the answer the child left in the disk cache (or mark the problem unserved) before
+            # the planner may see the problem
             try:
-                futs = {ex.submit(_match_in_child, p): p.name for p in todo}
-                try:
-                    for f in cf.as_completed(futs, timeout=deadline_s):
-                        if f.exception() is None:  # a child that died: left out, not redone here
-                            done.add(futs[f])
-                except cf.TimeoutError:
-                    pass
+                if matched:
+                    self._state(by_name[name])
+                    done.add(name)
+                else:
+                    self._search[name] = _ProblemSearch([], random.Random(0), exhausted=True)
             finally:
-                # children still matching are stopped (a trace they started ends at its own
-                # time limit): their answers would come after the deadline
-                procs = list((getattr(ex, "_processes", None) or {}).values())
-                ex.shutdown(wait=False, cancel_futures=True)
-                for proc in procs:
-                    if proc.is_alive():
-                        proc.terminate()
-        unmatched = []
-        for p in todo:
-            if p.name in done:
-                self._state(p)  # from the disk cache the child filled
-            else:
-                unmatched.append(p.name)
-                self._search[p.name] = _ProblemSearch([], random.Random(0), exhausted=True)
-        secs = round(time.monotonic() - t0, 1)
-        if len(todo) > 1:
-            say(f"matched {len(done)} problem(s) in {secs} s"
-                + (f"; {len(unmatched)} not matched within the deadline are left out of this run"
-                   if unmatched else ""))
-        return {"matched": len(done), "unmatched": unmatched, "seconds": secs}
+                with self._landed:
+                    self._pending.discard(name)
+                    for cand, score in self._stash.pop(name, []) if name in done else ():
+                        self._remember_now(by_name[name], cand, score)
+                    self._landed.notify_all()
+
+        try:
+            if len(todo) == 1 and (deadline_s is None or deadline_s > 0):
+                land(todo[0].name, True)  # one problem: no pool to start, _state matches it here
+            elif todo and (deadline_s is None or deadline_s > 0):
+                # each child imports torch (~0.5 GB): at most MATCH_JOBS of them, however many CPUs
+                n = max(1, min(len(todo), jobs or min(MATCH_JOBS, len(os.sched_getaffinity(0)))))
+                say(f"matching {len(todo)} problem(s) to kernel families on {n} process(es)")
+                end = None if deadline_s is None else t0 + deadline_s
+                # spawn, not fork: the caller may already run threads (the evaluator's fork server)
+                ex = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
+                try:
+                    futs = {ex.submit(_match_in_child, p): p.name for p in todo}
+                    left = set(futs)
+                    while left and not self._stop.is_set():
+                        tmo = 1.0 if end is None else min(1.0, end - time.monotonic())
+                        if tmo <= 0:
+                            break
+                        ready, left = cf.wait(left, timeout=tmo, return_when=cf.FIRST_COMPLETED)
+                        for f in ready:
+                            # a child that died: left out, not redone here
+                            land(futs[f], f.exception() is None)
+                finally:
+                    # children still matching are stopped (a trace they started ends at its own
+                    # time limit): their answers would come after the deadline or the run's end
+                    procs = list((getattr(ex, "_processes", None) or {}).values())
+                    ex.shutdown(wait=False, cancel_futures=True)
+                    for proc in procs:
+                        if proc.is_alive():
+                            proc.terminate()
+        finally:
+            unmatched = sorted(n for n in by_name if n not in done)
+            for name in unmatched:
+                if name in self._pending:
+                    land(name, False)
+            secs = round(time.monotonic() - t0, 1)
+            if len(todo) > 1:
+                say(f"matched {len(done)} problem(s) in {secs} s"
+                    + (f"; {len(unmatched)} not matched within the deadline are left out of this run"
+                       if unmatched else ""))
+            self._result = {"matched": len(done), "unmatched": unmatched, "seconds": secs}
 
     def has_family(self, problem) -> bool:
+        if self.pending(problem.name):
+            return False  # still being matched in a child: asking here would trace it in-process
         st = self._state(problem)
         return bool(st.families) and not st.exhausted
 
@@ -181,7 +250,17 @@ class OfflineWorker:
         return self._search[problem.name]
 
     def remember(self, problem, candidate: dict, score: Optional[float]) -> None:
-        """Seed the search with an attempt from the store (a previous run), by the notes' family tag."""
+        """Seed the search with an attempt from the store (a previous run), by the notes' family tag.
+        For a problem still being matched, kept until its match lands."""
+        cond = getattr(self, "_landed", None)
+        if cond is not None:
+            with cond:
+                if self.pending(problem.name):
+                    self._stash.setdefault(problem.name, []).append((candidate, score))
+                    return
+        self._remember_now(problem, candidate, score)
+
+    def _remember_now(self, problem, candidate: dict, score: Optional[float]) -> None:
         st = self._state(problem)
         fam = _family_of_notes(candidate.get("notes", ""))
         for fs in st.families:

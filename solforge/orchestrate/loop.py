@@ -242,6 +242,9 @@ class OptimizeLoop:
             status, error = RunStatus.FAILED, f"{type(e).__name__}: {e}"
             raise
         finally:
+            off = self.workers.get("offline")
+            if off is not None and hasattr(off, "matching_result"):
+                self.matching = off.matching_result(stop=True)  # the run is over: matching too
             self.pool.deadline = None  # the pool may serve another run after this one
             self.store.finish_run(self.run_id, status, error)
             report.spent = self.spent
@@ -358,10 +361,17 @@ class OptimizeLoop:
                 if free > 0 and failure is None and plans < self.cfg.max_rounds:
                     plans += 1
                     report.rounds = plans
+                    matching = self._matching()  # before planning: one may land meanwhile
                     decisions = self._plan_free(free, {d.problem for d in inflight.values()})
                     runs = [d for d in decisions if d.action is Action.RUN]
-                    if runs or not inflight:
+                    # nothing to start yet, but problems are still being matched: plan again when
+                    # the next one lands (nothing decided, so nothing recorded)
+                    waiting = not runs and not inflight and matching and not self._budget_spent()
+                    if (runs or not inflight) and not waiting:
                         self._record(decisions)
+                    if waiting:
+                        self.workers["offline"].wait_matched(timeout=5.0, below=matching)
+                        continue
                     if not runs and not inflight:
                         report.stop_reason = decisions[-1].reason if decisions else "nothing to do"
                         return
@@ -378,7 +388,7 @@ class OptimizeLoop:
                     return
                 if not inflight:
                     continue
-                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                done = self._wait_sessions(inflight, free_after=width - len(inflight) > 0)
                 for f in done:
                     d = inflight.pop(f)
                     with self._lock:
@@ -387,6 +397,29 @@ class OptimizeLoop:
                         failure = f.exception()
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
+
+    def _matching(self) -> int:
+        """Problems the offline worker is still matching (OfflineWorker.warm, wait=False)."""
+        off = self.workers.get("offline")
+        return off.pending_count() if off is not None and hasattr(off, "pending_count") else 0
+
+    def _budget_spent(self) -> bool:
+        from ..agents.planner import budget_exhausted
+
+        with self._lock:
+            self.spent.wall_seconds = time.monotonic() - self._t_start
+            return budget_exhausted(self.cfg.budget, self.spent) is not None
+
+    def _wait_sessions(self, inflight: dict, free_after: bool) -> set:
+        """Until a session ends; while a place is free and problems are still being matched, also
+        until the next match lands, so the free place starts on it instead of waiting for a session."""
+        n = self._matching()
+        if not (free_after and n):
+            return wait(list(inflight), return_when=FIRST_COMPLETED)[0]
+        while True:
+            done, _ = wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)
+            if done or self._matching() < n:
+                return done
 
     def _drive_rounds(self, report: LoopReport) -> None:
         """Planner rounds with a barrier: every session of a round ends before the next round is
@@ -557,6 +590,8 @@ class OptimizeLoop:
         states = []
         offline = self.workers.get("offline")
         for name, p in self.problems.items():
+            if offline is not None and hasattr(offline, "pending") and offline.pending(name):
+                continue  # not matched yet: planned once its match lands, never skipped for it
             summaries = hist[name]
             # sessions that produced nothing count as failures, so an LLM that never answers with a
             # candidate is not picked forever
@@ -584,15 +619,16 @@ class OptimizeLoop:
         return ctx
 
     def _match_offline(self) -> None:
-        """Every problem matched to its kernel families at once, in parallel, within the wall budget
-        (OfflineWorker.warm): the planner asks each problem whether a family serves it, and a
-        compiler match is a trace and a compile."""
+        """Every problem matched to its kernel families in parallel child processes, within the wall
+        budget (OfflineWorker.warm): the planner asks each problem whether a family serves it, and a
+        compiler match is a trace and a compile. Sessions start as soon as the first matches land."""
         off = self.workers.get("offline")
         if off is None or not hasattr(off, "warm"):
             return
         wall = self.cfg.budget.wall_seconds
         left = None if wall is None else wall - (time.monotonic() - self._t_start)
-        self.matching = off.warm(list(self.problems.values()), deadline_s=left, progress=self.progress)
+        # in the background: the loop plans each problem as its match lands (_states, _drive)
+        off.warm(list(self.problems.values()), deadline_s=left, progress=self.progress, wait=False)
 
     def _seed_offline(self) -> None:
         off = self.workers.get("offline")

@@ -79,3 +79,45 @@ def load_unserved(tmp_path):
     from solforge.problem import load_problem_dir
 
     return load_problem_dir(write_unservable_problem(tmp_path / "row_eigenvalues"), subset="written")
+
+
+def test_warm_in_the_background_lands_each_problem_as_it_is_matched(tmp_path, cpu_lab):
+    """wait=False: the fast problem is served while the slow one is still tracing; an attempt
+    remembered for a problem still being matched is kept until its match lands."""
+    fast, slow = _problem(tmp_path, "scale_shift", SCALE), _problem(tmp_path, "slow_trace", SLOW)
+    first = next(fs for fs in OfflineWorker(cpu_lab)._state(fast).families
+                 if fs.family.name == "compiler").space[0]  # traced here once: the children read it
+    w = OfflineWorker(cpu_lab)
+    t0 = time.monotonic()
+    got = w.warm([fast, slow], deadline_s=120, jobs=2, wait=False)
+    assert got == {"matching": 2} and time.monotonic() - t0 < 5
+    assert w.pending("scale_shift") and not w.has_family(fast)  # asking does not trace in-process
+    w.remember(fast, {"notes": "family=compiler", "params": dict(first)}, 0.7)
+    while w.pending("scale_shift"):
+        assert time.monotonic() - t0 < 100, "the fast problem never landed"
+        w.wait_matched(timeout=5.0)
+    assert w.pending("slow_trace") and w.pending_count() == 1
+    assert w.has_family(fast)
+    assert 0.7 in [v for fs in w._state(fast).families for v in fs.tried.values()]
+    res = w.matching_result(stop=True)  # the run ended: the slow child is stopped, not waited for
+    assert time.monotonic() - t0 < 110
+    assert res["matched"] == 1 and res["unmatched"] == ["slow_trace"] and not w.has_family(slow)
+
+
+def test_loop_runs_sessions_while_matching_goes_on(tmp_path, store, cpu_lab):
+    """One problem whose trace outlasts the run's wall budget does not hold the others: before,
+    every problem was matched before planning and a run like this one made no attempt at all."""
+    from solforge.agents.planner import Budget, PlannerConfig
+    from solforge.orchestrate.loop import LoopConfig, OptimizeLoop
+
+    fast, slow = _problem(tmp_path, "scale_shift", SCALE), _problem(tmp_path, "slow_trace", SLOW)
+    loop = OptimizeLoop(store, [fast, slow], cpu_lab, {"offline": OfflineWorker(cpu_lab)},
+                        LoopConfig(budget=Budget(attempts=4, wall_seconds=60), planner=PlannerConfig()))
+    report = loop.run()
+    rows = store.query("SELECT problem, status FROM attempts WHERE run_id = ?", [report.run_id])
+    assert rows and {r["problem"] for r in rows} == {"scale_shift"}
+    assert all(r["status"] == "compiled" for r in rows)
+    assert loop.matching["unmatched"] == ["slow_trace"]
+    assert any("not matched to a kernel family" in n for n in report.notes)
+    dec = store.query("SELECT problem, action FROM planner_decisions WHERE run_id = ?", [report.run_id])
+    assert "slow_trace" not in {d["problem"] for d in dec if d["action"] == "run"}
