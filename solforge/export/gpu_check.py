@@ -105,7 +105,7 @@ def use_prebuilt(d: Path) -> None:
 
 def evaluator_parts(cand) -> tuple[dict, dict]:
     """(cubins, manifest) as solforge.evaluate gets them on this machine: compile_candidate, which on
-    a box without the CuTe DSL answers from the precompiled folder. The H200 failure of session 1
+    a box without the CuTe DSL answers from the precompiled folder. The first H200 run's failure (2026-11-30)
     ("kernel 'rmsnorm_cute' has no entry in the compile manifest") was this compile failing (no DSL
     on the box) and its empty manifest being used anyway."""
     from solforge.compile.api import compile_candidate

@@ -128,7 +128,7 @@ class Nvfp4MoeFamily(OfferedByFamilyJson, Family):
         down = [(128, 128, 1, 8, 3), (128, 128, 1, 8, 3), (128, 128, 2, 4, 3), (64, 128, 2, 4, 4)]
         f16 = [1, 0, 0, 1]  # fp16 mma operands: cheaper weight dequantization (see the .cu)
         hoist = [1, 1, 0, 0]  # hoisted main-loop addresses; two points keep the plain loop as a fallback
-        # The permuted K order (KNAT=0) first: on the H200 (session 4, scripts/gpu_checks_s4.sh) both
+        # The permuted K order (KNAT=0) first: on the H200 (2026-11-30 second batch, scripts/gpu_checks_s4.sh) both
         # orders passed the pipeline's evaluation on all 16 workloads of 032 and 029 (every g/u sum is
         # exact in fp32: scripts/nvfp4_order_flips.py), and KNAT=0 was 4-8% faster; KNAT=1 stays as a point.
         rows = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0)]   # (tile/format index, KNAT)

@@ -92,7 +92,7 @@ def _cand_file(tmp: Path, cand) -> str:
 
 
 def test_box_without_dsl_reproduces_the_missing_manifest_entry(rmsnorm, tmp_path):
-    """What the H200 export check hit in session 1: the compile on a DSL-less box fails and leaves a
+    """What the first H200 export check hit (2026-11-30): the compile on a DSL-less box fails and leaves a
     manifest with no entries; the launcher's lookup then fails with "has no entry"."""
     _, cand, _ = rmsnorm
     out = _box(tmp_path, _COMPILE.format(path=_cand_file(tmp_path, cand)))

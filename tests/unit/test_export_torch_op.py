@@ -44,7 +44,7 @@ def test_files(package):
 
 def test_the_vendored_launcher_finds_its_siblings_without_a_package(package):
     """In the op the launcher is a standalone module: the tensor-map layout reader (elf) and the
-    CUDA-graph replay (graph_launch) load from beside it (the session-6 H200 export check of the TMA
+    CUDA-graph replay (graph_launch) load from beside it (the H200 export check of 2026-12-01 (second batch) of the TMA
     GEMMs failed with 'attempted relative import with no known parent package' before)."""
     mod, pdir, p, name = package
     launcher = mod.launcher

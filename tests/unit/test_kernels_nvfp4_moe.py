@@ -97,12 +97,12 @@ def test_029_compiles_without_spills(p029, tmp_path):
 
 def pipeline_evidence(problem) -> str:
     """'' when the committed runs of the pipeline's own evaluation on the H200
-    (data/results/kernels_nvfp4_moe/nvfp4_moe_h200_s4_pipeline_eval_*.json, benchmarks/pipeline_eval_check.py) passed every
+    (data/results/kernels_nvfp4_moe/nvfp4_moe_h200_2026-11-30_second_batch_pipeline_eval_*.json, benchmarks/pipeline_eval_check.py) passed every
     workload of the problem in every run of it (at least one); else what is missing or wrong."""
     RESULTS = NVFP4_RESULTS
 
     want = {w.uuid for w in problem.workloads}
-    runs = [r for f in sorted(RESULTS.glob("nvfp4_moe_h200_s4_pipeline_eval_*.json"))
+    runs = [r for f in sorted(RESULTS.glob("nvfp4_moe_h200_2026-11-30_second_batch_pipeline_eval_*.json"))
             for r in json.loads(f.read_text()) if r["problem"] == problem.name]
     if not runs:
         return "no pipeline run"

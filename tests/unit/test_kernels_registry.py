@@ -24,7 +24,7 @@ EXPECTED = {
     "L1/069_rms_norm": "rmsnorm",
 }
 # problems no family may claim (they compute something else around the same ops)
-# (012, paged decode, is served since session 6: attention_decode passed its H200 check)
+# (012, paged decode, is served since 2026-12-01: attention_decode passed its H200 check)
 NOT_SERVED = ["L1/013_fused_residual_rms_norm_backward",
               "L1/015_grouped_query_attention_with_rope_and_qk_norm"]
 

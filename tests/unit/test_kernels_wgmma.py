@@ -345,7 +345,7 @@ def test_best_candidate_compiles_for_sm90a(sol_execbench_dir, tmp_path, name):
     # the same kernel (sources, params, launches); notes differ when the pipeline's attempt was saved
     assert fam.instantiate(problem, best["params"]).source_hash() == stored.source_hash()
     # the pipeline's static check (every workload's launch expressions, tmap boxes included) passes:
-    # the session-5 run once refused every TMA candidate here ("cannot parse 'A:64,64:sw128'")
+    # the 2026-12-01 first-batch run once refused every TMA candidate here ("cannot parse 'A:64,64:sw128'")
     from solforge.agents.lab import static_check
 
     assert static_check(problem, stored) is None
