@@ -37,6 +37,16 @@ def _outcome(problem, params: Optional[dict] = None):
     return compile_problem(problem, gemm=gemm, attention=bool(int((params or {}).get(ATTN_PARAM, 0) or 0)))
 
 
+def _source_kb(cand) -> float:
+    return sum(len(v) for v in cand.sources.values()) / 1000.0
+
+
+def _template_first_max_kb() -> float:
+    from ..settings import get
+
+    return float(get().template_first_max_kb)
+
+
 class CompiledFamily(Family):
     name = "compiler"
     description = ("trace-driven compiler: the reference's ATen graph lowered to generated kernels "
@@ -67,9 +77,13 @@ class CompiledFamily(Family):
             if fast is not None and fast.ok:
                 space.append({**fast.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 0})
             # a plan with variants renders each variant's templates whole (one such plan: 858 kB
-            # of source, 110 s of NVRTC against 7.5 s generic): there the template is the searched
-            # second point and the generic plan, quick to compile, the first
-            space.insert(len(space) if not out.segments.get("variants") else 0, generic)
+            # of source, 110 s of NVRTC against 7.5 s generic): past settings.template_first_max_kb
+            # the template is the searched second point and the generic plan, quick to compile,
+            # the first; below it the template goes first, as in a plan without variants (the
+            # generic matmul ran projections 20-50x slower than torch on the H200)
+            generic_first = bool(out.segments.get("variants")) and not (
+                space and _source_kb(fast.candidate) <= _template_first_max_kb())
+            space.insert(0 if generic_first else len(space), generic)
             flash = _outcome(problem, {GEMM_PARAM: 1, ATTN_PARAM: 1})
             if flash is not None and flash.ok and flash.segments.get("attention"):
                 space.append({**flash.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 1})

@@ -38,7 +38,7 @@ def _taken(cand, w) -> set:
             if not l.when or axis_expr.evaluate(l.when, env)}
 
 
-def test_size_variants_take_a_template_gemm_launched_by_when(tmp_path):
+def test_size_variants_take_a_template_gemm_launched_by_when(tmp_path, monkeypatch):
     p = _problem(tmp_path)
     out = compile_problem(p, gemm="template")
     assert out.ok, out.reason
@@ -52,9 +52,13 @@ def test_size_variants_take_a_template_gemm_launched_by_when(tmp_path):
 
     res = compile_candidate(cand, "sm_90a", use_cache=False)
     assert res.ok, res.log
-    # the family offers it second: with variants, the generic plan (quick to compile) comes first
+    # the family offers it first while its source is small (settings.template_first_max_kb);
+    # past that bound the generic plan, quick to compile, comes first
     from solforge.kernels.compiled import GEMM_PARAM, CompiledFamily
 
+    kb = sum(len(v) for v in cand.sources.values()) / 1000.0
+    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [1, 0]
+    monkeypatch.setenv("SOLFORGE_TEMPLATE_FIRST_MAX_KB", str(kb / 2))
     assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [0, 1]
 
 
