@@ -31,10 +31,12 @@ class Settings:
     # its variants): references that loop in Python over large inputs take minutes; the same box
     # for `solforge coverage` and for the compiler worker, so what coverage serves the worker serves
     trace_timeout_s: float = 300.0
-    # a compiler plan with size-selected variants renders the GEMM template once per variant: up to
-    # this much source (kB) its template plan is the first point to try (NVRTC on a 2-core box: 4.6 s
-    # for 232 kB, 21 s for 383 kB, 110 s for 858 kB), above it the generic plan, quick to compile
-    template_first_max_kb: float = 400.0
+    # a compiler plan with size-selected variants renders its templates (GEMM, flash attention) once
+    # per variant: up to this much source (kB) a template plan is tried before the generic plan
+    # (NVRTC on a 2-core box, which goes more with the template instances than the text: 4.6 s for
+    # 232 kB, 21 s for 383 kB, 8.8 s for a 520 kB flash plan, 110 s for 858 kB, against a
+    # compile_timeout_s of 120), above it after, the generic plan being quick to compile
+    template_first_max_kb: float = 600.0
     # evaluation (SOL-ExecBench's defaults where it has them)
     eval_timeout_s: float = 300.0
     warmup_ms: float = 25.0

@@ -24,7 +24,8 @@ from .gate import family_offered
 GEMM_PARAM = "COMPILER_GEMM_TEMPLATE"
 _GEMM_SEGMENTS = ("matmul", "conv")
 # softmax(Q K^T) V patterns as the flash attention template (solforge/compiler/attention_segment.py),
-# a tunable: offered (with the GEMM template for the other matmuls) where the matcher finds one
+# a tunable: offered (with the GEMM template for the other matmuls) where the matcher finds one, and
+# then the first point (128 of 128 shapes correct on the H200, data/results/compiler_templates)
 ATTN_PARAM = "COMPILER_ATTENTION"
 
 
@@ -71,25 +72,24 @@ class CompiledFamily(Family):
         if out is None or not out.ok:
             return []
         generic = {**out.candidate.params, GEMM_PARAM: 0, ATTN_PARAM: 0}
-        space = []
-        if any(out.segments.get(k) for k in _GEMM_SEGMENTS):
-            fast = _outcome(problem, {GEMM_PARAM: 1})
-            if fast is not None and fast.ok:
-                space.append({**fast.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 0})
-            # a plan with variants renders each variant's templates whole (one such plan: 858 kB
-            # of source, 110 s of NVRTC against 7.5 s generic): past settings.template_first_max_kb
-            # the template is the searched second point and the generic plan, quick to compile,
-            # the first; below it the template goes first, as in a plan without variants (the
-            # generic matmul ran projections 20-50x slower than torch on the H200)
-            generic_first = bool(out.segments.get("variants")) and not (
-                space and _source_kb(fast.candidate) <= _template_first_max_kb())
-            space.insert(0 if generic_first else len(space), generic)
-            flash = _outcome(problem, {GEMM_PARAM: 1, ATTN_PARAM: 1})
-            if flash is not None and flash.ok and flash.segments.get("attention"):
-                space.append({**flash.candidate.params, GEMM_PARAM: 1, ATTN_PARAM: 1})
-        else:
-            space.append(generic)
-        return space
+        if not any(out.segments.get(k) for k in _GEMM_SEGMENTS):
+            return [generic]
+        # the template points: the flash attention plan where the matcher finds softmax(QK^T)V (it
+        # never materialises the scores: the generic plans of a long-sequence attention ran out of
+        # memory on the H200), then the GEMM template plan
+        templates = []
+        for params in ({GEMM_PARAM: 1, ATTN_PARAM: 1}, {GEMM_PARAM: 1, ATTN_PARAM: 0}):
+            o = _outcome(problem, params)
+            if o is not None and o.ok and (o.segments.get("attention") or not params[ATTN_PARAM]):
+                templates.append(({**o.candidate.params, **params}, _source_kb(o.candidate)))
+        # a plan with variants renders each variant's templates whole (one such plan: 858 kB of
+        # source, 110 s of NVRTC against 7.5 s generic): a template point past
+        # settings.template_first_max_kb comes after the generic plan, quick to compile; the
+        # others go first, as in a plan without variants (the generic matmul ran projections
+        # 20-50x slower than torch on the H200)
+        bound = _template_first_max_kb() if out.segments.get("variants") else float("inf")
+        return ([t for t, kb in templates if kb <= bound] + [generic]
+                + [t for t, kb in reversed(templates) if kb > bound])
 
     def default_params(self, problem) -> dict:
         space = self.param_space(problem)

@@ -112,6 +112,27 @@ def test_size_variants_take_the_attention_template(tmp_path):
     assert r["ok"], r
 
 
+def test_point_order_flash_then_gemm_template_then_generic_and_the_bound(tmp_path, monkeypatch):
+    """The family's search order on a variant plan with attention: the flash plan first (it never
+    materialises the scores), the GEMM template next, the generic plan last; a template plan past
+    template_first_max_kb moves behind the generic one (in the reverse order)."""
+    from solforge.kernels.compiled import ATTN_PARAM, GEMM_PARAM, CompiledFamily
+
+    p = make_problem(tmp_path, "aorder", {"B": {"type": "var"}, "S": {"type": "var"},
+                                          "H": {"type": "const", "value": 2},
+                                          "D": {"type": "const", "value": 64}},
+                     {"q": T("B", "H", "S", "D"), "k": T("B", "H", "S", "D"), "v": T("B", "H", "S", "D")},
+                     {"o": T("B", "H", "S", "D")}, ATTN_REF,
+                     [{"B": 1, "S": 40}, {"B": 2, "S": 24}, {"B": 3, "S": 17}])
+
+    def order():
+        return [(s[GEMM_PARAM], s[ATTN_PARAM]) for s in CompiledFamily().param_space(p)]
+
+    assert order() == [(1, 1), (1, 0), (0, 0)]
+    monkeypatch.setenv("SOLFORGE_TEMPLATE_FIRST_MAX_KB", "0.001")
+    assert order() == [(0, 0), (1, 0), (1, 1)]
+
+
 def test_when_is_validated_and_leaves_old_hashes_alone():
     base = {"problem": "p", "language": "cuda", "sources": {"k.cu": "__global__ void k() {}"},
             "launches": [{"kernel": "k", "grid": ["1"], "block": ["32"]}]}
