@@ -87,6 +87,16 @@ def run(q, k, v):
 """
 
 
+def _attention_problem(tmp_path):
+    """softmax(QK^T)V whose batch-1 branch makes a second variant."""
+    return make_problem(tmp_path, "avar", {"B": {"type": "var"}, "S": {"type": "var"},
+                                           "H": {"type": "const", "value": 2},
+                                           "D": {"type": "const", "value": 64}},
+                        {"q": T("B", "H", "S", "D"), "k": T("B", "H", "S", "D"), "v": T("B", "H", "S", "D")},
+                        {"o": T("B", "H", "S", "D")}, ATTN_REF,
+                        [{"B": 1, "S": 40}, {"B": 2, "S": 24}, {"B": 3, "S": 17}])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
 def test_size_variants_take_the_attention_template(tmp_path):
@@ -94,12 +104,7 @@ def test_size_variants_take_the_attention_template(tmp_path):
     the variant's `when`; the CPU model of the template runs the taken variant's launches."""
     from solforge.compile import compile_candidate
 
-    p = make_problem(tmp_path, "avar", {"B": {"type": "var"}, "S": {"type": "var"},
-                                        "H": {"type": "const", "value": 2},
-                                        "D": {"type": "const", "value": 64}},
-                     {"q": T("B", "H", "S", "D"), "k": T("B", "H", "S", "D"), "v": T("B", "H", "S", "D")},
-                     {"o": T("B", "H", "S", "D")}, ATTN_REF,
-                     [{"B": 1, "S": 40}, {"B": 2, "S": 24}, {"B": 3, "S": 17}])
+    p = _attention_problem(tmp_path)
     out = compile_problem(p, gemm="template", attention=True)
     assert out.ok, out.reason
     assert out.segments.get("attention") == 2 and out.segments.get("variants") == 2
@@ -118,12 +123,7 @@ def test_point_order_flash_then_gemm_template_then_generic_and_the_bound(tmp_pat
     template_first_max_kb moves behind the generic one (in the reverse order)."""
     from solforge.kernels.compiled import ATTN_PARAM, GEMM_PARAM, CompiledFamily
 
-    p = make_problem(tmp_path, "aorder", {"B": {"type": "var"}, "S": {"type": "var"},
-                                          "H": {"type": "const", "value": 2},
-                                          "D": {"type": "const", "value": 64}},
-                     {"q": T("B", "H", "S", "D"), "k": T("B", "H", "S", "D"), "v": T("B", "H", "S", "D")},
-                     {"o": T("B", "H", "S", "D")}, ATTN_REF,
-                     [{"B": 1, "S": 40}, {"B": 2, "S": 24}, {"B": 3, "S": 17}])
+    p = _attention_problem(tmp_path)
 
     def order():
         return [(s[GEMM_PARAM], s[ATTN_PARAM]) for s in CompiledFamily().param_space(p)]
