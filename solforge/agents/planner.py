@@ -61,6 +61,10 @@ class ProblemState:
     attempts: list[AttemptSummary] = field(default_factory=list)  # oldest first
     has_offline_family: bool = False  # solforge.kernels has a family for it
     languages: tuple[str, ...] = ("cuda", "cute")
+    # T_b summed over its workloads (None: no baseline yet): what one evaluation of it roughly
+    # costs; among problems of equal priority (every untried one) the cheaper goes first, so a
+    # budgeted pass over many new problems reaches the most
+    cost_ms: Optional[float] = None
 
     @property
     def best_sol(self) -> Optional[float]:
@@ -304,7 +308,9 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
         return out + [Decision(Action.STOP, None, None, None, 0, 0.0,
                                "no problem can make progress (each is at SOL, stuck, without a worker, or compiled and waiting for a GPU)",
                                _spent_metrics(budget, spent))]
-    ranked.sort(key=lambda t: (-t[0], t[1].problem))
+    cost = {st.name: st.cost_ms for st in states}
+    ranked.sort(key=lambda t: (-t[0], math.inf if cost.get(t[1].problem) is None
+                               else cost[t[1].problem], t[1].problem))
     left = None if budget.attempts is None else budget.attempts - spent.attempts
     for i, (_, d) in enumerate(ranked):
         if i < max_runs and (left is None or left > 0):

@@ -584,9 +584,12 @@ class OptimizeLoop:
 
     # ---- what the planner and workers see --------------------------------------------------------
     def _states(self) -> list[ProblemState]:
+        from ..store.attempt_queries import baseline_cost_ms
+
         with self._lock:
             hist = history.histories(self.store, list(self.problems), run_id=self.run_id)
             empty = dict(self._empty)
+        cost = baseline_cost_ms(self.store)
         states = []
         offline = self.workers.get("offline")
         for name, p in self.problems.items():
@@ -598,7 +601,8 @@ class OptimizeLoop:
             summaries += [AttemptSummary("llm", "cuda", "parse_error")] * empty.get(name, 0)
             states.append(ProblemState(name, summaries,
                                        has_offline_family=bool(offline and offline.has_family(p)),
-                                       languages=tuple(self.cfg.languages)))
+                                       languages=tuple(self.cfg.languages),
+                                       cost_ms=cost.get(name)))
         return states
 
     def _context(self, problem) -> Context:

@@ -227,6 +227,12 @@ def timed_scores(store: Store, unscored_only: bool) -> list[dict]:
     return store.query(_TIMED + ("AND s.sol_score IS NULL\n" if unscored_only else ""))
 
 
+def baseline_cost_ms(store: Store) -> dict[str, float]:
+    """Per problem: T_b summed over its workloads (the fastest_baselines rows)."""
+    return {r["problem"]: r["cost_ms"] for r in store.query(
+        f"SELECT problem, sum(t_b) AS cost_ms FROM ({_BASELINES}) GROUP BY problem")}
+
+
 def fastest_baselines(store: Store) -> list[dict]:
     """Per (problem, workload): the faster of the latest passed eager and torch.compile T_b."""
     return store.query(_BASELINES)

@@ -173,3 +173,17 @@ def test_a_plateau_releases_the_budget():
     counts = simulate({"plateau": lambda n: min(0.6, 0.2 + 0.05 * n),
                        "slow": lambda n: 0.2 + 0.002 * n}, rounds=60, cfg=cfg)
     assert counts["slow"] >= 20, counts
+
+
+def test_untried_problems_go_cheapest_first():
+    """Among problems of equal priority (untried), the one whose workloads' T_b sum is smaller is
+    planned first; one without a baseline goes after those with one."""
+    states = [ProblemState("a_costly", has_offline_family=True, cost_ms=40.0),
+              ProblemState("b_unknown", has_offline_family=True),
+              ProblemState("c_cheap", has_offline_family=True, cost_ms=0.5)]
+    order = [d.problem for d in runs(plan_round(states, Budget(), Spent(),
+                                                PlannerConfig(gpu_available=True), max_runs=3))]
+    assert order == ["c_cheap", "a_costly", "b_unknown"]
+    tried = ProblemState("c_cheap", [ok(0.3)], has_offline_family=True, cost_ms=0.5)
+    first = runs(plan_round([states[0], tried], Budget(), Spent(), PlannerConfig(gpu_available=True)))
+    assert first[0].problem == "a_costly"  # untried before ranked, whatever the cost
