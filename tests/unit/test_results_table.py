@@ -52,7 +52,7 @@ def test_cli_markdown_and_json(tmp_path, capsys):
     s = make_store(tmp_path / "r.duckdb")
     assert main(["table", "--db", str(s.path), "--markdown"]) == 0
     md = capsys.readouterr().out
-    assert md.startswith("| subset | problems | served | geomean speedup |")
+    assert md.startswith("| subset | problems | timed | geomean speedup |")
     assert "| all | 2 | 2 | 1.41x | 50% | 50% | 0.525 | 0.525 |" in md
     assert "| p_one | L1 | 4.00x | 0.700 |" in md
     assert main(["--json", "table", "--db", str(s.path)]) == 0
