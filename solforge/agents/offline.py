@@ -113,11 +113,11 @@ class OfflineWorker:
         The compiler family traces and compiles a problem to know whether it serves it (tens of
         seconds for a large graph, up to the trace time box). Done one problem at a time inside the
         planner's first round, 146 problems held a run for its whole wall budget without one attempt;
-        matched all up front before planning, 94 problems (66 of them untraced) held a 500 s run the same way. So
-        the children fill the disk cache (compiler outcomes, tracer answers) and this process reads
-        each answer as it lands: with wait=False this returns at once, `pending(name)` says which
-        problems are still being matched, `wait_matched` blocks until the next one lands, and the
-        loop plans the matched ones meanwhile. A problem still unmatched `deadline_s` from now is
+        matched all up front before planning, 94 problems (66 of them untraced) held a 500 s run the
+        same way. So the children fill the disk cache (compiler outcomes, tracer answers) and this
+        process reads each answer as it lands: with wait=False this returns at once,
+        `pending(name)` says which problems are still being matched, `wait_matched` blocks until
+        the next one lands, and the loop plans the matched ones meanwhile. A problem still unmatched `deadline_s` from now is
         served by no family in this run (said once, by count), so planning never waits on it.
         Returns (wait=True, or later from `matching_result`) {"matched", "unmatched", "seconds"}."""
         import threading
