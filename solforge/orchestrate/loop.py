@@ -423,7 +423,11 @@ class OptimizeLoop:
 
     def _drive_rounds(self, report: LoopReport) -> None:
         """Planner rounds with a barrier: every session of a round ends before the next round is
-        planned. Not what run() does (see _drive); kept to measure what the pipeline gains."""
+        planned. Not what run() does (see _drive); kept to measure what the pipeline gains. A
+        barrier at the start too: every problem's match first."""
+        off = self.workers.get("offline")
+        if off is not None and hasattr(off, "matching_result"):
+            off.matching_result()
         for rnd in range(self.cfg.max_rounds):
             report.rounds = rnd + 1
             decisions = self._plan_free(max(1, self.cfg.runs_per_round), set())
