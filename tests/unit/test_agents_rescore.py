@@ -41,3 +41,18 @@ def test_rescore_uses_the_faster_baseline_and_sets_the_problem_score(tmp_path):
     assert w2["t_baseline_ms"] == 6.0 and w2["baseline_variant"] == "compile"
     assert w2["sol_score"] == pytest.approx(1 / (1 + 3 / 5))
     assert rescore(s, refresh=True) == {"workloads": 0, "attempts": 0}
+
+
+def test_baseline_cost_is_the_summed_fastest_passed_t_b(tmp_path):
+    """What the planner orders untried problems by: per problem, the faster passed baseline of each
+    workload, summed."""
+    from solforge.store.attempt_queries import baseline_cost_ms
+
+    s = Store(tmp_path / "c.duckdb")
+    s.insert_rows("baselines", [
+        {"problem": "p", "workload_uuid": "w1", "variant": "eager", "median_ms": 5.0, "status": "passed"},
+        {"problem": "p", "workload_uuid": "w1", "variant": "compile", "median_ms": 3.0, "status": "passed"},
+        {"problem": "p", "workload_uuid": "w2", "variant": "eager", "median_ms": 7.0, "status": "passed"},
+        {"problem": "p", "workload_uuid": "w2", "variant": "compile", "median_ms": 0.5, "status": "runtime_error"},
+        {"problem": "q", "workload_uuid": "v1", "variant": "eager", "median_ms": 0.25, "status": "passed"}])
+    assert baseline_cost_ms(s) == {"p": pytest.approx(10.0), "q": pytest.approx(0.25)}
