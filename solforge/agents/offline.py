@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -94,6 +95,14 @@ class OfflineWorker:
         self.lab = lab
         self.seed = seed
         self._search: dict[str, _ProblemSearch] = {}
+        # the matching (warm): problems still being matched, a condition signalled as each lands,
+        # remember() calls kept for pending problems, the thread and its answer
+        self._pending: set[str] = set()
+        self._landed = threading.Condition(threading.RLock())
+        self._stash: dict[str, list] = {}
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._result: dict = {}
 
     @staticmethod
     def families_for(problem) -> list:
@@ -117,57 +126,49 @@ class OfflineWorker:
         same way. So the children fill the disk cache (compiler outcomes, tracer answers) and this
         process reads each answer as it lands: with wait=False this returns at once,
         `pending(name)` says which problems are still being matched, `wait_matched` blocks until
-        the next one lands, and the loop plans the matched ones meanwhile. A problem still unmatched `deadline_s` from now is
-        served by no family in this run (said once, by count), so planning never waits on it.
+        the next one lands, and the loop plans the matched ones meanwhile. A problem still
+        unmatched `deadline_s` from now is served by no family in this run (said once, by count),
+        so planning never waits on it.
         Returns (wait=True, or later from `matching_result`) {"matched", "unmatched", "seconds"}."""
-        import threading
-
         todo = [p for p in problems if p.name not in self._search]
-        self._progress = progress or (lambda msg: None)
         self._stop = threading.Event()
-        self._landed = threading.Condition(threading.RLock())
-        self._stash: dict[str, list] = {}  # remember() calls for problems still being matched
         self._result = {"matched": 0, "unmatched": [], "seconds": 0.0}
         with self._landed:
             self._pending = {p.name for p in todo}
-        self._thread = threading.Thread(target=self._match_all, args=(todo, deadline_s, jobs),
+        self._thread = threading.Thread(target=self._match_all,
+                                        args=(todo, deadline_s, jobs, progress or (lambda msg: None)),
                                         name="solforge-matching", daemon=True)
         self._thread.start()
         return self.matching_result() if wait else {"matching": len(todo)}
 
     def pending(self, name: str) -> bool:
-        return name in getattr(self, "_pending", ())
+        return name in self._pending
 
     def pending_count(self) -> int:
-        return len(getattr(self, "_pending", ()))
+        return len(self._pending)
 
     def wait_matched(self, timeout: float, below: Optional[int] = None) -> None:
         """Until fewer than `below` problems (default: those pending now) are still being matched,
         or timeout."""
-        cond = getattr(self, "_landed", None)
-        if cond is None:
-            return
-        with cond:
+        with self._landed:
             n = len(self._pending) if below is None else below
             if n:
-                cond.wait_for(lambda: len(self._pending) < n, timeout)
+                self._landed.wait_for(lambda: len(self._pending) < n, timeout)
 
     def matching_result(self, stop: bool = False) -> dict:
         """The matching's answer once it ends; stop=True ends it now (the run is over: children still
         matching are stopped, their problems count as unmatched)."""
-        th = getattr(self, "_thread", None)
-        if th is None:
+        if self._thread is None:
             return {}
         if stop:
             self._stop.set()
-        th.join()
+        self._thread.join()
         return self._result
 
-    def _match_all(self, todo, deadline_s, jobs) -> None:
+    def _match_all(self, todo, deadline_s, jobs, say) -> None:
         import concurrent.futures as cf
         import multiprocessing as mp
 
-        say = self._progress
         t0 = time.monotonic()
         done: set[str] = set()
         by_name = {p.name: p for p in todo}
@@ -252,12 +253,10 @@ class OfflineWorker:
     def remember(self, problem, candidate: dict, score: Optional[float]) -> None:
         """Seed the search with an attempt from the store (a previous run), by the notes' family tag.
         For a problem still being matched, kept until its match lands."""
-        cond = getattr(self, "_landed", None)
-        if cond is not None:
-            with cond:
-                if self.pending(problem.name):
-                    self._stash.setdefault(problem.name, []).append((candidate, score))
-                    return
+        with self._landed:
+            if self.pending(problem.name):
+                self._stash.setdefault(problem.name, []).append((candidate, score))
+                return
         self._remember_now(problem, candidate, score)
 
     def _remember_now(self, problem, candidate: dict, score: Optional[float]) -> None:

@@ -34,7 +34,7 @@ from ..agents.lab import NO_GPU
 from ..agents.llm import Context
 from ..agents.outcome import AttemptOutcome, Outcome
 from ..agents.planner import (Action, AttemptSummary, Budget, Decision, PlannerConfig, ProblemState,
-                              Spent, Worker, plan_round)
+                              Spent, Worker, budget_exhausted, plan_round)
 from ..candidate import Candidate
 from . import attempts, cache, resume
 from .errors import is_transient
@@ -404,11 +404,15 @@ class OptimizeLoop:
         return off.pending_count() if off is not None and hasattr(off, "pending_count") else 0
 
     def _budget_spent(self) -> bool:
-        from ..agents.planner import budget_exhausted
+        return budget_exhausted(self.cfg.budget, self._spent_now()) is not None
 
+    def _spent_now(self) -> Spent:
+        """What is spent, the wall clock brought up to now, with the attempts planned for running
+        sessions and not spent yet counted as spent (the attempt budget is never overcommitted)."""
         with self._lock:
             self.spent.wall_seconds = time.monotonic() - self._t_start
-            return budget_exhausted(self.cfg.budget, self.spent) is not None
+            return dataclasses.replace(self.spent,
+                                       attempts=self.spent.attempts + sum(self._reserved.values()))
 
     def _wait_sessions(self, inflight: dict, free_after: bool) -> set:
         """Until a session ends; while a place is free and problems are still being matched, also
@@ -445,11 +449,7 @@ class OptimizeLoop:
     def _plan_free(self, n: int, busy: set) -> list[Decision]:
         """A planner round over the problems no running session has, for `n` free places."""
         states = [st for st in self._states() if st.name not in busy]
-        with self._lock:
-            self.spent.wall_seconds = time.monotonic() - self._t_start
-            spent = dataclasses.replace(self.spent,
-                                        attempts=self.spent.attempts + sum(self._reserved.values()))
-        return self.stages.plan(states, self.cfg.budget, spent, self.cfg.planner, n)
+        return self.stages.plan(states, self.cfg.budget, self._spent_now(), self.cfg.planner, n)
 
     def _run_one(self, d: Decision) -> None:
         t0 = time.monotonic()
