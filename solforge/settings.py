@@ -39,6 +39,10 @@ class Settings:
     template_first_max_kb: float = 600.0
     # evaluation (SOL-ExecBench's defaults where it has them)
     eval_timeout_s: float = 300.0
+    # one workload's own time in an optimize evaluation (inputs, reference, checks, timing; waits for
+    # other lanes' timing excluded): a kernel that never returns (a pipeline barrier waiting for
+    # bytes that never arrive) is killed here rather than at eval_timeout_s; 0: no limit
+    workload_timeout_s: float = 120.0
     warmup_ms: float = 25.0
     rep_count: int = 50
     correctness_rounds: int = 3

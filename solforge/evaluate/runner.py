@@ -233,12 +233,38 @@ def _launch(mode, python, stage, env_extra, extra_pythonpath, err, t_launch, log
     return proc, "spawn"
 
 
+class OwnClock:
+    """An evaluation's own time: wall time minus the spans the driver reported waiting to enter a
+    shared GPU's sections ("wait" .. "waited" lines; gpu_share). Lanes queued behind each other's
+    timing keep their limits; a candidate that hangs inside a section runs into them."""
+
+    def __init__(self, now: float):
+        self.t0, self.waited, self.since = now, 0.0, None
+
+    def wait(self, now: float) -> None:
+        if self.since is None:
+            self.since = now
+
+    def resume(self, now: float) -> None:
+        if self.since is not None:
+            self.waited += now - self.since
+            self.since = None
+
+    def own(self, now: float) -> float:
+        """Seconds since t0 not spent waiting."""
+        return now - self.t0 - self.waited - (now - self.since if self.since is not None else 0.0)
+
+
 def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,
               python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None,
               env: Optional[dict] = None, launch: Optional[str] = None,
-              workloads: Optional[list[str]] = None) -> RunReport:
+              workloads: Optional[list[str]] = None, wall_cap_s: Optional[float] = None) -> RunReport:
     """Start the driver on a staged directory (a fresh process: see `launch` above) and collect its
     results, whatever happens to it.
+
+    `timeout_s` (the whole evaluation) and `workload_timeout_s` (one workload) count the evaluation's
+    own time (OwnClock: waits for other lanes' GPU sections do not count); `wall_cap_s` (default
+    `timeout_s`) bounds the plain wall time, whatever the driver reports.
 
     `env` adds to the scrubbed environment, e.g. {"CUDA_VISIBLE_DEVICES": "1"} to pin one GPU.
     `workloads`: evaluate only these uuids, in this order (rewrites the stage's job.json; screening)."""
@@ -259,7 +285,8 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
     with open(err_path, "wb") as err:
         proc, mode = _launch(mode, python, stage, env, extra_pythonpath, err, time.time(), log)
         lines: list[dict] = []
-        last_start: list = [None]  # the per-workload clock starts at the first "start" line
+        clock = OwnClock(t0)
+        last_start: list = [None]  # own-clock reading at the latest "start" line
         t_first: list = [None]
         t_done: list = [None]
 
@@ -273,21 +300,32 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
                 now = time.monotonic()
                 if t_first[0] is None:
                     t_first[0] = now
-                if obj.get("type") == "start":
-                    last_start[0] = now
-                elif obj.get("type") == "done":
+                kind = obj.get("type")
+                if kind == "wait":
+                    clock.wait(now)
+                    continue
+                if kind == "waited":
+                    clock.resume(now)
+                    continue
+                if kind == "start":
+                    last_start[0] = clock.own(now)
+                elif kind == "done":
                     t_done[0] = now
                 lines.append(obj)
 
         th = threading.Thread(target=reader, daemon=True)
         th.start()
         killed, why = False, ""
+        cap = max(timeout_s, wall_cap_s or 0.0)
         while proc.poll() is None:
             now = time.monotonic()
-            if now - t0 > timeout_s:
+            own = clock.own(now)
+            if own > timeout_s:
                 killed, why = True, f"wall-clock limit of {timeout_s:.0f} s"
+            elif now - t0 > cap:
+                killed, why = True, f"wall-clock limit of {cap:.0f} s (waits for the GPU included)"
             elif workload_timeout_s and last_start[0] is not None and \
-                    now - last_start[0] > workload_timeout_s:
+                    own - last_start[0] > workload_timeout_s:
                 killed, why = True, f"workload limit of {workload_timeout_s:.0f} s"
             if killed:
                 _kill_group(proc)

@@ -55,8 +55,11 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
         with pool.slot(label=label) as slot, (hold(slot) if hold else contextlib.nullcontext()):
             t0 = time.perf_counter()
             # the lanes of one GPU time one at a time (gpu_share): an evaluation may wait for every
-            # other lane's timing, and that wait is no reason to kill it
-            report = runner.run_stage(stage, timeout_s=timeout_s * pool.lanes, env=slot.env)
+            # other lane's timing; the limits count its own time (runner.OwnClock), so a kernel
+            # that hangs is killed at its workload limit instead of holding every lane behind it
+            report = runner.run_stage(stage, timeout_s=timeout_s, wall_cap_s=timeout_s * pool.lanes,
+                                      workload_timeout_s=settings.get().workload_timeout_s or None,
+                                      env=slot.env)
             wall = time.perf_counter() - t0
     if gpu_lost(report):
         raise GpuLost(f"GPU {slot.gpu}: evaluator lost (exit {report.exit_code}): "

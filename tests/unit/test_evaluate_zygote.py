@@ -146,6 +146,46 @@ def test_hang_is_killed_and_next_candidate_runs(problem, tmp_path, pypath):
     assert rep2.results[0].status.value == "passed", rep2.results[0].message
 
 
+def test_waiting_for_other_lanes_does_not_count_against_the_limits(problem, tmp_path, pypath):
+    # Another lane holds the GPU alone (its timing) for longer than this candidate's workload limit:
+    # the wait is reported ("wait" .. "waited") and does not count, so the honest candidate passes;
+    # the plain wall cap still bounds it.
+    import threading
+
+    from solforge.evaluate import gpu_share
+
+    lock = str(tmp_path / "gpu.lock")
+    entered, release = threading.Event(), threading.Event()
+
+    def other_lane():
+        with gpu_share.held(lock, exclusive=True):
+            entered.set()
+            release.wait(30)
+
+    th = threading.Thread(target=other_lane)
+    th.start()
+    entered.wait(10)
+    threading.Timer(8.0, release.set).start()
+    t0 = time.monotonic()
+    rep = _run(problem, tmp_path, "queued", HONEST, pypath, timeout_s=5, workload_timeout_s=3,
+               wall_cap_s=60, env={gpu_share.ENV: lock})
+    th.join()
+    assert time.monotonic() - t0 >= 7.5  # it really waited behind the other lane
+    r = rep.results[0]
+    assert not rep.killed and r.status.value == "passed", (r.status, r.message, rep.stderr_tail)
+    assert rep.phases["seconds"].get("gpu_wait", 0) >= 5, rep.phases["seconds"]
+
+
+def test_own_clock_pauses_while_waiting():
+    c = runner.OwnClock(100.0)
+    c.wait(101.0)
+    assert c.own(105.0) == 1.0            # waiting: the clock stands
+    c.resume(106.0)
+    assert c.own(108.0) == 3.0            # 8 s of wall, 5 of them waiting
+    c.resume(109.0)                       # a stray "waited" changes nothing
+    assert c.own(110.0) == 5.0
+
+
 def test_crash_is_recorded_and_next_candidate_runs(problem, tmp_path, pypath):
     crash = _body("import ctypes\nctypes.string_at(0)")  # SIGSEGV in the child
     rep = _run(problem, tmp_path, "crash", crash, pypath, timeout_s=60)
