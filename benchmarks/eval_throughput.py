@@ -13,6 +13,12 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 while the previous candidate ran)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
 
+  lanesN        (--lanes N) the `after` configuration with N evaluations at a time on the one GPU,
+                as `solforge optimize --lanes N` runs them: each evaluation holds the GPU shared
+                for its correctness work and alone for its timing (gpu_share), so one candidate's
+                inputs, reference and checks overlap another's process start; its GPU-seconds are
+                the batch's wall time (the GPU is held throughout), not the sum of the evaluations'
+
 GPU-seconds of an evaluation = RunReport.wall_s (what the optimize flow records as
 attempts.gpu_seconds: the GPU slot is held exactly that long). Evaluations per GPU-minute =
 60 x evaluations / sum of their GPU-seconds. Configurations alternate per candidate, so clock or
@@ -37,6 +43,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -150,14 +157,15 @@ def _record(config: str, stage: Path, rep, meta: dict) -> dict:
             "median_ms": {r.workload_uuid: r.median_ms for r in rep.results}}
 
 
-def summarize(records: list[dict]) -> dict:
+def summarize(records: list[dict], batches: Optional[dict] = None) -> dict:
     """Per configuration: evaluations, GPU-seconds, evaluations per GPU-minute, mean seconds per
     phase per evaluation, whether every workload passed; and the per-workload time ratio of each
     configuration to `before` (the same candidate must time the same)."""
     out = {}
     for cfg in dict.fromkeys(r["config"] for r in records):
         rs = [r for r in records if r["config"] == cfg]
-        gpu_s = sum(r["wall_s"] for r in rs)
+        # lanes: the GPU is held for the batch's wall time, whatever the evaluations overlap
+        gpu_s = (batches or {}).get(cfg) or sum(r["wall_s"] for r in rs)
         names = sorted({k for r in rs for k in r["phases"]})
         out[cfg] = {"evaluations": len(rs), "gpu_seconds": round(gpu_s, 3),
                     "evals_per_gpu_minute": round(60.0 * len(rs) / gpu_s, 2) if gpu_s else None,
@@ -198,7 +206,8 @@ def render(doc: dict) -> str:
            f"{doc.get('torch', '?')}), {doc.get('started', '?')}. Candidates: the best/ kernel of "
            f"{', '.join(m['problem'] for m in doc.get('candidates', []))}; each evaluation a fresh "
            "process (zygote fork) with every guard, the caching probe and the post-timing re-check.",
-           "", "GPU-seconds = RunReport.wall_s (attempts.gpu_seconds). Target: "
+           "", "GPU-seconds = RunReport.wall_s (attempts.gpu_seconds), summed; for a lanesN "
+           "configuration the batch's wall time (N evaluations at a time hold the GPU throughout). Target: "
            f">= {TARGET_PER_MIN:.0f} evaluations per GPU-minute.", "",
            "| config | evaluations | workloads (mean) | GPU-s | evals / GPU-minute | median s | "
            "all passed | time vs before (median ratio) | CUPTI backend |",
@@ -248,7 +257,7 @@ def cmd_run(args) -> None:
         doc["cupti_python"] = f"missing ({type(e).__name__}): the after config reads CUPTI by kineto"
 
     def save():
-        doc["summary"] = summarize(doc["records"])
+        doc["summary"] = summarize(doc["records"], doc.get("batches"))
         (dest / "eval_throughput.json").write_text(json.dumps(doc, indent=1, default=str))
         (dest / "eval_throughput.md").write_text(render(doc))
 
@@ -272,13 +281,52 @@ def cmd_run(args) -> None:
                 save()
                 print(f"{cfg:<13} {s.name:<58} {rec['wall_s']:6.2f} s  {rep.launch:<6} "
                       f"{sorted(set(rec['statuses']))} {rec['backends']}", flush=True)
+    if args.lanes > 1 and time.time() - t0 < args.deadline_s:
+        _run_lanes(args, stages, meta, doc, save)
     save()
     print(render(doc))
 
 
+def _run_lanes(args, stages: list, meta: dict, doc: dict, save) -> None:
+    """`args.repeat` passes over the stages, `args.lanes` evaluations at a time, each on a copy of
+    its stage (a run writes into its stage), sharing the GPU through gpu_share as optimize's lanes
+    do. Records the batch's wall time as the configuration's GPU-seconds."""
+    import concurrent.futures as cf
+
+    from solforge.evaluate import gpu_share, runner
+
+    cfg = f"lanes{args.lanes}"
+    lock = str(Path(args.dir) / "gpu_share.lock")
+    env = {**ENVS["after"], gpu_share.ENV: lock}
+    jobs = []
+    for rnd in range(args.repeat):
+        for s in stages:
+            copy = Path(args.dir) / "lane_stages" / f"{s.name}.{rnd}"
+            if copy.exists():
+                shutil.rmtree(copy)
+            shutil.copytree(s, copy)
+            _set_config(copy, "after")
+            jobs.append((s, copy))
+
+    def one(job):
+        s, copy = job
+        rep = runner.run_stage(copy, timeout_s=args.timeout, wall_cap_s=args.timeout * args.lanes,
+                               env=env)
+        return _record(cfg, s, rep, meta[s.name])
+
+    t_start = time.monotonic()
+    with cf.ThreadPoolExecutor(args.lanes) as ex:
+        for rec in ex.map(one, jobs):
+            doc["records"].append(rec)
+            print(f"{cfg:<13} {rec['stage']:<58} {rec['wall_s']:6.2f} s  {rec['launch']:<6} "
+                  f"{sorted(set(rec['statuses']))} {rec['backends']}", flush=True)
+    doc.setdefault("batches", {})[cfg] = round(time.monotonic() - t_start, 3)
+    save()
+
+
 def cmd_report(args) -> None:
     doc = json.loads(Path(args.json).read_text())
-    doc["summary"] = summarize(doc["records"])
+    doc["summary"] = summarize(doc["records"], doc.get("batches"))
     print(render(doc))
 
 
@@ -300,6 +348,8 @@ def main(argv=None) -> None:
     r.add_argument("--timeout", type=float, default=120.0)
     r.add_argument("--deadline-s", type=float, default=480.0,
                    help="start no evaluation after this many seconds (one device call is 600 s)")
+    r.add_argument("--lanes", type=int, default=0,
+                   help="then the `after` configuration again, this many evaluations at a time")
     r.add_argument("--out")
     r.set_defaults(func=cmd_run)
     g = sub.add_parser("report")

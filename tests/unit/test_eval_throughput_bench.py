@@ -54,3 +54,12 @@ def test_summary_counts_evaluations_per_gpu_minute(bench):
     assert s["after"]["median_time_ratio_vs_before"] == pytest.approx(1.0, abs=0.011)
     md = bench.render({"summary": s, "candidates": [{"problem": "x"}]})
     assert "| after | 2 | 2 | 1.5 | **80.0** |" in md and "timing_profile" in md
+
+
+def test_lanes_count_the_batch_wall_time_as_gpu_seconds(bench):
+    # four evaluations of 2 s each, run two at a time: the GPU was held 4 s, not 8
+    recs = [_rec("lanes2", 2.0, 0.010, {"gpu_wait": 0.5, "total": 2.0}) for _ in range(4)]
+    s = bench.summarize(recs, {"lanes2": 4.0})
+    assert s["lanes2"]["gpu_seconds"] == pytest.approx(4.0)
+    assert s["lanes2"]["evals_per_gpu_minute"] == pytest.approx(60.0)
+    assert bench.summarize(recs)["lanes2"]["evals_per_gpu_minute"] == pytest.approx(30.0)
