@@ -13,7 +13,7 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 while the previous candidate ran)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
 
-  lanesN        (--lanes N) the `after` configuration with N evaluations at a time on the one GPU,
+  lanesN_CFG    (--lanes N) the last of --configs again with N evaluations at a time on the one GPU,
                 as `solforge optimize --lanes N` runs them: each evaluation holds the GPU shared
                 for its correctness work and alone for its timing (gpu_share), so one candidate's
                 inputs, reference and checks overlap another's process start; its GPU-seconds are
@@ -281,13 +281,13 @@ def cmd_run(args) -> None:
                 save()
                 print(f"{cfg:<13} {s.name:<58} {rec['wall_s']:6.2f} s  {rep.launch:<6} "
                       f"{sorted(set(rec['statuses']))} {rec['backends']}", flush=True)
-    if args.lanes > 1 and time.time() - t0 < args.deadline_s:
-        _run_lanes(args, stages, meta, doc, save)
+    if args.lanes > 1:  # past the deadline too: it is what the run is for
+        _run_lanes(args, stages, meta, doc, save, configs[-1])
     save()
     print(render(doc))
 
 
-def _run_lanes(args, stages: list, meta: dict, doc: dict, save) -> None:
+def _run_lanes(args, stages: list, meta: dict, doc: dict, save, base: str) -> None:
     """`args.repeat` passes over the stages, `args.lanes` evaluations at a time, each on a copy of
     its stage (a run writes into its stage), sharing the GPU through gpu_share as optimize's lanes
     do. Records the batch's wall time as the configuration's GPU-seconds."""
@@ -295,9 +295,9 @@ def _run_lanes(args, stages: list, meta: dict, doc: dict, save) -> None:
 
     from solforge.evaluate import gpu_share, runner
 
-    cfg = f"lanes{args.lanes}"
-    lock = str(Path(args.dir) / "gpu_share.lock")
-    env = {**ENVS["after"], gpu_share.ENV: lock}
+    cfg = f"lanes{args.lanes}_{base}"
+    lock = str((Path(args.dir) / "gpu_share.lock").resolve())  # the child runs elsewhere
+    env = {**ENVS[base], gpu_share.ENV: lock}
     jobs = []
     for rnd in range(args.repeat):
         for s in stages:
@@ -305,7 +305,7 @@ def _run_lanes(args, stages: list, meta: dict, doc: dict, save) -> None:
             if copy.exists():
                 shutil.rmtree(copy)
             shutil.copytree(s, copy)
-            _set_config(copy, "after")
+            _set_config(copy, base)
             jobs.append((s, copy))
 
     def one(job):
@@ -349,7 +349,7 @@ def main(argv=None) -> None:
     r.add_argument("--deadline-s", type=float, default=480.0,
                    help="start no evaluation after this many seconds (one device call is 600 s)")
     r.add_argument("--lanes", type=int, default=0,
-                   help="then the `after` configuration again, this many evaluations at a time")
+                   help="then the last of --configs again, this many evaluations at a time")
     r.add_argument("--out")
     r.set_defaults(func=cmd_run)
     g = sub.add_parser("report")

@@ -46,6 +46,14 @@ class Settings:
     warmup_ms: float = 25.0
     rep_count: int = 50
     correctness_rounds: int = 3
+    # how a candidate's calls are read from CUPTI: kineto (its records parsed in C++) or auto
+    # (cupti-python with SOL-ExecBench's five activity kinds, runtime and driver API included, every
+    # record handed to Python). The same candidates on the H200 (benchmarks/eval_throughput.py,
+    # 2026-12-03): kernel times within 0.3% either way, but 0.69-0.76 s of timing per evaluation of
+    # ~15 workloads under kineto against 2.8-3.5 s under cupti-python. A launch plan runs as one
+    # kernel or one CUDA graph (graph_launch), so API records add nothing to its span; the eager reference's
+    # T_b, whose span is host-bound, keeps SOL-ExecBench's kinds (evaluate/baseline.py)
+    candidate_timing_backend: str = "kineto"
     # timing duty cycle (evaluate/timing.py): after each call of at least duty_min_call_ms (wall),
     # idle duty_gap_factor x its time, so power-limited kernels (long bf16 GEMMs) are measured at
     # the same clock every time instead of at whatever the card's recent load left it

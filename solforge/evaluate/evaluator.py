@@ -57,10 +57,11 @@ class EvalConfig:
     duty_min_call_ms: float = field(default_factory=lambda: _setting("duty_min_call_ms"))
     # SOL-ExecBench's measurement (docs/timing_agreement.md): 10 warm-up calls (0: warmup_ms of
     # them instead), the call queued right behind its L2 flush; timing_backend auto | cupti-python
-    # | kineto (auto: $SOLFORGE_CUPTI_BACKEND, else cupti-python where it imports)
+    # | kineto (auto: $SOLFORGE_CUPTI_BACKEND, else cupti-python where it imports), by default
+    # settings.candidate_timing_backend
     warmup_calls: int = NVIDIA_WARMUP_CALLS
     timing_queued: bool = True
-    timing_backend: str = "auto"
+    timing_backend: str = field(default_factory=lambda: _setting("candidate_timing_backend"))
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
