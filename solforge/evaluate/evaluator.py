@@ -185,11 +185,15 @@ def _make(factory: InputFactory, r: int) -> dict:
 
 
 def _evaluate(env: Env, rw, res: EvalResult) -> None:
+    # Lanes sharing a GPU (gpu_share) wait for each other's `alone` sections, so everything that
+    # does not need a quiet GPU happens in the shared one: the correctness rounds, the extra timing
+    # input sets and the reference output of the re-check after timing.
     with gpu_share.shared():
         timed = _check(env, rw, res)
-    if timed is not None:
+        plan = _prepare_timing(env, rw, *timed) if timed is not None else None
+    if plan is not None:
         with gpu_share.alone():
-            _time(env, rw, res, *timed)
+            _time(env, rw, res, plan)
 
 
 def _check(env: Env, rw, res: EvalResult):
@@ -254,10 +258,21 @@ def _checked_call(env: Env, rw, inputs, outputs, ref, tol, call=None):
     return compare_all(outputs, ref, tol)
 
 
-def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list,
-          last_round: int = 0) -> None:
+@dataclass
+class _TimingPlan:
+    """What the timed calls need, made before the GPU is taken alone: the input sets (rotated), their
+    prepared calls, the re-check's expected output for the last set, the factory (the caching probe
+    makes never-seen inputs) and the notes so far."""
+    factory: InputFactory
+    sets: list
+    calls: list
+    recheck_ref: object
+    notes: list
+
+
+def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
+                    last_round: int = 0) -> _TimingPlan:
     cfg, dev = env.config, env.device
-    timer = env.get_timer()
     set_bytes = max(_nbytes(inputs) + _nbytes(outputs), 1)
     n_sets = timing_set_count(cfg, set_bytes)
     last_seed = 100 + n_sets - 1 if n_sets > 1 else last_round
@@ -267,6 +282,18 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list,
     if n_sets == 1:
         notes.append("one input set (too large to rotate)")
     calls = [env.caller.prepare(rw, i, o) for i, o in sets]
+    # The re-check's expected output, computed now from a copy of the last set: the candidate may
+    # not change its inputs (guards.check_inputs_unchanged), so it is the same after timing. A
+    # cached one stays a callable read after the candidate's call, as in the correctness rounds.
+    last_in = sets[-1][0]
+    ref = env.cached_reference(rw, last_seed) or env.run_reference(rw, clone_inputs(last_in))
+    return _TimingPlan(factory, sets, calls, ref, notes)
+
+
+def _time(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> None:
+    cfg, dev = env.config, env.device
+    timer = env.get_timer()
+    factory, sets, calls, notes = plan.factory, plan.sets, plan.calls, plan.notes
     before = guards.python_threads()
     timing = timer.measure(lambda i: calls[i % len(calls)](), cfg.rep_count, cfg.warmup_ms,
                            cfg.timing_budget_s,
@@ -283,8 +310,8 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list,
     last_in, last_out = sets[-1]
     for t in last_out.values():
         poison_(t, 1)
-    ref = env.cached_reference(rw, last_seed) or env.run_reference(rw, clone_inputs(last_in))
-    cmp = _checked_call(env, rw, last_in, last_out, ref, rw.workload.tolerance, call=calls[-1])
+    cmp = _checked_call(env, rw, last_in, last_out, plan.recheck_ref, rw.workload.tolerance,
+                        call=calls[-1])
     if not cmp.ok:
         res.status, res.correct = EvalStatus.INCORRECT, False
         res.message = f"after timing (inputs seen before): {cmp.reason}"
@@ -292,7 +319,7 @@ def _time(env: Env, rw, res: EvalResult, factory, inputs, outputs, notes: list,
     res.median_ms, res.p10_ms, res.p90_ms = timing.median_ms, timing.p10_ms, timing.p90_ms
     res.spread, res.n_reps, res.timing_method = timing.spread, timing.n, timing.method
     res.extra["kernels_per_call"] = timing.kernels_per_call
-    res.extra["n_sets"] = n_sets
+    res.extra["n_sets"] = len(sets)
     res.extra["timing_window"] = "queued" if timer.queued else "synced"
     if timing.backend:
         res.extra["timing_backend"] = timing.backend

@@ -1,0 +1,128 @@
+"""Which work an evaluation does with the GPU to itself (gpu_share.alone) and which beside other lanes
+(gpu_share.shared), on the CPU: input sets and reference outputs are made in the shared section, the
+alone section holds the timed calls and the re-check's candidate call only; the re-check still
+catches a candidate that skips work on inputs it has seen."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from solforge.evaluate import evaluator
+from solforge.evaluate.evaluator import EvalConfig, Env, evaluate_workload
+from solforge.evaluate.results import EvalStatus
+from solforge.evaluate.timing import Timing
+from tests.unit.adv_problem import write_problem
+
+REF = ("import torch\n\n\n@torch.no_grad()\ndef run(x, y):\n    return torch.sin(x) + y\n")
+
+
+class _Sections:
+    """gpu_share's two sections, recording which one is open."""
+
+    def __init__(self):
+        self.open = None
+        self.log: list[tuple[str, str]] = []   # (what ran, in which section)
+
+    def _section(self, name):
+        @contextlib.contextmanager
+        def cm(*_a, **_k):
+            assert self.open is None, "sections never nest"
+            self.open = name
+            try:
+                yield
+            finally:
+                self.open = None
+        return cm
+
+    def shared(self):
+        return self._section("shared")()
+
+    def alone(self, path: str = ""):
+        return self._section("alone")()
+
+
+class _Timer:
+    """Runs the call a few times, as the timer's measurement does, and says it was alone."""
+
+    def __init__(self, sections: _Sections):
+        self.sections, self.queued = sections, True
+
+    def measure(self, call, reps, *_a, **_k):
+        self.sections.log.append(("timed calls", self.sections.open))
+        for i in range(reps):
+            call(i)
+        return Timing([0.01] * reps, "events")
+
+
+class _Caller:
+    def __init__(self, sections: _Sections, skip_seen: bool = False):
+        self.sections, self.skip_seen = sections, skip_seen
+
+    def prepare(self, rw, inputs, outputs):
+        seen = {"n": 0}
+
+        def call():
+            self.sections.log.append(("candidate", self.sections.open))
+            seen["n"] += 1
+            if self.skip_seen and seen["n"] > 1:
+                return               # "cached": the same buffers were computed before
+            outputs["out"].copy_(torch.sin(inputs["x"]) + inputs["y"])
+        return call
+
+
+@pytest.fixture()
+def problem(tmp_path):
+    from solforge.problem import load_problem_dir
+
+    return load_problem_dir(write_problem(tmp_path, "S", "sections", REF, [("w1", 512)]), subset="S")
+
+
+def _env(problem, sections, monkeypatch, skip_seen=False):
+    path = Path(problem.source) / "_ref.py"
+    path.write_text(problem.definition.reference)
+    spec = importlib.util.spec_from_file_location("_sections_ref", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def reference(*args):
+        sections.log.append(("reference", sections.open))
+        return mod.run(*args)
+
+    real_make = evaluator._make
+
+    def make(factory, r):
+        sections.log.append(("inputs", sections.open))
+        return real_make(factory, r)
+
+    monkeypatch.setattr(evaluator, "gpu_share", sections)
+    monkeypatch.setattr(evaluator, "_make", make)
+    cfg = EvalConfig(correctness_rounds=2, timing=True, caching_probe=False, rep_count=8)
+    return Env(problem=problem.name, reference=reference, caller=_Caller(sections, skip_seen),
+               device=torch.device("cpu"), config=cfg, timer=_Timer(sections))
+
+
+def test_only_the_timed_calls_and_the_recheck_call_run_alone(problem, monkeypatch):
+    sections = _Sections()
+    res = evaluate_workload(_env(problem, sections, monkeypatch), problem.workloads[0])
+    assert res.status is EvalStatus.PASSED, res.message
+    assert res.extra["n_sets"] > 1          # extra timing sets were made (a small workload)
+    alone = [what for what, where in sections.log if where == "alone"]
+    assert "timed calls" in alone and "candidate" in alone
+    assert "reference" not in alone and "inputs" not in alone, sections.log
+    made = [where for what, where in sections.log if what in ("inputs", "reference")]
+    # two correctness rounds and the timing sets, two references and the re-check's, all shared
+    assert len(made) >= 2 + 1 + 3 and set(made) == {"shared"}, sections.log
+
+
+def test_the_recheck_after_timing_still_catches_skipped_work(problem, monkeypatch):
+    sections = _Sections()
+    # correct on each correctness round (fresh prepared calls), then, timed over the same buffers,
+    # it stops computing: the poisoned re-check output stays poisoned
+    res = evaluate_workload(_env(problem, sections, monkeypatch, skip_seen=True),
+                            problem.workloads[0])
+    assert res.status is EvalStatus.INCORRECT and "after timing" in res.message, res.message
