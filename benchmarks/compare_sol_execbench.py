@@ -20,6 +20,9 @@ skipped silently (solforge synthesizes valid values for them, which NVIDIA canno
       --wheels .whl .carry/sxb/whl --out $OUT
   #    (--only nvidia / --only solforge: one side per device call; `merge` joins two such runs)
 
+  #    each side twice (the floor any agreement can reach): two calls of `run` (both sides), then
+  .venv/bin/python benchmarks/compare_sol_execbench.py repeat RUN1.json RUN2.json --out DIR
+
   # 3. here: the markdown again from the JSON
   .venv/bin/python benchmarks/compare_sol_execbench.py render data/results/sol_execbench_compare/sol_execbench_compare_h200.json
 
@@ -43,6 +46,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -805,6 +809,91 @@ def cmd_merge(args) -> int:
     return 0
 
 
+# The four timings a `run` records per workload: (row field, what it is)
+TIMINGS = (("solforge_ms", "solforge kernel"), ("nvidia_ms", "NVIDIA kernel"),
+           ("our_eager_ms", "solforge eager reference"), ("nvidia_reference_ms", "NVIDIA reference"))
+
+
+def repeatability(docs: list[dict], tol: float = 0.05) -> dict:
+    """Two or more `run`s over the same cases (each side measured once per run): per problem, each
+    timing's own repeatability (geomean over workloads of run k / run 1, the worst k) and the cross
+    ratios solforge / NVIDIA on the per-workload medians over the runs. A side's own scatter is the
+    floor any agreement between the two sides can reach."""
+    rows: dict = {}
+    for k, d in enumerate(docs):
+        for c in d["cases"]:
+            for r in c.get("rows") or []:
+                rows.setdefault((c["case"], r["uuid"]), {})[k] = r
+    problems = {}
+    for (case, _uuid), per_run in rows.items():
+        problems.setdefault(case, []).append(per_run)
+    out = []
+    for case, wls in problems.items():
+        row = {"case": case, "workloads": len(wls)}
+        for field, _label in TIMINGS:
+            worst = None
+            for k in range(1, len(docs)):
+                ratios = [w[k][field] / w[0][field] for w in wls
+                          if 0 in w and k in w and w[0].get(field) and w[k].get(field)]
+                g = _geomean(ratios)
+                if g is not None and (worst is None or abs(math.log(g)) > abs(math.log(worst))):
+                    worst = g
+            row[f"repeat_{field}"] = worst
+        med = {}
+        for field, _label in TIMINGS:
+            med[field] = [statistics.median(v) if v else None for v in
+                          ([w[k][field] for k in w if w[k].get(field)] for w in wls)]
+        row["kernel_sf_over_nv"] = _geomean([a / b for a, b in zip(med["solforge_ms"], med["nvidia_ms"])
+                                             if a and b])
+        row["ref_sf_over_nv"] = _geomean([a / b for a, b in zip(med["our_eager_ms"],
+                                                                med["nvidia_reference_ms"]) if a and b])
+        out.append(row)
+
+    def within(x):
+        return x is not None and abs(x - 1.0) <= tol
+
+    summary = {"runs": len(docs), "problems": len(out), "tol": tol}
+    for key in [f"repeat_{f}" for f, _ in TIMINGS] + ["kernel_sf_over_nv", "ref_sf_over_nv"]:
+        vals = [r[key] for r in out if r[key] is not None]
+        summary[key] = {"compared": len(vals), "within_tol": sum(map(within, vals)),
+                        "geomean": _geomean(vals)}
+    return {"problems": out, "summary": summary,
+            "commands": [d.get("meta", {}).get("command") for d in docs]}
+
+
+def render_repeat(doc: dict) -> str:
+    sm, tol = doc["summary"], doc["summary"]["tol"]
+
+    def f(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    cols = [(f"repeat_{fld}", f"{label}: run k / run 1") for fld, label in TIMINGS] + [
+        ("kernel_sf_over_nv", "kernel solforge / NVIDIA"), ("ref_sf_over_nv", "reference solforge / NVIDIA")]
+    out = ["# Each side twice: repeatability and agreement", "",
+           f"{sm['runs']} runs over the same cases: " + " ; ".join(f"`{c}`" for c in doc["commands"]),
+           "", f"Ratios are geomeans over a problem's workloads; within = within {tol:.0%}. "
+           "The cross ratios use each workload's median over the runs.", "",
+           "| measure | problems | within | geomean |", "|---|---|---|---|"]
+    for key, label in cols:
+        s = sm[key]
+        out.append(f"| {label} | {s['compared']} | {s['within_tol']} | {f(s['geomean'])} |")
+    out += ["", "| problem | workloads | " + " | ".join(label for _, label in cols) + " |",
+            "|---|---|" + "---|" * len(cols)]
+    for r in doc["problems"]:
+        out.append(f"| {r['case']} | {r['workloads']} | " + " | ".join(f(r[k]) for k, _ in cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+def cmd_repeat(args) -> int:
+    doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sol_execbench_repeat_h200.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "sol_execbench_repeat_h200.md").write_text(render_repeat(doc))
+    print(render_repeat(doc))
+    return 0
+
+
 def cmd_combine(args) -> int:
     """Several runs' JSON (e.g. two device calls over two halves of the problem list) as one report."""
     docs = [json.loads(Path(f).read_text()) for f in args.docs]
@@ -883,13 +972,17 @@ def main() -> int:
     cb.add_argument("docs", nargs="+")
     cb.add_argument("--out", required=True)
     cb.add_argument("--notes")
+    rp = sub.add_parser("repeat", help="two or more runs of both sides over the same cases: each "
+                                      "side's own repeatability beside the cross ratios")
+    rp.add_argument("docs", nargs="+")
+    rp.add_argument("--out", required=True)
     g = sub.add_parser("render")
     g.add_argument("json")
     g.add_argument("--out")
     g.add_argument("--json-out", help="write the recomputed JSON here")
     args = ap.parse_args()
     return {"carry": cmd_carry, "prepare": cmd_prepare, "run": cmd_run, "merge": cmd_merge,
-            "combine": cmd_combine, "render": cmd_render}[args.cmd](args)
+            "combine": cmd_combine, "repeat": cmd_repeat, "render": cmd_render}[args.cmd](args)
 
 
 if __name__ == "__main__":

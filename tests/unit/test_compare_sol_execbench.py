@@ -108,3 +108,33 @@ def test_report_names_problems_and_workloads_nvidia_cannot_run(cmp):
     assert res["summary"]["workloads_blob_missing"] == 1
     md = cmp.render({**res, "meta": {}})
     assert "cannot run" in md and "safetensors blobs missing" in md and "./blob/x.safetensors" in md
+
+
+def _run_doc(scale: dict) -> dict:
+    """A recorded run of two workloads of one problem, each timing scaled per field."""
+    rows = [{"uuid": u, "solforge_ms": 1.0 * scale.get("solforge_ms", 1), "nvidia_ms": 1.02,
+             "our_eager_ms": 10.0 * scale.get("our_eager_ms", 1), "nvidia_reference_ms": 10.0 * m}
+            for u, m in (("a", 1.0), ("b", 1.2))]
+    return {"cases": [{"case": "p", "rows": rows}], "meta": {"command": "run"}}
+
+
+def test_repeat_reports_each_sides_own_scatter_beside_the_cross_ratio(cmp):
+    doc = cmp.repeatability([_run_doc({}), _run_doc({"our_eager_ms": 1.10})])
+    (p,) = doc["problems"]
+    assert p["repeat_solforge_ms"] == pytest.approx(1.0)
+    assert p["repeat_our_eager_ms"] == pytest.approx(1.10)         # solforge's eager side moved 10%
+    assert p["repeat_nvidia_reference_ms"] == pytest.approx(1.0)
+    assert p["kernel_sf_over_nv"] == pytest.approx(1 / 1.02)
+    # per workload the median of the two runs (10 and 11 ms) against NVIDIA's 10 and 12 ms
+    assert p["ref_sf_over_nv"] == pytest.approx(((10.5 / 10.0) * (10.5 / 12.0)) ** 0.5)
+    sm = doc["summary"]
+    assert sm["repeat_our_eager_ms"]["within_tol"] == 0 and sm["repeat_solforge_ms"]["within_tol"] == 1
+    md = cmp.render_repeat(doc)
+    assert "| p | 2 |" in md and "solforge eager reference: run k / run 1" in md
+
+
+def test_repeat_of_a_recorded_run_with_itself_is_exact(cmp):
+    rec = json.loads((RECORDED.parent / "sol_execbench_compare_h200_one_call.json").read_text())
+    doc = cmp.repeatability([rec, rec])
+    assert doc["summary"]["problems"] >= 20
+    assert all(r["repeat_solforge_ms"] in (None, pytest.approx(1.0)) for r in doc["problems"])
