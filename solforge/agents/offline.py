@@ -21,6 +21,7 @@ from .llm import Context, SessionResult, TryFn
 INITIAL_RANDOM = 3   # random picks per family after its best guess
 MAX_SPACE = 4096     # param sets considered per family (spaces are enumerated lists)
 MATCH_JOBS = 16      # child processes matching problems to families at the start of a run (warm)
+STOP_WAIT_S = 10.0   # how long the end of a run waits for the matching thread to stop
 
 
 def params_key(family: str, params: dict) -> str:
@@ -79,13 +80,19 @@ def _order_key(v):
 
 def _match_in_child(problem) -> bool:
     """OfflineWorker.warm's child: the families' matchers and parameter spaces, for their side effect
-    on the disk cache (what the parent then reads)."""
+    on the disk cache (what the parent then reads). False where a sandboxed step ran past its time
+    box: such an answer is not kept on disk (a later, less loaded run may pass), so the parent would
+    run the same step again, for as long, in its matching thread; the problem is left out of the run
+    instead."""
+    from ..sandbox.runner import SandboxError
+
+    before = SandboxError.timeouts
     for f in OfflineWorker.families_for(problem):
         try:
             f.param_space(problem)
         except Exception:  # noqa: BLE001 - the parent's own matching reports it
             pass
-    return True
+    return SandboxError.timeouts == before
 
 
 class OfflineWorker:
@@ -155,13 +162,21 @@ class OfflineWorker:
             if n:
                 self._landed.wait_for(lambda: len(self._pending) < n, timeout)
 
-    def matching_result(self, stop: bool = False) -> dict:
+    def matching_result(self, stop: bool = False, stop_wait_s: float = STOP_WAIT_S) -> dict:
         """The matching's answer once it ends; stop=True ends it now (the run is over: children still
-        matching are stopped, their problems count as unmatched)."""
+        matching are stopped, their problems count as unmatched). A stop waits at most
+        `stop_wait_s`: the thread may be reading a landed answer that this process has to compute
+        itself (a trace), and the run's end must not wait for that; the thread is a daemon."""
         if self._thread is None:
             return {}
         if stop:
             self._stop.set()
+            self._thread.join(stop_wait_s)
+            if self._thread.is_alive():
+                with self._landed:
+                    left = sorted(self._pending)
+                return {**self._result, "unmatched": left, "left_running": True}
+            return self._result
         self._thread.join()
         return self._result
 
@@ -208,8 +223,9 @@ class OfflineWorker:
                             break
                         ready, left = cf.wait(left, timeout=tmo, return_when=cf.FIRST_COMPLETED)
                         for f in ready:
-                            # a child that died: left out, not redone here
-                            land(futs[f], f.exception() is None)
+                            # a child that died, or whose answer is not on disk: left out, not
+                            # redone here
+                            land(futs[f], f.exception() is None and f.result() is True)
                 finally:
                     # children still matching are stopped (a trace they started ends at its own
                     # time limit): their answers would come after the deadline or the run's end

@@ -121,3 +121,49 @@ def test_loop_runs_sessions_while_matching_goes_on(tmp_path, store, cpu_lab):
     assert any("not matched to a kernel family" in n for n in report.notes)
     dec = store.query("SELECT problem, action FROM planner_decisions WHERE run_id = ?", [report.run_id])
     assert "slow_trace" not in {d["problem"] for d in dec if d["action"] == "run"}
+
+
+def test_a_child_whose_sandbox_timed_out_says_its_answer_is_not_kept(tmp_path, monkeypatch):
+    # an answer past a time box is not on disk: the parent would compute it again for as long
+    from solforge.agents import offline
+    from solforge.sandbox.runner import SandboxError
+
+    class Fam:
+        def __init__(self, kind):
+            self.kind = kind
+
+        def param_space(self, problem):
+            if self.kind:
+                raise SandboxError("tracing took too long", self.kind)
+            return [{}]
+
+    prob = _problem(tmp_path, "scale_shift", SCALE)
+    for fams, kept in (([Fam(None)], True), ([Fam("crash"), Fam(None)], True),
+                       ([Fam(None), Fam("timeout")], False)):
+        monkeypatch.setattr(offline.OfflineWorker, "families_for", staticmethod(lambda p, f=fams: f))
+        assert offline._match_in_child(prob) is kept
+
+
+def test_the_end_of_a_run_does_not_wait_for_a_slow_landing(tmp_path, cpu_lab):
+    # The matching thread reads each landed answer in this process; where that is slow (an answer it
+    # must compute itself), stopping at the run's end waits a bounded time, not for the landing.
+    import threading
+
+    a, b = _problem(tmp_path, "a", SCALE), _problem(tmp_path, "b", SCALE)
+    w = OfflineWorker(cpu_lab)
+    inside, release = threading.Event(), threading.Event()
+    real = w._state
+
+    def slow_state(problem):
+        inside.set()
+        release.wait(120)
+        return real(problem)
+
+    w._state = slow_state
+    w.warm([a, b], deadline_s=300, jobs=2, wait=False)
+    assert inside.wait(240), "no match landed"
+    t0 = time.monotonic()
+    got = w.matching_result(stop=True, stop_wait_s=2.0)
+    assert time.monotonic() - t0 < 10
+    assert got.get("left_running") and set(got["unmatched"]) <= {"a", "b"} and got["unmatched"]
+    release.set()
