@@ -59,6 +59,9 @@ class Settings:
     # the same clock every time instead of at whatever the card's recent load left it
     duty_gap_factor: float = 1.0
     duty_min_call_ms: float = 0.5
+    # a warm-up of such paced calls stops once the calls after the first would take longer than this
+    # (at least two calls; timing.paced_warmup_calls); short calls keep SOL-ExecBench's ten
+    paced_warmup_ms: float = 100.0
     # caching probe (evaluate/evaluator.py): calls per side = clamp(budget / kernel time, min, max)
     caching_probe_min_calls: int = 3
     caching_probe_max_calls: int = 24

@@ -205,3 +205,12 @@ def test_phase_clock_nested_phases_are_exclusive(monkeypatch):
     assert c.seconds["timing_profile"] == pytest.approx(1.5)
     assert c.seconds["inputs"] == pytest.approx(0.35)
     assert sum(c.seconds.values()) == pytest.approx(now[0])     # no second counted twice
+
+
+def test_a_paced_warmup_stops_at_its_budget_but_runs_two_calls():
+    calls = timing_mod.paced_warmup_calls
+    assert calls(0.6, 10, 100.0) == 10          # 0.6 ms calls: all ten fit in 100 ms
+    assert calls(30.0, 10, 100.0) == 4          # the first, then three more within 100 ms
+    assert calls(250.0, 10, 100.0) == 2         # one more call at least, past the budget
+    assert calls(30.0, 10, 0.0) == 10           # no budget: SOL-ExecBench's count
+    assert calls(30.0, 1, 100.0) == 1
