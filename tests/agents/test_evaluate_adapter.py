@@ -45,20 +45,22 @@ def test_report_to_outcome():
     assert empty.status is AttemptOutcome.RUNTIME_ERROR and "Segmentation" in empty.message
 
 
-def test_lanes_lengthen_the_evaluation_limit(cpu_lab, rmsnorm_problem, monkeypatch):
-    """With N lanes on a GPU an evaluation may wait for N-1 other timings: its limit is N times the
-    per-candidate one (a candidate is not killed for waiting)."""
+def test_lanes_lengthen_the_wall_cap_not_the_own_time_limit(cpu_lab, rmsnorm_problem, monkeypatch):
+    """With N lanes on a GPU an evaluation may wait for N-1 other timings: its limits count its own
+    time (the waits reported by the driver left out), so they stay the per-candidate ones, and only
+    the plain wall-clock cap is N times longer; a workload limit applies as well."""
     from solforge.evaluate import runner
 
     seen = []
 
-    def run_stage(stage, timeout_s, env=None):
-        seen.append(timeout_s)
+    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None):
+        seen.append((timeout_s, wall_cap_s, workload_timeout_s))
         return RunReport(rmsnorm_problem.name, [])
     monkeypatch.setattr(runner, "run_stage", run_stage)
+    monkeypatch.setenv("SOLFORGE_WORKLOAD_TIMEOUT_S", "25")
     cand = Candidate.model_validate(candidate_json(RMSNORM_H128))
     _, compiled = cpu_lab.compile(cand)
     for lanes in (1, 3):
         evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled,
                         GpuPool(["0"], cross_process=False, lanes=lanes), timeout_s=40.0)
-    assert seen == [40.0, 120.0]
+    assert seen == [(40.0, 40.0, 25.0), (40.0, 120.0, 25.0)]
