@@ -80,19 +80,20 @@ def _order_key(v):
 
 def _match_in_child(problem) -> bool:
     """OfflineWorker.warm's child: the families' matchers and parameter spaces, for their side effect
-    on the disk cache (what the parent then reads). False where a sandboxed step ran past its time
-    box: such an answer is not kept on disk (a later, less loaded run may pass), so the parent would
-    run the same step again, for as long, in its matching thread; the problem is left out of the run
-    instead."""
-    from ..sandbox.runner import SandboxError
-
-    before = SandboxError.timeouts
+    on the disk cache (what the parent then reads). False where the compiler's trace ran past its
+    time box: that answer is not kept on disk (a later, less loaded run may pass), so the parent
+    would trace again, for as long, in its matching thread, which lands one problem at a time; the
+    problem is left out of this run instead (the compiler would not serve it in time anyway)."""
     for f in OfflineWorker.families_for(problem):
         try:
             f.param_space(problem)
         except Exception:  # noqa: BLE001 - the parent's own matching reports it
             pass
-    return SandboxError.timeouts == before
+    try:
+        from ..kernels.compiled import answer_kept
+    except ImportError:
+        return True
+    return answer_kept(problem)
 
 
 class OfflineWorker:

@@ -38,6 +38,15 @@ def _outcome(problem, params: Optional[dict] = None):
     return compile_problem(problem, gemm=gemm, attention=bool(int((params or {}).get(ATTN_PARAM, 0) or 0)))
 
 
+def answer_kept(problem) -> bool:
+    """Whether the compiler's answer for this problem, already asked in this process, is one another
+    process reads from the disk cache: a trace past its time box is not kept (compiler.api:
+    compile_definition saves every other outcome), so asking again elsewhere traces again."""
+    out = _outcome(problem)  # this process's memory: no second trace
+    return not (out is not None and out.stage == "trace"
+                and out.reason.startswith("tracing the reference took over"))
+
+
 def _source_kb(cand) -> float:
     return sum(len(v) for v in cand.sources.values()) / 1000.0
 

@@ -25,11 +25,7 @@ class SandboxError(RuntimeError):
     """Untrusted code did not give an answer. str(e) is one line (scrubbed); `kind` is one of
     timeout | crash | error | too_large | bad_output; `log` the scrubbed tail of its stdout/stderr."""
 
-    timeouts = 0  # how many timeouts this process has met (a matching child reports whether any did)
-
     def __init__(self, message: str, kind: str = "error", log: str = "", pgid: Optional[int] = None):
-        if kind == "timeout":
-            SandboxError.timeouts += 1
         line = (scrub(message).strip().splitlines() or [kind])[0]
         super().__init__(line[:500])
         self.kind = kind

@@ -123,24 +123,20 @@ def test_loop_runs_sessions_while_matching_goes_on(tmp_path, store, cpu_lab):
     assert "slow_trace" not in {d["problem"] for d in dec if d["action"] == "run"}
 
 
-def test_a_child_whose_sandbox_timed_out_says_its_answer_is_not_kept(tmp_path, monkeypatch):
-    # an answer past a time box is not on disk: the parent would compute it again for as long
+def test_a_child_whose_compiler_trace_timed_out_says_its_answer_is_not_kept(tmp_path, monkeypatch):
+    # a trace past its time box is not on disk: the parent would trace again for as long
     from solforge.agents import offline
-    from solforge.sandbox.runner import SandboxError
-
-    class Fam:
-        def __init__(self, kind):
-            self.kind = kind
-
-        def param_space(self, problem):
-            if self.kind:
-                raise SandboxError("tracing took too long", self.kind)
-            return [{}]
+    from solforge.compiler.api import CompileOutcome
+    from solforge.kernels import compiled
 
     prob = _problem(tmp_path, "scale_shift", SCALE)
-    for fams, kept in (([Fam(None)], True), ([Fam("crash"), Fam(None)], True),
-                       ([Fam(None), Fam("timeout")], False)):
-        monkeypatch.setattr(offline.OfflineWorker, "families_for", staticmethod(lambda p, f=fams: f))
+    monkeypatch.setattr(offline.OfflineWorker, "families_for", staticmethod(lambda p: []))
+    for out, kept in ((CompileOutcome(reason="tracing the reference took over 300 s", stage="trace"),
+                       False),
+                      (CompileOutcome(reason="trace failed in the sandbox: crash", stage="trace"), True),
+                      (CompileOutcome(reason="plan: unsupported op", stage="plan"), True),
+                      (None, True)):
+        monkeypatch.setattr(compiled, "_outcome", lambda p, params=None, o=out: o)
         assert offline._match_in_child(prob) is kept
 
 
