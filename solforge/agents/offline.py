@@ -13,6 +13,7 @@ import os
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -213,6 +214,11 @@ class OfflineWorker:
                 n = max(1, min(len(todo), jobs or min(MATCH_JOBS, len(os.sched_getaffinity(0)))))
                 say(f"matching {len(todo)} problem(s) to kernel families on {n} process(es)")
                 end = None if deadline_s is None else t0 + deadline_s
+                # one matching session for the children and this process: a tracer that ran past
+                # its time box in a child is not run again here (kernels/trace_cache.py)
+                from ..kernels.trace_cache import SESSION_ENV
+
+                os.environ[SESSION_ENV] = uuid.uuid4().hex
                 # spawn, not fork: the caller may already run threads (the evaluator's fork server)
                 ex = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
                 try:

@@ -34,17 +34,37 @@ def _sources_hash(modules: tuple) -> str:
     return h.hexdigest()[:16]
 
 
+# A matching session (OfflineWorker.warm sets it for its children and its own process): within it a
+# trace that ran past its time box is remembered on disk, so the process that reads a child's
+# answers does not run the same trace again for as long; another session asks afresh (a less
+# loaded run may pass).
+SESSION_ENV = "SOLFORGE_MATCH_SESSION"
+
+
 def sandboxed_trace(module: str, function: str, payload: dict, *, timeout_s: float,
                     code: Sequence[str]) -> dict:
     """run_python(module, function, payload)'s answer, from the disk when the same request was
     answered by the same code (`code`: the modules whose sources decide the answer)."""
-    from ..sandbox import run_python
+    import os
+
+    from ..sandbox import SandboxError, run_python
 
     key = hashlib.sha256(json.dumps([module, function, payload, _sources_hash(tuple(code))], sort_keys=True,
                                     default=str).encode()).hexdigest()
     out = disk_cache.load("traces", key)
     if isinstance(out, dict):
         return out
-    out = run_python(module, function, payload, timeout_s=timeout_s)
+    session = os.environ.get(SESSION_ENV, "")
+    failed_key = f"{key}-{session}"
+    if session:
+        failed = disk_cache.load("traces_timed_out", failed_key)
+        if isinstance(failed, dict):
+            raise SandboxError(str(failed.get("message", "timed out")), "timeout")
+    try:
+        out = run_python(module, function, payload, timeout_s=timeout_s)
+    except SandboxError as e:
+        if session and e.kind == "timeout":
+            disk_cache.save("traces_timed_out", failed_key, {"message": str(e)})
+        raise
     disk_cache.save("traces", key, out)
     return out

@@ -61,3 +61,38 @@ def test_other_tracer_code_is_another_key(tmp_path, monkeypatch):
     monkeypatch.setattr(tc, "_sources_hash", lambda modules: "another version")
     _ask(defn)
     assert len(list((tmp_path / "cache" / "traces").glob("*.json"))) == 2
+
+
+def test_a_time_out_is_remembered_within_its_matching_session_only(tmp_path, monkeypatch):
+    # a child of the matching ran past the time box: the process reading its answers does not trace
+    # again for as long; another session (a later run) asks afresh, as does a process with none
+    import pytest
+
+    import solforge.sandbox as sandbox
+    from solforge.kernels.trace_cache import SESSION_ENV
+    from solforge.sandbox import SandboxError
+
+    monkeypatch.setenv("SOLFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    defn = _definition(tmp_path)
+    calls = []
+
+    def slow(*a, **k):
+        calls.append(1)
+        raise SandboxError("timed out after 120 s (killed)", "timeout")
+    monkeypatch.setattr(sandbox, "run_python", slow)
+    monkeypatch.setenv(SESSION_ENV, "s1")
+    for _ in range(2):
+        with pytest.raises(SandboxError) as e:
+            _ask(defn)
+        assert e.value.kind == "timeout"
+    assert len(calls) == 1
+    monkeypatch.setenv(SESSION_ENV, "s2")
+    with pytest.raises(SandboxError):
+        _ask(defn)
+    assert len(calls) == 2
+    monkeypatch.delenv(SESSION_ENV)
+    for _ in range(2):
+        with pytest.raises(SandboxError):
+            _ask(defn)
+    assert len(calls) == 4
+    assert not list((tmp_path / "cache" / "traces").glob("*.json"))   # no answer was kept
