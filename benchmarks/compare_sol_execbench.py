@@ -584,10 +584,7 @@ def cmd_run(args) -> int:
         doc["meta"]["gpu"] = torch.cuda.get_device_name(0)
     except Exception:  # noqa: BLE001
         pass
-    (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
-    (out / "sol_execbench_compare_h200.md").write_text(render(doc))
-    print(render(doc))
-    return 0
+    return _write_report(out, "sol_execbench_compare_h200", doc, render(doc))
 
 
 def _sxb_version(src: Path) -> str:
@@ -801,12 +798,7 @@ def cmd_merge(args) -> int:
                            "same kind of machine (nvidia-h200), from the same prepared cases"}
     if args.notes:
         doc["meta"]["notes_md"] = Path(args.notes).read_text()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
-    (out / "sol_execbench_compare_h200.md").write_text(render(doc))
-    print(render(doc))
-    return 0
+    return _write_report(Path(args.out), "sol_execbench_compare_h200", doc, render(doc))
 
 
 # The four timings a `run` records per workload: (row field, what it is)
@@ -884,14 +876,18 @@ def render_repeat(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def _write_report(out: Path, stem: str, doc: dict, md: str) -> int:
+    """OUT/STEM.json and OUT/STEM.md, the markdown printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / f"{stem}.md").write_text(md)
+    print(md)
+    return 0
+
+
 def cmd_repeat(args) -> int:
     doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sol_execbench_repeat_h200.json").write_text(json.dumps(doc, indent=1, default=str))
-    (out / "sol_execbench_repeat_h200.md").write_text(render_repeat(doc))
-    print(render_repeat(doc))
-    return 0
+    return _write_report(Path(args.out), "sol_execbench_repeat_h200", doc, render_repeat(doc))
 
 
 def cmd_combine(args) -> int:
@@ -908,12 +904,7 @@ def cmd_combine(args) -> int:
                    "solforge_commit": first.get("solforge_commit")}
     if args.notes:
         doc["meta"]["notes_md"] = Path(args.notes).read_text()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
-    (out / "sol_execbench_compare_h200.md").write_text(render(doc))
-    print(render(doc))
-    return 0
+    return _write_report(Path(args.out), "sol_execbench_compare_h200", doc, render(doc))
 
 
 def cmd_render(args) -> int:

@@ -95,9 +95,9 @@ def _instrument(clock: PhaseClock, device):
     @contextlib.contextmanager
     def waited(section):
         # entering the section in its own phase: with several lanes on one GPU an evaluation waits
-        # there for the others' timing, and that wait is no check
-        # The runner pauses this evaluation's own clock between "wait" and "waited": a lane queued
-        # behind others' timing is not slow, while a kernel that hangs inside a section is.
+        # there for the others' timing, and that wait is no check; the runner pauses the
+        # evaluation's own clock between "wait" and "waited" (runner.OwnClock), so a lane queued
+        # behind others is not slow, while a kernel that hangs inside a section is
         with contextlib.ExitStack() as stack:
             with clock.phase("gpu_wait"):
                 emit("wait")

@@ -186,17 +186,13 @@ class Timer:
         self.backend = backend if backend in BACKENDS else default_backend()
         self._cupti_ok: Optional[bool] = None if method in ("auto", "cupti") else False
         self.cupti_error = ""
-        if duty_gap_factor is None or duty_min_call_ms is None:
-            from .. import settings
-
-            cfg = settings.get()
-            duty_gap_factor = cfg.duty_gap_factor if duty_gap_factor is None else duty_gap_factor
-            duty_min_call_ms = cfg.duty_min_call_ms if duty_min_call_ms is None else duty_min_call_ms
-        self.duty_gap_factor = float(duty_gap_factor)
-        self.duty_min_call_ms = float(duty_min_call_ms)
         from .. import settings
 
-        self.paced_warmup_ms = float(settings.get().paced_warmup_ms)
+        cfg = settings.get()
+        self.duty_gap_factor = float(cfg.duty_gap_factor if duty_gap_factor is None else duty_gap_factor)
+        self.duty_min_call_ms = float(cfg.duty_min_call_ms if duty_min_call_ms is None
+                                      else duty_min_call_ms)
+        self.paced_warmup_ms = float(cfg.paced_warmup_ms)
         self.last_warmup_calls = 0      # how many calls the last warm-up ran (steady warm-ups vary)
         self.last_gap_s = 0.0           # idle after each timed call in the last measurement
 

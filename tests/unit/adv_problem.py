@@ -20,3 +20,15 @@ def write_problem(root: Path, subset: str, name: str, reference: str, workloads)
     (d / "workload.jsonl").write_text("".join(json.dumps(dict(line, uuid=u, axes={"n": n})) + "\n"
                                               for u, n in workloads))
     return d
+
+
+def reference_run(problem, module_name: str):
+    """The problem's reference `run`, imported in this process (tests that build an Env by hand)."""
+    import importlib.util
+
+    path = Path(problem.source) / "_ref.py"
+    path.write_text(problem.definition.reference)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.run

@@ -18,7 +18,7 @@ from solforge.evaluate import refcache_fill as rcf
 from solforge.evaluate.evaluator import EvalConfig, Env, evaluate_workload
 from solforge.evaluate.results import EvalStatus
 from solforge.evaluate.runner import run_stage, stage_candidate
-from tests.unit.adv_problem import write_problem
+from tests.unit.adv_problem import reference_run, write_problem
 
 REF = ("import torch\n\n\n@torch.no_grad()\ndef run(x, y):\n    z = x\n    for _ in range(8):\n"
        "        z = torch.sin(z) + y\n    return z\n")
@@ -61,18 +61,12 @@ class _Caller:
 
 
 def _env(problem, reader, wrong=False, calls=None):
-    import importlib.util
-
-    path = Path(problem.source) / "_ref.py"
-    path.write_text(problem.definition.reference)
-    spec = importlib.util.spec_from_file_location("_rc_ref", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    run = reference_run(problem, "_rc_ref")
 
     def reference(*args):
         if calls is not None:
             calls.append(1)
-        return mod.run(*args)
+        return run(*args)
 
     return Env(problem=problem.name, reference=reference, caller=_Caller(wrong),
                device=torch.device("cpu"), config=EvalConfig(correctness_rounds=2, timing=False),

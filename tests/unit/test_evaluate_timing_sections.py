@@ -6,8 +6,6 @@ catches a candidate that skips work on inputs it has seen."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from solforge.evaluate import evaluator
 from solforge.evaluate.evaluator import EvalConfig, Env, evaluate_workload
 from solforge.evaluate.results import EvalStatus
 from solforge.evaluate.timing import Timing
-from tests.unit.adv_problem import write_problem
+from tests.unit.adv_problem import reference_run, write_problem
 
 REF = ("import torch\n\n\n@torch.no_grad()\ndef run(x, y):\n    return torch.sin(x) + y\n")
 
@@ -83,15 +81,11 @@ def problem(tmp_path):
 
 
 def _env(problem, sections, monkeypatch, skip_seen=False):
-    path = Path(problem.source) / "_ref.py"
-    path.write_text(problem.definition.reference)
-    spec = importlib.util.spec_from_file_location("_sections_ref", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    run = reference_run(problem, "_sections_ref")
 
     def reference(*args):
         sections.log.append(("reference", sections.open))
-        return mod.run(*args)
+        return run(*args)
 
     real_make = evaluator._make
 
