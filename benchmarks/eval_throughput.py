@@ -12,6 +12,8 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 flush) still read through kineto, and the zygote's spare child (its CUDA context made
                 while the previous candidate ran)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
+  after_cupti_gpu  the same through cupti-python with the GPU record kinds alone, left on for the
+                process (timing.py's `cupti-gpu`)
 
   lanesN_CFG    (--lanes N) the last of --configs again with N evaluations at a time on the one GPU,
                 as `solforge optimize --lanes N` runs them: each evaluation holds the GPU shared
@@ -56,8 +58,9 @@ CONFIGS = {
     "before": {"warmup_calls": 0, "timing_queued": False, "timing_backend": "kineto"},
     "after_kineto": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
     "after": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "auto"},
+    "after_cupti_gpu": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "cupti-gpu"},
 }
-ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}}
+ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}, "after_cupti_gpu": {}}
 TARGET_PER_MIN = 60.0
 
 

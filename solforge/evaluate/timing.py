@@ -4,9 +4,13 @@ first kernel is not counted; gaps between kernels are.
 
 CUPTI from Python, two backends reading the same activity records (kernels, memcpy, memset: GPU
 start/end timestamps and stream ids): `cupti-python` (NVIDIA's CUPTI bindings, the package
-SOL-ExecBench's own timer uses) when it imports, else torch.profiler (kineto). cupti-python costs
-about a millisecond per measurement; a kineto session costs 12-28 ms to start, stop and parse, which
-at two sessions per workload (timing, caching probe) was the largest fixed cost of an evaluation.
+SOL-ExecBench's own timer uses) when it imports, else torch.profiler (kineto). A kineto session costs
+12-28 ms to start, stop and parse, which at two sessions per workload (timing, caching probe) was the
+largest fixed cost of an evaluation. cupti-python in SOL-ExecBench's way (`cupti-python`: runtime and
+driver API records too, every kind turned on and off around each measurement) measured dearer still
+on the H200 (data/results/eval_throughput/). `cupti-gpu` reads the same GPU records through
+cupti-python with the GPU kinds alone, turned on once for the process and left on: a measurement then
+costs a flush that drops what the untimed work recorded, the calls and a flush that collects them.
 Calls are told apart by a marker kernel (torch.cuda._sleep's spin kernel) launched before each
 call's L2 flush; everything after a flush and before the next marker belongs to that call, on
 whatever stream it ran.
@@ -53,7 +57,7 @@ MIN_FLUSH_BYTES = 128 << 20
 # SOL-ExecBench's defaults (BenchmarkConfig): warm-up calls and timed calls per measurement
 NVIDIA_WARMUP_CALLS = 10
 NVIDIA_REPS = 50
-BACKENDS = ("auto", "cupti-python", "kineto")
+BACKENDS = ("auto", "cupti-python", "cupti-gpu", "kineto")
 
 
 def duty_gap_s(call_ms: float, gap_factor: float, min_call_ms: float) -> float:
@@ -144,7 +148,7 @@ def flush_bytes(device=None) -> int:
 
 
 def default_backend() -> str:
-    """$SOLFORGE_CUPTI_BACKEND (auto | cupti-python | kineto), else auto."""
+    """$SOLFORGE_CUPTI_BACKEND (one of BACKENDS), else auto."""
     import os
 
     v = os.environ.get("SOLFORGE_CUPTI_BACKEND", "auto").strip().lower()
@@ -362,18 +366,20 @@ class Timer:
         body = lambda: self._timed_loop(call, reps, gap_s, setup)  # noqa: E731
         backend = self.backend
         events = None
-        if backend in ("auto", "cupti-python"):
+        if backend in ("auto", "cupti-python", "cupti-gpu"):
+            strict = backend != "auto"
             session = CuptiPython.get()
             if session is None:
-                if backend == "cupti-python":
-                    raise TimingError(f"cupti-python unavailable: {CuptiPython.error}")
+                if strict:
+                    raise TimingError(f"{backend} unavailable: {CuptiPython.error}")
                 self.backend = backend = "kineto"
             else:
                 try:
-                    events = session.collect(body, self.device)
-                    backend = "cupti-python"
+                    api = backend != "cupti-gpu"
+                    events = session.collect(body, self.device, api=api)
+                    backend = "cupti-python" if api else "cupti-gpu"
                 except TimingError as e:
-                    if backend == "cupti-python":
+                    if strict:
                         raise
                     # kineto gets its turn (the calls run again; nothing was measured yet)
                     self.cupti_error = str(e)
@@ -386,10 +392,11 @@ class Timer:
 
 
 class CuptiPython:
-    """CUPTI's activity API through cupti-python, one registration per process. collect(body) turns
-    runtime and driver API, kernel, memcpy and memset records on (SOL-ExecBench's set), runs body,
-    synchronizes, flushes the records and turns them off again (never finalizes: the next
-    measurement then costs no re-initialization).
+    """CUPTI's activity API through cupti-python, one registration per process.
+    collect(body, api=True) is SOL-ExecBench's measurement: runtime and driver API, kernel, memcpy
+    and memset records on, body, synchronize, flush, all of them off again (never finalizes: the
+    next measurement costs no re-initialization). collect(body, api=False) turns the GPU kinds on
+    once and leaves them on; each measurement first drops what was recorded since the last one.
     get() is None where the package does not import (then kineto is used)."""
 
     _instance: Optional["CuptiPython"] = None
@@ -413,9 +420,11 @@ class CuptiPython:
         # API call adds host time between a multi-kernel call's launches (an eager reference's
         # span grows by it, a single kernel's does not), so the same kinds give the same window.
         # Their records are only read for what they cost: _completed keeps GPU activity alone.
-        self.kinds = (kinds.RUNTIME, kinds.DRIVER, kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET)
+        self.gpu_kinds = (kinds.CONCURRENT_KERNEL, kinds.MEMCPY, kinds.MEMSET)
+        self.api_kinds = (kinds.RUNTIME, kinds.DRIVER)
         self._names = {int(kinds.MEMCPY): "memcpy", int(kinds.MEMSET): "memset"}
         self._kernel = int(kinds.CONCURRENT_KERNEL)
+        self._on: set = set()
         self.records: list = []
         cupti.activity_register_callbacks(self._requested, self._completed)
 
@@ -435,14 +444,37 @@ class CuptiPython:
                     continue
             out.append((int(a.start), int(a.end), str(name), int(getattr(a, "stream_id", -1))))
 
-    def collect(self, body: Callable[[], None], device) -> list[tuple[int, int, str, int]]:
-        cupti = self.cupti
-        self.records = []
+    def _turn_on(self, kinds) -> None:
         try:
-            for k in self.kinds:
-                cupti.activity_enable(k)
+            for k in self.api_kinds + self.gpu_kinds:
+                if k in self._on and k not in kinds:
+                    self.cupti.activity_disable(k)
+                    self._on.discard(k)
+            for k in kinds:
+                if k not in self._on:
+                    self.cupti.activity_enable(k)
+                    self._on.add(k)
         except Exception as e:  # noqa: BLE001
             raise TimingError(f"cupti-python: activity_enable failed: {e}") from None
+
+    def _turn_off(self) -> None:
+        for k in list(self._on):
+            try:
+                self.cupti.activity_disable(k)
+            except Exception:  # noqa: BLE001
+                pass
+            self._on.discard(k)
+
+    def collect(self, body: Callable[[], None], device, api: bool = True
+                ) -> list[tuple[int, int, str, int]]:
+        cupti = self.cupti
+        kinds = self.gpu_kinds + (self.api_kinds if api else ())
+        if not api and set(kinds) <= self._on:
+            # left on since the last measurement: drop what the untimed work recorded meanwhile
+            torch.cuda.synchronize(device)
+            cupti.activity_flush_all(0)
+        self.records = []
+        self._turn_on(kinds)
         try:
             body()                    # the candidate's errors propagate as they are
         finally:
@@ -454,11 +486,8 @@ class CuptiPython:
                     # one SOL-ExecBench's timing calls) hands every completed record over
                     cupti.activity_flush_all(0)
                 finally:
-                    for k in self.kinds:
-                        try:
-                            cupti.activity_disable(k)
-                        except Exception:  # noqa: BLE001
-                            pass
+                    if api:
+                        self._turn_off()
         events, self.records = sorted(self.records), []
         if not events:
             raise TimingError("cupti-python recorded no GPU activity")

@@ -214,3 +214,64 @@ def test_a_paced_warmup_stops_at_its_budget_but_runs_two_calls():
     assert calls(250.0, 10, 100.0) == 2         # one more call at least, past the budget
     assert calls(30.0, 10, 0.0) == 10           # no budget: SOL-ExecBench's count
     assert calls(30.0, 1, 100.0) == 1
+
+
+class _FakeCupti:
+    """The three calls CuptiPython makes on cupti, logged; a flush hands over what `pending` holds."""
+
+    def __init__(self, session):
+        self.session, self.log, self.pending = session, [], []
+
+    def activity_enable(self, k):
+        self.log.append(("on", k))
+
+    def activity_disable(self, k):
+        self.log.append(("off", k))
+
+    def activity_flush_all(self, forced):
+        self.log.append(("flush", forced))
+        acts, self.pending = self.pending, []
+        self.session._completed(acts)
+
+
+def _fake_session(monkeypatch):
+    import enum
+
+    class Kind(enum.IntEnum):
+        MEMCPY, MEMSET, RUNTIME, DRIVER, CONCURRENT_KERNEL = 1, 2, 5, 6, 10
+
+    monkeypatch.setattr(timing_mod.torch.cuda, "synchronize", lambda *a: None)
+    s = timing_mod.CuptiPython.__new__(timing_mod.CuptiPython)
+    s._kernel, s._names, s.records, s._on = 10, {1: "memcpy", 2: "memset"}, [], set()
+    s.gpu_kinds = (Kind.CONCURRENT_KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    s.api_kinds = (Kind.RUNTIME, Kind.DRIVER)
+    s.cupti = _FakeCupti(s)
+    return s, Kind
+
+
+def test_cupti_gpu_kinds_stay_on_and_untimed_records_are_dropped(monkeypatch):
+    s, Kind = _fake_session(monkeypatch)
+    untimed = _Act(Kind.CONCURRENT_KERNEL, 0, 10, "correctness_check_kernel")
+    timed = _Act(Kind.CONCURRENT_KERNEL, 100, 110, "timed_kernel")
+
+    def body():
+        s.cupti.pending.append(timed)
+
+    assert [e[2] for e in s.collect(body, None, api=False)] == ["timed_kernel"]
+    turned_on = [k for op, k in s.cupti.log if op == "on"]
+    assert sorted(turned_on) == sorted(s.gpu_kinds) and not any(op == "off" for op, _ in s.cupti.log)
+    s.cupti.log.clear()
+    s.cupti.pending.append(untimed)          # recorded between two measurements
+    assert [e[2] for e in s.collect(body, None, api=False)] == ["timed_kernel"]
+    assert [op for op, _ in s.cupti.log] == ["flush", "flush"]   # nothing turned on or off again
+    # SOL-ExecBench's way afterwards: the API kinds join for one measurement, then all go off
+    s.cupti.log.clear()
+    s.collect(body, None, api=True)
+    assert {k for op, k in s.cupti.log if op == "on"} == set(s.api_kinds)
+    assert {k for op, k in s.cupti.log if op == "off"} == set(s.api_kinds) | set(s.gpu_kinds)
+    assert s._on == set()
+
+
+def test_cupti_gpu_is_a_backend(monkeypatch):
+    monkeypatch.setenv("SOLFORGE_CUPTI_BACKEND", "cupti-gpu")
+    assert timing_mod.default_backend() == "cupti-gpu"
