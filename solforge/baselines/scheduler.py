@@ -651,17 +651,20 @@ def main(argv=None) -> int:
 
 
 def merge_rows(args) -> int:
-    """Rebuild the outputs from the workers' own row files (they survive a lost OUT folder)."""
+    """Rebuild the outputs from row files: the workers' own (they survive a lost OUT folder: a
+    hardware event, then that worker's rows) or an OUT folder's baselines_rows.jsonl (plain rows;
+    their hardware is read from the baselines_h200.csv beside it)."""
     from types import SimpleNamespace
 
     rows, hardware = [], {}
     for f in args.merge_rows:
-        events = [json.loads(line) for line in f.read_text().splitlines()]
-        # a worker file holds one GPU's hardware event, then that worker's rows
+        events = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
         hw = next(({k: v for k, v in e.items() if k != "event"} for e in events
-                   if e.get("event") == "hardware"), {})
+                   if e.get("event") == "hardware"), None)
+        if hw is None:
+            hw = _hardware_from_csv(f.parent / "baselines_h200.csv")
         for e in events:
-            if e.pop("event", None) == "row":
+            if e.pop("event", "row" if "variant" in e else None) == "row":
                 rows.append(e)
                 hardware.setdefault(str(e.get("gpu", "0")), hw)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -670,6 +673,22 @@ def merge_rows(args) -> int:
     existing = read_existing(args.existing) if args.existing else {}
     write_outputs(run, existing, discover(args.dataset, args.only, read_explain(args.explain)))
     return 0
+
+
+def _hardware_from_csv(path: Path) -> dict:
+    """GPU, driver, torch and clocks as an OUT folder's table recorded them ({} without one)."""
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r.get("gpu"):
+                try:
+                    clocks = json.loads(r.get("clocks") or "{}")
+                except ValueError:
+                    clocks = {}
+                return {"gpu_name": r["gpu"], "driver": r.get("driver", ""),
+                        "torch_version": r.get("torch_version", ""), "clocks": clocks}
+    return {}
 
 
 def parent(args) -> int:

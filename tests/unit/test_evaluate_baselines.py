@@ -115,6 +115,16 @@ def test_dry_run_shares_tasks_keeps_existing_and_stops_at_the_deadline(tmp_path)
                for x in csv.DictReader(open(again / "baselines_h200.csv"))}
     assert {k: (v["eager_ms"], v["compile_ms"]) for k, v in rebuilt.items()} == \
         {k: (v["eager_ms"], v["compile_ms"]) for k, v in table.items()}
+    # the OUT folder's own rows file (plain rows, no worker events) rebuilds the same table, its
+    # hardware read from the table beside it
+    r3 = subprocess.run([sys.executable, "-m", "solforge.baselines.scheduler", "--dataset", str(data),
+                         "--existing", str(old), "--out", str(tmp_path / "from_out"), "--merge-rows",
+                         str(out / "baselines_rows.jsonl")], capture_output=True, text=True, timeout=120)
+    assert r3.returncode == 0, r3.stderr[-2000:]
+    from_out = {(x["problem"], x["workload_uuid"]): x
+                for x in csv.DictReader(open(tmp_path / "from_out" / "baselines_h200.csv"))}
+    assert {k: (v["eager_ms"], v["compile_ms"], v["gpu"], v["driver"]) for k, v in from_out.items()} == \
+        {k: (v["eager_ms"], v["compile_ms"], v["gpu"], v["driver"]) for k, v in table.items()}
 
 def test_a_killed_task_requeues_the_workloads_after_the_one_in_flight(tmp_path):
     import argparse
