@@ -196,6 +196,11 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
     from ..store import Store
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # the sandbox's one line on reduced isolation, said here, before any matching or evaluating
+    # process starts (they inherit the mark and stay silent: one line a run, not one a process)
+    from ..sandbox import bwrap
+
+    bwrap.available()
     pool = gpu_pool(p.gpus, p.lanes)
     if len(pool) and (stages is None or stages.prestart is _prestart):
         start_evaluator()  # its imports overlap what follows (problems, traced; store; lab)

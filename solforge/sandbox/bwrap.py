@@ -9,7 +9,8 @@ inside those hidden again.
 
 Where bwrap is missing or user namespaces are off, `available()` says so once, in one log line, and
 the sandbox runs with the rest of its rules (allowlisted env, private cwd, limits, own session).
-SOLFORGE_SANDBOX_BWRAP=0 turns it off on purpose (same line).
+SOLFORGE_SANDBOX_BWRAP=0 turns it off on purpose (same line). Once per process tree: the line leaves
+a mark in the environment, so processes started after it (matching workers, lanes) stay silent.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ log = logging.getLogger("solforge.sandbox")
 _HOME_SECRETS = (".ssh", ".aws", ".azure", ".config", ".gnupg", ".docker", ".kube", ".netrc",
                  ".git-credentials", ".pypirc", ".huggingface", ".cache/huggingface", ".prefect",
                  ".bash_history", ".python_history", ".duckdbrc")
+
+
+# set by the first process of a tree that said why bwrap is not used; its children inherit it
+_SAID = "SOLFORGE_SANDBOX_BWRAP_SAID"
 
 
 @lru_cache(maxsize=1)
@@ -51,8 +56,11 @@ def available() -> Optional[str]:
                     (r.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1] + ")"
             except (OSError, subprocess.SubprocessError) as e:
                 why = f"bwrap failed to start ({e})"
-    log.warning("solforge sandbox: %s; untrusted code runs WITHOUT network/filesystem isolation "
-                "(still: allowlisted env, private temp dir, resource limits, own process group)", why)
+    if os.environ.get(_SAID) != why:
+        os.environ[_SAID] = why
+        log.warning("solforge sandbox: %s; untrusted code runs WITHOUT network/filesystem isolation "
+                    "(still: allowlisted env, private temp dir, resource limits, own process group)",
+                    why)
     return None
 
 

@@ -223,3 +223,16 @@ def test_scrub_removes_env_values_and_key_shapes():
     text = f"{CANARY_ENV['GITHUB_TOKEN']} sk-abcdefghijklmnop1234 hf_abcdefghijklmnopqrstuvwx"
     out = scrub(text)
     assert MARK not in out and "sk-abcdefghijklmnop1234" not in out and "hf_abc" not in out
+
+
+def test_reduced_isolation_is_said_once_per_process_tree():
+    """The line on reduced isolation: the first process says it, the processes it starts do not."""
+    code = ("import subprocess, sys; from solforge.sandbox import bwrap; bwrap.available(); "
+            "[subprocess.run([sys.executable, '-c', 'from solforge.sandbox import bwrap; "
+            "bwrap.available()']) for _ in range(3)]")
+    env = {k: v for k, v in os.environ.items() if k != "SOLFORGE_SANDBOX_BWRAP_SAID"}
+    env["SOLFORGE_SANDBOX_BWRAP"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=env, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("WITHOUT network/filesystem isolation") == 1, r.stderr
