@@ -15,9 +15,10 @@ Configurations (job settings and the slot environment; the same driver, runner a
   after_cupti_gpu  the same through cupti-python with the GPU record kinds alone, left on for the
                 process (timing.py's `cupti-gpu`)
 
-  lanesN_CFG    (--lanes N) the last of --configs again with N evaluations at a time on the one GPU,
-                as `solforge optimize --lanes N` runs them: each evaluation holds the GPU shared
-                for its correctness work and alone for its timing (gpu_share), so one candidate's
+  lanesN_CFG    (--lanes N) the last of --configs (or --lanes-config) again with N evaluations at a
+                time on the one GPU, as `solforge optimize --lanes N` runs them: each evaluation
+                holds the GPU shared for its correctness work and alone for its timing (gpu_share),
+                so one candidate's
                 inputs, reference and checks overlap another's process start; its GPU-seconds are
                 the batch's wall time (the GPU is held throughout), not the sum of the evaluations'
 
@@ -237,7 +238,7 @@ def cmd_run(args) -> None:
     meta = {m["stage"]: m for m in json.loads((d / "candidates.json").read_text())}
     stages = [d / "stages" / s for s in meta][: args.limit or None]
     configs = [c for c in args.configs.split(",") if c]
-    bad = [c for c in configs if c not in CONFIGS]
+    bad = [c for c in configs + ([args.lanes_config] if args.lanes_config else []) if c not in CONFIGS]
     if bad:
         raise SystemExit(f"unknown config(s) {bad}; known: {sorted(CONFIGS)}")
     dest = Path(args.out or os.environ.get("OUT") or REPO / "data" / "results" / "eval_throughput")
@@ -285,7 +286,7 @@ def cmd_run(args) -> None:
                 print(f"{cfg:<13} {s.name:<58} {rec['wall_s']:6.2f} s  {rep.launch:<6} "
                       f"{sorted(set(rec['statuses']))} {rec['backends']}", flush=True)
     if args.lanes > 1:  # past the deadline too: it is what the run is for
-        _run_lanes(args, stages, meta, doc, save, configs[-1])
+        _run_lanes(args, stages, meta, doc, save, args.lanes_config or configs[-1])
     save()
     print(render(doc))
 
@@ -353,6 +354,8 @@ def main(argv=None) -> None:
                    help="start no evaluation after this many seconds (one device call is 600 s)")
     r.add_argument("--lanes", type=int, default=0,
                    help="then the last of --configs again, this many evaluations at a time")
+    r.add_argument("--lanes-config", default="",
+                   help="the configuration the lanes pass runs (default: the last of --configs)")
     r.add_argument("--out")
     r.set_defaults(func=cmd_run)
     g = sub.add_parser("report")
