@@ -18,9 +18,8 @@ Configurations (job settings and the slot environment; the same driver, runner a
   lanesN_CFG    (--lanes N) the last of --configs (or --lanes-config) again with N evaluations at a
                 time on the one GPU, as `solforge optimize --lanes N` runs them: each evaluation
                 holds the GPU shared for its correctness work and alone for its timing (gpu_share),
-                so one candidate's
-                inputs, reference and checks overlap another's process start; its GPU-seconds are
-                the batch's wall time (the GPU is held throughout), not the sum of the evaluations'
+                so one candidate's inputs, reference and checks overlap another's process start;
+                its GPU-seconds are the batch's wall time (the GPU is held throughout), not the sum of the evaluations'
 
 GPU-seconds of an evaluation = RunReport.wall_s (what the optimize flow records as
 attempts.gpu_seconds: the GPU slot is held exactly that long). Evaluations per GPU-minute =
