@@ -90,10 +90,8 @@ def _match_in_child(problem) -> bool:
             f.param_space(problem)
         except Exception:  # noqa: BLE001 - the parent's own matching reports it
             pass
-    try:
-        from ..kernels.compiled import answer_kept
-    except ImportError:
-        return True
+    from ..kernels.compiled import answer_kept
+
     return answer_kept(problem)
 
 

@@ -677,18 +677,15 @@ def merge_rows(args) -> int:
 
 def _hardware_from_csv(path: Path) -> dict:
     """GPU, driver, torch and clocks as an OUT folder's table recorded them ({} without one)."""
-    if not path.is_file():
+    r = next((r for r in read_existing(path).values() if r.get("gpu")), None)
+    if r is None:
         return {}
-    with open(path, newline="") as fh:
-        for r in csv.DictReader(fh):
-            if r.get("gpu"):
-                try:
-                    clocks = json.loads(r.get("clocks") or "{}")
-                except ValueError:
-                    clocks = {}
-                return {"gpu_name": r["gpu"], "driver": r.get("driver", ""),
-                        "torch_version": r.get("torch_version", ""), "clocks": clocks}
-    return {}
+    try:
+        clocks = json.loads(r.get("clocks") or "{}")
+    except ValueError:
+        clocks = {}
+    return {"gpu_name": r["gpu"], "driver": r.get("driver", ""),
+            "torch_version": r.get("torch_version", ""), "clocks": clocks}
 
 
 def parent(args) -> int:

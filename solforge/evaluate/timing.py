@@ -445,11 +445,9 @@ class CuptiPython:
             out.append((int(a.start), int(a.end), str(name), int(getattr(a, "stream_id", -1))))
 
     def _turn_on(self, kinds) -> None:
+        # nothing is ever on beyond `kinds`: the API kinds go off with everything after their
+        # measurement (_turn_off), the GPU kinds are in every measurement's set
         try:
-            for k in self.api_kinds + self.gpu_kinds:
-                if k in self._on and k not in kinds:
-                    self.cupti.activity_disable(k)
-                    self._on.discard(k)
             for k in kinds:
                 if k not in self._on:
                     self.cupti.activity_enable(k)
