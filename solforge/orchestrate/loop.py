@@ -358,6 +358,7 @@ class OptimizeLoop:
         try:
             while True:
                 free = width - len(inflight)
+                matching = 0  # problems still being matched when this pass planned (none: no plan)
                 if free > 0 and failure is None and plans < self.cfg.max_rounds:
                     plans += 1
                     report.rounds = plans
@@ -388,7 +389,8 @@ class OptimizeLoop:
                     return
                 if not inflight:
                     continue
-                done = self._wait_sessions(inflight, free_after=width - len(inflight) > 0)
+                done = self._wait_sessions(inflight, free_after=width - len(inflight) > 0,
+                                           matching_at_plan=matching)
                 for f in done:
                     d = inflight.pop(f)
                     with self._lock:
@@ -414,15 +416,19 @@ class OptimizeLoop:
             return dataclasses.replace(self.spent,
                                        attempts=self.spent.attempts + sum(self._reserved.values()))
 
-    def _wait_sessions(self, inflight: dict, free_after: bool) -> set:
+    def _wait_sessions(self, inflight: dict, free_after: bool, matching_at_plan: int) -> set:
         """Until a session ends; while a place is free and problems are still being matched, also
-        until the next match lands, so the free place starts on it instead of waiting for a session."""
-        n = self._matching()
-        if not (free_after and n):
+        until the next match lands, so the free place starts on it instead of waiting for a session.
+        Counted from the plan, not from now: a match that landed between the plan and this wait
+        returns at once (counting from now, the free place waited for the slowest running session
+        while the problem just matched sat idle)."""
+        if not free_after or not matching_at_plan:
             return wait(list(inflight), return_when=FIRST_COMPLETED)[0]
         while True:
+            if self._matching() < matching_at_plan:
+                return set()  # plan again: the landed problem may start on the free place
             done, _ = wait(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)
-            if done or self._matching() < n:
+            if done:
                 return done
 
     def _drive_rounds(self, report: LoopReport) -> None:

@@ -163,3 +163,47 @@ def test_the_end_of_a_run_does_not_wait_for_a_slow_landing(tmp_path, cpu_lab):
     assert time.monotonic() - t0 < 10
     assert got.get("left_running") and set(got["unmatched"]) <= {"a", "b"} and got["unmatched"]
     release.set()
+
+
+def test_a_match_landing_between_plan_and_wait_starts_on_the_free_place(tmp_path, store, cpu_lab):
+    """Two places, one running session; a problem's match lands just after the plan that could not
+    start it yet. The free place starts it at once, not when the running session ends (the wait
+    counted what was still matching from its own start, saw nothing pending and waited for the
+    slowest session: CI saw a fast problem idle for a slow session's whole 120 s)."""
+    import threading
+
+    from solforge.agents.planner import Action, Budget, Decision, PlannerConfig, Worker
+    from solforge.orchestrate.loop import LoopConfig, OptimizeLoop, Stages
+
+    a, b = _problem(tmp_path, "first", SCALE), _problem(tmp_path, "landing", SCALE)
+    pending = {"landing"}
+    started = {}
+    b_started = threading.Event()
+
+    def plan(states, budget, spent, cfg, n):
+        names = {s.name for s in states}
+        runs = [nm for nm in ("first", "landing") if nm in names and nm not in started
+                and nm not in pending][:n]
+        for nm in runs:
+            started[nm] = None
+        pending.discard("landing")  # lands right after this plan looked
+        if not runs:
+            return [Decision(Action.STOP, None, None, None, 0, 0.0, "both ran")]
+        return [Decision(Action.RUN, nm, Worker.OFFLINE, None, 1, 1.0, "stand-in") for nm in runs]
+
+    def session(loop, d):
+        started[d.problem] = time.monotonic()
+        if d.problem == "first":
+            b_started.wait(20.0)  # held until the landed problem starts beside it
+        else:
+            b_started.set()
+
+    loop = OptimizeLoop(store, [a, b], cpu_lab, {},
+                        LoopConfig(budget=Budget(attempts=4), planner=PlannerConfig(), runs_per_round=2),
+                        stages=Stages(session=session, plan=plan))
+    loop._matching = lambda: len(pending)
+    t0 = time.monotonic()
+    loop.run()
+    first = next(s for s in loop.session_log if s[0] == "first")
+    assert started["landing"] is not None and started["landing"] < first[2]
+    assert time.monotonic() - t0 < 15, "the landed problem waited for the running session to end"
