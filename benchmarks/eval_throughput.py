@@ -14,6 +14,8 @@ Configurations (job settings and the slot environment; the same driver, runner a
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
   after_cupti_gpu  the same through cupti-python with the GPU record kinds alone, left on for the
                 process (timing.py's `cupti-gpu`)
+  after_one_session  after_kineto with each workload's timed calls, re-check and caching probe in
+                one kineto session instead of two (timing.Timer.batched; settings.timing_one_session)
 
   lanesN_CFG    (--lanes N) the last of --configs (or --lanes-config) again with N evaluations at a
                 time on the one GPU, as `solforge optimize --lanes N` runs them: each evaluation
@@ -59,8 +61,11 @@ CONFIGS = {
     "after_kineto": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
     "after": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "auto"},
     "after_cupti_gpu": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "cupti-gpu"},
+    "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
+                          "one_session": True},
 }
-ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}, "after_cupti_gpu": {}}
+ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}, "after_cupti_gpu": {},
+        "after_one_session": {}}
 TARGET_PER_MIN = 60.0
 
 
@@ -157,6 +162,9 @@ def _record(config: str, stage: Path, rep, meta: dict) -> dict:
             "exit_code": rep.exit_code,
             "statuses": [r.status.value for r in rep.results],
             "backends": sorted({str(r.extra.get("timing_backend")) for r in rep.results}),
+            # "one per workload" where Timer.batched held the workload's measurements
+            "sessions": sorted({str(r.extra.get("timing_session", "one per measurement"))
+                                for r in rep.results if r.median_ms is not None}),
             "median_ms": {r.workload_uuid: r.median_ms for r in rep.results}}
 
 

@@ -62,6 +62,11 @@ class Settings:
     # a warm-up of such paced calls stops once the calls after the first would take longer than this
     # (at least two calls; timing.paced_warmup_calls); short calls keep SOL-ExecBench's ten
     paced_warmup_ms: float = 100.0
+    # a workload's timed calls, post-timing re-check and caching probe in one profiler session
+    # (timing.Timer.batched) instead of two (timing, probe), the probe then sized from the warm-up's
+    # estimate of a call: off until benchmarks/eval_throughput.py's after_one_session config has
+    # measured it against after_kineto on the GPU
+    timing_one_session: bool = False
     # caching probe (evaluate/evaluator.py): calls per side = clamp(budget / kernel time, min, max)
     caching_probe_min_calls: int = 3
     caching_probe_max_calls: int = 24

@@ -38,6 +38,7 @@ import torch
 
 from .correctness import compare_all, poison_
 from .inputs import clone_inputs, write_into
+from .timing import resolved
 
 WARM_IN_CALLS = 3
 # kernels shorter than this get the same input-making work before seen calls as before fresh ones
@@ -119,21 +120,48 @@ def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: 
     kernels, whose inputs can be large, where a longer idle before fresh calls can only make them
     faster, i.e. hide a gap, never invent one.
     final_seeds: per round, the seed of the last fresh call (whose output is checked) instead of a
-    never-seen one; reference is then called as reference(inputs, seed) (a cached reference)."""
+    never-seen one; reference is then called as reference(inputs, seed) (a cached reference).
+    Each round leaves the seen values in `inputs` as it found them."""
+    return start_probe(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls,
+                       ratio, abs_floor_ms, noise_k, seed, symmetric_setup, final_seeds)()
+
+
+def start_probe(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls: int,
+                ratio: float = 0.8, abs_floor_ms: float = 0.002, noise_k: float = 1.0,
+                seed: int = 3000, symmetric_setup: bool = True,
+                final_seeds: Optional[list] = None) -> Callable[[], ProbeOutcome]:
+    """run_probe's first round now (its calls and its output check), the rest in the function it
+    returns: inside Timer.batched the round's samples are read once the session has closed, and a
+    second round, when the first is suspicious, runs then in a session of its own."""
     saved = clone_inputs(inputs)
-    out = ProbeOutcome([], calls)
-    for rnd in range(2):
+
+    def round_(rnd: int):
         final = final_seeds[rnd] if final_seeds and rnd < len(final_seeds) else None
-        v, wrong = _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance,
-                              calls, saved, seed + 1000 * rnd, ratio, abs_floor_ms, noise_k,
-                              symmetric_setup, final)
-        if wrong:
-            out.wrong_output = True
-            return out
-        out.rounds.append(v)
-        if not v.suspicious:
-            break
-    return out
+        t, wrong = _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance,
+                              calls, saved, seed + 1000 * rnd, symmetric_setup, final)
+        _write(inputs, saved)   # the seen values back: what follows finds the buffers as they were
+        return t, wrong
+
+    first = round_(0)
+
+    def finish() -> ProbeOutcome:
+        out = ProbeOutcome([], calls)
+        t, wrong = first
+        for rnd in range(2):
+            if rnd:
+                t, wrong = round_(rnd)
+            if wrong:
+                out.wrong_output = True
+                return out
+            s = resolved(t).samples_ms
+            w = WARM_IN_CALLS
+            v = verdict(s[w:w + calls], s[w + calls:], ratio, abs_floor_ms, noise_k)
+            out.rounds.append(v)
+            if not v.suspicious:
+                break
+        return out
+
+    return finish
 
 
 def _write(dst: dict, src: dict) -> bool:
@@ -157,7 +185,9 @@ def _write(dst: dict, src: dict) -> bool:
 
 
 def _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls, saved,
-               seed, ratio, abs_floor_ms, noise_k, symmetric_setup=True, final_seed=None):
+               seed, symmetric_setup=True, final_seed=None):
+    """One round's calls (warm-in, seen x calls, fresh x calls) and the check of its last output:
+    (its Timing or Pending, whether that output was wrong)."""
     w = WARM_IN_CALLS
     total = w + 2 * calls
     first_fresh = w + calls                     # warm-in, seen x calls, fresh x calls
@@ -179,7 +209,4 @@ def _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance, 
         ref = reference(clone_inputs(inputs), final_seed)
     else:
         ref = reference(clone_inputs(inputs))
-    if not compare_all(outputs, ref, tolerance).ok:
-        return None, True
-    s = t.samples_ms
-    return verdict(s[w:first_fresh], s[first_fresh:], ratio, abs_floor_ms, noise_k), False
+    return t, not compare_all(outputs, ref, tolerance).ok

@@ -4,7 +4,8 @@ Per workload: `correctness_rounds` rounds with fresh inputs (round 1 writes its 
 0's buffers, so a kernel that caches by pointer returns stale output), each against the reference run
 on its own copies, outputs poisoned first; then timing over rotated input sets; then a poisoned
 re-check of the last timed set, a caching probe on never-seen inputs, the side-stream check and the
-SOL floor.
+SOL floor. With `one_session` the timed calls, the re-check and the probe's first round share one
+profiler session (Timer.batched) and are read once it closes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from .correctness import allocate_outputs, compare_all, normalize_reference_outp
 from .guards import GuardTripped
 from .inputs import InputFactory, clone_inputs, write_into
 from .results import EvalResult, EvalStatus
-from .timing import NVIDIA_WARMUP_CALLS, Timer, default_backend
+from .timing import (NVIDIA_WARMUP_CALLS, BatchUnavailable, Timer, Timing, TimingError,
+                     default_backend, resolved)
 
 
 def _setting(name: str):
@@ -62,6 +64,9 @@ class EvalConfig:
     warmup_calls: int = NVIDIA_WARMUP_CALLS
     timing_queued: bool = True
     timing_backend: str = field(default_factory=lambda: _setting("candidate_timing_backend"))
+    # a workload's timed calls, re-check and caching probe in one profiler session (Timer.batched)
+    # instead of one session for the timing and one for the probe
+    one_session: bool = field(default_factory=lambda: _setting("timing_one_session"))
 
     @classmethod
     def from_dict(cls, d: dict) -> "EvalConfig":
@@ -291,6 +296,27 @@ def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
 
 
 def _time(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> None:
+    timer = env.get_timer()
+    if env.config.one_session and hasattr(timer, "batched"):
+        finish = None
+        try:
+            finish = timer.batched(lambda: _timed_calls(env, rw, res, plan))
+        except BatchUnavailable:
+            pass                        # no session to share: one per measurement, as below
+        except TimingError as e:
+            # its records could not be read after the calls ran: they run again, each measurement
+            # in a session of its own (the probe left the buffers as the re-check needs them)
+            plan.notes.append(f"one profiler session for the workload failed ({e}); timed again")
+        if finish is not None:
+            return finish()
+    _timed_calls(env, rw, res, plan)()
+
+
+def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[], None]:
+    """The calls that need the GPU alone: the timed calls, the post-timing re-check and the caching
+    probe's first round. Returns what reads their results into res, to be called after them (inside
+    Timer.batched: once its session has closed, the probe sized from the warm-up's estimate of one
+    call instead of the median it cannot read yet)."""
     cfg, dev = env.config, env.device
     timer = env.get_timer()
     factory, sets, calls, notes = plan.factory, plan.sets, plan.calls, plan.notes
@@ -302,7 +328,7 @@ def _time(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> None:
     if env.integrity is not None:
         env.integrity.check()
     guards.check_threads(before)
-    if timing.method == "cupti":
+    if isinstance(timing, Timing) and timing.method == "cupti":
         guards.check_side_streams(timing.side_streams, timing.kernel_names)
     # The last timed set once more, poisoned, through the plan that was timed (its workspace as the
     # timed calls left it: a kernel that must leave it zeroed, workspace_zero "0", and did not, or one
@@ -313,32 +339,45 @@ def _time(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> None:
     cmp = _checked_call(env, rw, last_in, last_out, plan.recheck_ref, rw.workload.tolerance,
                         call=calls[-1])
     if not cmp.ok:
-        res.status, res.correct = EvalStatus.INCORRECT, False
-        res.message = f"after timing (inputs seen before): {cmp.reason}"
-        return
-    res.median_ms, res.p10_ms, res.p90_ms = timing.median_ms, timing.p10_ms, timing.p90_ms
-    res.spread, res.n_reps, res.timing_method = timing.spread, timing.n, timing.method
-    res.extra["kernels_per_call"] = timing.kernels_per_call
-    res.extra["n_sets"] = len(sets)
-    res.extra["timing_window"] = "queued" if timer.queued else "synced"
-    if timing.backend:
-        res.extra["timing_backend"] = timing.backend
-    if timing.note and timing.note != timing.method:
-        notes.append(timing.note)
+        def incorrect() -> None:
+            res.status, res.correct = EvalStatus.INCORRECT, False
+            res.message = f"after timing (inputs seen before): {cmp.reason}"
+        return incorrect
+    probe = None
     if cfg.caching_probe and cfg.caching_probe_calls > 0:
-        _probe_caching(env, rw, res, factory, sets[-1], calls[-1], timing.median_ms)
-        if res.status == EvalStatus.INCORRECT:
-            return
-    guards.check_sol_floor(timing.median_ms, env.t_sol_ms.get(rw.uuid),
-                           cfg.sol_floor_fraction)
-    res.status = EvalStatus.PASSED
-    res.message = "; ".join(notes)
+        estimate = timing.median_ms if isinstance(timing, Timing) else timer.last_call_ms
+        probe = _start_probe(env, rw, factory, sets[-1], calls[-1], estimate)
+
+    def finish() -> None:
+        t = resolved(timing)
+        if not isinstance(timing, Timing) and t.method == "cupti":
+            guards.check_side_streams(t.side_streams, t.kernel_names)
+        res.median_ms, res.p10_ms, res.p90_ms = t.median_ms, t.p10_ms, t.p90_ms
+        res.spread, res.n_reps, res.timing_method = t.spread, t.n, t.method
+        res.extra["kernels_per_call"] = t.kernels_per_call
+        res.extra["n_sets"] = len(sets)
+        res.extra["timing_window"] = "queued" if timer.queued else "synced"
+        if t.backend:
+            res.extra["timing_backend"] = t.backend
+        if not isinstance(timing, Timing):
+            res.extra["timing_session"] = "one per workload"
+        if t.note and t.note != t.method:
+            notes.append(t.note)
+        if probe is not None:
+            _finish_probe(env, res, *probe)
+            if res.status == EvalStatus.INCORRECT:
+                return
+        guards.check_sol_floor(t.median_ms, env.t_sol_ms.get(rw.uuid), cfg.sol_floor_fraction)
+        res.status = EvalStatus.PASSED
+        res.message = "; ".join(notes)
+
+    return finish
 
 
-def _probe_caching(env: Env, rw, res: EvalResult, factory, timing_set, call, median_ms: float):
-    """The caching probe (caching_probe.py) on the last timing set's own buffers and prepared call.
-    Sets res INCORRECT if never-seen values give a wrong output; raises GuardTripped(CACHING) if two
-    independent rounds both find seen values clearly faster than new ones."""
+def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[float]):
+    """The caching probe (caching_probe.py) on the last timing set's own buffers and prepared call:
+    its first round now; (calls per side, what finishes it) for _finish_probe. median_ms sizes it:
+    the timed median, or inside one session the warm-up's estimate of a call (an upper bound)."""
     cfg = env.config
     n = caching_probe.probe_calls(median_ms, cfg.caching_probe_budget_ms, cfg.caching_probe_calls,
                                   cfg.caching_probe_max_calls)
@@ -359,13 +398,23 @@ def _probe_caching(env: Env, rw, res: EvalResult, factory, timing_set, call, med
         expected = env.cached_reference(rw, seed) if seed is not None else None
         return expected(ins) if expected else env.run_reference(rw, ins)
 
-    out = caching_probe.run_probe(
+    finish = caching_probe.start_probe(
         env.get_timer(), lambda seed: _make(factory, seed), inputs, outputs, call,
         reference, rw.workload.tolerance, n,
         seed=caching_probe.fresh_seed(),
-        symmetric_setup=median_ms < caching_probe.SYMMETRIC_BELOW_MS, final_seeds=final)
+        symmetric_setup=bool(median_ms) and median_ms < caching_probe.SYMMETRIC_BELOW_MS,
+        final_seeds=final)
     if env.integrity is not None:
         env.integrity.check()       # the probe's calls ran candidate code before its verdict is used
+    return n, finish
+
+
+def _finish_probe(env: Env, res: EvalResult, n: int, finish) -> None:
+    """Sets res INCORRECT if never-seen values gave a wrong output; raises GuardTripped(CACHING) if
+    two independent rounds both find seen values clearly faster than new ones."""
+    out = finish()
+    if env.integrity is not None:
+        env.integrity.check()       # a second round runs candidate code here
     if out.wrong_output:
         res.status, res.correct = EvalStatus.INCORRECT, False
         res.message = "caching probe: wrong output on never-seen values in reused buffers"

@@ -13,7 +13,9 @@ cupti-python with the GPU kinds alone, turned on once for the process and left o
 costs a flush that drops what the untimed work recorded, the calls and a flush that collects them.
 Calls are told apart by a marker kernel (torch.cuda._sleep's spin kernel) launched before each
 call's L2 flush; everything after a flush and before the next marker belongs to that call, on
-whatever stream it ran.
+whatever stream it ran. `Timer.batched(body)` holds one session around several measurements (a
+workload's timing and its caching probe: settings.timing_one_session), each measurement owning its
+markers in order, and reads them all when the session closes.
 
 The window is SOL-ExecBench's ("queued"): [marker][flush][call ...] sync [marker][flush] ...: the
 call is launched right behind the flush, with no synchronize in between, so its first kernel starts
@@ -130,6 +132,28 @@ class TimingError(RuntimeError):
     pass
 
 
+class BatchUnavailable(TimingError):
+    """Timer.batched could not start a profiler session; its body has not run."""
+
+
+class Pending:
+    """A measurement made inside Timer.batched: its Timing, read once the session has closed."""
+
+    def __init__(self, reps: int, stride: int):
+        self.reps, self.stride = reps, stride
+        self.timing: Optional[Timing] = None
+
+    def result(self) -> Timing:
+        if self.timing is None:
+            raise TimingError("a measurement read before its profiler session closed")
+        return self.timing
+
+
+def resolved(t) -> Timing:
+    """A Timing, whether measured on its own or inside Timer.batched (then once it has closed)."""
+    return t.result() if isinstance(t, Pending) else t
+
+
 def _l2_bytes(device=None) -> int:
     props = torch.cuda.get_device_properties(device or torch.cuda.current_device())
     return int(getattr(props, "L2_cache_size", 0) or 0)
@@ -199,6 +223,10 @@ class Timer:
         self.paced_warmup_ms = float(cfg.paced_warmup_ms)
         self.last_warmup_calls = 0      # how many calls the last warm-up ran (steady warm-ups vary)
         self.last_gap_s = 0.0           # idle after each timed call in the last measurement
+        # the last warm-up's wall ms of one flushed call (an upper bound of its GPU time): what sizes
+        # work that follows a measurement inside Timer.batched, before its samples can be read
+        self.last_call_ms: Optional[float] = None
+        self._batch: Optional[list] = None   # the Pendings of the open Timer.batched session
 
     def gap_s(self, call_ms: float) -> float:
         return duty_gap_s(call_ms, self.duty_gap_factor, self.duty_min_call_ms)
@@ -297,10 +325,17 @@ class Timer:
             per_call_ms = self.warmup(call, warmup_ms, min_calls=max(min_warmup_calls, 1),
                                       steady=steady)
         if per_call_ms is not None:
+            self.last_call_ms = per_call_ms
             gap = self.gap_s(per_call_ms)
             busy_ms = per_call_ms + gap * 1e3
             reps = max(min(reps, min_reps), min(reps, int(budget_s * 1e3 / max(busy_ms, 1e-3))))
         self.last_gap_s = gap
+        if self._batch is not None:
+            # inside Timer.batched: the calls go into its session, read when it closes
+            self._timed_loop(call, reps, gap, setup)
+            pending = Pending(reps, 2 if setup is not None else 1)
+            self._batch.append(pending)
+            return pending
         if self._cupti_ok is not False:
             try:
                 t = self._measure_cupti(call, reps, gap, setup)
@@ -312,6 +347,73 @@ class Timer:
                 self._cupti_ok = False
                 self.cupti_error = str(e)
         return self._measure_events(call, reps, gap, setup)
+
+    # ── one profiler session around several measurements ────────────────────────────────────────
+    def batched(self, body: Callable[[], object]):
+        """Run body() inside one profiler session; returns what body returns. Every measure() body
+        makes times its calls in that session and returns a Pending, whose Timing is read once the
+        session has closed: the marker kernels are counted off in order (a measurement of `reps`
+        calls owns stride x reps + 1 of them), and whatever body runs between measurements (the
+        re-check, a reference) lies outside every window. One session where a workload had two
+        (timing, then the caching probe): kineto's start, stop and parse cost 12-28 ms each.
+        Raises BatchUnavailable (body not run) where no session can be had, TimingError where the
+        session's records cannot be read after body ran (its calls must be timed again)."""
+        if self._batch is not None:
+            return body()               # already inside one
+        if self._cupti_ok is False or self.method == "events":
+            raise BatchUnavailable("timing by CUDA events: no profiler session")
+        try:
+            opened = self._open_session()
+        except TimingError as e:
+            raise BatchUnavailable(str(e)) from None
+        pending: list[Pending] = []
+        self._batch = pending
+        try:
+            out = body()                # the candidate's errors propagate as they are
+        except BaseException:
+            self._batch = None
+            try:
+                self._close_session(opened, ok=False)
+            except Exception:  # noqa: BLE001 - the body's error is the one that counts
+                pass
+            raise
+        self._batch = None
+        events = self._close_session(opened, ok=True)
+        _split_batch(events, pending, opened[0])
+        return out
+
+    def _open_session(self) -> tuple:
+        """(backend, handle) of a started profiler session, the backend chosen as _measure_cupti
+        chooses it (cupti-python where asked and importable, else kineto)."""
+        backend = self.backend
+        if backend in ("auto", "cupti-python", "cupti-gpu"):
+            strict = backend != "auto"
+            session = CuptiPython.get()
+            if session is None:
+                if strict:
+                    raise TimingError(f"{backend} unavailable: {CuptiPython.error}")
+                self.backend = "kineto"
+            else:
+                api = backend != "cupti-gpu"
+                try:
+                    session.begin(self.device, api=api)
+                    return ("cupti-python" if api else "cupti-gpu", session)
+                except TimingError as e:
+                    if strict:
+                        raise
+                    self.cupti_error = str(e)
+                    self.backend = "kineto"
+        return ("kineto", _kineto_start())
+
+    def _close_session(self, opened: tuple, ok: bool) -> list:
+        backend, handle = opened
+        if backend == "kineto":
+            return _kineto_stop(handle, ok)
+        api = backend == "cupti-python"
+        if not ok:
+            handle.stop(self.device, api=api)
+            return []
+        return handle.end(self.device, api=api)
 
     # ── events ──────────────────────────────────────────────────────────────────────────────────
     def _measure_events(self, call, reps: int, gap_s: float = 0.0, setup=None) -> Timing:
@@ -463,36 +565,48 @@ class CuptiPython:
                 pass
             self._on.discard(k)
 
-    def collect(self, body: Callable[[], None], device, api: bool = True
-                ) -> list[tuple[int, int, str, int]]:
-        cupti = self.cupti
+    def begin(self, device, api: bool = True) -> None:
+        """Start a measurement: its kinds on (the GPU kinds stay on between measurements)."""
         kinds = self.gpu_kinds + (self.api_kinds if api else ())
         if not api and set(kinds) <= self._on:
             # left on since the last measurement: drop what the untimed work recorded meanwhile
             torch.cuda.synchronize(device)
-            cupti.activity_flush_all(0)
+            self.cupti.activity_flush_all(0)
         self.records = []
         self._turn_on(kinds)
+
+    def stop(self, device, api: bool = True) -> None:
         try:
-            body()                    # the candidate's errors propagate as they are
+            torch.cuda.synchronize(device)
         finally:
             try:
-                torch.cuda.synchronize(device)
+                # after the synchronize every record is complete, and the unforced flush (the
+                # one SOL-ExecBench's timing calls) hands every completed record over
+                self.cupti.activity_flush_all(0)
             finally:
-                try:
-                    # after the synchronize every record is complete, and the unforced flush (the
-                    # one SOL-ExecBench's timing calls) hands every completed record over
-                    cupti.activity_flush_all(0)
-                finally:
-                    if api:
-                        self._turn_off()
+                if api:
+                    self._turn_off()
+
+    def end(self, device, api: bool = True) -> list[tuple[int, int, str, int]]:
+        """Stop the measurement begun last; its GPU records in start order."""
+        self.stop(device, api)
         events, self.records = sorted(self.records), []
         if not events:
             raise TimingError("cupti-python recorded no GPU activity")
         return events
 
+    def collect(self, body: Callable[[], None], device, api: bool = True
+                ) -> list[tuple[int, int, str, int]]:
+        self.begin(device, api)
+        try:
+            body()                    # the candidate's errors propagate as they are
+        except BaseException:
+            self.stop(device, api)
+            raise
+        return self.end(device, api)
 
-def _kineto_collect(body: Callable[[], None]) -> list[tuple[int, int, str, int]]:
+
+def _kineto_start():
     from torch.profiler import ProfilerActivity, profile
 
     try:
@@ -500,17 +614,28 @@ def _kineto_collect(body: Callable[[], None]) -> list[tuple[int, int, str, int]]
         prof.__enter__()
     except Exception as e:  # noqa: BLE001 - any profiler trouble means: use the fallback
         raise TimingError(f"profiler unavailable: {type(e).__name__}: {e}") from None
-    ok = False
+    return prof
+
+
+def _kineto_stop(prof, ok: bool) -> list[tuple[int, int, str, int]]:
+    """Stop a session; its GPU events when what ran inside it ended well (ok), else nothing (the
+    error that ended it is the one that counts)."""
+    try:
+        prof.__exit__(None, None, None)
+    except Exception as e:  # noqa: BLE001
+        if ok:
+            raise TimingError(f"profiler stop failed: {type(e).__name__}: {e}") from None
+    return _gpu_events(prof) if ok else []
+
+
+def _kineto_collect(body: Callable[[], None]) -> list[tuple[int, int, str, int]]:
+    prof = _kineto_start()
     try:
         body()                        # the candidate's errors propagate as they are
-        ok = True
-    finally:
-        try:
-            prof.__exit__(None, None, None)
-        except Exception as e:  # noqa: BLE001
-            if ok:
-                raise TimingError(f"profiler stop failed: {type(e).__name__}: {e}") from None
-    return _gpu_events(prof)
+    except BaseException:
+        _kineto_stop(prof, ok=False)
+        raise
+    return _kineto_stop(prof, ok=True)
 
 
 def _gpu_events(prof) -> list[tuple[int, int, str, int]]:
@@ -568,3 +693,19 @@ def _split_calls(events, reps: int, stride: int = 1) -> Timing:
     return Timing(samples, "cupti", streams=streams, kernel_names=names,
                   kernels_per_call=sum(counts) / len(counts), base_stream=events[markers[0]][3])
 
+
+def _split_batch(events, pending: list, backend: str) -> None:
+    """Give each measurement of one session (Timer.batched) its Timing: measurement k owns the
+    next stride x reps + 1 marker kernels in start order, and only its windows between them."""
+    markers = [i for i, ev in enumerate(events) if "spin_kernel" in ev[2]]
+    need = sum(p.stride * p.reps + 1 for p in pending)
+    if len(markers) != need:
+        raise TimingError(f"expected {need} marker kernels over {len(pending)} measurement(s) of one "
+                          f"session, found {len(markers)}")
+    off = 0
+    for p in pending:
+        last = off + p.stride * p.reps
+        t = _split_calls(events[markers[off]: markers[last] + 1], p.reps, p.stride)
+        t.backend = backend
+        p.timing = t
+        off = last + 1

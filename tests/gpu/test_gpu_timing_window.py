@@ -70,3 +70,33 @@ def test_eager_reference_timed_like_nvidia():
     assert state["nvidia_timer"].queued
     assert state["nvidia_timer"].flush_buf.numel() == timing.flush_size(
         torch.cuda.get_device_properties(0).L2_cache_size, "nvidia")
+
+
+@pytest.mark.parametrize("backend", ["kineto", "cupti-gpu"])
+def test_one_session_reads_what_one_session_per_measurement_reads(backend):
+    """Timer.batched: a measurement, work between, a measurement with setup, in one session; each
+    reads what it reads on its own (same kernel counts, medians within 10%)."""
+    if backend != "kineto" and timing.CuptiPython.get() is None:
+        pytest.skip(f"cupti-python not installed: {timing.CuptiPython.error}")
+    x = torch.randn(8 << 20, device="cuda")
+    y = torch.randn(1 << 20, device="cuda")
+    call = lambda i: x.mul_(1.0)  # noqa: E731
+    small = lambda i: y.add_(1.0)  # noqa: E731
+    alone = _timer(backend=backend)
+    a, b = alone.measure(call, 30, warmup_calls=10), alone.measure(
+        small, 12, warmup_ms=0, min_warmup_calls=0, setup=lambda i: y.normal_())
+    shared = _timer(backend=backend)
+    got = {}
+
+    def body():
+        got["a"] = shared.measure(call, 30, warmup_calls=10)
+        x.sum().item()                       # work between the measurements: in no window
+        got["b"] = shared.measure(small, 12, warmup_ms=0, min_warmup_calls=0,
+                                  setup=lambda i: y.normal_())
+
+    shared.batched(body)
+    ga, gb = got["a"].result(), got["b"].result()
+    assert (ga.n, gb.n) == (a.n, b.n) and ga.kernels_per_call == a.kernels_per_call == 1
+    assert gb.kernels_per_call == b.kernels_per_call == 1
+    assert ga.median_ms == pytest.approx(a.median_ms, rel=0.10), (ga.median_ms, a.median_ms)
+    assert gb.median_ms == pytest.approx(b.median_ms, rel=0.25), (gb.median_ms, b.median_ms)
