@@ -68,38 +68,29 @@ def _instrument(clock: PhaseClock, device):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def phased(phase: str, name: str):
+        """Timer.<name>, its seconds counted in `phase`."""
+        def method(self, *a, **k):
+            with clock.phase(phase):
+                return getattr(super(PhasedTimer, self), name)(*a, **k)
+        return method
+
     class PhasedTimer(timing.Timer):
-        def warmup(self, *a, **k):
-            with clock.phase("timing_warmup"):
-                return super().warmup(*a, **k)
-
-        def warmup_n(self, *a, **k):
-            with clock.phase("timing_warmup"):
-                return super().warmup_n(*a, **k)
-
-        def _measure_cupti(self, *a, **k):
-            with clock.phase("timing_profile"):
-                return super()._measure_cupti(*a, **k)
-
-        def _measure_events(self, *a, **k):
-            with clock.phase("timing_profile"):
-                return super()._measure_events(*a, **k)
-
+        warmup = phased("timing_warmup", "warmup")
+        warmup_n = phased("timing_warmup", "warmup_n")
+        _measure_cupti = phased("timing_profile", "_measure_cupti")
+        _measure_events = phased("timing_profile", "_measure_events")
         # inside one session for the workload (Timer.batched): its start, its stop with the
         # records read back, and the timed calls; the checks between them stay "checks"
-        def _open_session(self, *a, **k):
-            with clock.phase("timing_profile"):
-                return super()._open_session(*a, **k)
-
-        def _close_session(self, *a, **k):
-            with clock.phase("timing_profile"):
-                return super()._close_session(*a, **k)
+        _open_session = phased("timing_profile", "_open_session")
+        _close_session = phased("timing_profile", "_close_session")
+        _batched_loop = phased("timing_profile", "_timed_loop")
 
         def _timed_loop(self, *a, **k):
-            if self._batch is None:     # on its own, _measure_cupti's phase holds it already
+            # on its own, _measure_cupti's phase holds it already
+            if self._batch is None:
                 return super()._timed_loop(*a, **k)
-            with clock.phase("timing_profile"):
-                return super()._timed_loop(*a, **k)
+            return self._batched_loop(*a, **k)
 
     class PhasedInputFactory(inputs.InputFactory):
         def make(self, *a, **k):

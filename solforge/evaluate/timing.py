@@ -382,27 +382,34 @@ class Timer:
         _split_batch(events, pending, opened[0])
         return out
 
+    def _cupti_session(self) -> Optional["CuptiPython"]:
+        """The cupti-python session this timer's backend asks for, or None: kineto (asked for, or
+        `auto` where cupti-python does not import). A cupti backend asked for by name that does not
+        import raises TimingError."""
+        if self.backend not in ("auto", "cupti-python", "cupti-gpu"):
+            return None
+        session = CuptiPython.get()
+        if session is None:
+            if self.backend != "auto":
+                raise TimingError(f"{self.backend} unavailable: {CuptiPython.error}")
+            self.backend = "kineto"
+        return session
+
     def _open_session(self) -> tuple:
         """(backend, handle) of a started profiler session, the backend chosen as _measure_cupti
         chooses it (cupti-python where asked and importable, else kineto)."""
         backend = self.backend
-        if backend in ("auto", "cupti-python", "cupti-gpu"):
-            strict = backend != "auto"
-            session = CuptiPython.get()
-            if session is None:
-                if strict:
-                    raise TimingError(f"{backend} unavailable: {CuptiPython.error}")
+        session = self._cupti_session()
+        if session is not None:
+            api = backend != "cupti-gpu"
+            try:
+                session.begin(self.device, api=api)
+                return ("cupti-python" if api else "cupti-gpu", session)
+            except TimingError as e:
+                if backend != "auto":
+                    raise
+                self.cupti_error = str(e)
                 self.backend = "kineto"
-            else:
-                api = backend != "cupti-gpu"
-                try:
-                    session.begin(self.device, api=api)
-                    return ("cupti-python" if api else "cupti-gpu", session)
-                except TimingError as e:
-                    if strict:
-                        raise
-                    self.cupti_error = str(e)
-                    self.backend = "kineto"
         return ("kineto", _kineto_start())
 
     def _close_session(self, opened: tuple, ok: bool) -> list:
@@ -468,24 +475,20 @@ class Timer:
         body = lambda: self._timed_loop(call, reps, gap_s, setup)  # noqa: E731
         backend = self.backend
         events = None
-        if backend in ("auto", "cupti-python", "cupti-gpu"):
-            strict = backend != "auto"
-            session = CuptiPython.get()
-            if session is None:
-                if strict:
-                    raise TimingError(f"{backend} unavailable: {CuptiPython.error}")
+        session = self._cupti_session()
+        if session is None:
+            backend = "kineto"
+        else:
+            try:
+                api = backend != "cupti-gpu"
+                events = session.collect(body, self.device, api=api)
+                backend = "cupti-python" if api else "cupti-gpu"
+            except TimingError as e:
+                if backend != "auto":
+                    raise
+                # kineto gets its turn (the calls run again; nothing was measured yet)
+                self.cupti_error = str(e)
                 self.backend = backend = "kineto"
-            else:
-                try:
-                    api = backend != "cupti-gpu"
-                    events = session.collect(body, self.device, api=api)
-                    backend = "cupti-python" if api else "cupti-gpu"
-                except TimingError as e:
-                    if strict:
-                        raise
-                    # kineto gets its turn (the calls run again; nothing was measured yet)
-                    self.cupti_error = str(e)
-                    self.backend = backend = "kineto"
         if events is None:
             events = _kineto_collect(body)
         t = _split_calls(events, reps, stride=2 if setup is not None else 1)
