@@ -78,10 +78,12 @@ def output_specs(defn) -> dict:
     return out
 
 
-# How matmuls and convolutions lower: "generic" (the lowering's own tiled kernel, the first
-# candidate) or "template" (templates/gemm_adapter: the wgmma / mma.sync / SIMT GEMM template, a
-# tunable the offline search tries; same call, same loaders, so prologues stay fused)
-GEMM_LOWERINGS = ("generic", "template")
+# How matmuls and convolutions lower: "generic" (the lowering's own tiled kernel), "template"
+# (templates/gemm_adapter: the wgmma / mma.sync / SIMT GEMM template; same call, same loaders, so
+# prologues stay fused) or "template_3xtf32" (the same, fp32 operands on tensor cores as 3xTF32
+# instead of SIMT FMA: fp32-level error, several times the FMA rate; the evaluator's tolerance
+# decides per problem). Tunables the offline search tries (kernels/compiled.py).
+GEMM_LOWERINGS = ("generic", "template", "template_3xtf32")
 
 
 def _matmul_for(gemm: str):
@@ -89,9 +91,11 @@ def _matmul_for(gemm: str):
         raise ValueError(f"gemm lowering must be one of {GEMM_LOWERINGS}, not {gemm!r}")
     if gemm == "generic":
         return None
+    from functools import partial
+
     from .templates import gemm_adapter
 
-    return gemm_adapter.matmul
+    return partial(gemm_adapter.matmul, fp32="3xtf32") if gemm == "template_3xtf32" else gemm_adapter.matmul
 
 
 def _one_line(e: Exception) -> str:

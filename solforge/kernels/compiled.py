@@ -20,8 +20,12 @@ from .gate import family_offered
 # or convolution and the template takes it (101 of 105 shapes correct on the H200 and 1.2x torch in
 # geomean, data/results/compiler_templates; the generic kernel ran 8k GEMMs in ~500 ms, past any
 # evaluation's time limit); 0 the generic tiled kernel (fp32 accumulation everywhere), the next point
-# and the only one for plans without matmuls. The evaluator's verdict decides between them.
+# and the only one for plans without matmuls; 2 the GEMM template with fp32 multiplies on tensor
+# cores as 3xTF32 (fp32-level error; SIMT fp32 ran large GEMMs at 0.47-0.64x torch's on the H200),
+# a point after the template's where the plan multiplies fp32 operands. The evaluator's verdict
+# decides between them.
 GEMM_PARAM = "COMPILER_GEMM_TEMPLATE"
+GEMM_LOWERING = {0: "generic", 1: "template", 2: "template_3xtf32"}
 _GEMM_SEGMENTS = ("matmul", "conv")
 # softmax(Q K^T) V patterns as the flash attention template (solforge/compiler/attention_segment.py),
 # a tunable: offered (with the GEMM template for the other matmuls) where the matcher finds one, and
@@ -34,7 +38,7 @@ def _outcome(problem, params: Optional[dict] = None):
 
     if not getattr(problem, "workloads", None) or not hasattr(problem, "definition"):
         return None
-    gemm = "template" if int((params or {}).get(GEMM_PARAM, 0) or 0) else "generic"
+    gemm = GEMM_LOWERING.get(int((params or {}).get(GEMM_PARAM, 0) or 0), "generic")
     return compile_problem(problem, gemm=gemm, attention=bool(int((params or {}).get(ATTN_PARAM, 0) or 0)))
 
 
@@ -97,8 +101,16 @@ class CompiledFamily(Family):
         # others go first, as in a plan without variants (the generic matmul ran projections
         # 20-50x slower than torch on the H200)
         bound = _template_first_max_kb() if out.segments.get("variants") else float("inf")
-        return ([t for t, kb in templates if kb <= bound] + [generic]
-                + [t for t, kb in reversed(templates) if kb > bound])
+        space = ([t for t, kb in templates if kb <= bound] + [generic]
+                 + [t for t, kb in reversed(templates) if kb > bound])
+        # fp32 multiplies on tensor cores: the GEMM template's plan again with its fp32 GEMMs as
+        # 3xTF32 (and the flash plan's, where there is one), after the points above
+        for t, _ in templates:
+            params = {**t, GEMM_PARAM: 2}
+            o = _outcome(problem, params)
+            if o is not None and o.ok and any("sfg::gemm_tf32<" in v for v in o.candidate.sources.values()):
+                space.append({**o.candidate.params, **params})
+        return space
 
     def default_params(self, problem) -> dict:
         space = self.param_space(problem)

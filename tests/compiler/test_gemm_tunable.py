@@ -70,3 +70,50 @@ def test_an_operand_reshaped_across_strides_is_copied_once_before_the_gemm(tmp_p
     assert check_problem(p, cap=40, candidate=compile_problem(p).candidate)["ok"]
     res = compile_candidate(compile_problem(p, gemm="template").candidate, "sm_90a")
     assert res.ok, res.log[-2000:]
+
+
+def test_fp32_multiplies_get_a_3xtf32_point_after_the_template(tmp_path):
+    """A plan that multiplies fp32 operands gets one more point: the GEMM template with those
+    multiplies on tensor cores as 3xTF32 (fp32-level error), after the template and generic points;
+    it compiles for sm_90a. A 16-bit plan gets none (test above: two points)."""
+    from solforge.compile import compile_candidate
+    from solforge.compiler.templates.gemm import valid_params
+    from solforge.compiler.templates.gemm_adapter import on_tensor_cores
+    from solforge.kernels.compiled import GEMM_PARAM, CompiledFamily
+
+    p = make_problem(tmp_path, "lin_fp32",
+                     {"M": {"type": "var"}, "K": {"type": "const", "value": 96},
+                      "N": {"type": "const", "value": 300}},
+                     {"x": {"shape": ["M", "K"], "dtype": "float32"},
+                      "w": {"shape": ["N", "K"], "dtype": "float32"},
+                      "b": {"shape": ["N"], "dtype": "float32"}},
+                     {"y": {"shape": ["M", "N"], "dtype": "float32"}},
+                     """
+                     import torch
+                     def run(x, w, b):
+                         return torch.relu(torch.nn.functional.linear(x, w, b))
+                     """, [{"M": 7}, {"M": 1000}])
+    fam = CompiledFamily()
+    space = fam.param_space(p)
+    assert [s[GEMM_PARAM] for s in space] == [1, 0, 2], space
+    simt, tf32 = fam.instantiate(p, space[0]), fam.instantiate(p, space[2])
+    assert tf32.params[GEMM_PARAM] == 2
+    src_s, src_t = ("\n".join(c.sources.values()) for c in (simt, tf32))
+    assert "sfg::gemm_simt<" in src_s and "sfg::gemm_tf32<" not in src_s
+    # every fp32 GEMM of the plan on tensor cores, three passes (3xTF32), none left on SIMT
+    assert "sfg::gemm_tf32<" in src_t and "sfg::gemm_simt<" not in src_t
+    import re
+
+    calls = re.findall(r"sfg::gemm_tf32<[^>]*>\(", src_t)
+    assert len(calls) == 2 and all(c.endswith(", 3>(") for c in calls), calls  # a tier per M range
+    res = compile_candidate(tf32, "sm_90a")
+    assert res.ok, res.log[-2000:]
+    # the tensor-core tiles are valid template configs whatever SIMT tiles they replace
+    from solforge.compiler.templates import gemm as G
+
+    spec = G.GemmSpec(name="t", a=G.Operand.k_major("A", "float32", "K"),
+                      b=G.Operand.k_major("B", "float32", "K"), m="M", n="N", k="K",
+                      out=G.Output("C", "float32"))
+    for m in (None, 8, 200, 5000):
+        params = on_tensor_cores(G.default_params(spec, m, 300, 96, 1))
+        assert valid_params(spec, params), params

@@ -144,16 +144,31 @@ def _counted_on_device(a, b, batch_shape) -> bool:
 
 
 def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
-           params: Optional[dict] = None):
+           params: Optional[dict] = None, fp32: str = "simt"):
     """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec). Operands
-    or outputs it does not take (float64, integers) go to the generic template."""
+    or outputs it does not take (float64, integers) go to the generic template. fp32: how a multiply
+    of fp32 operands runs without params, "simt" (fp32 FMA, PyTorch's fp32 matmul) or "3xtf32"
+    (tensor cores, each operand split into two TF32 parts: fp32-level error)."""
     if not ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
             and (bias is None or bias.dtype in _TAKES)) or _counted_on_device(a, b, batch_shape):
         generic = _generic_matmul()
         if generic is None:
             raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
         return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape)
-    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params)
+    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params, fp32)
+
+
+def on_tensor_cores(params: dict) -> dict:
+    """SIMT fp32 params (one config or tiers picked by M) as 3xTF32 ones of a like size: 64 x 64
+    tiles where SIMT chose tiles of at most 64 rows (small M or N), 128 x 128 otherwise."""
+    if "tiers" in params:
+        return {"tiers": [on_tensor_cores(t) for t in params["tiers"]]}
+    small = params.get("BM", 128) <= 64
+    p = (dict(tier="tf32", BM=64, BN=64, BK=32, WM=2, WN=2, ST=2, PASSES=3) if small
+         else dict(tier="tf32", BM=128, BN=128, BK=32, WM=4, WN=2, ST=2, PASSES=3))
+    if "max_m" in params:
+        p["max_m"] = params["max_m"]
+    return p
 
 
 def _merged(tiers: list) -> list:
@@ -170,7 +185,8 @@ def _merged(tiers: list) -> list:
     return out
 
 
-def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params) -> GemmLaunchSpec:
+def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
+            fp32: str = "simt") -> GemmLaunchSpec:
     from .. import symexpr
     from ..kernel import convert, round_to
     from ..loops import prod
@@ -236,6 +252,8 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params) ->
         def hint(e):
             return symexpr.as_int(e)
         params = G.default_params(spec, hint(M), hint(N), hint(K), hint(NB))
+        if fp32 == "3xtf32" and compute == "float32":
+            params = on_tensor_cores(params)
     # one launch: no split-K (its reduce kernel would be a second launch)
     params = ({"tiers": _merged([dict(t, SPLIT=1) for t in params["tiers"]])} if "tiers" in params
               else dict(params, SPLIT=1))
