@@ -185,7 +185,8 @@ def summarize(records: list[dict], batches: Optional[dict] = None) -> dict:
                     "phase_s_per_eval": {k: round(sum(r["phases"].get(k, 0.0) for r in rs) / len(rs), 4)
                                          for k in names},
                     "all_passed": all(set(r["statuses"]) == {"passed"} for r in rs),
-                    "backends": sorted({b for r in rs for b in r.get("backends", [])})}
+                    "backends": sorted({b for r in rs for b in r.get("backends", [])}),
+                    "sessions": sorted({x for r in rs for x in r.get("sessions", [])})}
     before = {}
     for r in records:
         if r["config"] == "before":
@@ -221,12 +222,13 @@ def render(doc: dict) -> str:
            "configuration the batch's wall time (N evaluations at a time hold the GPU throughout). Target: "
            f">= {TARGET_PER_MIN:.0f} evaluations per GPU-minute.", "",
            "| config | evaluations | workloads (mean) | GPU-s | evals / GPU-minute | median s | "
-           "all passed | time vs before (median ratio) | CUPTI backend |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "all passed | time vs before (median ratio) | CUPTI backend | profiler sessions |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for cfg, s in sm.items():
         out.append(f"| {cfg} | {s['evaluations']} | {s['mean_workloads']} | {s['gpu_seconds']} | "
                    f"**{s['evals_per_gpu_minute']}** | {s['median_wall_s']} | {s['all_passed']} | "
-                   f"{s.get('median_time_ratio_vs_before')} | {', '.join(s.get('backends', []))} |")
+                   f"{s.get('median_time_ratio_vs_before')} | {', '.join(s.get('backends', []))} | "
+                   f"{', '.join(s.get('sessions', [])) or '-'} |")
     out += ["", "Seconds per evaluation by phase (exclusive: nested phases are not counted twice; "
             "`total` is the runner's wall time):", "",
             "| config | " + " | ".join(names) + " | total |",

@@ -38,6 +38,7 @@ def test_configs_change_only_the_measurement_settings(bench, tmp_path):
 def _rec(cfg, wall, ms, phases):
     return {"config": cfg, "stage": "00_x", "problem": "x", "workloads": 2, "wall_s": wall,
             "phases": phases, "statuses": ["passed", "passed"], "backends": ["kineto"],
+            "sessions": ["one per workload" if cfg.endswith("one_session") else "one per measurement"],
             "median_ms": {"a": ms, "b": 2 * ms}}
 
 
@@ -63,3 +64,22 @@ def test_lanes_count_the_batch_wall_time_as_gpu_seconds(bench):
     assert s["lanes2"]["gpu_seconds"] == pytest.approx(4.0)
     assert s["lanes2"]["evals_per_gpu_minute"] == pytest.approx(60.0)
     assert bench.summarize(recs)["lanes2"]["evals_per_gpu_minute"] == pytest.approx(30.0)
+
+
+def test_one_session_config_and_its_column(bench, tmp_path):
+    """after_one_session sets EvalConfig.one_session; the summary says which sessions each ran."""
+    import json
+
+    from solforge.evaluate.evaluator import EvalConfig
+
+    (tmp_path / "job.json").write_text(json.dumps({"settings": {"rep_count": 20}}))
+    bench._set_config(tmp_path, "after_one_session")
+    cfg = EvalConfig.from_dict(json.loads((tmp_path / "job.json").read_text())["settings"])
+    assert cfg.one_session and cfg.timing_backend == "kineto" and cfg.warmup_calls == 10
+    bench._set_config(tmp_path, "after_kineto")
+    assert not EvalConfig.from_dict(json.loads((tmp_path / "job.json").read_text())["settings"]).one_session
+    s = bench.summarize([_rec("after_one_session", 1.0, 0.01, {"total": 1.0}),
+                         _rec("after_kineto", 1.0, 0.01, {"total": 1.0})])
+    assert s["after_one_session"]["sessions"] == ["one per workload"]
+    md = bench.render({"summary": s, "candidates": [{"problem": "x"}]})
+    assert "| one per workload |" in md and "| one per measurement |" in md
