@@ -57,9 +57,10 @@ def test_size_variants_take_a_template_gemm_launched_by_when(tmp_path, monkeypat
     from solforge.kernels.compiled import GEMM_PARAM, CompiledFamily
 
     kb = sum(len(v) for v in cand.sources.values()) / 1000.0
-    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [1, 0]
+    # (2: the template with its fp32 multiplies as 3xTF32, after the others)
+    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [1, 0, 2]
     monkeypatch.setenv("SOLFORGE_TEMPLATE_FIRST_MAX_KB", str(kb / 2))
-    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [0, 1]
+    assert [s[GEMM_PARAM] for s in CompiledFamily().param_space(p)] == [0, 1, 2]
 
 
 @pytest.mark.slow
@@ -128,9 +129,11 @@ def test_point_order_flash_then_gemm_template_then_generic_and_the_bound(tmp_pat
     def order():
         return [(s[GEMM_PARAM], s[ATTN_PARAM]) for s in CompiledFamily().param_space(p)]
 
-    assert order() == [(1, 1), (1, 0), (0, 0)]
+    # fp32 operands: the GEMM template point again with its fp32 multiplies as 3xTF32, last (the
+    # flash plan keeps no GEMM outside the attention it absorbs: no such point of its own)
+    assert order() == [(1, 1), (1, 0), (0, 0), (2, 0)]
     monkeypatch.setenv("SOLFORGE_TEMPLATE_FIRST_MAX_KB", "0.001")
-    assert order() == [(0, 0), (1, 0), (1, 1)]
+    assert order() == [(0, 0), (1, 0), (1, 1), (2, 0)]
 
 
 def test_when_is_validated_and_leaves_old_hashes_alone():
