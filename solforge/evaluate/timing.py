@@ -371,13 +371,13 @@ class Timer:
         try:
             out = body()                # the candidate's errors propagate as they are
         except BaseException:
-            self._batch = None
             try:
                 self._close_session(opened, ok=False)
             except Exception:  # noqa: BLE001 - the body's error is the one that counts
                 pass
             raise
-        self._batch = None
+        finally:
+            self._batch = None
         events = self._close_session(opened, ok=True)
         _split_batch(events, pending, opened[0])
         return out
