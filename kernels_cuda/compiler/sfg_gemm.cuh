@@ -705,6 +705,14 @@ __device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, 
 // fp32-level accuracy at tensor-core speed; 1 pass is plain TF32 (what cuDNN uses for fp32
 // convolutions by default). Tiles K-major [rows][BK + 4] floats (fragment reads conflict-free),
 // filled through registers (every fp32 operand layout), mma.sync m16n8k8.
+// The mma's add of its products to C is not fp32 round-to-nearest: the terms are aligned to the
+// largest one and the sum truncated (round toward zero), a bias of up to an ulp of C per mma. With
+// all of K chained through one accumulator (3 mma per k-step, C growing like sqrt(k)) the bias made
+// 3xTF32's error 2.9e-3 at M=N=K=4096 on the H200 (randn * 0.5 operands; plain TF32 2.6e-2), where
+// the same split with fp32 adds is ~1e-4; an emulation of that rounding (2 bits kept below the
+// largest term's last bit, then round toward zero) reproduces the error and the share of elements
+// past the fp32 tolerance. So 3xTF32 sums each k-step's products in a fresh fragment and adds that
+// to the accumulator in fp32: the emulated error is then that of the fp32 adds.
 template <class P, int W, int R, int BK, int NT>
 struct F32Tile {
     static constexpr int PITCH = BK + 4;
@@ -803,15 +811,25 @@ __device__ __forceinline__ void gemm_tf32(const P& p, unsigned char* smem_raw, f
                     if (PASSES == 3) bs[ni][e] = to_tf32(x[e] - u2f(bb[ni][e]));
                 }
             }
+            // ni outer: with mi outer ptxas kept more PASSES 3 fragments in flight, 255 registers and
+            // spills at 128x128 (174 this way, ptxas -v for sm_90a)
 #pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
+            for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-                for (int ni = 0; ni < NI; ++ni) {
+                for (int mi = 0; mi < MI; ++mi) {
                     if (PASSES == 3) {
-                        mma1688_tf32(acc[mi][ni], as[mi], bb[ni][0], bb[ni][1]);
-                        mma1688_tf32(acc[mi][ni], ab[mi], bs[ni][0], bs[ni][1]);
+                        // the three products of this k-step go into a zeroed fragment, added to acc in
+                        // fp32 (round to nearest): the tensor cores' own adds truncate (see above), and
+                        // chained through acc over all of K that bias outgrew the split's precision
+                        float d[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma1688_tf32(d, as[mi], bb[ni][0], bb[ni][1]);
+                        mma1688_tf32(d, ab[mi], bs[ni][0], bs[ni][1]);
+                        mma1688_tf32(d, ab[mi], bb[ni][0], bb[ni][1]);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[mi][ni][e] += d[e];
+                    } else {   // TF32's operand rounding dwarfs the accumulation's: no extra adds
+                        mma1688_tf32(acc[mi][ni], ab[mi], bb[ni][0], bb[ni][1]);
                     }
-                    mma1688_tf32(acc[mi][ni], ab[mi], bb[ni][0], bb[ni][1]);
                 }
         }
         if (more) {
