@@ -363,6 +363,15 @@ class Timer:
         if self._cupti_ok is False or self.method == "events":
             raise BatchUnavailable("timing by CUDA events: no profiler session")
         try:
+            cupti = self._cupti_session()
+        except TimingError as e:
+            raise BatchUnavailable(str(e)) from None
+        if cupti is not None:
+            # cupti-python handed over no records of a session that held several measurements on
+            # the H200 (tests/gpu/test_gpu_timing_window.py, 2026-12-03), one measurement's own
+            # session reads fine: with cupti-python each measurement keeps its session
+            raise BatchUnavailable("cupti-python: one session per measurement")
+        try:
             opened = self._open_session()
         except TimingError as e:
             raise BatchUnavailable(str(e)) from None
@@ -396,31 +405,11 @@ class Timer:
         return session
 
     def _open_session(self) -> tuple:
-        """(backend, handle) of a started profiler session, the backend chosen as _measure_cupti
-        chooses it (cupti-python where asked and importable, else kineto)."""
-        backend = self.backend
-        session = self._cupti_session()
-        if session is not None:
-            api = backend != "cupti-gpu"
-            try:
-                session.begin(self.device, api=api)
-                return ("cupti-python" if api else "cupti-gpu", session)
-            except TimingError as e:
-                if backend != "auto":
-                    raise
-                self.cupti_error = str(e)
-                self.backend = "kineto"
+        """(backend, handle) of a started kineto session (batched's; cupti-python is not batched)."""
         return ("kineto", _kineto_start())
 
     def _close_session(self, opened: tuple, ok: bool) -> list:
-        backend, handle = opened
-        if backend == "kineto":
-            return _kineto_stop(handle, ok)
-        api = backend == "cupti-python"
-        if not ok:
-            handle.stop(self.device, api=api)
-            return []
-        return handle.end(self.device, api=api)
+        return _kineto_stop(opened[1], ok)
 
     # ── events ──────────────────────────────────────────────────────────────────────────────────
     def _measure_events(self, call, reps: int, gap_s: float = 0.0, setup=None) -> Timing:

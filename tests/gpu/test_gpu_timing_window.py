@@ -63,6 +63,8 @@ def test_eager_reference_timed_like_nvidia():
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * weight.float()).bfloat16()
 
+    ref(a, w)                    # the baseline's first touch (time_problem): no cold call in the window
+    torch.cuda.synchronize()
     state: dict = {}
     t = measure_like_nvidia(state, torch.device("cuda"), ref, [[a, w], [a.clone(), w.clone()]],
                             reps=20, budget_s=1.0)
@@ -94,6 +96,13 @@ def test_one_session_reads_what_one_session_per_measurement_reads(backend):
         got["b"] = shared.measure(small, 12, warmup_ms=0, min_warmup_calls=0,
                                   setup=lambda i: y.normal_())
 
+    if backend != "kineto":
+        # cupti-python read no records of one session over several measurements on the H200:
+        # batched refuses it before running body, and the caller times per measurement
+        with pytest.raises(timing.BatchUnavailable):
+            shared.batched(body)
+        assert not got
+        return
     shared.batched(body)
     ga, gb = got["a"].result(), got["b"].result()
     assert (ga.n, gb.n) == (a.n, b.n) and ga.kernels_per_call == a.kernels_per_call == 1
