@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from .. import disk_cache
@@ -30,13 +31,20 @@ _TRACES: dict[str, Any] = {}  # definition + workloads -> TraceResult (_traced)
 MAX_NODES = 2500  # a bigger graph is an unrolled loop: its lowering and compile would take minutes
 
 
-def _code_version() -> str:
-    """A hash of the compiler's own sources: a cached outcome from other code is never reused."""
-    from pathlib import Path
+# The CUDA sources a plan embeds (its candidate carries them as text): kernels_cuda/compiler's
+# GEMM template header and flash attention kernel. A cached plan must not outlive a fix in them.
+KERNEL_SOURCES = Path(__file__).resolve().parents[2] / "kernels_cuda" / "compiler"
 
+
+def _code_version(roots: tuple = (Path(__file__).parent, KERNEL_SOURCES)) -> str:
+    """A hash of the compiler's own sources and of the kernel sources its plans embed: a cached
+    outcome from other code is never reused."""
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.rglob("*.py")):  # templates/ included
-        h.update(f.read_bytes())
+    for root in roots:
+        for f in sorted(Path(root).rglob("*")):  # templates/ included
+            if f.is_file() and f.suffix in (".py", ".cuh", ".cu", ".h"):
+                h.update(f.relative_to(root).as_posix().encode())
+                h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
