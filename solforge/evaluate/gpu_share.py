@@ -10,6 +10,13 @@ Linux flock gives a waiting exclusive locker no priority over new shared lockers
 that: every locker passes the gate for an instant, and
 an exclusive one keeps it until it holds the lock, so the others drain and nobody new starts. No
 section is nested in another (a process never waits at the gate while it holds the lock).
+
+Exclusive sections go oldest first: a process that wants one leaves a ticket (when it first used
+the share, its pid) in `<lock>.queue/` and goes to the gate only while no older live process is
+waiting there too. Without it the gate handed the timing section round the lanes a workload each,
+so six long evaluations advanced in lockstep and all ended near the sum of their times (a process's
+clock stops while it waits, so none timed out), none within a device call; oldest first, they end
+one after another. Shared sections are not ordered: correctness work still overlaps anyone's.
 """
 
 from __future__ import annotations
@@ -17,8 +24,81 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
+from pathlib import Path
+from typing import Optional
 
 ENV = "SOLFORGE_GPU_SHARE"
+# When this process first used the share (time.time_ns); the runner's zygote forks a process per
+# evaluation, so that is about when the evaluation started. Settable for a process started for it.
+SINCE_ENV = "SOLFORGE_GPU_SHARE_SINCE_NS"
+POLL_S = 0.002
+_since: Optional[tuple] = None      # (pid, ns): a forked child starts its own
+
+
+def _since_ns() -> int:
+    global _since
+    if _since is None or _since[0] != os.getpid():
+        v = os.environ.get(SINCE_ENV, "").strip()
+        _since = (os.getpid(), int(v) if v.isdigit() else time.time_ns())
+    return _since[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _oldest_waiting(queue: Path) -> Optional[str]:
+    """The oldest live ticket in the queue; a dead process's ticket is removed on the way."""
+    best = None
+    for t in queue.iterdir():
+        try:
+            pid = int(t.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if not _alive(pid):
+            t.unlink(missing_ok=True)
+            continue
+        if best is None or t.name < best:
+            best = t.name
+    return best
+
+
+@contextlib.contextmanager
+def _gate(path: str, gate, exclusive: bool):
+    """Holding the gate; for an exclusive section, only once no older live process waits for one
+    (see the module's docstring). The ticket stays until the caller holds the lock."""
+    if not exclusive:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        return
+    queue = Path(path + ".queue")
+    queue.mkdir(exist_ok=True)
+    ticket = queue / f"{_since_ns():020d}-{os.getpid()}"
+    ticket.touch()
+    try:
+        while True:
+            while _oldest_waiting(queue) not in (ticket.name, None):
+                time.sleep(POLL_S)
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            if _oldest_waiting(queue) in (ticket.name, None):
+                break
+            fcntl.flock(gate, fcntl.LOCK_UN)     # an older one came while this one waited at the gate
+        try:
+            yield
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+    finally:
+        ticket.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -28,12 +108,10 @@ def held(path: str, exclusive: bool):
     if not path:
         yield
         return
+    _since_ns()
     with open(path, "a+") as lock, open(path + ".gate", "a+") as gate:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
+        with _gate(path, gate, exclusive):
             fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:

@@ -45,3 +45,55 @@ def test_without_the_variable_nothing_is_locked(tmp_path, monkeypatch):
     with gpu_share.alone(), gpu_share.alone():       # nested: no lock, no deadlock
         pass
     assert not list(tmp_path.iterdir())
+
+
+def _timed_alone(path, since_ns, started, log):
+    os.environ[gpu_share.ENV] = path
+    os.environ[gpu_share.SINCE_ENV] = str(since_ns)
+    started.put(os.getpid())
+    with gpu_share.alone():
+        log.put((since_ns, time.time()))
+        time.sleep(0.05)
+
+
+def test_the_oldest_waiting_process_times_first(tmp_path):
+    """Four processes wait for the timing section while this one holds it, the youngest first. The
+    first, alone in line then, holds the gate; the three after it get the section oldest first
+    (without the order, whoever reached the gate went first: lanes took turns a workload each and
+    long evaluations all ended together, late)."""
+    path = str(tmp_path / "gpu.lock")
+    os.environ[gpu_share.ENV] = path
+    ctx = mp.get_context("fork")
+    log, started = ctx.Queue(), ctx.Queue()
+    try:
+        with gpu_share.alone():
+            procs = []
+            for since in (400, 300, 200, 100):       # the youngest starts waiting first
+                p = ctx.Process(target=_timed_alone, args=(path, since, started, log))
+                p.start()
+                started.get(timeout=10)
+                time.sleep(0.2)                      # it is at the queue before the next one starts
+                procs.append(p)
+        for p in procs:
+            p.join(20)
+        order = [log.get(timeout=5)[0] for _ in procs]
+    finally:
+        os.environ.pop(gpu_share.ENV, None)
+    assert order == [400, 100, 200, 300], order
+    assert not list((tmp_path / "gpu.lock.queue").iterdir())    # every ticket gone
+
+
+def test_a_dead_process_ticket_does_not_block(tmp_path, monkeypatch):
+    path = str(tmp_path / "gpu.lock")
+    queue = tmp_path / "gpu.lock.queue"
+    queue.mkdir()
+    dead = mp.get_context("fork").Process(target=time.sleep, args=(0,))
+    dead.start()
+    dead.join()
+    (queue / f"{1:020d}-{dead.pid}").touch()        # older than anyone, its process gone
+    monkeypatch.setenv(gpu_share.ENV, path)
+    t0 = time.time()
+    with gpu_share.alone():
+        pass
+    assert time.time() - t0 < 2
+    assert not list(queue.iterdir())
