@@ -563,6 +563,10 @@ def _make_cpu_device_mode(batching=None):
             if func is torch.Tensor.to:
                 args = tuple(_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
             if func is torch.Tensor.numpy:
+                if not args[0].is_floating_point() and not args[0].is_complex() and args[0].dim() <= 1:
+                    # counts read to the host (`n = int(counts.cpu().numpy()[e])`): each element read
+                    # is the tensor's own `.item()`, as `.tolist()` reads them (a size on the device)
+                    return _HostInts(args[0])
                 # a fake tensor has no values: numpy would hand back uninitialised memory as data
                 raise TraceError("the reference reads a tensor's values into numpy (.numpy())")
             if func is torch.Tensor.__getitem__ and len(args) == 2 and not kwargs:
@@ -572,6 +576,35 @@ def _make_cpu_device_mode(batching=None):
             return func(*args, **kwargs)
     # loop_batching: `x[..., i]` / `out[..., i] = v` of a loop over a symbolic size
     return batching.wrap_mode(CpuDevice)() if batching is not None else CpuDevice()
+
+
+class _HostInts:
+    """An integer tensor of at most one dimension read into numpy, as the trace sees it: indexing and
+    iteration read elements with `.item()` (data-dependent sizes the lowering counts on the device),
+    nothing else numpy does is offered (an attribute it lacks stops the trace with its name)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.shape = tuple(t.shape)
+        self.ndim = t.dim()
+
+    def __len__(self):
+        return len(self._t)
+
+    def __getitem__(self, i):
+        if self._t.dim() == 0 or not isinstance(i, int) and not hasattr(i, "__index__"):
+            raise TraceError("the reference reads a tensor's values into numpy (.numpy()) and "
+                             "indexes them by more than one position")
+        return self._t[i].item()
+
+    def __iter__(self):
+        return (self._t[i].item() for i in range(len(self._t)))
+
+    def item(self):
+        return self._t.item()
+
+    def tolist(self):
+        return self._t.tolist()
 
 
 def _linear(x, weight, bias=None):

@@ -216,3 +216,33 @@ def test_a_loop_over_a_batch_size_vmap_cannot_batch(tmp_path, body):
     assert ("variants" in out.segments) == ("(b + 1)" in body)
     r = check_problem(p, cap=8)
     assert r["ok"], r
+
+
+def test_segment_bounds_read_through_numpy_lower_as_item_reads(tmp_path):
+    """`cu.cpu().numpy()` then `int(b[i])`: each element read is the tensor's own `.item()`, so the
+    plan is the one the `.item()` reference gets, and it matches the reference on the CPU."""
+    from solforge.compiler.api import compile_problem
+
+    via_numpy = SEGMENT_ATTENTION.replace(
+        "    outs = []\n", "    outs = []\n    b = cu.cpu().numpy()\n").replace(
+        "s = cu[i].item()", "s = int(b[i])").replace("e = cu[i + 1].item()", "e = int(b[i + 1])")
+    assert via_numpy.count("numpy") == 1 and "int(b[i + 1])" in via_numpy
+    wl = [{"L": 7, "S": 4}, {"L": 8, "S": 6}]
+    items = compile_problem(_custom(tmp_path / "a", "segitem", SEGMENT_ATTENTION, wl))
+    p = _custom(tmp_path / "b", "segnumpy", via_numpy, wl)
+    numpy_out = compile_problem(p)
+    assert numpy_out.ok, numpy_out.reason
+    assert [x.kernel for x in numpy_out.candidate.launches] == [x.kernel for x in items.candidate.launches]
+    _compiled_and_emulated(p)
+
+
+def test_float_values_read_into_numpy_are_refused(tmp_path):
+    from solforge.compiler.api import compile_problem
+
+    ref = GET_INPUTS + """
+def run(x, cu):
+    scale = float(x.cpu().numpy()[0, 0, 0])
+    return x * scale
+"""
+    out = compile_problem(_custom(tmp_path, "fnumpy", ref, [{"L": 7, "S": 4}]))
+    assert not out.ok and "numpy" in out.reason, out.reason
