@@ -235,14 +235,3 @@ def test_segment_bounds_read_through_numpy_lower_as_item_reads(tmp_path):
     assert [x.kernel for x in numpy_out.candidate.launches] == [x.kernel for x in items.candidate.launches]
     _compiled_and_emulated(p)
 
-
-def test_float_values_read_into_numpy_are_refused(tmp_path):
-    from solforge.compiler.api import compile_problem
-
-    ref = GET_INPUTS + """
-def run(x, cu):
-    scale = float(x.cpu().numpy()[0, 0, 0])
-    return x * scale
-"""
-    out = compile_problem(_custom(tmp_path, "fnumpy", ref, [{"L": 7, "S": 4}]))
-    assert not out.ok and "numpy" in out.reason, out.reason
