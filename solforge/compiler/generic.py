@@ -201,7 +201,22 @@ def reduction(name: str, src: Loader, rdims: list[int], op: str, out: Buffer,
     return LaunchSpec(k, [grid], [str(BLOCK)], launch_bounds=BLOCK, kind="reduction")
 
 
-def _mm_epilogue(k: Kernel, acc: str, bidx, bz, M, N, out, out_dtype, out_index, bias) -> None:
+def mm_result(k: Kernel, val: str, out_dtype: str, out: Buffer, flat, bidx, om, on, epilogue) -> None:
+    """Store a matmul's fp32 result `val` (bias added) at flat: rounded once to out_dtype; with an
+    epilogue (epilogue.py: an elementwise expression of the result, fused by the lowering) the
+    rounded value is what the unfused plan would have stored and read back, and the expression
+    over it is stored instead. Shared by the generic kernels and the GEMM template's adapter."""
+    rounded = round_to(val, out_dtype) if out_dtype != "float32" else val
+    if epilogue is None:
+        k.store(out, flat, convert(rounded, out_dtype, out.dtype))
+        return
+    ct = compute_type(out_dtype)
+    v = k.let(ct, rounded if ct == "float" else f"(({ct})({rounded}))")
+    k.store(out, flat, convert(epilogue(k, v, bidx, om, on), epilogue.dtype, out.dtype))
+
+
+def _mm_epilogue(k: Kernel, acc: str, bidx, bz, M, N, out, out_dtype, out_index, bias,
+                 epilogue=None) -> None:
     """Store one accumulator at (om_, on_) (C locals): bias in fp32, one rounding to out_dtype."""
     om, on = symexpr.sym("om_"), symexpr.sym("on_")
     k.locals.update({"om_", "on_"})
@@ -211,8 +226,7 @@ def _mm_epilogue(k: Kernel, acc: str, bidx, bz, M, N, out, out_dtype, out_index,
         bv = bias(k, bidx + [om, on])
         val = f"({acc} + (float)({bv}))"
     flat = bz * M * N + om * N + on if out_index is None else out_index(bidx, om, on)
-    k.store(out, flat, convert(round_to(val, out_dtype) if out_dtype != "float32" else val,
-                               out_dtype, out.dtype))
+    mm_result(k, val, out_dtype, out, flat, bidx, om, on, epilogue)
     k.close()
 
 
@@ -255,13 +269,15 @@ def _mm_tile_loads(k: Kernel, a: Loader, b: Loader, bidx, BM, BN, BK, conv_a: st
 
 
 def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_index=None,
-           bias=None, batch_shape=None) -> LaunchSpec:
+           bias=None, batch_shape=None, epilogue=None) -> LaunchSpec:
     """out[batch, m, n] = sum_k a[batch, m, k] * b[batch, k, n] (+ bias[batch, m, n]), fp32
     accumulation: mma.sync (m16n8k16) when both operands are bf16 or both fp16, SIMT FMA else.
     a, b: loaders with shapes (*batch, M, K) and (*batch, K, N); batch dims already broadcast.
-    out_index(batch_idx, m, n) -> flat index into out (default: contiguous (*batch, M, N))."""
+    out_index(batch_idx, m, n) -> flat index into out (default: contiguous (*batch, M, N)).
+    epilogue(k, v, batch_idx, m, n) -> C value of dtype epilogue.dtype: what is stored instead of
+    the result v (already rounded to out_dtype), see mm_result."""
     if a.dtype == b.dtype and a.dtype in ("bfloat16", "float16"):
-        return _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape)
+        return _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape, epilogue)
     BM, BN, BK, TM, TN = 64, 64, 16, 4, 4
     k = Kernel(name)
     bshape = list(batch_shape if batch_shape is not None else a.shape[:-2])
@@ -298,7 +314,7 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     k.open(f"for (int i = 0; i < {TM}; ++i)")
     k.open(f"for (int j = 0; j < {TN}; ++j)")
     k.emit("const long long om_ = m0_ + ty_ + 16 * i, on_ = n0_ + tx_ + 16 * j;")
-    _mm_epilogue(k, "acc_[i][j]", bidx, bz, M, N, out, out_dtype, out_index, bias)
+    _mm_epilogue(k, "acc_[i][j]", bidx, bz, M, N, out, out_dtype, out_index, bias, epilogue)
     k.close()
     k.close()
     k.close()
@@ -307,7 +323,7 @@ def matmul(name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, out_ind
     return LaunchSpec(k, grid, [str(BLOCK)], launch_bounds=BLOCK, kind="matmul")
 
 
-def _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape) -> LaunchSpec:
+def _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape, epilogue=None) -> LaunchSpec:
     """128x128x32 block tiles, 8 warps of 64x32, mma.sync m16n8k16 from padded shared memory."""
     BM, BN, BK = 128, 128, 32
     T = STORAGE[a.dtype]
@@ -356,7 +372,7 @@ def _matmul_mma(name, a, b, out_dtype, out, out_index, bias, batch_shape) -> Lau
     k.open("for (int r = 0; r < 4; ++r)")
     k.emit("const long long om_ = m0_ + wm_ * 64 + i * 16 + g_ + (r >= 2 ? 8 : 0), "
            "on_ = n0_ + wn_ * 32 + j * 8 + q_ * 2 + (r & 1);")
-    _mm_epilogue(k, "acc_[i][j][r]", bidx, bz, M, N, out, out_dtype, out_index, bias)
+    _mm_epilogue(k, "acc_[i][j][r]", bidx, bz, M, N, out, out_dtype, out_index, bias, epilogue)
     k.close()
     k.close()
     k.close()

@@ -187,6 +187,9 @@ class Kernel:
     _n: int = 0
     _indent: int = 1
     uses_ws: bool = False
+    # buffer name -> C value: reads of that buffer take the value instead of loading it (a GEMM's
+    # fused epilogue reads its own result, which never goes to memory; epilogue.py)
+    replace: dict = field(default_factory=dict)
 
     # ---- parameters ------------------------------------------------------------------------
     def _param(self, key, decl, arg):
@@ -272,6 +275,8 @@ class Kernel:
         self._cache[-1][(key, self.mask())] = value
 
     def load(self, buf: Buffer, index) -> str:
+        if buf.name in self.replace:
+            return self.replace[buf.name]
         p = self.ptr(buf)
         idx = self.c(index)
         ct = compute_type(buf.dtype)

@@ -17,7 +17,7 @@ from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 from .ir import refs as _refs
 from . import counted_loops, dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
-from . import attention_segment, conv_gemm, loops, lower_conv_transpose, lower_fft, symexpr
+from . import attention_segment, conv_gemm, epilogue, loops, lower_conv_transpose, lower_fft, symexpr
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -98,6 +98,10 @@ class Lowering:
         # workspace buffer b2 would both be the kernel parameter p_b2)
         self._io_names = {i["name"] for i in ir.get("inputs", [])} | set(out_specs)
         self.dyn = dynamic.Sizes(ir)        # data-dependent sizes (nonzero's count), if any
+        # what epilogue.fuse needs once every kernel is written: each mm/bmm/addmm's call by its
+        # output buffer's name, each pointwise kernel's (loader, buffer) items by the kernel
+        self.gemm_calls: dict[str, dict] = {}
+        self.pointwise_items: dict[int, tuple] = {}
 
     # ---- helpers ---------------------------------------------------------------------------
     def new_buffer(self, dtype: str, shape) -> Buffer:
@@ -120,8 +124,22 @@ class Lowering:
                         zip(x.strides, loops.contiguous_strides(x.shape), x.shape)):
             return x.buf
         b = self.new_buffer(dtype, x.shape)
-        self.kernels.append(templates.pointwise(self.kname("copy"), [(x, b)]))
+        self.add_pointwise(self.kname("copy"), [(x, b)])
         return b
+
+    def add_pointwise(self, name: str, items: list) -> None:
+        """A pointwise kernel writing each loader into its buffer (epilogue.fuse may later move one
+        item into the epilogue of the GEMM whose result it reads)."""
+        spec = templates.pointwise(name, items)
+        self.pointwise_items[id(spec)] = (spec, list(items))
+        self.kernels.append(spec)
+
+    def add_matmul(self, name: str, a: Loader, b: Loader, out_dtype: str, out: Buffer, **kw) -> None:
+        """A matmul into its own workspace buffer `out` (contiguous (*batch, M, N)), recorded so that
+        epilogue.fuse can write it again with the one elementwise consumer of `out` fused."""
+        spec = self.matmul(name, a, b, out_dtype, out, **kw)
+        self.gemm_calls[out.name] = dict(spec=spec, name=name, a=a, b=b, out_dtype=out_dtype, out=out, kw=kw)
+        self.kernels.append(spec)
 
     def operand(self, x: Loader) -> Loader:
         """An anchor's operand: a strided view of a buffer is read in place; computed values are
@@ -186,6 +204,7 @@ class Lowering:
                 continue
             self.lower_node(n)
         self._outputs()
+        epilogue.fuse(self)   # an elementwise consumer of a GEMM's result into the GEMM's store
 
     def lower_node(self, n: dict, **extra) -> None:
         op = n["op"]
@@ -229,7 +248,7 @@ class Lowering:
             else:
                 groups.append([it])
         for g in groups:
-            self.kernels.append(templates.pointwise(self.kname("out"), g))
+            self.add_pointwise(self.kname("out"), g)
 
 
 # ops whose result aliases their first argument's storage in torch (torch's own view ops; a traced
@@ -746,7 +765,7 @@ def _mm(L, node, a, b, **kw):
     out_dt = node["dtype"]
     a, b = L.operand(a), L.operand(b)
     buf = L.new_buffer(out_dt, [a.shape[0], b.shape[1]])
-    L.kernels.append(L.matmul(L.kname("mm"), a, b, out_dt, buf, batch_shape=[]))
+    L.add_matmul(L.kname("mm"), a, b, out_dt, buf, batch_shape=[])
     return view_of(buf)
 
 
@@ -754,7 +773,7 @@ def _bmm(L, node, a, b, **kw):
     out_dt = node["dtype"]
     a, b = L.operand(a), L.operand(b)
     buf = L.new_buffer(out_dt, [a.shape[0], a.shape[1], b.shape[2]])
-    L.kernels.append(L.matmul(L.kname("bmm"), a, b, out_dt, buf, batch_shape=[a.shape[0]]))
+    L.add_matmul(L.kname("bmm"), a, b, out_dt, buf, batch_shape=[a.shape[0]])
     return view_of(buf)
 
 
@@ -766,7 +785,7 @@ def _addmm(L, node, bias, a, b, beta=1, alpha=1, **kw):
     M, N = a.shape[0], b.shape[1]
     bias_b = loops.broadcast_to(bias, [M, N])
     buf = L.new_buffer(out_dt, [M, N])
-    L.kernels.append(L.matmul(L.kname("addmm"), a, b, out_dt, buf, bias=bias_b, batch_shape=[]))
+    L.add_matmul(L.kname("addmm"), a, b, out_dt, buf, bias=bias_b, batch_shape=[])
     return view_of(buf)
 
 

@@ -144,18 +144,20 @@ def _counted_on_device(a, b, batch_shape) -> bool:
 
 
 def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
-           params: Optional[dict] = None, fp32: str = "simt"):
+           params: Optional[dict] = None, fp32: str = "simt", epilogue=None):
     """Drop-in for the lowering's generic matmul template (same arguments, one LaunchSpec). Operands
     or outputs it does not take (float64, integers) go to the generic template. fp32: how a multiply
     of fp32 operands runs without params, "simt" (fp32 FMA, PyTorch's fp32 matmul) or "3xtf32"
-    (tensor cores, each operand split into two TF32 parts: fp32-level error)."""
+    (tensor cores, each operand split into two TF32 parts: fp32-level error). epilogue: an
+    elementwise expression of the rounded result stored instead of it (generic.mm_result)."""
     if not ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
             and (bias is None or bias.dtype in _TAKES)) or _counted_on_device(a, b, batch_shape):
         generic = _generic_matmul()
         if generic is None:
             raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
-        return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape)
-    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params, fp32)
+        return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape,
+                       epilogue=epilogue)
+    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params, fp32, epilogue)
 
 
 def on_tensor_cores(params: dict) -> dict:
@@ -186,9 +188,9 @@ def _merged(tiers: list) -> list:
 
 
 def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
-            fp32: str = "simt") -> GemmLaunchSpec:
+            fp32: str = "simt", epilogue=None) -> GemmLaunchSpec:
     from .. import symexpr
-    from ..kernel import convert, round_to
+    from ..generic import mm_result
     from ..loops import prod
 
     bshape = list(batch_shape if batch_shape is not None else a.shape[:-2])
@@ -217,7 +219,7 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
 
     om, on = symexpr.sym(_ROW), symexpr.sym(_COL)
 
-    def epilogue():
+    def store():
         val = "v"
         if bias is not None:
             bv = bias(k, bidx + [om, on])
@@ -226,9 +228,8 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
             flat = symexpr.sym(_B) * M * N + om * N + on
         else:
             flat = out_index(bidx, om, on)
-        k.store(out, flat, convert(round_to(val, out_dtype) if out_dtype != "float32" else val,
-                                   out_dtype, out.dtype))
-    lines, _ = _capture(k, epilogue)
+        mm_result(k, val, out_dtype, out, flat, bidx, om, on, epilogue)
+    lines, _ = _capture(k, store)
     epi = (f"const long long {_B} = b; const long long {_ROW} = row; const long long {_COL} = col; "
            f"(void){_B}; (void){_ROW}; (void){_COL};\n" + "\n".join(lines))
 
