@@ -183,8 +183,10 @@ class _Caller:
             if self.caching and key in self.table:
                 outputs["out"].copy_(self.table[key])
                 return
-            if self.caching:
-                time.sleep(0.003)
+            # 2 ms a call, honest: long enough that a loaded machine's wall-clock jitter stays well
+            # under the probe's 20% between seen and fresh inputs (sin on 512 values alone is a few
+            # microseconds, where that jitter read as a cache)
+            time.sleep(0.003 if self.caching else 0.002)
             outputs["out"].copy_(torch.sin(inputs["x"]) + inputs["y"])
             self.table[key] = outputs["out"].clone()
         return call
