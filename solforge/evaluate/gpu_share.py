@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..procs import pid_alive
+
 ENV = "SOLFORGE_GPU_SHARE"
 # When this process first used the share (time.time_ns); the runner's zygote forks a process per
 # evaluation, so that is about when the evaluation started. Settable for a process started for it.
@@ -44,16 +46,6 @@ def _since_ns() -> int:
     return _since[1]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _oldest_waiting(queue: Path) -> Optional[str]:
     """The oldest live ticket in the queue; a dead process's ticket is removed on the way."""
     best = None
@@ -62,7 +54,7 @@ def _oldest_waiting(queue: Path) -> Optional[str]:
             pid = int(t.name.rsplit("-", 1)[1])
         except (IndexError, ValueError):
             continue
-        if not _alive(pid):
+        if not pid_alive(pid):
             t.unlink(missing_ok=True)
             continue
         if best is None or t.name < best:

@@ -19,6 +19,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..procs import pid_alive
 from ..store import attempt_queries as q
 
 
@@ -48,15 +49,7 @@ def _alive(pid: Optional[int], host: Optional[str]) -> bool:
         return True  # cannot tell from here: leave it to its own host
     if not pid:
         return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() or pid_alive(pid)
 
 
 def prepare(store, key: str, has_gpu: bool) -> ResumeState:

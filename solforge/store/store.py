@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 import duckdb
 
 from ..errors import SolforgeError
+from ..procs import pid_alive
 from . import migrate as _migrate
 from .lease import Lease, lease_for
 from .status import ATTEMPT_TRANSITIONS, AttemptStatus, RunStatus
@@ -344,7 +345,7 @@ class Store:
         host = socket.gethostname()
         dead = [r["id"] for r in self.query(
             "SELECT id, pid FROM runs WHERE status = ? AND host = ?", [RunStatus.RUNNING.value, host])
-            if r["pid"] and not _pid_alive(r["pid"])]
+            if r["pid"] and not pid_alive(r["pid"])]
         for rid in dead:
             self.mark_interrupted(rid, "run's process died")
         return dead
@@ -456,13 +457,3 @@ def _params(params):
 def _looks_like_ddl(sql: str) -> bool:
     head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
     return head in ("CREATE", "ALTER", "DROP")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

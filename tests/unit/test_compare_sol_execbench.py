@@ -3,11 +3,12 @@ NVIDIA's CLI cannot run (safetensors blobs missing), and the report it writes fr
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tests.unit import bench_module
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDED = REPO / "data" / "results" / "sol_execbench_compare" / "sol_execbench_compare_h200.json"
@@ -15,11 +16,7 @@ RECORDED = REPO / "data" / "results" / "sol_execbench_compare" / "sol_execbench_
 
 @pytest.fixture(scope="module")
 def cmp():
-    spec = importlib.util.spec_from_file_location("compare_sol_execbench",
-                                                  REPO / "benchmarks" / "compare_sol_execbench.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module.load("compare_sol_execbench")
 
 
 def _problem(root: Path, subset: str, name: str) -> Path:

@@ -3,22 +3,16 @@ reports (evaluations per GPU-minute, phases per evaluation, timing ratio against
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.unit import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("eval_throughput",
-                                                  REPO / "benchmarks" / "eval_throughput.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module.load("eval_throughput")
 
 
 def test_configs_change_only_the_measurement_settings(bench, tmp_path):

@@ -3,22 +3,16 @@ arguments in the launcher (workspace included) at every size its cases run."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.unit import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("gemm_template_check",
-                                                  REPO / "benchmarks" / "gemm_template_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_module.load("gemm_template_check")
 
 
 def _resolve_args(cand: dict, axes: dict) -> None:
