@@ -22,6 +22,9 @@ Phase names (seconds):
                   another lane times (a wait, not GPU work of this evaluation)
   checks          the remainder of each workload: candidate correctness calls, comparisons, guards
   teardown        "done" -> process exit (runner side)
+  shared_oom_retry  (orchestrate.evaluation, not the driver) seconds of a first try that ran out of
+                  device memory beside other lanes' evaluations; the phases are the second try's,
+                  run with the GPU to itself
 """
 
 from __future__ import annotations

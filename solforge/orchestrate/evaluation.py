@@ -10,6 +10,7 @@ returns an unscored Outcome otherwise; `score` fills SOL scores and speedups fro
 from __future__ import annotations
 
 import contextlib
+import logging
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +19,8 @@ from ..agents.evaluate_adapter import outcome_of_report
 from ..agents.outcome import Outcome
 from .errors import GpuLost, gpu_lost
 from .gpus import GpuPool
+
+log = logging.getLogger(__name__)
 
 
 def eval_timeout_for(lab, name: str):
@@ -53,21 +56,45 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
         stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
                                        compile_result=compiled, job=job)
         with pool.slot(label=label) as slot, (hold(slot) if hold else contextlib.nullcontext()):
-            t0 = time.perf_counter()
-            # the lanes of one GPU time one at a time (gpu_share): an evaluation may wait for every
-            # other lane's timing; the limits count its own time (runner.OwnClock), so a kernel
-            # that hangs is killed at its workload limit instead of holding every lane behind it
-            report = runner.run_stage(stage, timeout_s=timeout_s, wall_cap_s=timeout_s * pool.lanes,
-                                      workload_timeout_s=settings.get().workload_timeout_s or None,
-                                      env=slot.env)
-            wall = time.perf_counter() - t0
+            report, wall = _run(runner, stage, slot, timeout_s, pool.lanes)
+        shared_s = 0.0
+        if pool.lanes > 1 and ran_out_of_memory(report) and not gpu_lost(report):
+            # out of memory beside the other lanes' inputs, outputs and caches: not the candidate's
+            # verdict until it has the GPU's memory to itself (the first try's time is reported)
+            log.info("%s ran out of memory beside other lanes: evaluating it alone on GPU %s",
+                     label, slot.gpu)
+            shared_s = wall
+            with pool.alone(slot.gpu, label=label) as slot, \
+                    (hold(slot) if hold else contextlib.nullcontext()):
+                report, wall = _run(runner, stage, slot, timeout_s, 1)
     if gpu_lost(report):
         raise GpuLost(f"GPU {slot.gpu}: evaluator lost (exit {report.exit_code}): "
                       f"{(report.stderr_tail or '')[-300:]}")
     out = outcome_of_report(report)
-    out.eval_seconds = wall
-    out.gpu_seconds = out.gpu_seconds or wall
+    out.eval_seconds = wall + shared_s
+    out.gpu_seconds = (out.gpu_seconds or wall) + shared_s
+    if shared_s:
+        out.eval_phases["shared_oom_retry"] = shared_s
     return out
+
+
+def _run(runner, stage, slot, timeout_s: float, lanes: int):
+    """One run of the staged evaluation on `slot`: (RunReport, wall seconds)."""
+    from .. import settings
+
+    t0 = time.perf_counter()
+    # the lanes of one GPU time one at a time (gpu_share): an evaluation may wait for every
+    # other lane's timing; the limits count its own time (runner.OwnClock), so a kernel
+    # that hangs is killed at its workload limit instead of holding every lane behind it
+    report = runner.run_stage(stage, timeout_s=timeout_s, wall_cap_s=timeout_s * lanes,
+                              workload_timeout_s=settings.get().workload_timeout_s or None,
+                              env=slot.env)
+    return report, time.perf_counter() - t0
+
+
+def ran_out_of_memory(report) -> bool:
+    """Some workload ended out of device memory (the evaluator's OOM verdict)."""
+    return any(getattr(r.status, "value", str(r.status)) == "oom" for r in report.results)
 
 
 def score(lab, problem, out: Outcome) -> Outcome:

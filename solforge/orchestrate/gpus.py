@@ -187,6 +187,7 @@ class GpuPool:
         self.cpusets = dict(zip(self._free, eval_cpusets(len(self._free))))
         self.sync = eval_sync()
         self.deadline: Optional[float] = None
+        self._draining: set[str] = set()   # GPUs an alone() call waits to have to itself
 
     def __len__(self) -> int:
         """Slots: evaluations that may run at once."""
@@ -220,7 +221,8 @@ class GpuPool:
             while True:
                 if self.deadline is not None and time.monotonic() > self.deadline:
                     raise SlotDeadline("the run's wall budget ended before a GPU slot was free")
-                order = [k for k in self._free if prefer is None or k[0] == prefer]
+                order = [k for k in self._free if (prefer is None or k[0] == prefer)
+                         and k[0] not in self._draining]
                 for key in order:
                     fd = self._try_flock(key)
                     if fd is not None:
@@ -253,6 +255,55 @@ class GpuPool:
             yield s
         finally:
             self.release(s, label)
+
+    @contextmanager
+    def alone(self, gpu: str, label: str = "") -> Iterator[Slot]:
+        """Every lane of `gpu` at once, so that no other evaluation runs there meanwhile (an evaluation
+        that ran out of memory beside other lanes' tensors runs again alone). While it waits, the
+        GPU's lanes freed are not handed out again, so it is not starved by the lanes it waits for.
+        The caller must hold none of the GPU's lanes. Past the deadline: SlotDeadline."""
+        keys = [(gpu, i) for i in range(self.lanes)]
+        with self._cond:
+            self._draining.add(gpu)
+            try:
+                while True:
+                    if self.deadline is not None and time.monotonic() > self.deadline:
+                        raise SlotDeadline("the run's wall budget ended before the GPU was free "
+                                           "for an evaluation alone")
+                    if all(k in self._free for k in keys):
+                        fds = {}
+                        for k in keys:
+                            fd = self._try_flock(k)
+                            if fd is None:
+                                break
+                            fds[k] = fd
+                        if len(fds) == len(keys):
+                            for k in keys:
+                                self._free.remove(k)
+                                self._fds[k] = fds[k]
+                            break
+                        for fd in fds.values():   # another process holds a lane: try again
+                            if fd >= 0:
+                                fcntl.flock(fd, fcntl.LOCK_UN)
+                                os.close(fd)
+                    self._cond.wait(0.05)
+            finally:
+                self._draining.discard(gpu)
+        slot = Slot(gpu, time.monotonic(), lane=0, share=self._share(gpu),
+                    threads=min(8, self.threads * self.lanes), cpus=self.cpusets.get(keys[0], ""),
+                    sync=self.sync)
+        try:
+            yield slot
+        finally:
+            self.release(slot, label)
+            with self._cond:
+                for k in keys[1:]:
+                    fd = self._fds.pop(k, None)
+                    if fd is not None and fd >= 0:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                        os.close(fd)
+                    self._free.append(k)
+                self._cond.notify_all()
 
     def busy_fractions(self, t0: float, t1: float) -> dict[str, float]:
         """Per GPU: the share of [t0, t1] during which any of its lanes was held."""

@@ -64,3 +64,37 @@ def test_lanes_lengthen_the_wall_cap_not_the_own_time_limit(cpu_lab, rmsnorm_pro
         evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled,
                         GpuPool(["0"], cross_process=False, lanes=lanes), timeout_s=40.0)
     assert seen == [(40.0, 40.0, 25.0), (40.0, 120.0, 25.0)]
+
+
+def test_out_of_memory_beside_other_lanes_runs_again_alone(cpu_lab, rmsnorm_problem, monkeypatch):
+    """An evaluation that ran out of device memory while other lanes' evaluations shared its GPU is
+    run again holding every lane of that GPU, and the second verdict is the attempt's; the first
+    try's seconds stay on the bill. On one lane the out-of-memory verdict is final."""
+    from solforge.evaluate import runner
+
+    uuids = [w.uuid for w in rmsnorm_problem.workloads]
+    calls, pool = [], None
+
+    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None):
+        held = pool.lanes - sum(1 for k in pool._free if k[0] == "0")
+        calls.append((held, wall_cap_s))
+        if len(calls) == 1:
+            return RunReport(rmsnorm_problem.name, [_r(u, "oom", message="CUDA out of memory")
+                                                    for u in uuids])
+        return RunReport(rmsnorm_problem.name, [_r(u, "passed", median_ms=0.01) for u in uuids])
+    monkeypatch.setattr(runner, "run_stage", run_stage)
+    cand = Candidate.model_validate(candidate_json(RMSNORM_H128))
+    _, compiled = cpu_lab.compile(cand)
+
+    pool = GpuPool(["0"], cross_process=False, lanes=3)
+    out = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
+    assert calls == [(1, 120.0), (3, 40.0)]          # first on one lane, then on all three
+    assert out.status is AttemptOutcome.OK
+    assert out.eval_phases["shared_oom_retry"] > 0
+    assert sorted(pool._free) == [("0", 0), ("0", 1), ("0", 2)]   # every lane handed back
+
+    calls.clear()
+    pool = GpuPool(["0"], cross_process=False, lanes=1)
+    out = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
+    assert len(calls) == 1 and out.status is AttemptOutcome.RUNTIME_ERROR
+    assert "shared_oom_retry" not in out.eval_phases
