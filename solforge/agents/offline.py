@@ -22,6 +22,11 @@ from .llm import Context, SessionResult, TryFn
 INITIAL_RANDOM = 3   # random picks per family after its best guess
 MAX_SPACE = 4096     # param sets considered per family (spaces are enumerated lists)
 MATCH_JOBS = 16      # child processes matching problems to families at the start of a run (warm)
+# how much lower than the run the matching children run (os.nice): they work beside the run's
+# evaluations, whose CPU time (inputs, checks, reading the profiler) lengthens every evaluation; on
+# the H200 box, 16 children tracing two big references for a whole wall budget kept its 16 cores
+# busy at 371% beside two lanes' evaluations
+MATCH_NICE = 10
 STOP_WAIT_S = 10.0   # how long the end of a run waits for the matching thread to stop
 
 
@@ -77,6 +82,22 @@ def _sortable(v):
 def _order_key(v):
     # numbers in numeric order (1024 after 128), then anything else by its text
     return (0, v, "") if isinstance(v, (int, float)) else (1, 0, v)
+
+
+def match_pool(n: int):
+    """The matching children: spawned (the caller may already run threads: the evaluator's fork
+    server), each at MATCH_NICE below the run."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    return cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_lower_priority)
+
+
+def _lower_priority() -> None:
+    try:
+        os.nice(MATCH_NICE)
+    except OSError:  # not allowed here: match at the run's priority
+        pass
 
 
 def _match_in_child(problem) -> bool:
@@ -182,7 +203,6 @@ class OfflineWorker:
 
     def _match_all(self, todo, deadline_s, jobs, say) -> None:
         import concurrent.futures as cf
-        import multiprocessing as mp
 
         t0 = time.monotonic()
         done: set[str] = set()
@@ -217,8 +237,7 @@ class OfflineWorker:
                 from ..kernels.trace_cache import SESSION_ENV
 
                 os.environ[SESSION_ENV] = uuid.uuid4().hex
-                # spawn, not fork: the caller may already run threads (the evaluator's fork server)
-                ex = cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"))
+                ex = match_pool(n)
                 try:
                     futs = {ex.submit(_match_in_child, p): p.name for p in todo}
                     left = set(futs)

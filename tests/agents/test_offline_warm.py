@@ -207,3 +207,14 @@ def test_a_match_landing_between_plan_and_wait_starts_on_the_free_place(tmp_path
     first = next(s for s in loop.session_log if s[0] == "first")
     assert started["landing"] is not None and started["landing"] < first[2]
     assert time.monotonic() - t0 < 15, "the landed problem waited for the running session to end"
+
+
+def test_matching_children_run_below_the_run():
+    """The matching children work beside the run's evaluations: they run MATCH_NICE lower."""
+    import os
+
+    from solforge.agents.offline import MATCH_NICE, match_pool
+
+    with match_pool(1) as ex:
+        child = ex.submit(os.nice, 0).result(timeout=120)
+    assert child == min(19, os.nice(0) + MATCH_NICE)
