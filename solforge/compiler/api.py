@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import Counter
@@ -48,9 +49,16 @@ def _code_version(roots: tuple = (Path(__file__).parent, KERNEL_SOURCES)) -> str
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
+def _own_version() -> str:
+    """_code_version of this installation, hashed once a process: ~100 kB of sources read on every
+    key otherwise, and the Python it covers is the one imported at the process's start anyway."""
+    return _code_version()
+
+
 def _key(defn, workloads, gemm: str = "generic", attention: bool = False) -> str:
     axes = [sorted((getattr(w, "axes", {}) or {}).items()) for w in workloads]
-    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes, _code_version()]
+    return hashlib.sha256(json.dumps([defn.model_dump(mode="json"), axes, _own_version()]
                                      + ([gemm] if gemm != "generic" else [])
                                      + (["attention"] if attention else []),
                                      sort_keys=True, default=str).encode()).hexdigest()

@@ -592,7 +592,7 @@ class _HostInts:
         return len(self._t)
 
     def __getitem__(self, i):
-        if self._t.dim() == 0 or not isinstance(i, int) and not hasattr(i, "__index__"):
+        if self._t.dim() == 0 or not hasattr(i, "__index__"):   # an int, or a numpy integer
             raise TraceError("the reference reads a tensor's values into numpy (.numpy()) and "
                              "indexes them by more than one position")
         return self._t[i].item()

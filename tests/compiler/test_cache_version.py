@@ -23,3 +23,8 @@ def test_the_default_version_reads_the_embedded_kernel_sources():
     assert (api.KERNEL_SOURCES / "sfg_gemm.cuh").is_file()
     assert (api.KERNEL_SOURCES / "attention_flash.cu").is_file()
     assert api._code_version() != api._code_version((api.Path(api.__file__).parent,))
+
+
+def test_the_keys_use_the_installed_version_hashed_once():
+    assert api._own_version() == api._code_version()
+    assert api._own_version.cache_info().currsize == 1
