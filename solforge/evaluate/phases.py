@@ -22,6 +22,9 @@ Phase names (seconds):
                   another lane times (a wait, not GPU work of this evaluation)
   checks          the remainder of each workload: candidate correctness calls, comparisons, guards
   teardown        "done" -> process exit (runner side)
+  unfinished      (runner, only when the driver ended without its phases: killed at a limit, or
+                  died) the run's time outside the workloads it finished: start-up and the
+                  workload it was in; the finished workloads' phases are summed beside it
   shared_oom_retry  (orchestrate.evaluation, not the driver) seconds of a first try that ran out of
                   device memory beside other lanes' evaluations; the phases are the second try's,
                   run with the GPU to itself

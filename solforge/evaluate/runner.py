@@ -353,7 +353,7 @@ def _phases(lines, t0, t_first, t_done, t_exit, cpu: Optional[dict] = None) -> d
     under "cpu", what the process used (zygote children: the zygote's wait4, zygote.rusage_dict) and
     the whole host's busy and stolen CPU-seconds meanwhile (host_cpu_seconds)."""
     ph = next((o for o in lines if o.get("type") == "phases"), None)
-    out = {"seconds": dict(ph.get("seconds", {})) if ph else {},
+    out = {"seconds": dict(ph.get("seconds", {})) if ph else _finished_workloads(lines, t0, t_exit),
            "mode": ph.get("mode") if ph else None, "driver_s": ph.get("driver_s") if ph else None,
            "pid": ph.get("pid") if ph else None}
     if t_done is not None:
@@ -364,6 +364,22 @@ def _phases(lines, t0, t_first, t_done, t_exit, cpu: Optional[dict] = None) -> d
     if cpu:
         out["cpu"] = dict(cpu)
     return out
+
+
+def _finished_workloads(lines, t0, t_exit) -> dict:
+    """Without the driver's phases (killed, or died, before it wrote them): the phases of the
+    workloads it finished, summed, and "unfinished": the rest of the run's time (start-up and the
+    workload it was in when it ended), so a timed-out evaluation still says where its time went."""
+    out: dict[str, float] = {}
+    for o in lines:
+        ph = (o.get("extra") or {}).get("phases") if o.get("type") == "result" else None
+        for k, v in (ph or {}).items():
+            if isinstance(v, (int, float)):
+                out[k] = out.get(k, 0.0) + float(v)
+    done = out.pop("workload", 0.0)
+    if out or done:
+        out["unfinished"] = max(0.0, (t_exit - t0) - done)
+    return {k: round(v, 6) for k, v in out.items()}
 
 
 def _kill_group(proc, quiet: bool = False) -> None:
