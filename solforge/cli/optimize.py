@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 
 def register(sub) -> None:
@@ -85,6 +87,38 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+@contextmanager
+def stop_on_sigterm(store, run_id: Callable[[], Optional[str]]) -> Iterator[None]:
+    """While the loop runs, SIGTERM (`timeout`, a scheduler, a machine going away) marks the run and
+    its unfinished attempts interrupted at once and exits with 143, without waiting for the
+    evaluations in flight as Ctrl-C does: what the database holds is whole (a killed run used to stay
+    'running' with 'compiled' attempts) and `--resume` finishes the interrupted ones."""
+    import signal
+    import threading
+
+    from ..store.status import RunStatus
+
+    if threading.current_thread() is not threading.main_thread():
+        yield                      # signal handlers belong to the main thread
+        return
+
+    def stop(signum, frame):
+        rid = run_id()
+        try:
+            if rid:
+                store.finish_run(rid, RunStatus.INTERRUPTED, "stopped by SIGTERM")
+                print(f"optimize: stopped by SIGTERM; run {rid[:8]} and its unfinished attempts "
+                      "marked interrupted", file=sys.stderr, flush=True)
+        finally:
+            os._exit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def run(args) -> int:
     """The same loop the Prefect flow runs (solforge.orchestrate.setup.build): GPU slots, content
     cache, resume; without Prefect."""
@@ -119,7 +153,8 @@ def run(args) -> int:
     con.print(f"optimize: {len(loop.problems)} problem(s), workers {sorted(loop.workers)}, "
               f"arch {lab.arch}, GPUs {','.join(loop.pool.gpus) or 'none'}, db {loop.store.path}",
               markup=False)
-    report = loop.run()
+    with stop_on_sigterm(loop.store, lambda: loop.run_id):
+        report = loop.run()
     if getattr(args, "json", False):
         emit_json(report.to_json())
     else:
