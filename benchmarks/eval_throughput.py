@@ -9,8 +9,10 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 call's L2 flush and the call, torch.profiler (kineto) for CUPTI, a child forked per
                 request that creates its CUDA context itself (SOLFORGE_EVAL_SPARE=0)
   after_kineto  SOL-ExecBench's measurement (10 counted warm-up calls, the call queued behind its
-                flush) still read through kineto, and the zygote's spare child (its CUDA context made
-                while the previous candidate ran)
+                flush) still read through kineto, a child forked per request (the zygote's spare
+                child is off by default: zygote.spare_enabled)
+  after_spare   after_kineto with the zygote's spare child (SOLFORGE_EVAL_SPARE=1: its CUDA context
+                made while the previous candidate ran, its descriptors kept through the driver's sweep)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
   after_cupti_gpu  the same through cupti-python with the GPU record kinds alone, left on for the
                 process (timing.py's `cupti-gpu`)
@@ -63,9 +65,10 @@ CONFIGS = {
     "after_cupti_gpu": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "cupti-gpu"},
     "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                           "one_session": True},
+    "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
 }
 ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}, "after_cupti_gpu": {},
-        "after_one_session": {}}
+        "after_one_session": {}, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"}}
 TARGET_PER_MIN = 60.0
 
 

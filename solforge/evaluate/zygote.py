@@ -94,10 +94,39 @@ def _os_threads() -> int:
 
 
 def _open_fds() -> set[int]:
+    """The descriptors open now (not the one the listing itself used, closed by the time it returns:
+    kept in a `keep` set, its number would shelter whatever is opened there later)."""
     try:
-        return {int(x) for x in os.listdir("/proc/self/fd")}
+        listed = {int(x) for x in os.listdir("/proc/self/fd")}
     except OSError:
         return set()
+    return {fd for fd in listed if _is_open(fd)}
+
+
+def _close_others(keep: set) -> None:
+    """Close every descriptor above stderr that is not in `keep`."""
+    for fd in _open_fds():
+        if fd > 2 and fd not in keep:
+            _close(fd)
+
+
+def _opened_by(step):
+    """(step(), the descriptors it opened). A child's own setup before the driver (the slot's CUDA
+    wait mode, cuInit; a spare's CUDA context) opens the GPU's device files and the CUDA driver's
+    own pipes; the driver's descriptor sweep must keep them, or the context they belong to dies at
+    its first launch ("unspecified launch failure" at the first synchronize: what a spare child did
+    on the H200 while a freshly forked one, whose context is made after the sweep, passed)."""
+    before = _open_fds()
+    out = step()
+    return out, _open_fds() - before
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def _send(conn: socket.socket, obj: dict) -> None:
@@ -428,9 +457,7 @@ def _run_driver(req: dict, fds: list, keep: set, t_start: float, mode: str,
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
-        for fd in _open_fds():
-            if fd > 2 and fd not in keep:
-                _close(fd)
+        _close_others(keep)
         for note in notes:
             print(note, file=sys.stderr)
         if req.get("t"):
@@ -466,13 +493,14 @@ def _child(req: dict, fds: list, srv: socket.socket, conns: list, keep: set) -> 
     t_start = time.time()
     try:
         _isolate(srv, conns)
-        notes = _apply_env({str(k): str(v) for k, v in (req.get("env") or {}).items()})
+        notes, opened = _opened_by(
+            lambda: _apply_env({str(k): str(v) for k, v in (req.get("env") or {}).items()}))
     except BaseException:  # noqa: BLE001
         import traceback
 
         traceback.print_exc()
         os._exit(1)
-    _run_driver(req, fds, keep, t_start, "zygote", tuple(notes))
+    _run_driver(req, fds, keep | opened, t_start, "zygote", tuple(notes))
 
 
 def _init_cuda() -> None:
@@ -498,8 +526,7 @@ def _spare(env: dict, sock: socket.socket, srv: socket.socket, conns: list, keep
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)        # the zygote's stdout is its hello pipe to the runner
-        notes = _apply_env(env)
-        _init_cuda()
+        notes, opened = _opened_by(lambda: (_apply_env(env), _init_cuda())[0])
         data, fds = b"", []
         while b"\n" not in data:
             chunk, more, _flags, _addr = socket.recv_fds(sock, _MAX_MSG, 4)
@@ -511,7 +538,7 @@ def _spare(env: dict, sock: socket.socket, srv: socket.socket, conns: list, keep
         req = json.loads(data.split(b"\n", 1)[0])
     except BaseException:  # noqa: BLE001 - the zygote sees it die and forks the next one itself
         os._exit(1)
-    _run_driver(req, fds, keep, t_start, "zygote-spare", tuple(notes))
+    _run_driver(req, fds, keep | opened, t_start, "zygote-spare", tuple(notes))
 
 
 def spare_enabled(env: Optional[dict] = None) -> bool:
@@ -520,7 +547,9 @@ def spare_enabled(env: Optional[dict] = None) -> bool:
 
     Off by default: on the H200 a candidate served by a spare died in its first synchronize with
     'unspecified launch failure' while the same stage passed in a freshly forked child
-    (data/results/compiler_sweep/spare_diag_h200.txt); until that is understood, fresh children only."""
+    (data/results/compiler_sweep/spare_diag_h200.txt). The likely cause is fixed (the driver's
+    descriptor sweep closed the CUDA context's own descriptors, opened before it: _opened_by); on
+    by default once the H200 has shown it (benchmarks/eval_throughput.py, config after_spare)."""
     v = (env or {}).get("SOLFORGE_EVAL_SPARE", os.environ.get("SOLFORGE_EVAL_SPARE", "0"))
     return str(v).strip().lower() not in ("0", "false", "no")
 

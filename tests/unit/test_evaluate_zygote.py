@@ -347,3 +347,35 @@ def test_waiting_for_another_lanes_timing_is_its_own_phase(problem, tmp_path, py
     secs = rep.phases["seconds"]
     assert secs.get("gpu_wait", 0) > hold_s - 1.5, secs
     assert secs["checks"] < hold_s - 1.5, secs  # the wait is not counted twice
+
+
+def test_descriptors_a_childs_setup_opened_survive_the_drivers_sweep():
+    """A spare's CUDA context (or cuInit for the slot's wait mode) opens device files before the
+    driver runs; the driver's sweep of inherited descriptors must keep them, or the context dies at
+    its first launch. Here a plain file stands in for the device file, in a forked child."""
+    from solforge.evaluate.zygote import _close_others, _open_fds, _opened_by
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 3
+        try:
+            keep = _open_fds()
+            fd, opened = _opened_by(lambda: os.open(os.devnull, os.O_RDONLY))
+            stray = os.open(os.devnull, os.O_RDONLY)          # opened later: not kept
+            _close_others(keep | opened)
+            code = 0 if opened == {fd} and _alive(fd) and not _alive(stray) else 1
+        finally:
+            os._exit(code)
+    os.close(r)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _alive(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
