@@ -153,7 +153,9 @@ def summary_cells(s: Summary) -> list[str]:
 
 
 def problem_cells(r: ProblemResult) -> list[str]:
-    return [r.problem, r.subset, _x(r.speedup) if r.served else "unserved (1.00x)",
+    # tried but without a correct, timed kernel (wrong, failed, out of time) is not "unserved"
+    missing = "no timed kernel (1.00x)" if r.attempts else "unserved (1.00x)"
+    return [r.problem, r.subset, _x(r.speedup) if r.served else missing,
             _s(r.sol_score) if r.served else "(0.500)", str(r.attempts), r.t_b_from or "-"]
 
 
@@ -166,7 +168,8 @@ def markdown(t: ResultsTable, with_problems: bool = True) -> str:
 
     parts = [md(SUMMARY_COLUMNS, [summary_cells(s) for s in t.summaries]),
              "",
-             f"Unserved problems (no correct, timed kernel) count as {UNSERVED_SPEEDUP:.1f}x and SOL score "
+             f"Problems without a correct, timed kernel (unserved, or tried without one) count as "
+             f"{UNSERVED_SPEEDUP:.1f}x and SOL score "
              f"{UNSERVED_SOL}; speedup is the geomean over a problem's workloads of T_b / T_kernel, T_b the "
              "faster of eager PyTorch and torch.compile where both were measured."]
     if with_problems:

@@ -64,3 +64,14 @@ def test_cli_markdown_and_json(tmp_path, capsys):
 def test_cli_table_on_an_empty_store_says_so(tmp_path, capsys):
     assert main(["table", "--db", str(tmp_path / "e.duckdb")]) == 2
     assert "no problems" in capsys.readouterr().err
+
+
+def test_tried_without_a_timed_kernel_is_told_apart_from_unserved():
+    from solforge.results.table import ProblemResult, problem_cells
+
+    tried = ProblemResult(problem="p", subset="L2", served=False, attempts=2)
+    never = ProblemResult(problem="q", subset="L2", served=False, attempts=0)
+    assert problem_cells(tried)[2] == "no timed kernel (1.00x)"
+    assert problem_cells(never)[2] == "unserved (1.00x)"
+    assert problem_cells(tried)[3] == problem_cells(never)[3] == "(0.500)"
+    assert tried.counted_speedup == never.counted_speedup == 1.0
