@@ -23,13 +23,7 @@ How it times the two sides so that only the values differ:
 - a verdict that needs the gap to clear a noise floor taken from the seen calls' own spread
   (interquartile range: a few outliers do not inflate it), and a
   second, independent probe that agrees before anything is rejected. A real cache is caught by
-  both; one noisy sample set is not;
-- the second probe sees values of its own: a new input set, called as often as the timing set was
-  before the first probe, then timed against fresh ones. A kernel whose time honestly depends on the
-  values (token routing, masks, early exits) can be faster on the one timing set than on most
-  others, and a second probe on that same set would agree with the first every time (an H200 run
-  rejected a compiled MoE dispatch plan this way: 32 ms on its timing set, 43 ms on fresh ones,
-  twice); a cache is fast on any set it has seen.
+  both; one noisy sample set is not.
 """
 
 from __future__ import annotations
@@ -47,9 +41,6 @@ from .inputs import clone_inputs, write_into
 from .timing import resolved
 
 WARM_IN_CALLS = 3
-# the second round's own seen set: a seed beside its fresh ones (seed + 1000 x round + call index,
-# the index below 1 + 24 + 2 x 24 and a few hundred priming calls)
-OWN_SEEN_OFFSET = 999
 # kernels shorter than this get the same input-making work before seen calls as before fresh ones
 SYMMETRIC_BELOW_MS = 1.0
 
@@ -121,7 +112,7 @@ def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: 
               calls: int, ratio: float = 0.8, abs_floor_ms: float = 0.002,
               noise_k: float = 1.0, seed: int = 3000,
               symmetric_setup: bool = True,
-              final_seeds: Optional[list] = None, prime_calls: int = 0) -> ProbeOutcome:
+              final_seeds: Optional[list] = None) -> ProbeOutcome:
     """Probe one prepared call over its own buffers (`inputs`, `outputs`, values seen before).
     make_inputs(seed) makes a new valid input set; reference(inputs) the expected outputs.
     A second round runs only when the first is suspicious; both must be to call it caching.
@@ -132,45 +123,38 @@ def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: 
     never-seen one; reference is then called as reference(inputs, seed) (a cached reference).
     Each round leaves the seen values in `inputs` as it found them."""
     return start_probe(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls,
-                       ratio, abs_floor_ms, noise_k, seed, symmetric_setup, final_seeds,
-                       prime_calls)()
+                       ratio, abs_floor_ms, noise_k, seed, symmetric_setup, final_seeds)()
 
 
 def start_probe(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls: int,
                 ratio: float = 0.8, abs_floor_ms: float = 0.002, noise_k: float = 1.0,
                 seed: int = 3000, symmetric_setup: bool = True,
-                final_seeds: Optional[list] = None, prime_calls: int = 0) -> Callable[[], ProbeOutcome]:
+                final_seeds: Optional[list] = None) -> Callable[[], ProbeOutcome]:
     """run_probe's first round now (its calls and its output check), the rest in the function it
     returns: inside Timer.batched the round's samples are read once the session has closed, and a
-    second round, when the first is suspicious, runs then in a session of its own, on seen values
-    of its own (a new set, called max(WARM_IN_CALLS, prime_calls) times before its seen calls:
-    prime_calls is how often the timing set was called before the first round)."""
+    second round, when the first is suspicious, runs then in a session of its own."""
     saved = clone_inputs(inputs)
 
     def round_(rnd: int):
         final = final_seeds[rnd] if final_seeds and rnd < len(final_seeds) else None
-        seen, warm_in = saved, WARM_IN_CALLS
-        if rnd:
-            own = make_inputs(seed + 1000 * rnd + OWN_SEEN_OFFSET)
-            if _write(inputs, own):   # else (index inputs of another length) the timing set again
-                seen, warm_in = own, max(WARM_IN_CALLS, int(prime_calls))
         t, wrong = _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance,
-                              calls, seen, seed + 1000 * rnd, symmetric_setup, final, warm_in)
+                              calls, saved, seed + 1000 * rnd, symmetric_setup, final)
         _write(inputs, saved)   # the seen values back: what follows finds the buffers as they were
-        return t, wrong, warm_in
+        return t, wrong
 
     first = round_(0)
 
     def finish() -> ProbeOutcome:
         out = ProbeOutcome([], calls)
-        t, wrong, w = first
+        t, wrong = first
         for rnd in range(2):
             if rnd:
-                t, wrong, w = round_(rnd)
+                t, wrong = round_(rnd)
             if wrong:
                 out.wrong_output = True
                 return out
             s = resolved(t).samples_ms
+            w = WARM_IN_CALLS
             v = verdict(s[w:w + calls], s[w + calls:], ratio, abs_floor_ms, noise_k)
             out.rounds.append(v)
             if not v.suspicious:
@@ -201,10 +185,10 @@ def _write(dst: dict, src: dict) -> bool:
 
 
 def _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls, saved,
-               seed, symmetric_setup=True, final_seed=None, warm_in: int = WARM_IN_CALLS):
+               seed, symmetric_setup=True, final_seed=None):
     """One round's calls (warm-in, seen x calls, fresh x calls) and the check of its last output:
-    (its Timing or Pending, whether that output was wrong). `saved`: the seen values."""
-    w = warm_in
+    (its Timing or Pending, whether that output was wrong)."""
+    w = WARM_IN_CALLS
     total = w + 2 * calls
     first_fresh = w + calls                     # warm-in, seen x calls, fresh x calls
 

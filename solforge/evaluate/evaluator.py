@@ -24,10 +24,6 @@ from .results import EvalResult, EvalStatus
 from .timing import (NVIDIA_WARMUP_CALLS, BatchUnavailable, Timer, Timing, TimingError,
                      default_backend, resolved)
 
-# the caching probe's second round calls its own seen set as often as the timing set was called
-# (timed calls over the rotated sets), at most this often: a cache that needs more sightings than
-# that would pass a second round, but a long kernel's probe stays seconds, not minutes
-PRIME_CALLS_MAX = 64
 
 def _setting(name: str):
     from .. import settings
@@ -350,9 +346,7 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     probe = None
     if cfg.caching_probe and cfg.caching_probe_calls > 0:
         estimate = timing.median_ms if isinstance(timing, Timing) else timer.last_call_ms
-        timed = timing.n if isinstance(timing, Timing) else cfg.rep_count
-        probe = _start_probe(env, rw, factory, sets[-1], calls[-1], estimate,
-                             prime_calls=min(PRIME_CALLS_MAX, -(-timed // len(sets))))
+        probe = _start_probe(env, rw, factory, sets[-1], calls[-1], estimate)
 
     def finish() -> None:
         t = resolved(timing)
@@ -380,8 +374,7 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     return finish
 
 
-def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[float],
-                 prime_calls: int = 0):
+def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[float]):
     """The caching probe (caching_probe.py) on the last timing set's own buffers and prepared call:
     its first round now; (calls per side, what finishes it) for _finish_probe. median_ms sizes it:
     the timed median, or inside one session the warm-up's estimate of a call (an upper bound)."""
@@ -410,7 +403,7 @@ def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[fl
         reference, rw.workload.tolerance, n,
         seed=caching_probe.fresh_seed(),
         symmetric_setup=bool(median_ms) and median_ms < caching_probe.SYMMETRIC_BELOW_MS,
-        final_seeds=final, prime_calls=prime_calls)
+        final_seeds=final)
     if env.integrity is not None:
         env.integrity.check()       # the probe's calls ran candidate code before its verdict is used
     return n, finish

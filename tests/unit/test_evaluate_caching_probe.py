@@ -152,14 +152,10 @@ def test_schedule_seen_values_repeat_fresh_values_never_do():
     _, call, _ = _probe(FingerprintCache, calls=6)
     keys = call.keys_seen[1:]                 # after the timing run's call
     seen_key = call.keys_seen[0]
-    # round 1: 3 warm-in + 6 seen calls on the timing run's values, then 6 fresh (each new);
-    # round 2: the same on a seen set of its own, new to the kernel
-    own = keys[15]
-    assert own != seen_key
-    assert [k == seen_key for k in keys[:15]] == [True] * 9 + [False] * 6
-    assert [k == own for k in keys[15:]] == [True] * 9 + [False] * 6
-    fresh = keys[9:15] + keys[24:]
-    assert len(set(fresh)) == 6 * 2 and seen_key not in fresh and own not in fresh
+    # per round: 3 warm-in + 6 seen calls on the timing run's values, then 6 fresh (each new)
+    fresh = [k for k in keys if k != seen_key]
+    assert len(fresh) == len(set(fresh)) == 6 * 2
+    assert [k == seen_key for k in keys] == ([True] * 9 + [False] * 6) * 2
 
 
 def test_pointer_cache_gives_wrong_output_on_new_values():
@@ -177,12 +173,11 @@ def test_asymmetric_setup_makes_inputs_for_fresh_calls_only():
 
     res = run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 8,
                     symmetric_setup=False)
-    assert res.caching and len(made) == 8 * 2 + 1        # 8 fresh calls per round, two rounds,
-                                                         # and round 2's own seen set
+    assert res.caching and len(made) == 8 * 2            # 8 fresh calls per round, two rounds
     made.clear()
     # new seeds: the cache holds the first probe's fresh values, which are "seen" now
     run_probe(WallTimer(), counting_make, ins, outs, call, reference, Tolerance(), 8, seed=9000)
-    assert len(made) == (3 + 8 + 8) * 2 + 1              # every call's setup makes a set
+    assert len(made) == (3 + 8 + 8) * 2                  # every call's setup makes a set
 
 
 def test_fresh_seeds_differ_between_probes():
@@ -204,6 +199,36 @@ def test_write_is_all_or_nothing():
     assert dst["indptr"].tolist() == [0, 1, 4] and dst["indices"].tolist() == [3, 2, 1, 0]
 
 
+class FirstSetsCache(Honest):
+    """Caches only the first input sets it sees twice (the timing sets), then stops caching: a
+    second probe round on new values would find nothing cached. Both rounds probe the timing set's
+    own values, so it is caught."""
+
+    def __init__(self, ins, outs, k=1):
+        super().__init__(ins, outs)
+        self.k, self.counts, self.store = k, {}, {}
+
+    def __call__(self):
+        key = (tuple(self.ins["x"][:: N // 16].tolist()), tuple(self.ins["y"][:: N // 16].tolist()))
+        if key in self.store:
+            self.outs["out"].copy_(self.store[key])
+            return
+        self.counts[key] = self.counts.get(key, 0) + 1
+        out = chain(self.ins["x"], self.ins["y"])
+        if self.counts[key] >= 2 and len(self.store) < self.k:
+            self.store[key] = out
+        self.outs["out"].copy_(out)
+
+
+def test_a_cache_of_the_timing_set_alone_is_caught():
+    ins, outs = make(1), {"out": torch.empty(N)}
+    call = FirstSetsCache(ins, outs)
+    call()
+    call()                                    # the timing run saw these values twice: cached
+    res = run_probe(WallTimer(), make, ins, outs, call, reference, Tolerance(), 8)
+    assert res.caching and len(res.rounds) == 2
+
+
 class ValueDependent(Honest):
     """Honest, with work that depends on the values (like tokens routed to experts): 1 pass when
     x[0] > 2, else 4. The timing run's set is one of the rare fast ones."""
@@ -222,29 +247,15 @@ def _value_reference(ins):
     return {"out": z}
 
 
+@pytest.mark.xfail(strict=True, reason="known limit: an honest kernel whose time follows its values "
+                   "and whose timing set is a fast one looks like a cache of that set (the H200 "
+                   "rejected a compiled MoE dispatch plan so); probing a new seen set instead would "
+                   "let a cache of the timing set alone pass (the test above)")
 def test_value_dependent_time_on_a_fast_timing_set_is_not_a_cache():
-    """Round 1 compares the timing set (fast values) with fresh ones and is suspicious; round 2, on a
-    seen set of its own, is not: no rejection. A cache stays caught (the tests above)."""
     ins = make(1)
     ins["x"][0] = 3.0                                     # the timing set routes to the fast path
     outs = {"out": torch.empty(N)}
     call = ValueDependent(ins, outs)
     call()
-    from solforge.evaluate.caching_probe import OWN_SEEN_OFFSET
-
-    assert float(make(3000 + 1000 + OWN_SEEN_OFFSET)["x"][0]) <= 2.0   # round 2's own set: slow path
-    res = run_probe(WallTimer(), make, ins, outs, call, _value_reference, Tolerance(), 6,
-                    prime_calls=5)
-    assert not res.wrong_output
-    assert len(res.rounds) == 2 and res.rounds[0].suspicious and not res.rounds[1].suspicious
-    assert not res.caching
-    assert float(ins["x"][0]) == 3.0                      # the timing set's values back in place
-
-
-def test_round_two_primes_its_own_set_as_often_as_asked():
-    ins, outs, call = _setup(FingerprintCache)
-    res = run_probe(WallTimer(), make, ins, outs, call, reference, Tolerance(), 4, prime_calls=7)
-    assert res.caching
-    keys = call.keys_seen[1:]
-    own = keys[3 + 4 + 4]
-    assert [k == own for k in keys[11:]] == [True] * (7 + 4) + [False] * 4
+    res = run_probe(WallTimer(), make, ins, outs, call, _value_reference, Tolerance(), 6)
+    assert not res.wrong_output and not res.caching
