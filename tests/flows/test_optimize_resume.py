@@ -25,8 +25,10 @@ PROBLEMS = "FlashInfer-Bench/0[01]*"  # 9 problems a kernel family serves (rmsno
 
 
 def _args(db: Path) -> list[str]:
+    # an explicit job: the default (the UTC day) changes at midnight, and a test whose killed run
+    # started before it and whose rerun started after found nothing to resume
     return [sys.executable, str(REPO / "flows" / "optimize.py"), "--problems", PROBLEMS, "--with-family",
-            "--budget-attempts", "200", "--gpus", "", "--db", str(db)]
+            "--budget-attempts", "200", "--gpus", "", "--db", str(db), "--job", "sigkill-then-resume"]
 
 
 def _count(db: Path, sql: str, params=None) -> int:
