@@ -161,6 +161,13 @@ class GpuUse:
     intervals: list[tuple[float, float, str]] = field(default_factory=list)  # (start, end, label)
 
 
+def _unflock(fd: int) -> None:
+    """Release and close a lane's flock (-1: a pool without cross-process locks holds none)."""
+    if fd >= 0:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 class SlotDeadline(Exception):
     """Asked for a slot past the pool's deadline: the run's wall budget is spent. Not a
     TimeoutError, so no retry policy takes it for a transient failure."""
@@ -236,16 +243,19 @@ class GpuPool:
                 # a slot freed here notifies; one freed by another process is seen on the next poll
                 self._cond.wait(0.05)
 
+    def _give_back(self, key: tuple[str, int]) -> None:
+        """A held lane free again: its flock released, back among the free ones (under _cond)."""
+        fd = self._fds.pop(key, None)
+        if fd is not None:
+            _unflock(fd)
+        self._free.append(key)
+
     def release(self, slot: Slot, label: str = "") -> None:
         end = time.monotonic()
         key = (slot.gpu, slot.lane)
         with self._cond:
-            fd = self._fds.pop(key, None)
-            if fd is not None and fd >= 0:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+            self._give_back(key)
             self.use[slot.gpu].intervals.append((slot.acquired_at, end, label))
-            self._free.append(key)
             self._cond.notify_all()
 
     @contextmanager
@@ -283,9 +293,7 @@ class GpuPool:
                                 self._fds[k] = fds[k]
                             break
                         for fd in fds.values():   # another process holds a lane: try again
-                            if fd >= 0:
-                                fcntl.flock(fd, fcntl.LOCK_UN)
-                                os.close(fd)
+                            _unflock(fd)
                     self._cond.wait(0.05)
             finally:
                 self._draining.discard(gpu)
@@ -298,11 +306,7 @@ class GpuPool:
             self.release(slot, label)
             with self._cond:
                 for k in keys[1:]:
-                    fd = self._fds.pop(k, None)
-                    if fd is not None and fd >= 0:
-                        fcntl.flock(fd, fcntl.LOCK_UN)
-                        os.close(fd)
-                    self._free.append(k)
+                    self._give_back(k)
                 self._cond.notify_all()
 
     def busy_fractions(self, t0: float, t1: float) -> dict[str, float]:

@@ -353,7 +353,7 @@ def test_descriptors_a_childs_setup_opened_survive_the_drivers_sweep():
     """A spare's CUDA context (or cuInit for the slot's wait mode) opens device files before the
     driver runs; the driver's sweep of inherited descriptors must keep them, or the context dies at
     its first launch. Here a plain file stands in for the device file, in a forked child."""
-    from solforge.evaluate.zygote import _close_others, _open_fds, _opened_by
+    from solforge.evaluate.zygote import _close_others, _is_open, _open_fds, _opened_by
 
     r, w = os.pipe()
     pid = os.fork()
@@ -364,18 +364,10 @@ def test_descriptors_a_childs_setup_opened_survive_the_drivers_sweep():
             fd, opened = _opened_by(lambda: os.open(os.devnull, os.O_RDONLY))
             stray = os.open(os.devnull, os.O_RDONLY)          # opened later: not kept
             _close_others(keep | opened)
-            code = 0 if opened == {fd} and _alive(fd) and not _alive(stray) else 1
+            code = 0 if opened == {fd} and _is_open(fd) and not _is_open(stray) else 1
         finally:
             os._exit(code)
     os.close(r)
     os.close(w)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-
-
-def _alive(fd):
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
