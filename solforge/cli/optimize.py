@@ -83,6 +83,13 @@ def register(sub) -> None:
     p.add_argument("--gpu-profile", help="roofline profile (default settings.gpu_profile)")
     p.add_argument("--dry-run", action="store_true",
                    help="list the selected problems (source folder, kernel families) and stop")
+    p.add_argument("--match-only", action="store_true",
+                   help="match the selected problems to their kernel families into the disk cache "
+                        "($SOLFORGE_CACHE_DIR: compiled plans, tracer answers) without a GPU and "
+                        "stop: what a run on a GPU box does first, done ahead on a CPU machine "
+                        "with the same --arch and --gpu-profile (docs/gpu_runbook.md)")
+    p.add_argument("--match-jobs", type=int, default=None,
+                   help="matching processes (default: the CPUs, at most the matching pool's cap)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(func=run)
 
@@ -143,6 +150,8 @@ def run(args) -> int:
         probs = select_problems(Store(cfg.db_path), args.problems, subset=args.subset, limit=args.limit,
                                 with_family=args.with_family, shared_dir=cfg.shared_dir)
         return _dry_run(probs, getattr(args, "json", False))
+    if args.match_only:
+        return _match_only(args)
     given = {**vars(args), "db": getattr(args, "db", None),
              # a plain run is a new job; --resume continues the job these same parameters started
              "job": "resume" if args.resume else f"cli-{uuid.uuid4().hex[:12]}"}
@@ -190,6 +199,37 @@ def check_flags(args) -> None:
         from .doctor_cmd import require_gpu
 
         require_gpu(f"optimize on GPU(s) {','.join(wanted)}")
+
+
+def _match_only(args) -> int:
+    """Fill the disk cache with the matching of the selected problems, the way the loop's offline
+    worker does it on a GPU box (same Lab arch and roofline profile; compiles need no GPU), so a box
+    that unpacks this cache plans from its first second instead of tracing for minutes."""
+    from .. import settings
+    from ..agents.lab import Lab
+    from ..agents.offline import OfflineWorker
+    from ..orchestrate.setup import select_problems
+    from ..store import Store
+    from .output import emit_json
+
+    cfg = settings.Settings.load(db_path=getattr(args, "db", None), arch=args.arch,
+                                 gpu_profile=args.gpu_profile)
+    store = Store(cfg.db_path)
+    probs = select_problems(store, args.problems, subset=args.subset, limit=args.limit,
+                            with_family=False, shared_dir=cfg.shared_dir)
+    lab = Lab(arch=cfg.arch, gpu_profile=cfg.gpu_profile, has_gpu=False, store=store)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True))
+    res = OfflineWorker(lab).warm(probs, jobs=args.match_jobs, progress=say)
+    out = {"problems": len(probs), "matched": res.get("matched", 0),
+           "unmatched": sorted(res.get("unmatched", [])), "seconds": round(res.get("seconds", 0.0), 1),
+           "arch": cfg.arch, "gpu_profile": cfg.gpu_profile, "cache_dir": str(cfg.cache_dir)}
+    if getattr(args, "json", False):
+        emit_json(out)
+    else:
+        say(f"matched {out['matched']} of {out['problems']} problem(s) in {out['seconds']} s into "
+            f"{out['cache_dir']} (arch {out['arch']}, profile {out['gpu_profile']})"
+            + (f"; unmatched: {', '.join(out['unmatched'])}" if out["unmatched"] else ""))
+    return 0
 
 
 def _dry_run(problems, as_json: bool) -> int:
