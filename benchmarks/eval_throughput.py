@@ -9,8 +9,8 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 call's L2 flush and the call, torch.profiler (kineto) for CUPTI, a child forked per
                 request that creates its CUDA context itself (SOLFORGE_EVAL_SPARE=0)
   after_kineto  SOL-ExecBench's measurement (10 counted warm-up calls, the call queued behind its
-                flush) still read through kineto, a child forked per request (the zygote's spare
-                child is off by default: zygote.spare_enabled)
+                flush) still read through kineto, a child forked per request
+                (SOLFORGE_EVAL_SPARE=0; the zygote's spare child is on by default since 2026-12-04)
   after_spare   after_kineto with the zygote's spare child (SOLFORGE_EVAL_SPARE=1: its CUDA context
                 made while the previous candidate ran, its descriptors kept through the driver's sweep)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
@@ -69,6 +69,9 @@ CONFIGS = {
 }
 ENVS = {"before": {"SOLFORGE_EVAL_SPARE": "0"}, "after_kineto": {}, "after": {}, "after_cupti_gpu": {},
         "after_one_session": {}, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"}}
+# the configurations measured before the spare went on by default keep it off
+for _c in ("after_kineto", "after", "after_cupti_gpu", "after_one_session"):
+    ENVS[_c] = {"SOLFORGE_EVAL_SPARE": "0", **ENVS[_c]}
 TARGET_PER_MIN = 60.0
 
 
