@@ -13,7 +13,7 @@
 #     OUT        where the log and the gzipped database go (the device tool's $OUT)
 #     TAG        their name (default run): $OUT/$TAG.log, $OUT/$TAG.duckdb.gz
 #     PLIST      the problems, one SUBSET/name per line
-#     SEED       the gzipped database to start from, or "keep": the previous step's on this box
+#     SEED       the database to start from (.gz or .xz), or "keep": the previous step's on this box
 #     CACHE_TXZ  the packed cache (optional; a cache made at another commit of solforge/compiler or
 #                kernels_cuda/compiler is not read, and the box matches from scratch)
 #     WALL       --wall-seconds; SIGTERM WALL_SLACK (default 45) seconds later marks the run and its
@@ -40,7 +40,7 @@ setup() {  # the carried wheels, once a box (python3 -m pip: the box's `pip` is 
 }
 
 optimize() {
-  : "${OUT:?OUT: where results go}" "${PLIST:?PLIST: the problem list}" "${SEED:?SEED: a gzipped db or keep}"
+  : "${OUT:?OUT: where results go}" "${PLIST:?PLIST: the problem list}" "${SEED:?SEED: a .gz or .xz database, or keep}"
   local tag=${TAG:-run} wall=${WALL:-300} slack=${WALL_SLACK:-45}
   setup
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} SOLFORGE_CACHE_DIR=$BOX_CACHE
@@ -49,7 +49,10 @@ optimize() {
     python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
       "$CACHE_TXZ" "$BOX_CACHE" && touch "$BOX_CACHE/.unpacked"
   fi
-  if [ "$SEED" != keep ]; then gunzip -c "$SEED" > "$BOX_DB"; fi
+  if [ "$SEED" != keep ]; then  # .gz or .xz (xz: about 0.6x gzip's size for these databases)
+    python3 -c "import gzip, lzma, shutil, sys; o = lzma.open if sys.argv[1].endswith('.xz') else gzip.open
+shutil.copyfileobj(o(sys.argv[1]), open(sys.argv[2], 'wb'))" "$SEED" "$BOX_DB"
+  fi
   local n; n=$(grep -c . "$PLIST")
   local t0=$SECONDS
   # shellcheck disable=SC2086  # EXTRA_OPT is a list of arguments
