@@ -79,18 +79,53 @@ class CountedRange:
         return int(self.n)
 
 
-def index_rows(x, i):
+def index_rows(x, i, rows: "dict | None" = None):
     """`x[i]` inside a counted loop, on a tensor whose leading length is symbolic: an index_select
     (a plain select would check i against this workload's length, which the shortened loop may
-    pass; past n the device never runs the iteration)."""
+    pass; past n the device never runs the iteration). `rows` records it for write_back: an
+    in-place op on the row must reach x."""
     import torch
 
     rest = None
     if isinstance(i, tuple):   # t[i, 0]: the row, then the rest of the index
         i, rest = i[0], i[1:]
     t = torch.full((1,), int(i), dtype=torch.int64, device=x.device)
-    row = torch.index_select(x, 0, t).squeeze(0)
-    return row[rest] if rest else row
+    sel = torch.index_select(x, 0, t)
+    row = sel.squeeze(0)
+    out = row[rest] if rest else row
+    if rows is not None:
+        for v in (sel, row, out):
+            rows[id(v)] = (v, sel, x, t)
+    return out
+
+
+# `x[i].index_copy_(...)`, `x[i] += v`: the row index_rows hands out is a copy (an index_select),
+# not a view of x, so an in-place op on it (or on a view of it) would leave x as it was. After such
+# an op the row is written back into x at its index (functionalize then threads x's new value).
+_INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itruediv__",
+                    "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__", "__ixor__",
+                    "__ilshift__", "__irshift__"}
+
+
+def mutated_row(rows: dict, func, args) -> "tuple | None":
+    """(the index_select, x, index) when func is an in-place op on a row index_rows handed out;
+    else None. A view the reference takes of the row itself is not followed (functionalize's
+    tensors keep no _base to tell)."""
+    import torch
+
+    if not rows or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    name = getattr(func, "__name__", "") or ""
+    if not ((name.endswith("_") and not name.startswith("__")) or name in _INPLACE_DUNDERS):
+        return None
+    got = rows.get(id(args[0]))
+    return got[1:] if got is not None and got[0] is args[0] else None
+
+
+def write_back(row_entry) -> None:
+    """x[i] = the (mutated) row, in place on x."""
+    sel, x, t = row_entry
+    x.index_copy_(0, t, sel)
 
 
 def decide(env, expr):

@@ -108,6 +108,7 @@ class DataDependentHooks:
 
     def __init__(self):
         self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)
+        self.rows: dict = {}     # id(index_select of a counted loop's `x[i]`) -> (it, x, index)
         from . import counted_splits
 
         counted_splits.reset()
@@ -115,6 +116,14 @@ class DataDependentHooks:
     def handle(self, func, args, kwargs):
         import torch
 
+        if self.rows:
+            from .counted_loops import mutated_row, write_back
+
+            hit = mutated_row(self.rows, func, args)
+            if hit is not None:   # an in-place op on a counted loop's row: x gets it too
+                out = func(*args, **kwargs)
+                write_back(hit)
+                return out
         if func in (torch.Tensor.any, torch.any) and len(args) == 1 and not kwargs and \
                 isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
             out = func(*args)
@@ -140,7 +149,7 @@ class DataDependentHooks:
         if func is torch.Tensor.__getitem__ and len(args) == 2 and _counted_index(args):
             from .counted_loops import index_rows
 
-            return index_rows(*args)   # t[i] in a loop of a symbolic count (counted_loops.py)
+            return index_rows(*args, rows=self.rows)   # t[i] in a loop of a symbolic count (counted_loops.py)
         if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], torch.SymInt):
             return torch.select(args[0], 0, args[1])   # w[e] with e read back (Python indexing refuses)
         if func is torch.Tensor.unbind and args and isinstance(args[0], torch.Tensor) and \
