@@ -446,7 +446,7 @@ def run(folder: Path, limit: float) -> None:
         except Exception as e:  # one line per case, the run goes on
             n_fail += 1
             print(f"{name}: ERROR {type(e).__name__}: {str(e)[:240]}  {describe(c)}", flush=True)
-            if "illegal" in str(e).lower() or "misaligned" in str(e).lower():
+            if any(w in str(e).lower() for w in ("illegal", "misaligned", "launch failure", "launch_failed")):
                 print("sticky CUDA error: the context is unusable, stopping", flush=True)
                 break
         finally:

@@ -371,8 +371,15 @@ __device__ __forceinline__ bool mbar_try(unsigned bar, unsigned parity) {
         : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     return done != 0;
 }
+// Every legitimate wait lasts about a k-tile (microseconds); one past 2 s is a lost phase: trap, so
+// the launch fails with an error instead of hanging the GPU (as kernels_cuda/gemm_wgmma does).
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    if (mbar_try(bar, parity)) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     while (!mbar_try(bar, parity)) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > 2000000000ull) __trap();
     }
 }
 // arrives on `bar` once every cp.async this thread issued so far has landed (noinc: the arrival is one
