@@ -11,6 +11,11 @@ and the time of our launches against torch's op (CUDA events, median of repeats)
   prepare (CPU, NVRTC):  python benchmarks/gemm_template_check.py prepare --dir .carry/gemmt
   run (GPU):             python benchmarks/gemm_template_check.py run --dir .carry/gemmt
   both on one machine:   python benchmarks/gemm_template_check.py all --dir /tmp/gemmt
+  large-GEMM speed only: ... prepare --dir .carry/gemms --only speed   (also part of --only gemm)
+
+Speed cases (large 16-bit GEMMs, NN / NT / TN, bf16 and fp16): each shape twice, at the previous
+default's point ("old": mma.sync, or the one-warpgroup-loop "wgmma" tier for NT) and at today's
+default ("new"); a table after the run puts them side by side.
 
 A failing case (compile, launch, wrong values) prints one line and the run goes on.
 """
@@ -36,6 +41,42 @@ TOL_TF32 = (5e-2, 1e-2)
 # ---------------------------------------------------------------------------------------------------
 # cases (plain data: the GPU side rebuilds tensors and references from them)
 # ---------------------------------------------------------------------------------------------------
+SPEED_SHAPES = ((4096, 4096, 4096), (2048, 2048, 2048), (8192, 2048, 1024), (1024, 1024, 1024))
+SPEED_LAYOUTS = {"NN": (False, True), "NT": (False, False), "TN": (True, True)}   # describe()'s names
+
+
+def old_default(ta: bool, tb: bool, m: int, n: int, k: int) -> dict:
+    """The 16-bit default before the warp-specialized tier (gemm.py at 0fe6e8a): the one-loop
+    "wgmma" tier for K-major operands (NT), mma.sync 128 x 128 otherwise; split-K by _split_for."""
+    from solforge.compiler.templates import gemm as G
+
+    if not ta and not tb:
+        p = dict(tier="wgmma", BM=128, BN=256, ST=4) if n >= 256 else dict(tier="wgmma", BM=128, BN=128, ST=5)
+    else:
+        p = dict(tier="mma", BM=128, BN=128, BK=32, WM=2, WN=4, ST=4)
+    p["SPLIT"] = G._split_for(-(-m // p["BM"]) * -(-n // p["BN"]), k, p.get("BK", 64))
+    return p
+
+
+def speed_cases() -> list[dict]:
+    out = []
+    for (m, n, k) in SPEED_SHAPES:
+        for dt in ("bfloat16", "float16"):
+            for lay, (ta, tb) in SPEED_LAYOUTS.items():
+                base = dict(kind="gemm", dtype=dt, M=m, N=n, K=k, batch=1, ta=ta, tb=tb, bias=False, epi="",
+                            alpha=None)
+                out.append(dict(base, speed="old", params=old_default(ta, tb, m, n, k)))
+                out.append(dict(base, speed="new"))
+    # a few other points of the new tier at 4096^3 (tile, stages, persistence)
+    for lay in ("NN", "NT"):
+        ta, tb = SPEED_LAYOUTS[lay]
+        for p in (dict(BM=128, BN=256, ST=4, CTAS=0), dict(BM=128, BN=256, ST=3, CTAS=132),
+                  dict(BM=128, BN=128, ST=6, CTAS=132)):
+            out.append(dict(kind="gemm", dtype="bfloat16", M=4096, N=4096, K=4096, batch=1, ta=ta, tb=tb,
+                            bias=False, epi="", alpha=None, speed="alt", params=dict(tier="wgws", SPLIT=1, **p)))
+    return out
+
+
 def gemm_cases(rng: random.Random) -> list[dict]:
     cases = []
     shapes = [(1, 4096, 4096), (7, 1000, 2048), (16, 2048, 4096), (33, 300, 1024), (100, 257, 520),
@@ -232,7 +273,8 @@ def describe(c: dict) -> str:
         ex = "".join([" +bias" if c.get("bias") else "", f" {c['epi']}" if c.get("epi") else "",
                       f" alpha={c['alpha']}" if c.get("alpha") is not None else ""])
         tiers = " (M-tiered kernel)" if c.get("tiers") else ""
-        return f"gemm {c['dtype']} {lay} M={c['M']} N={c['N']} K={c['K']}{bt}{ex}{tiers}"
+        sp = f" [speed:{c['speed']}]" if c.get("speed") else ""
+        return f"gemm {c['dtype']} {lay} M={c['M']} N={c['N']} K={c['K']}{bt}{ex}{tiers}{sp}"
     if c["kind"] == "fp8":
         return f"fp8 e4m3 {c['scales']}-scaled M={c['M']} N={c['N']} K={c['K']}"
     return (f"conv{len(c['k'])}d {c['dtype']} N={c['nb']} C={c['cin']}->{c['cout']} in={c['size']} k={c['k']} "
@@ -359,6 +401,7 @@ def run(folder: Path, limit: float) -> None:
     t0 = time.time()
     n_ok = n_fail = 0
     ratios = []
+    speed = {}   # (dtype, layout, M, N, K) -> {"old"/"new"/"alt:..": (us, ok), "torch": us}
     for ent in index:
         name, c = ent["name"], ent["case"]
         if time.time() - t0 > limit:
@@ -389,6 +432,12 @@ def run(folder: Path, limit: float) -> None:
             t_ours = _time(plan.run)
             t_torch = _time(ref)
             ratios.append(t_torch / t_ours)
+            if c.get("speed"):
+                key = (c["dtype"], describe(c).split()[2], c["M"], c["N"], c["K"])
+                lab = c["speed"] if c["speed"] != "alt" else "alt " + ",".join(
+                    f"{x}{ent['params'][x]}" for x in ("BM", "BN", "ST", "CTAS"))
+                speed.setdefault(key, {})[lab] = (t_ours, ok, ent["params"])
+                speed[key]["torch"] = t_torch
             n_ok += ok
             n_fail += not ok
             print(f"{name}: {'ok  ' if ok else 'FAIL'} max_abs_err={float(err.max()):.3e} "
@@ -397,7 +446,7 @@ def run(folder: Path, limit: float) -> None:
         except Exception as e:  # one line per case, the run goes on
             n_fail += 1
             print(f"{name}: ERROR {type(e).__name__}: {str(e)[:240]}  {describe(c)}", flush=True)
-            if "illegal" in str(e).lower() or "misaligned" in str(e).lower():
+            if any(w in str(e).lower() for w in ("illegal", "misaligned", "launch failure", "launch_failed")):
                 print("sticky CUDA error: the context is unusable, stopping", flush=True)
                 break
         finally:
@@ -407,6 +456,30 @@ def run(folder: Path, limit: float) -> None:
                 except Exception:
                     pass
     import math
+    if speed:
+        print("\nlarge-GEMM speed, old default vs new default (us; x = torch time / ours; TFLOP/s of ours)")
+        gains = []
+        for key, v in speed.items():
+            dt, lay, m, n, k = key
+            fl = 2.0 * m * n * k
+            row = [f"{dt:8s} {lay} {m}x{n}x{k}", f"torch {v['torch']:7.1f}"]
+            for lab in ("old", "new"):
+                if lab in v:
+                    t, ok, _ = v[lab]
+                    row.append(f"{lab} {t:7.1f}{'' if ok else ' FAIL'} x{v['torch'] / t:.2f} "
+                               f"{fl / t / 1e6:5.0f}TF")
+            if "old" in v and "new" in v:
+                gains.append(v["old"][0] / v["new"][0])
+                row.append(f"new/old speedup {v['old'][0] / v['new'][0]:.2f}")
+            for lab in sorted(x for x in v if x.startswith("alt")):
+                t, ok, _ = v[lab]
+                row.append(f"[{lab[4:]}] {t:.1f}{'' if ok else ' FAIL'}")
+            print("  ".join(row))
+            if "new" in v:
+                print(f"    new params {v['new'][2]}")
+        if gains:
+            print(f"geomean new/old speedup {math.exp(sum(map(math.log, gains)) / len(gains)):.3f} "
+                  f"over {len(gains)} shapes")
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else float("nan")
     print(f"done: {n_ok} ok, {n_fail} failed, geomean torch/ours {geo:.3f} over {len(ratios)} timed, "
           f"{time.time() - t0:.0f}s")
@@ -417,16 +490,17 @@ def main() -> None:
     ap.add_argument("mode", choices=["prepare", "run", "all"])
     ap.add_argument("--dir", required=True)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", default="", help="comma list of kinds: gemm,fp8,conv")
+    ap.add_argument("--only", default="", help="comma list of kinds: gemm,fp8,conv; speed: only the "
+                    "large-GEMM old-vs-new cases (gemm includes them)")
     ap.add_argument("--time-limit", type=float, default=500.0)
     a = ap.parse_args()
     folder = Path(a.dir)
     if a.mode in ("prepare", "all"):
         rng = random.Random(a.seed)
-        cases = gemm_cases(rng) + conv_cases(rng)
+        cases = speed_cases() + gemm_cases(rng) + conv_cases(rng)   # speed first: a time limit cuts the rest
         if a.only:
             kinds = set(a.only.split(","))
-            cases = [c for c in cases if c["kind"] in kinds]
+            cases = [c for c in cases if c["kind"] in kinds or ("speed" in kinds and c.get("speed"))]
         prepare(folder, cases, a.time_limit)
     if a.mode in ("run", "all"):
         run(folder, a.time_limit)

@@ -228,6 +228,14 @@ inline void mma1688_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, uns
 __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
+// MN-major operand (transpose bit set; the warp-specialized tier's row-contiguous operands): blocks
+// of 64 rows (128 bytes, one swizzle row) x 64 k, k row kk at byte kk*128 of its block, blocks 8192
+// bytes apart. PTX's MN-major swizzled strides: LBO = offset between (swizzle bytes / 16) = 8
+// 16-byte row groups, i.e. between 64-row blocks (8192 -> 512); SBO = offset between groups of 8 k
+// (8 k rows x 128 bytes = 1024 -> 64). A k-step of 16 advances the start by 16 k rows = 2048 bytes.
+__device__ __forceinline__ unsigned long long wg_desc_mn(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (512ull << 16) | (64ull << 32) | (1ull << 62);
+}
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -241,7 +249,7 @@ __device__ __forceinline__ void fence_acc(float (&d)[R]) {
 }
 // D[64 x N] += A[64 x 16] * B[N x 16]^T, both from shared memory (generated wrappers: every one of
 // the N/2 accumulators of a thread is its own asm operand)
-template <class T, int N>
+template <class T, int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
     if constexpr (N == 64) {
         if constexpr (MmaKind<T>::bf) {
@@ -249,18 +257,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long d
             "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-            "%32, %33, p, 1, 1, 0, 0;\n}\n"
+            "%32, %33, p, 1, 1, %35, %36;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "l"(da), "l"(db), "n"(1)
+            : "l"(da), "l"(db), "n"(1), "n"(TA), "n"(TB)
             : "memory");
         } else {
             asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-            "%32, %33, p, 1, 1, 0, 0;\n}\n"
+            "%32, %33, p, 1, 1, %35, %36;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "l"(da), "l"(db), "n"(1)
+            : "l"(da), "l"(db), "n"(1), "n"(TA), "n"(TB)
             : "memory");
         }
     } else if constexpr (N == 128) {
@@ -269,18 +277,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long d
             "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-            "%64, %65, p, 1, 1, 0, 0;\n}\n"
+            "%64, %65, p, 1, 1, %67, %68;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(da), "l"(db), "n"(1)
+            : "l"(da), "l"(db), "n"(1), "n"(TA), "n"(TB)
             : "memory");
         } else {
             asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-            "%64, %65, p, 1, 1, 0, 0;\n}\n"
+            "%64, %65, p, 1, 1, %67, %68;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(da), "l"(db), "n"(1)
+            : "l"(da), "l"(db), "n"(1), "n"(TA), "n"(TB)
             : "memory");
         }
     } else if constexpr (N == 256) {
@@ -289,18 +297,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long d
             "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-            "%128, %129, p, 1, 1, 0, 0;\n}\n"
+            "%128, %129, p, 1, 1, %131, %132;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-            : "l"(da), "l"(db), "n"(1)
+            : "l"(da), "l"(db), "n"(1), "n"(TA), "n"(TB)
             : "memory");
         } else {
             asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
             "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-            "%128, %129, p, 1, 1, 0, 0;\n}\n"
+            "%128, %129, p, 1, 1, %131, %132;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-            : "l"(da), "l"(db), "n"(1)
+            : "l"(da), "l"(db), "n"(1), "n"(TA), "n"(TB)
             : "memory");
         }
     } else {
@@ -309,6 +317,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long d
 }
 #else  // host emulation: synchronous, each thread computes its own accumulators from shared memory
 inline unsigned long long wg_desc(unsigned addr) { return addr; }
+inline unsigned long long wg_desc_mn(unsigned addr) { return addr; }
 inline void wg_fence() {}
 inline void wg_commit() {}
 template <int N> inline void wg_wait() {}
@@ -322,16 +331,97 @@ template <class T> inline float wg_elem(unsigned start, int r, int k) {
     std::memcpy(&bits, sfg_emu_smem + a, 2);
     return emu_f<T>(bits);
 }
-template <class T, int N>
+// element k (< 16) of row r of an MN-major 128B-swizzled operand (wgmma transpose bit set): blocks
+// of 64 rows WS_MN_BLOCK bytes apart (the descriptor's LBO), k rows of 128 bytes (SBO: 8 k rows)
+template <class T> inline float wg_elem_mn(unsigned start, int r, int k) {
+    unsigned a = start + (r / 64) * 8192 + k * 128 + (r % 64) * 2;
+    a ^= ((a >> 7) & 7u) << 4;
+    unsigned short bits;
+    std::memcpy(&bits, sfg_emu_smem + a, 2);
+    return emu_f<T>(bits);
+}
+template <class T, int N, int TA = 0, int TB = 0>
 inline void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db) {
     const unsigned t = threadIdx.x & 127, w = t >> 5, l = t & 31;
     for (int i = 0; i < N / 2; ++i) {
         const int row = 16 * w + l / 4 + 8 * ((i / 2) & 1), col = 8 * (i / 4) + 2 * (l % 4) + (i & 1);
         float s = 0.f;
-        for (int k = 0; k < 16; ++k) s += wg_elem<T>((unsigned)da, row, k) * wg_elem<T>((unsigned)db, col, k);
+        for (int k = 0; k < 16; ++k)
+            s += (TA ? wg_elem_mn<T>((unsigned)da, row, k) : wg_elem<T>((unsigned)da, row, k)) *
+                 (TB ? wg_elem_mn<T>((unsigned)db, col, k) : wg_elem<T>((unsigned)db, col, k));
         d[i] += s;
     }
 }
+#endif
+
+// ---- mbarriers (the warp-specialized wgmma tier's stage ring) -------------------------------------
+#if defined(__CUDACC__)
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(unsigned bar, unsigned parity) {
+    unsigned done;
+    asm volatile(
+        "{\n.reg .pred P;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, P;\n}\n"
+        : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
+// Every legitimate wait lasts about a k-tile (microseconds); one past 2 s is a lost phase: trap, so
+// the launch fails with an error instead of hanging the GPU (as kernels_cuda/gemm_wgmma does).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    if (mbar_try(bar, parity)) return;
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (!mbar_try(bar, parity)) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > 2000000000ull) __trap();
+    }
+}
+// arrives on `bar` once every cp.async this thread issued so far has landed (noinc: the arrival is one
+// of the barrier's expected count)
+__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+#else  // host emulation: a phase bit and a pending count per barrier address, under one lock
+}  // namespace sfg
+#include <map>
+#include <mutex>
+#include <thread>
+namespace sfg {
+struct EmuBar { int count, pending; unsigned phase; };
+static std::map<unsigned, EmuBar> sfg_emu_bars;
+static std::mutex sfg_emu_bar_mu;
+inline void mbar_init(unsigned bar, unsigned count) {
+    std::lock_guard<std::mutex> g(sfg_emu_bar_mu);
+    sfg_emu_bars[bar] = EmuBar{(int)count, (int)count, 0u};
+}
+inline void mbar_arrive(unsigned bar) {
+    std::lock_guard<std::mutex> g(sfg_emu_bar_mu);
+    EmuBar& b = sfg_emu_bars.at(bar);
+    if (--b.pending == 0) {
+        b.pending = b.count;
+        b.phase ^= 1u;
+    }
+}
+inline bool mbar_try(unsigned bar, unsigned parity) {   // the phase of parity `parity` has completed
+    std::lock_guard<std::mutex> g(sfg_emu_bar_mu);
+    return sfg_emu_bars.at(bar).phase != parity;
+}
+inline void mbar_wait(unsigned bar, unsigned parity) {
+    while (!mbar_try(bar, parity)) std::this_thread::yield();
+}
+inline void cp_async_arrive_noinc(unsigned bar) { mbar_arrive(bar); }   // copies are synchronous here
+inline void cp_async_wait_all() {}
+template <int R> inline void setmaxnreg_inc() {}
+template <int R> inline void setmaxnreg_dec() {}
 #endif
 
 // ---- tile coordinates ----------------------------------------------------------------------------
@@ -342,11 +432,10 @@ struct Tile {
     int split, m0, n0;
 };
 template <int BM, int BN, int SPLIT>
-__device__ __forceinline__ Tile tile_of(int M, int N) {
+__device__ __forceinline__ Tile tile_at(int M, int N, i64 bid) {
     constexpr int GROUP = 8;
     const int mt = (M + BM - 1) / BM, nt = (N + BN - 1) / BN;
     const i64 per = (i64)mt * nt;
-    const i64 bid = blockIdx.x;
     const i64 bs = bid / per;
     int in = (int)(bid - bs * per);
     const int g = in / (GROUP * nt);
@@ -359,6 +448,10 @@ __device__ __forceinline__ Tile tile_of(int M, int N) {
     t.m0 = (first + in % gsize) * BM;
     t.n0 = (in / gsize) * BN;
     return t;
+}
+template <int BM, int BN, int SPLIT>
+__device__ __forceinline__ Tile tile_of(int M, int N) {
+    return tile_at<BM, BN, SPLIT>(M, N, (i64)blockIdx.x);
 }
 
 // k range [kb, ke) of split `s`: whole BK tiles per split, the last one shorter
@@ -695,6 +788,192 @@ __device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, 
                 p.epi(acc[i], t.b, row, col);
             else
                 ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
+        }
+    }
+}
+
+// ---- warp-specialized wgmma mainloop (sm_90a), tier "wgws" ------------------------------------------
+// The Hopper design of kernels_cuda/gemm_wgmma (there: 0.8-0.9x cuBLAS at large M) for this
+// compiler's operand contract: warpgroup 0 is the producer (128 threads issuing 16-byte cp.async
+// into 128B-swizzled stages, each thread's completion signalled on the stage's full barrier with
+// cp.async.mbarrier.arrive.noinc), warpgroups 1..NWG the consumers (NWG = BM / 64, each owning 64 rows
+// of the BM x BN tile and issuing m64nBNk16 wgmmas). Consumers keep one wgmma group in flight
+// (wait_group 1) and release a stage on its empty barrier once the group that read it completed,
+// so loads, MMAs and the next stage's refill all overlap; no block-wide barrier in the main loop.
+// Operands are K-major (P::contig == 1: rows of 64 k, as the "wgmma" tier) or MN-major
+// (contig == 2, e.g. X[K, N] of x @ X or a transposed A): 64-row blocks of 64 k rows, read by wgmma
+// with its transpose bit (wg_desc_mn), so every 16-bit layout of a plain strided operand takes
+// this tier. Tails: rows past M/N and k past the split's end are zero-filled by the copy's source
+// size (MN-major: 8-row chunks, so a ragged M/N tail is a partial chunk). A failing run-time
+// alignment check (P::vec_ok) writes the operand element by element into the same layout.
+// Tiles: the grid may be smaller than the tile count (persistent CTAs: tile blockIdx.x, +gridDim.x,
+// ...); producer and consumers walk the same tiles and carry the ring position from one to the
+// next, so the producer fills the next tile's stages while the consumers run the epilogue.
+// REG: the block is 384 threads at the kernel's launch bound (168 registers at entry): the producer
+// gives registers back (setmaxnreg 40) and the consumers take them (232) for 128 accumulators.
+template <class P, class T, int W, int R>
+__device__ __forceinline__ void ws_load(const P& p, unsigned char* sgen, unsigned dst0, bool vec, i64 b, int row0,
+                                        int rows, int k0, int ke, int pt) {
+    const T* base = p.template ptr<W>();
+    if constexpr (P::template contig<W>() == 1) {   // K-major: row r = 128 bytes of 64 k
+        if (vec) {
+            const int c = pt & 7, r0 = pt >> 3;
+            const int gk = k0 + c * 8;
+            const int nk = min(max(ke - gk, 0), 8);
+#pragma unroll
+            for (int j = 0; j < R / 16; ++j) {
+                const int r = r0 + 16 * j, gr = row0 + r;
+                const int n = gr < rows ? nk : 0;
+                const T* src = n > 0 ? base + p.template off<W>(b, gr, gk) : base;
+                cp_async16(dst0 + r * 128 + ((c ^ (r & 7)) << 4), src, n * 2);
+            }
+        } else {
+#pragma unroll 1
+            for (int i = pt; i < R * 64; i += 128) {
+                const int r = i >> 6, kk = i & 63, c = kk >> 3;
+                const int gr = row0 + r, gk = k0 + kk;
+                const T v = from_f<T>(gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f);
+                *reinterpret_cast<T*>(sgen + dst0 + r * 128 + ((c ^ (r & 7)) << 4) + (kk & 7) * 2) = v;
+            }
+        }
+    } else {   // MN-major: block of 64 rows, k row kk = 128 bytes of 64 consecutive rows
+        if (vec) {
+            const int c = pt & 7, kk0 = pt >> 3;
+#pragma unroll
+            for (int blk = 0; blk < R / 64; ++blk) {
+                const int gr = row0 + blk * 64 + c * 8;
+                const int nr = min(max(rows - gr, 0), 8);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int kk = kk0 + 16 * j, gk = k0 + kk;
+                    const int n = gk < ke ? nr : 0;
+                    const T* src = n > 0 ? base + p.template off<W>(b, gr, gk) : base;
+                    cp_async16(dst0 + blk * 8192 + kk * 128 + ((c ^ (kk & 7)) << 4), src, n * 2);
+                }
+            }
+        } else {
+#pragma unroll 1
+            for (int i = pt; i < R * 64; i += 128) {
+                const int r = i % R, kk = i / R, c = (r & 63) >> 3;
+                const int gr = row0 + r, gk = k0 + kk;
+                const T v = from_f<T>(gr < rows && gk < ke ? p.template load<W>(b, gr, gk) : 0.f);
+                *reinterpret_cast<T*>(sgen + dst0 + (r >> 6) * 8192 + kk * 128 + ((c ^ (kk & 7)) << 4) + (r & 7) * 2) = v;
+            }
+        }
+    }
+}
+
+#ifndef SFG_WS_PREG
+#define SFG_WS_PREG 40
+#define SFG_WS_CREG 232
+#endif
+template <class P, class T, int BM, int BN, int ST, int SPLIT, bool REG>
+__device__ __forceinline__ void gemm_wgws(const P& p, unsigned char* smem_raw, float* ws) {
+    constexpr int BK = 64, NWG = BM / 64, R = BN / 2;
+    constexpr int STAGE = (BM + BN) * 128;
+    constexpr int TA = P::template contig<0>() == 2, TB = P::template contig<1>() == 2;
+    static_assert(BM == 64 || BM == 128, "BM: 64 or 128 (one or two consumer warpgroups)");
+    static_assert(BN == 64 || BN == 128 || BN == 256, "BN: 64, 128 or 256");
+    static_assert(ST >= 2, "ST >= 2");
+    static_assert(P::template contig<0>() != 0 && P::template contig<1>() != 0 && P::template vec<0>() &&
+                  P::template vec<1>(), "the wgws tier takes 16-byte-copyable unit-stride operands");
+    const int M = p.M, N = p.N, K = p.K;
+    const unsigned raw = smem_u32(smem_raw);
+    const unsigned base = (raw + 1023u) & ~1023u;   // 128B swizzle: 1024-aligned tiles
+    unsigned char* sgen = smem_raw - raw;
+    const unsigned full0 = base + ST * STAGE, empty0 = full0 + 8 * ST;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(full0 + 8 * s, 128);
+            mbar_init(empty0 + 8 * s, 128 * NWG);
+        }
+    }
+    __syncthreads();
+    const int mt = (M + BM - 1) / BM, nt = (N + BN - 1) / BN;
+    const i64 tiles = (i64)mt * nt * p.batch * SPLIT;
+    int stage = 0;
+    unsigned ph = 0;
+    if (threadIdx.x < 128) {   // producer warpgroup
+        if (REG) setmaxnreg_dec<SFG_WS_PREG>();
+        const int pt = threadIdx.x;
+#pragma unroll 1
+        for (i64 tix = blockIdx.x; tix < tiles; tix += gridDim.x) {
+            const Tile t = tile_at<BM, BN, SPLIT>(M, N, tix);
+            int kb, ke;
+            split_range<BK, SPLIT>(K, t.split, kb, ke);
+            const int KT = (ke - kb + BK - 1) / BK;
+            const bool va = p.template vec_ok<0>(t.b), vb = p.template vec_ok<1>(t.b);
+#pragma unroll 1
+            for (int kt = 0; kt < KT; ++kt) {
+                mbar_wait(empty0 + 8 * stage, ph ^ 1u);
+                const unsigned sa = base + stage * STAGE;
+                const int k0 = kb + kt * BK;
+                // laundered: else the row addresses of every copy are hoisted out of the k loop and
+                // spill (the producer runs on 40 registers)
+                int ptl = pt;
+                SFG_LAUNDER(ptl);
+                ws_load<P, T, 0, BM>(p, sgen, sa, va, t.b, t.m0, M, k0, ke, ptl);
+                ws_load<P, T, 1, BN>(p, sgen, sa + BM * 128, vb, t.b, t.n0, N, k0, ke, ptl);
+                if (va && vb) {
+                    cp_async_arrive_noinc(full0 + 8 * stage);
+                } else {   // element stores (a misaligned operand): ordered before a plain arrive
+                    cp_async_wait_all();
+                    mbar_arrive(full0 + 8 * stage);
+                }
+                if (++stage == ST) { stage = 0; ph ^= 1u; }
+            }
+        }
+        cp_async_wait_all();
+        return;
+    }
+    if (REG) setmaxnreg_inc<SFG_WS_CREG>();
+    const int ct = threadIdx.x - 128, wg = ct >> 7;
+    const int tw = ct & 127, warp = tw >> 5, lane = tw & 31;
+#pragma unroll 1
+    for (i64 tix = blockIdx.x; tix < tiles; tix += gridDim.x) {
+        const Tile t = tile_at<BM, BN, SPLIT>(M, N, tix);
+        int kb, ke;
+        split_range<BK, SPLIT>(K, t.split, kb, ke);
+        const int KT = (ke - kb + BK - 1) / BK;
+        float acc[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i] = 0.f;
+        int prev = 0;
+#pragma unroll 1
+        for (int kt = 0; kt < KT; ++kt) {
+            mbar_wait(full0 + 8 * stage, ph);
+            fence_proxy_async();   // cp.async / st.shared wrote through the generic proxy
+            const unsigned sa = base + stage * STAGE + wg * 8192;   // this warpgroup's 64 rows of A
+            const unsigned sb = base + stage * STAGE + BM * 128;
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+                const unsigned long long da = TA ? wg_desc_mn(sa + kk * 2048) : wg_desc(sa + kk * 32);
+                const unsigned long long db = TB ? wg_desc_mn(sb + kk * 2048) : wg_desc(sb + kk * 32);
+                wgmma_ss<T, BN, TA, TB>(acc, da, db);
+            }
+            wg_commit();
+            if (kt > 0) {   // k-tile kt-1's group is done: its stage may be refilled
+                wg_wait<1>();
+                mbar_arrive(empty0 + 8 * prev);
+            }
+            prev = stage;
+            if (++stage == ST) { stage = 0; ph ^= 1u; }
+        }
+        wg_wait<0>();
+        fence_acc(acc);
+        if (KT > 0) mbar_arrive(empty0 + 8 * prev);
+        const int row0 = t.m0 + wg * 64 + warp * 16 + (lane >> 2);
+        const int col0 = t.n0 + 2 * (lane & 3);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+            if (row < M && col < N) {
+                if (SPLIT == 1)
+                    p.epi(acc[i], t.b, row, col);
+                else
+                    ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
+            }
         }
     }
 }

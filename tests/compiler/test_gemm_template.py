@@ -243,6 +243,19 @@ def _cases():
     plain("wg_nt_f16_split", "float16", False, False, 40, 72, 300, dict(tier="wgmma", BM=64, BN=64, ST=4, SPLIT=2))
     plain("wg_nt_bf16_256", "bfloat16", False, False, 17, 260, 64, dict(tier="wgmma", BM=64, BN=256, ST=3, SPLIT=1))
     plain("wg_nt_f16_odd", "float16", False, False, 33, 65, 50, dict(tier="wgmma", BM=128, BN=64, ST=3, SPLIT=1))
+    # warp-specialized wgmma tier (producer warpgroup, mbarrier ring): K-major and MN-major operands
+    # (wgmma's transpose bit), M/N/K tails, split-K, persistent CTAs (the ring carried across tiles),
+    # misaligned operands written element by element
+    WS = dict(tier="wgws", BM=128, BN=128, ST=3, SPLIT=1, CTAS=0)
+    plain("ws_nt_bf16", "bfloat16", False, False, 70, 130, 100, WS, lda=104, ldb=104, bias=True,
+          epi="v = v > 0.f ? v : 0.f;")
+    plain("ws_nn_f16_split", "float16", False, True, 40, 72, 300, dict(WS, BM=64, BN=64, ST=4, SPLIT=2))
+    plain("ws_tn_bf16_256", "bfloat16", True, True, 72, 260, 72, dict(WS, BN=256, ST=2), alpha="0.5f")
+    plain("ws_tt_f16_pers", "float16", True, False, 136, 130, 80, dict(WS, BM=64, BN=64, ST=2, CTAS=3),
+          bias=True)
+    plain("ws_nn_bf16_pers", "bfloat16", False, True, 200, 136, 136, dict(WS, BN=64, ST=4, CTAS=2))
+    plain("ws_tn_f16_odd", "float16", True, True, 70, 33, 50, dict(WS, BM=64, BN=64))        # A, B misaligned
+    plain("ws_nt_f16_odd", "float16", False, False, 33, 65, 50, dict(WS, BN=64, CTAS=1))   # K odd
     # fp32 SIMT, transposed A, split-K
     plain("simt_tn", "float32", True, False, 37, 45, 70, dict(tier="simt", BM=32, BN=64, BK=16, TM=4, TN=4,
                                                               SPLIT=2), bias=True)
@@ -256,11 +269,13 @@ def _cases():
 
     # batched, permuted batch layout
     for dt, tb, wg in (("bfloat16", False, False), ("float16", True, False), ("float32", False, False),
-                       ("bfloat16", False, True)):
-        name = f"perm_{dt}_{int(tb)}_{int(wg)}"
+                       ("bfloat16", False, True), ("float16", True, "ws")):
+        name = f"perm_{dt}_{int(tb)}_{wg if wg == 'ws' else int(wg)}"
         spec = perm_spec(name, dt, tb)
         params = MMA_SMALL if dt != "float32" else dict(tier="simt", BM=32, BN=64, BK=16, TM=4, TN=4, SPLIT=1)
-        if wg:
+        if wg == "ws":
+            params = dict(tier="wgws", BM=64, BN=64, ST=2, SPLIT=1, CTAS=4)
+        elif wg:
             params = dict(tier="wgmma", BM=64, BN=64, ST=3, SPLIT=1)
         Bt, H, M, N, K = 2, 3, 17, 24, 40
 
@@ -354,11 +369,26 @@ def test_params_space_valid_and_default_per_bucket():
     space = G.param_space(s)
     assert space and all(G.valid_params(s, p) for p in space)
     assert G.default_params(s, 1, 4096, 4096)["BM"] == 16 and G.default_params(s, 1, 4096, 4096)["SPLIT"] > 1
-    assert G.default_params(s, 8192, 8192, 4096) == dict(tier="wgmma", BM=128, BN=256, ST=4, SPLIT=1)
-    t = plain_spec("t", "bfloat16", True, False)           # a transposed operand: no wgmma tier
-    assert G.default_params(t, 8192, 8192, 4096)["tier"] == "mma"
-    assert not any(p["tier"] == "wgmma" for p in G.param_space(t))
-    assert any(p["tier"] == "wgmma" for p in space)
+    big = dict(tier="wgws", BM=128, BN=256, ST=4, CTAS=132, SPLIT=1)
+    assert G.default_params(s, 8192, 8192, 4096) == big
+    # a transposed operand: no "wgmma" tier, but the warp-specialized one reads it MN-major
+    for ta, tb in ((True, False), (False, True), (True, True)):
+        t = plain_spec("t", "bfloat16", ta, tb)
+        assert G.default_params(t, 8192, 8192, 4096) == big
+        assert not any(p["tier"] == "wgmma" for p in G.param_space(t))
+        assert any(p["tier"] == "wgws" for p in G.param_space(t))
+    assert any(p["tier"] == "wgmma" for p in space) and space[0]["tier"] == "wgws"
+    # tiles by output size: 128 x 256 while it fills most of a wave, then 128 x 128, then 64 x 128;
+    # persistent only past a wave, split-K only under half a wave
+    assert G.default_params(s, 2048, 2048, 2048) == dict(big, CTAS=0)
+    assert G.default_params(s, 1024, 1024, 1024) == dict(tier="wgws", BM=64, BN=128, ST=4, CTAS=0, SPLIT=1)
+    assert G.default_params(s, 4096, 128, 4096)["SPLIT"] == 2
+    # misaligned at run time is the kernel's business (element path): eligibility is static
+    assert G.default_params(plain_spec("p", "float16", True, True, "LDA"), 4096, 4096, 4096)["tier"] == "wgws"
+    # a register-path operand (prologue) keeps the mma tier
+    q = G.GemmSpec(name="q", a=G.Operand.k_major("A", "bfloat16", "K", prologue="v * 2.f"),
+                   b=G.Operand.k_major("B", "bfloat16", "K"), m="M", n="N", k="K", out=G.Output("C", "bfloat16"))
+    assert G.default_params(q, 4096, 4096, 4096)["tier"] == "mma"
     f = plain_spec("y", "float32", False, False)
     fs = G.param_space(f)
     assert {p["tier"] for p in fs} == {"simt", "tf32"} and G.default_params(f, 512, 512, 512)["tier"] == "simt"
@@ -387,6 +417,14 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
     (plain_spec("big_f32", "float32", True, True), None),
     (plain_spec("wg_256", "bfloat16", False, False, bias=True), dict(tier="wgmma", BM=128, BN=256, ST=4, SPLIT=1)),
     (plain_spec("wg_128_split", "float16", False, False), dict(tier="wgmma", BM=64, BN=128, ST=5, SPLIT=4)),
+    # warp-specialized tier: every layout, persistent 128 x 256 (registers moved to the consumers)
+    (plain_spec("ws_nt", "bfloat16", False, False, bias=True, epi="v = v > 0.f ? v : 0.f;"), None),
+    (plain_spec("ws_nn", "float16", False, True), dict(tier="wgws", BM=128, BN=256, ST=4, SPLIT=1, CTAS=132)),
+    (plain_spec("ws_tn", "bfloat16", True, True, alpha="0.5f"), dict(tier="wgws", BM=128, BN=256, ST=4, SPLIT=1,
+                                                                    CTAS=132)),
+    (plain_spec("ws_tt", "float16", True, False), dict(tier="wgws", BM=128, BN=128, ST=6, SPLIT=1, CTAS=0)),
+    (plain_spec("ws_split", "bfloat16", False, True), dict(tier="wgws", BM=64, BN=128, ST=4, SPLIT=2, CTAS=0)),
+    (plain_spec("ws_tiers", "bfloat16", False, True, bias=True), "tiers"),
 ]
 
 
@@ -394,10 +432,16 @@ NVRTC_CASES = [(spec, params) for spec, params, *_ in CASES] + [
 @pytest.mark.parametrize("i", range(len(NVRTC_CASES)), ids=[s.name for s, _ in NVRTC_CASES])
 def test_nvrtc_sm90a_no_spills(i, tmp_path):
     spec, params = NVRTC_CASES[i]
+    if params == "tiers":
+        params = G.default_params(spec, None, 4096, 4096)
     gen = G.generate(spec, params)
     want = ()
-    for t in G.tiers_of(params or G.default_params(spec)):   # a tiered kernel holds every tier's code
-        want += {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",), "tf32": ("HMMA",)}[t["tier"]]
+    tiers = G.tiers_of(params or G.default_params(spec))
+    for t in tiers:   # a tiered kernel holds every tier's code
+        want += {"wgmma": ("HGMMA", "LDGSTS"), "mma": ("HMMA",), "simt": ("FFMA",), "tf32": ("HMMA",),
+                 "wgws": ("HGMMA", "LDGSTS", "SYNCS")}[t["tier"]]
+        if t["tier"] == "wgws" and t["BN"] == 256 and max(G._threads(x) for x in tiers) == 384:
+            want += ("USETMAXREG",)   # 128 accumulators a consumer thread: registers moved over
         if t["tier"] == "mma" and G._vec_capable(spec.a, spec.compute_type()):
             want += ("LDGSTS",)
     _compile(gen, tmp_path, want)
@@ -435,6 +479,7 @@ def test_default_params_without_m_are_tiers():
     p = G.default_params(s, None, 4096, 4096)
     ts = G.tiers_of(p)
     assert [t.get("max_m") for t in ts][:2] == [16, 64] and "max_m" not in ts[-1]
-    assert ts[0]["SPLIT"] > 1 and ts[-1]["tier"] == "wgmma" and G.valid_params(s, p)
+    assert ts[0]["SPLIT"] > 1 and ts[-1]["tier"] == "wgws" and G.valid_params(s, p)
+    assert ts[-1]["CTAS"] == G.NUM_SMS
     with pytest.raises(ValueError):
         G.tiers_of({"tiers": [dict(ts[0]), dict(ts[0], max_m=8)]})

@@ -16,8 +16,13 @@ Tunables are baked into the generated source (template arguments), not candidate
 number of GEMM segments coexist in one candidate without name clashes.
 
 Tiers (params["tier"]):
-- "wgmma" (sm_90a): both operands K-major 16-bit with 16-byte copies (x @ W.T, the usual linear):
-  cp.async into 128B-swizzled tiles, wgmma m64nNk16 from shared memory; the default for large GEMMs.
+- "wgws" (sm_90a): both operands 16-bit with 16-byte copies, K-major or MN-major (any plain strided
+  layout: x @ W.T, x @ X, transposed A): warp-specialized, a cp.async producer warpgroup and one or
+  two wgmma consumer warpgroups on an mbarrier stage ring (loads, MMAs and refills overlap), MN-major
+  tiles read through wgmma's transpose bit; CTAS > 0 makes the grid persistent (CTAS CTAs walking
+  the tiles); the default for large 16-bit GEMMs.
+- "wgmma" (sm_90a): both operands K-major 16-bit with 16-byte copies: every thread loads and
+  multiplies, one block barrier per k-tile (the earlier large-GEMM default, kept as a search point).
 - "mma": fp16/bf16 operands of any layout, and FP8/int8 operands converted on load; mma.sync
   m16n8k16, fp32 accumulation, cp.async ring for aligned unit-stride operands (ldmatrix.trans for
   row-major tiles), a register path otherwise (gathers, prologues).
@@ -247,6 +252,26 @@ def wgmma_smem(p: dict) -> int:
     return p["ST"] * (p["BM"] + p["BN"]) * 128 + 1024   # + 1024: the tiles' alignment slack
 
 
+def wgws_smem(p: dict) -> int:
+    # stages, 1024 alignment slack of the swizzled tiles, full + empty mbarriers
+    return p["ST"] * (p["BM"] + p["BN"]) * 128 + 1024 + 16 * p["ST"]
+
+
+NUM_SMS = 132   # H200: persistent grids of the wgws tier are at most this many CTAs by default
+
+
+def wgws_eligible(spec: GemmSpec) -> bool:
+    """The warp-specialized tier: both operands 16-bit with 16-byte copies, unit stride along K or
+    along their rows (the transpose bit of wgmma reads the MN-major ones)."""
+    comp = spec.compute_type()
+    return comp != "float32" and _vec_capable(spec.a, comp) and _vec_capable(spec.b, comp)
+
+
+def _wgws_ok(p: dict) -> bool:
+    return (p["BM"] in (64, 128) and p["BN"] in (64, 128, 256) and 2 <= p["ST"] <= 8
+            and p.get("SPLIT", 1) >= 1 and int(p.get("CTAS", 0)) >= 0 and wgws_smem(p) <= SMEM_LIMIT)
+
+
 def wgmma_eligible(spec: GemmSpec) -> bool:
     """The wgmma tier reads both operands K-major through 16-byte copies."""
     comp = spec.compute_type()
@@ -282,6 +307,8 @@ def valid_params(spec: GemmSpec, p: dict) -> bool:
         return spec.compute_type() == "float32" and _tf32_ok(p)
     if tier == "wgmma":
         return wgmma_eligible(spec) and _wgmma_ok(p)
+    if tier == "wgws":
+        return wgws_eligible(spec) and _wgws_ok(p)
     if tier == "mma":
         return spec.compute_type() != "float32" and _mma_ok(p)
     if tier == "simt":
@@ -335,16 +362,44 @@ def _bucket_params(spec: GemmSpec, m: Optional[int], n: Optional[int], k: Option
             # narrow N, or a register-path operand (gather, prologue, FP8) whose loads stay live
             # across the MMAs: 8 warps of 32 x 32
             p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=2, ST=3)
-        elif wgmma_eligible(spec) and (n is None or n >= 256):
-            p = dict(tier="wgmma", BM=128, BN=256, ST=4)
-        elif wgmma_eligible(spec):
-            p = dict(tier="wgmma", BM=128, BN=128, ST=5)
+        elif wgws_eligible(spec):
+            p = _wgws_default(m, n, bt)
         else:
             p = dict(tier="mma", BM=128, BN=128, BK=32, WM=2, WN=4, ST=4)
     tiles = None
     if m is not None and n is not None:
         tiles = -(-m // p["BM"]) * -(-n // p["BN"]) * bt
+    if p["tier"] == "wgws":
+        # split-K costs a second kernel and an fp32 round trip: only under half a wave of tiles,
+        # with at least 8 k-tiles per split
+        split = 1
+        while tiles and k and tiles * split * 2 <= 132 and k // (split * 2) >= 8 * 64 and split < 16:
+            split *= 2
+        p["SPLIT"] = split
+        if split > 1:
+            p["CTAS"] = 0
+        return p
     p["SPLIT"] = _split_for(tiles, k, p.get("BK", 64))
+    return p
+
+
+def _wgws_default(m: Optional[int], n: Optional[int], bt: int) -> dict:
+    """Warp-specialized tile by output size: 128 x 256 (two consumer warpgroups of m64n256, the
+    CUTLASS / gemm_wgmma large-GEMM tile) where it still gives most of a wave of CTAs (>= 100 of
+    132), else 128 x 128, else 64 x 128 (one consumer warpgroup, two CTAs a SM). Persistent (one CTA
+    a SM, CTAS = 132) past one wave of 128-row tiles: the producer runs into the next tile's stages
+    while the consumers write the last one."""
+    def tiles(bm: int, bn: int) -> Optional[int]:
+        return None if m is None or n is None else -(-m // bm) * -(-n // bn) * bt
+
+    cands = [(128, 128, 6), (64, 128, 4)] if n is not None and n <= 128 else \
+        [(128, 256, 4), (128, 128, 6), (64, 128, 4)]
+    for bm, bn, st in cands:
+        t = tiles(bm, bn)
+        if t is None or t >= 100:
+            break
+    p = dict(tier="wgws", BM=bm, BN=bn, ST=st)
+    p["CTAS"] = NUM_SMS if bm == 128 and (t is None or t > NUM_SMS) else 0
     return p
 
 
@@ -369,6 +424,14 @@ def param_space(spec: GemmSpec) -> list[dict]:
                     if _simt_ok(p):
                         out.append(p)
         return out
+    if wgws_eligible(spec):
+        for bm, bn in ((128, 256), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64)):
+            for st in (3, 4, 5, 6):
+                for split in (1, 2, 4, 8):
+                    for ctas in ((0, NUM_SMS) if split == 1 else (0,)):
+                        p = dict(tier="wgws", BM=bm, BN=bn, ST=st, SPLIT=split, CTAS=ctas)
+                        if _wgws_ok(p):
+                            out.append(p)
     if wgmma_eligible(spec):
         for bm in (64, 128):
             for bn in (64, 128, 256):
@@ -558,9 +621,24 @@ def guarded_header() -> str:
     return f"#ifndef SFG_GEMM_CUH_\n#define SFG_GEMM_CUH_\n{body}\n#endif  // SFG_GEMM_CUH_\n"
 
 
-def _tier_call(spec: GemmSpec, sname: str, p: dict) -> tuple[int, str, int]:
-    """(threads, the mainloop call, dynamic shared bytes) of one tier's params."""
+def _threads(p: dict) -> int:
+    if p["tier"] == "wgws":
+        return 128 * (1 + p["BM"] // 64)
+    if p["tier"] == "wgmma":
+        return 2 * p["BM"]
+    if p["tier"] in ("tf32", "mma"):
+        return 32 * p["WM"] * p["WN"]
+    return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
+
+
+def _tier_call(spec: GemmSpec, sname: str, p: dict, bound: int = 0) -> tuple[int, str, int]:
+    """(threads, the mainloop call, dynamic shared bytes) of one tier's params; `bound`: the kernel's
+    launch bound (the wgws tier moves registers from its producer to its consumers at 384)."""
     comp, split = spec.compute_type(), int(p.get("SPLIT", 1))
+    if p["tier"] == "wgws":
+        reg = "true" if bound == 384 else "false"
+        return (_threads(p), f"sfg::gemm_wgws<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, "
+                f"{split}, {reg}>(p, sfg_smem, sfg_ws);", wgws_smem(p))
     if p["tier"] == "wgmma":
         return (2 * p["BM"], f"sfg::gemm_wgmma<{sname}, {_ctype(comp)}, {p['BM']}, {p['BN']}, {p['ST']}, "
                 f"{split}>(p, sfg_smem, sfg_ws);", wgmma_smem(p))
@@ -631,7 +709,8 @@ def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = 
         ws_line = f"float* sfg_ws = reinterpret_cast<float*>(reinterpret_cast<char*>(sfg_ws_raw){off});"
     else:
         ws_line = "float* sfg_ws = nullptr;"
-    calls = [_tier_call(spec, sname, t) for t in tiers]
+    bound = max(_threads(t) for t in tiers)
+    calls = [_tier_call(spec, sname, t, bound) for t in tiers]
     nts = [c[0] for c in calls]
 
     def dispatch(stmts: list[str]) -> str:
@@ -663,6 +742,9 @@ def render(spec: GemmSpec, params: Optional[dict] = None, inline_header: bool = 
 """]
     grids = [f"ceil_div({spec.m}, {t['BM']}) * ceil_div({spec.n}, {t['BN']}) * ({spec.batch}) * {t['SPLIT']}"
              for t in tiers]
+    # persistent wgws tiers: at most CTAS CTAs walk the tiles
+    grids = [f"min({int(t['CTAS'])}, {g})" if t["tier"] == "wgws" and int(t.get("CTAS", 0)) > 0 else g
+             for t, g in zip(tiers, grids)]
     launches = [dict(kernel=stem, grid=[_select(spec.m, tiers, grids)], block=[_select(spec.m, tiers, nts)],
                      smem=_select(spec.m, tiers, [c[2] for c in calls]))]
     workspace = "0"
