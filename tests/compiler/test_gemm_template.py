@@ -370,7 +370,10 @@ def test_params_space_valid_and_default_per_bucket():
     assert space and all(G.valid_params(s, p) for p in space)
     assert G.default_params(s, 1, 4096, 4096)["BM"] == 16 and G.default_params(s, 1, 4096, 4096)["SPLIT"] > 1
     big = dict(tier="wgws", BM=128, BN=256, ST=4, CTAS=132, SPLIT=1)
-    assert G.default_params(s, 8192, 8192, 4096) == big
+    # both operands K-major, two waves of 128 x 256 tiles or more: the cp.async wgmma tier (faster
+    # there on the H200); fewer tiles: the warp-specialized one
+    assert G.default_params(s, 8192, 8192, 4096) == dict(tier="wgmma", BM=128, BN=256, ST=4, SPLIT=1)
+    assert G.default_params(s, 2048, 2048, 2048)["tier"] == "wgws"
     # a transposed operand: no "wgmma" tier, but the warp-specialized one reads it MN-major
     for ta, tb in ((True, False), (False, True), (True, True)):
         t = plain_spec("t", "bfloat16", ta, tb)

@@ -362,6 +362,14 @@ def _bucket_params(spec: GemmSpec, m: Optional[int], n: Optional[int], k: Option
             # narrow N, or a register-path operand (gather, prologue, FP8) whose loads stay live
             # across the MMAs: 8 warps of 32 x 32
             p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=2, ST=3)
+        elif (wgmma_eligible(spec) and m is not None and n is not None
+              and -(-m // 128) * -(-n // 256) * bt >= 2 * 132):
+            # both operands K-major with two waves or more of 128 x 256 tiles: the cp.async wgmma
+            # tier beat the warp-specialized one on the H200 (4096^3 334 us against 469 us,
+            # 8192x2048x1024 131 against 151: data/results/compiler_templates/
+            # gemm_template_check_h200_2026-12-04_wgws.txt); below that, and for every other layout,
+            # wgws won (1.25-1.5x)
+            p = dict(tier="wgmma", BM=128, BN=256, ST=4)
         elif wgws_eligible(spec):
             p = _wgws_default(m, n, bt)
         else:
