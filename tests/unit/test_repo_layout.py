@@ -34,7 +34,7 @@ def test_the_dataset_folder_is_one_setting():
 
 def test_scripts_are_entry_points_and_benchmarks_are_listed():
     assert sorted(p.name for p in (REPO / "scripts").iterdir()) == [
-        "fetch_device_wheels.sh", "main.sh", "setup.sh", "test.sh"]
+        "fetch_device_wheels.sh", "gpu_box.sh", "main.sh", "setup.sh", "test.sh"]
     readme = (REPO / "benchmarks" / "README.md").read_text()
     for p in (REPO / "benchmarks").glob("*.py"):
         assert f"`{p.name}`" in readme, p.name
