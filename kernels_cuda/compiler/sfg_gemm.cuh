@@ -720,6 +720,27 @@ __device__ __forceinline__ void wg_load(const P& p, unsigned char* sgen, unsigne
     }
 }
 
+// One consumer warpgroup's m64nN fp32 accumulator (wgmma's register layout: thread tw of the
+// warpgroup holds rows warp*16 + lane/4 (+8) and column pairs 2*(lane%4) + 8j) to the epilogue, or to
+// split-K's workspace; the "wgmma" and "wgws" tiers share it.
+template <int SPLIT, class P, int R>
+__device__ __forceinline__ void store_wg_acc(const P& p, float* ws, const Tile& t, const float (&acc)[R],
+                                             int wg, int tw) {
+    const int M = p.M, N = p.N, warp = tw >> 5, lane = tw & 31;
+    const int row0 = t.m0 + wg * 64 + warp * 16 + (lane >> 2);
+    const int col0 = t.n0 + 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
+        if (row < M && col < N) {
+            if (SPLIT == 1)
+                p.epi(acc[i], t.b, row, col);
+            else
+                ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
+        }
+    }
+}
+
 template <class P, class T, int BM, int BN, int ST, int SPLIT>
 __device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, float* ws) {
     constexpr int BK = 64, NWG = BM / 64, NT = 128 * NWG, R = BN / 2;
@@ -777,19 +798,7 @@ __device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, 
     fence_acc(acc);
     cp_async_wait<0>();
 
-    const int tw = threadIdx.x & 127, warp = tw >> 5, lane = tw & 31;
-    const int row0 = t.m0 + wg * 64 + warp * 16 + (lane >> 2);
-    const int col0 = t.n0 + 2 * (lane & 3);
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-        const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
-        if (row < M && col < N) {
-            if (SPLIT == 1)
-                p.epi(acc[i], t.b, row, col);
-            else
-                ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
-        }
-    }
+    store_wg_acc<SPLIT>(p, ws, t, acc, wg, threadIdx.x & 127);
 }
 
 // ---- warp-specialized wgmma mainloop (sm_90a), tier "wgws" ------------------------------------------
@@ -928,7 +937,7 @@ __device__ __forceinline__ void gemm_wgws(const P& p, unsigned char* smem_raw, f
     }
     if (REG) setmaxnreg_inc<SFG_WS_CREG>();
     const int ct = threadIdx.x - 128, wg = ct >> 7;
-    const int tw = ct & 127, warp = tw >> 5, lane = tw & 31;
+    const int tw = ct & 127;
 #pragma unroll 1
     for (i64 tix = blockIdx.x; tix < tiles; tix += gridDim.x) {
         const Tile t = tile_at<BM, BN, SPLIT>(M, N, tix);
@@ -963,18 +972,7 @@ __device__ __forceinline__ void gemm_wgws(const P& p, unsigned char* smem_raw, f
         wg_wait<0>();
         fence_acc(acc);
         if (KT > 0) mbar_arrive(empty0 + 8 * prev);
-        const int row0 = t.m0 + wg * 64 + warp * 16 + (lane >> 2);
-        const int col0 = t.n0 + 2 * (lane & 3);
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int row = row0 + 8 * ((i >> 1) & 1), col = col0 + 8 * (i >> 2) + (i & 1);
-            if (row < M && col < N) {
-                if (SPLIT == 1)
-                    p.epi(acc[i], t.b, row, col);
-                else
-                    ws[(((i64)t.split * p.batch + t.b) * M + row) * N + col] = acc[i];
-            }
-        }
+        store_wg_acc<SPLIT>(p, ws, t, acc, wg, tw);
     }
 }
 
