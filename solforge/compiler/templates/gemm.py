@@ -257,7 +257,7 @@ def wgws_smem(p: dict) -> int:
     return p["ST"] * (p["BM"] + p["BN"]) * 128 + 1024 + 16 * p["ST"]
 
 
-NUM_SMS = 132   # H200: persistent grids of the wgws tier are at most this many CTAs by default
+NUM_SMS = 132   # the H200's SMs: wave sizes for split-K and the wgws tier's persistent grids by default
 
 
 def wgws_eligible(spec: GemmSpec) -> bool:
@@ -316,12 +316,14 @@ def valid_params(spec: GemmSpec, p: dict) -> bool:
     return False
 
 
-def _split_for(tiles: Optional[int], k: Optional[int], bk: int) -> int:
-    """Split K when the output has too few tiles to fill the H200's 132 SMs and K is long."""
+def _split_for(tiles: Optional[int], k: Optional[int], bk: int, fill: int = 2 * NUM_SMS,
+               min_ktiles: int = 4) -> int:
+    """Split K (doubling, at most 16) while the split tiles stay within `fill` CTAs (two waves of the
+    H200's SMs by default) and each split keeps at least `min_ktiles` k-tiles of bk."""
     if not tiles or not k:
         return 1
     split = 1
-    while tiles * split * 2 <= 264 and k // (split * 2) >= 4 * bk and split < 16:
+    while tiles * split * 2 <= fill and k // (split * 2) >= min_ktiles * bk and split < 16:
         split *= 2
     return split
 
@@ -363,7 +365,7 @@ def _bucket_params(spec: GemmSpec, m: Optional[int], n: Optional[int], k: Option
             # across the MMAs: 8 warps of 32 x 32
             p = dict(tier="mma", BM=128, BN=64, BK=32, WM=4, WN=2, ST=3)
         elif (wgmma_eligible(spec) and m is not None and n is not None
-              and -(-m // 128) * -(-n // 256) * bt >= 2 * 132):
+              and -(-m // 128) * -(-n // 256) * bt >= 2 * NUM_SMS):
             # both operands K-major with two waves or more of 128 x 256 tiles: the cp.async wgmma
             # tier beat the warp-specialized one on the H200 (4096^3 334 us against 469 us,
             # 8192x2048x1024 131 against 151: data/results/compiler_templates/
@@ -380,9 +382,7 @@ def _bucket_params(spec: GemmSpec, m: Optional[int], n: Optional[int], k: Option
     if p["tier"] == "wgws":
         # split-K costs a second kernel and an fp32 round trip: only under half a wave of tiles,
         # with at least 8 k-tiles per split
-        split = 1
-        while tiles and k and tiles * split * 2 <= 132 and k // (split * 2) >= 8 * 64 and split < 16:
-            split *= 2
+        split = _split_for(tiles, k, 64, fill=NUM_SMS, min_ktiles=8)
         p["SPLIT"] = split
         if split > 1:
             p["CTAS"] = 0
