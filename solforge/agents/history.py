@@ -29,7 +29,8 @@ def histories(store, problems: Sequence[str], run_id: Optional[str] = None
         out[r["problem"]].append(AttemptSummary(
             worker=r["agent"] or "", language=r["language"] or "cuda", status=status,
             sol_score=r["sol_score"], gpu_seconds=r["gpu_seconds"] or 0.0, dollars=r["dollars"],
-            this_run=run_id is None or r["run_id"] == run_id))
+            this_run=run_id is None or r["run_id"] == run_id,
+            interrupted=r["status"] == "interrupted"))
     return out
 
 

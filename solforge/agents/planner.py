@@ -52,7 +52,9 @@ class AttemptSummary:
     gpu_seconds: float = 0.0
     dollars: float = 0.0
     this_run: bool = True  # False: an earlier run's attempt in the same database
-
+    # its run ended before it had a verdict (attempts.status 'interrupted'): it says nothing about
+    # the problem, so a problem whose attempts are all interrupted still counts as not tried
+    interrupted: bool = False
 
 
 @dataclass
@@ -65,6 +67,11 @@ class ProblemState:
     # costs; among problems of equal priority (every untried one) the cheaper goes first, so a
     # budgeted pass over many new problems reaches the most
     cost_ms: Optional[float] = None
+
+    @property
+    def tried(self) -> list[AttemptSummary]:
+        """The attempts that reached a verdict (compiled, evaluated or failed)."""
+        return [a for a in self.attempts if not a.interrupted]
 
     @property
     def best_sol(self) -> Optional[float]:
@@ -244,8 +251,11 @@ def rank(state: ProblemState, cfg: PlannerConfig) -> tuple[float, dict]:
     """A problem's priority and the numbers behind it."""
     best = state.best_sol
     headroom = 1.0 - (best if best is not None else 0.0)
-    n = len(state.attempts)
-    y = recent_yield(state.attempts, cfg)
+    # An interrupted attempt (its run ended first) is no verdict: a problem with only those ranks
+    # with the untried ones, cheapest first, instead of behind every never-tried problem.
+    tried = state.tried
+    n = len(tried)
+    y = recent_yield(tried, cfg)
     explore = cfg.explore_weight / math.sqrt(1.0 + n)
     if n == 0:
         priority = UNTRIED_PRIORITY + explore  # every problem is tried once before any ranking
@@ -294,8 +304,10 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
             label = "stuck" if "stuck" in why else "no worker"
             out.append(Decision(Action.SKIP, st.name, None, None, 0, prio, f"{label}: {why}", m))
             continue
-        if not st.attempts:
-            reason = f"not tried yet (explored before ranking); worker {worker.value}/{lang}: {why}"
+        if not st.tried:
+            what = (f"no verdict yet ({len(st.attempts)} attempt(s) interrupted)" if st.attempts
+                    else "not tried yet")
+            reason = f"{what} (explored before ranking); worker {worker.value}/{lang}: {why}"
         elif cfg.gpu_available:
             reason = (f"priority {prio:.4f} = headroom {m['headroom']} x (explore {m['explore']} + "
                   f"{cfg.yield_weight} x yield {m['yield_per_gpu_s']}/GPU-s); worker {worker.value}/"

@@ -187,3 +187,21 @@ def test_untried_problems_go_cheapest_first():
     tried = ProblemState("c_cheap", [ok(0.3)], has_offline_family=True, cost_ms=0.5)
     first = runs(plan_round([states[0], tried], Budget(), Spent(), PlannerConfig(gpu_available=True)))
     assert first[0].problem == "a_costly"  # untried before ranked, whatever the cost
+
+
+def test_a_problem_whose_attempts_were_all_interrupted_ranks_with_the_untried():
+    """An attempt whose run ended before its verdict says nothing about the problem: such a problem
+    keeps its cheapest-first place among the untried instead of going behind every one of them."""
+    cut = AttemptSummary("offline", "cuda", "compiled", None, 0.0, interrupted=True)
+    states = [ProblemState("a_costly_untried", has_offline_family=True, cost_ms=40.0),
+              ProblemState("b_cheap_cut", [cut], has_offline_family=True, cost_ms=0.5),
+              ProblemState("c_ranked", [ok(0.3)], has_offline_family=True, cost_ms=0.1)]
+    decisions = plan_round(states, Budget(), Spent(), PlannerConfig(gpu_available=True), max_runs=3)
+    order = [d.problem for d in runs(decisions)]
+    assert order == ["b_cheap_cut", "a_costly_untried", "c_ranked"]
+    assert "no verdict yet (1 attempt(s) interrupted)" in by_problem(decisions)["b_cheap_cut"].reason
+    # a verdict after the interruption ranks it like any tried problem again
+    states[1].attempts.append(ok(0.2))
+    order = [d.problem for d in runs(plan_round(states, Budget(), Spent(),
+                                                PlannerConfig(gpu_available=True), max_runs=3))]
+    assert order[0] == "a_costly_untried"

@@ -153,6 +153,22 @@ def test_mark_interrupted_only_touches_open_attempts(store):
     assert store.scalar("SELECT status FROM runs WHERE id = ?", [other]) == RunStatus.RUNNING
 
 
+
+def test_histories_mark_interrupted_attempts(store):
+    """The planner's history says which attempts ended without a verdict (their run died)."""
+    from solforge.agents.history import histories
+
+    run = store.create_run()
+    c = store.create_attempt("p", run_id=run)
+    store.mark_attempt(c, AttemptStatus.COMPILED)
+    store.mark_interrupted(run)
+    run2 = store.create_run()
+    e = store.create_attempt("p", run_id=run2)
+    store.mark_attempt(e, AttemptStatus.COMPILED)
+    store.mark_attempt(e, AttemptStatus.EVALUATED)
+    got = histories(store, ["p"])["p"]
+    assert [a.interrupted for a in got] == [True, False]
+
 _CRASH = """
 import os, sys
 from solforge.store import Store, AttemptStatus
