@@ -18,6 +18,10 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 process (timing.py's `cupti-gpu`)
   after_one_session  after_kineto with each workload's timed calls, re-check and caching probe in
                 one kineto session instead of two (timing.Timer.batched; settings.timing_one_session)
+  profile       after_spare with the driver's workload loop under cProfile (job setting
+                "cprofile"): the report lists the Python functions of most own time per
+                evaluation, to see what the phases are made of (cProfile slows Python-heavy parts,
+                so this configuration's throughput is not comparable)
 
   lanesN_CFG    (--lanes N) the last of --configs (or --lanes-config) again with N evaluations at a
                 time on the one GPU, as `solforge optimize --lanes N` runs them: each evaluation
@@ -66,12 +70,15 @@ CONFIGS = {
     "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                           "one_session": True},
     "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
+    "profile": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
+                "cprofile": 40},
 }
 # every configuration but after_spare runs without the spare child (the spare is on by default
 # since 2026-12-04), so each still measures what it measured before
 _NO_SPARE = {"SOLFORGE_EVAL_SPARE": "0"}
 ENVS = {"before": _NO_SPARE, "after_kineto": _NO_SPARE, "after": _NO_SPARE, "after_cupti_gpu": _NO_SPARE,
-        "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"}}
+        "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"},
+        "profile": {"SOLFORGE_EVAL_SPARE": "1"}}
 TARGET_PER_MIN = 60.0
 
 
@@ -171,7 +178,8 @@ def _record(config: str, stage: Path, rep, meta: dict) -> dict:
             # "one per workload" where Timer.batched held the workload's measurements
             "sessions": sorted({str(r.extra.get("timing_session", "one per measurement"))
                                 for r in rep.results if r.median_ms is not None}),
-            "median_ms": {r.workload_uuid: r.median_ms for r in rep.results}}
+            "median_ms": {r.workload_uuid: r.median_ms for r in rep.results},
+            "profile": (rep.phases or {}).get("profile") or []}
 
 
 def summarize(records: list[dict], batches: Optional[dict] = None) -> dict:
@@ -243,7 +251,36 @@ def render(doc: dict) -> str:
         ph = s["phase_s_per_eval"]
         out.append(f"| {cfg} | " + " | ".join(f"{ph.get(n, 0.0):.3f}" for n in names)
                    + f" | {ph.get('total', 0.0):.3f} |")
+    out += _render_profile(doc.get("records", []))
     return "\n".join(out) + "\n"
+
+
+def profile_table(records: list[dict], top: int = 25) -> list[dict]:
+    """The cProfile rows of the evaluations that carry them, summed per function and divided by
+    those evaluations: own and cumulative seconds and calls per evaluation, most own time first."""
+    rs = [r for r in records if r.get("profile")]
+    acc: dict[str, list[float]] = {}
+    for r in rs:
+        for row in r["profile"]:
+            a = acc.setdefault(row["func"], [0.0, 0.0, 0.0])
+            a[0] += row["own_s"]
+            a[1] += row["cum_s"]
+            a[2] += row["calls"]
+    n = max(len(rs), 1)
+    rows = [{"func": f, "own_s": o / n, "cum_s": c / n, "calls": k / n} for f, (o, c, k) in acc.items()]
+    return sorted(rows, key=lambda x: -x["own_s"])[:top]
+
+
+def _render_profile(records: list[dict]) -> list[str]:
+    rows = profile_table(records)
+    if not rows:
+        return []
+    n = sum(1 for r in records if r.get("profile"))
+    out = ["", f"Python functions of most own time per evaluation (cProfile in the driver's workload loop, "
+           f"{n} evaluations of the `profile` configuration; a function outside an evaluation's top 40 "
+           "counts 0 there):", "", "| function | own s | cumulative s | calls |", "|---|---|---|---|"]
+    out += [f"| `{r['func']}` | {r['own_s']:.4f} | {r['cum_s']:.4f} | {r['calls']:.0f} |" for r in rows]
+    return out
 
 
 def cmd_run(args) -> None:

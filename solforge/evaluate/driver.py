@@ -43,6 +43,16 @@ def emit(kind: str, **payload) -> None:
     _OUT.flush()
 
 
+def profile_rows(profiler, n: int) -> list[dict]:
+    """The n functions of most own time in a cProfile run: where, calls, own and cumulative s."""
+    import pstats
+
+    st = pstats.Stats(profiler).stats  # {(file, line, func): (primitive calls, calls, tt, ct, callers)}
+    rows = sorted(st.items(), key=lambda kv: -kv[1][2])[:max(n, 0)]
+    return [{"func": f"{Path(f).name}:{line}:{fn}", "calls": nc, "own_s": round(tt, 6),
+             "cum_s": round(ct, 6)} for (f, line, fn), (_cc, nc, tt, ct, _callers) in rows]
+
+
 def load_job(stage: Path):
     from ..problem.loader import load_definition, load_workloads
 
@@ -181,7 +191,16 @@ def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") 
         for w in workloads[from_index:]:
             emit("result", **EvalResult(w.uuid, status, problem=problem, message=message).to_json())
 
+    # job settings "cprofile": N (benchmarks only, e.g. eval_throughput's `profile` configuration):
+    # the workload loop under cProfile, its N functions of most own time in the phases line, to see
+    # what a phase such as "checks" is made of
+    n_profile = int(job.get("settings", {}).get("cprofile") or 0)
+    profiler = None
+
     def finish(**extra):
+        if profiler is not None:
+            profiler.disable()
+            extra["profile"] = profile_rows(profiler, n_profile)
         emit("phases", mode=mode, pid=os.getpid(), seconds=clock.to_json(),
              driver_s=round(time.perf_counter() - t0, 6), **extra)
         emit("done", **extra)
@@ -231,6 +250,11 @@ def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") 
     env = Env(problem=problem, reference=reference, caller=caller, device=device, config=config,
               integrity=integrity, custom_fn=custom_fn, blob_roots=roots,
               t_sol_ms=job.get("t_sol_ms", {}), reference_label=label, refcache=refcache)
+    if n_profile > 0:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     for i, w in enumerate(workloads):
         emit("start", uuid=w.uuid, index=i)
         before = clock.snapshot()

@@ -356,6 +356,8 @@ def _phases(lines, t0, t_first, t_done, t_exit, cpu: Optional[dict] = None) -> d
     out = {"seconds": dict(ph.get("seconds", {})) if ph else _finished_workloads(lines, t0, t_exit),
            "mode": ph.get("mode") if ph else None, "driver_s": ph.get("driver_s") if ph else None,
            "pid": ph.get("pid") if ph else None}
+    if ph and ph.get("profile"):
+        out["profile"] = ph["profile"]      # the driver's cProfile rows (job setting "cprofile")
     if t_done is not None:
         out["seconds"]["teardown"] = round(t_exit - t_done, 6)
     if t_first is not None:

@@ -77,3 +77,24 @@ def test_one_session_config_and_its_column(bench, tmp_path):
     assert s["after_one_session"]["sessions"] == ["one per workload"]
     md = bench.render({"summary": s, "candidates": [{"problem": "x"}]})
     assert "| one per workload |" in md and "| one per measurement |" in md
+
+
+def test_profile_rows_are_summed_per_function_per_evaluation(bench, tmp_path):
+    """The profile configuration turns the driver's cProfile on; its rows are averaged over the
+    evaluations that carry them and listed most own time first."""
+    from solforge.evaluate.evaluator import EvalConfig
+
+    (tmp_path / "job.json").write_text(json.dumps({"settings": {"rep_count": 20}}))
+    bench._set_config(tmp_path, "profile")
+    settings = json.loads((tmp_path / "job.json").read_text())["settings"]
+    assert settings["cprofile"] > 0 and EvalConfig.from_dict(settings).warmup_calls == 10
+    a, b = _rec("profile", 1.0, 0.01, {"total": 1.0}), _rec("profile", 1.0, 0.01, {"total": 1.0})
+    a["profile"] = [{"func": "x.py:1:f", "calls": 4, "own_s": 0.3, "cum_s": 0.5},
+                    {"func": "y.py:2:g", "calls": 1, "own_s": 0.1, "cum_s": 0.1}]
+    b["profile"] = [{"func": "x.py:1:f", "calls": 2, "own_s": 0.1, "cum_s": 0.3}]
+    rows = bench.profile_table([a, b, _rec("after_spare", 1.0, 0.01, {"total": 1.0})])
+    assert [r["func"] for r in rows] == ["x.py:1:f", "y.py:2:g"]
+    assert rows[0]["own_s"] == pytest.approx(0.2) and rows[0]["calls"] == pytest.approx(3)
+    md = bench.render({"summary": bench.summarize([a, b]), "candidates": [{"problem": "x"}],
+                       "records": [a, b]})
+    assert "| `x.py:1:f` | 0.2000 | 0.4000 | 3 |" in md

@@ -73,6 +73,21 @@ def test_honest_candidate_passes_with_phases(problem, tmp_path, pypath):
     assert "phases" in r.extra and r.extra["phases"]["workload"] > 0
 
 
+
+def test_cprofile_setting_reports_the_python_time_of_the_workload_loop(problem, tmp_path, pypath):
+    """Job setting "cprofile": N puts the N functions of most own time in the phases (benchmarks'
+    view of what a phase is made of); without it there are none."""
+    st = stage_candidate(tmp_path / "prof", problem, host_source=HONEST,
+                         job={"allow_torch": True, "workloads": WL, "settings": {"cprofile": 5}})
+    rep = run_stage(st, extra_pythonpath=pypath, launch="zygote", timeout_s=120)
+    assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
+    rows = rep.phases["profile"]
+    assert 0 < len(rows) <= 5 and all(set(r) == {"func", "calls", "own_s", "cum_s"} for r in rows)
+    assert [r["own_s"] for r in rows] == sorted((r["own_s"] for r in rows), reverse=True)
+    assert any("evaluate_workload" in r["func"] or r["cum_s"] > 0 for r in rows)
+    plain = _run(problem, tmp_path, "noprof", HONEST, pypath, timeout_s=120)
+    assert "profile" not in plain.phases
+
 def test_each_candidate_is_a_fresh_session_without_secrets(problem, tmp_path, pypath):
     probe = _body(
         "leak = [k for k in os.environ if 'API_KEY' in k]\n"
