@@ -131,13 +131,36 @@ def _why_unserved(problem) -> str:
         return f"compiler: {type(e).__name__}: {e}"[:200]
 
 
-def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool) -> list[dict]:
-    t0 = time.time()
+def _stage_child(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool, q) -> None:
     try:
-        got = _stage_one(pdir, workers, out, arch, t_sol)
+        q.put(_stage_one(pdir, workers, out, arch, t_sol))
     except Exception as e:  # noqa: BLE001 - one problem's failure is one line
-        got = [{"problem": f"{pdir.parent.name}/{pdir.name}", "worker": None, "staged": False,
-                "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}]
+        q.put([{"problem": f"{pdir.parent.name}/{pdir.name}", "worker": None, "staged": False,
+                "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}])
+
+
+def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool,
+                 box_s: float = 600.0) -> list[dict]:
+    """One problem's stages, made in a forked child with a wall-clock limit (as `solforge coverage`
+    does): the compiler's lowering runs in-process after its time-boxed trace, and one problem's
+    lowering once held its worker for over an hour; a stage the child began is left unlisted."""
+    import multiprocessing as mp
+    import queue
+
+    t0 = time.time()
+    key = f"{pdir.parent.name}/{pdir.name}"
+    q = mp.get_context("fork").Queue()
+    proc = mp.get_context("fork").Process(target=_stage_child, args=(pdir, workers, out, arch, t_sol, q))
+    proc.start()
+    try:
+        got = q.get(timeout=box_s)
+    except queue.Empty:
+        why = (f"stopped: no answer within {box_s:.0f} s (trace, lowering and compile)"
+               if proc.is_alive() else f"stopped: crashed (exit code {proc.exitcode})")
+        got = [{"problem": key, "worker": None, "staged": False, "reason": why}]
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
     for r in got:
         r["prepare_s"] = round(time.time() - t0, 1)
     return got
@@ -153,7 +176,8 @@ def cmd_prepare(a) -> None:
     dirs = _problem_dirs(Path(a.dataset), a.only)
     # Problems are independent: a process each (tracing and compiling are CPU-bound).
     with ProcessPoolExecutor(max(1, a.jobs)) as ex:
-        futs = {ex.submit(_prepare_one, d, workers, out, a.arch, not a.no_tsol): d for d in dirs}
+        futs = {ex.submit(_prepare_one, d, workers, out, a.arch, not a.no_tsol, a.box_s): d
+                for d in dirs}
         for f in as_completed(futs):
             try:
                 got = f.result()
@@ -377,6 +401,8 @@ def main() -> None:
     p.add_argument("--no-tsol", action="store_true",
                    help="skip pricing (T_sol): the driver's SOL-floor guard is then off")
     p.add_argument("--jobs", type=int, default=1, help="problems prepared at once (processes)")
+    p.add_argument("--box-s", type=float, default=600.0,
+                   help="wall-clock limit of one problem's staging (trace, lowering, compile)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--out", default="")
