@@ -166,6 +166,17 @@ def _set_config(stage: Path, config: str) -> None:
     (stage / "job.json").write_text(json.dumps(job, indent=1))
 
 
+def driver_broken(rep) -> str:
+    """Why the driver process could not evaluate anything (it exited non-zero without a single
+    workload result of its own, e.g. a missing wheel), with its last stderr line; '' when it ran."""
+    if rep.exit_code in (0, None) or not rep.results or any(
+            not (r.status.value == "skipped" and "the process ended" in (r.message or ""))
+            for r in rep.results):
+        return ""
+    tail = [ln for ln in (rep.stderr_tail or "").strip().splitlines() if ln.strip()]
+    return f"exit code {rep.exit_code}: {tail[-1] if tail else 'no stderr'}"
+
+
 def _record(config: str, stage: Path, rep, meta: dict) -> dict:
     from solforge.evaluate.phase_totals import flat_seconds
 
@@ -322,7 +333,10 @@ def cmd_run(args) -> None:
     # would land on whichever configuration ran first
     if stages:
         _set_config(stages[0], configs[-1])
-        runner.run_stage(stages[0], timeout_s=args.timeout, env=ENVS[configs[-1]])
+        first = runner.run_stage(stages[0], timeout_s=args.timeout, env=ENVS[configs[-1]])
+        broken = driver_broken(first)
+        if broken:  # every evaluation would stop the same way: say so instead of timing failures
+            raise SystemExit(f"the evaluator's driver does not run here: {broken}")
     t0 = time.time()
     for rnd in range(args.repeat):
         for i, s in enumerate(stages):

@@ -98,3 +98,19 @@ def test_profile_rows_are_summed_per_function_per_evaluation(bench, tmp_path):
     md = bench.render({"summary": bench.summarize([a, b]), "candidates": [{"problem": "x"}],
                        "records": [a, b]})
     assert "| `x.py:1:f` | 0.2000 | 0.4000 | 3 |" in md
+
+
+def test_a_driver_that_cannot_start_stops_the_benchmark_with_its_reason(bench):
+    """A box without the wheels: the driver exits before any workload, every result is 'not
+    evaluated'; the benchmark says why once instead of timing those failures as evaluations."""
+    from solforge.evaluate.results import EvalResult, EvalStatus, RunReport
+
+    dead = RunReport(problem="x", exit_code=1, stderr_tail="Traceback...\nModuleNotFoundError: No module named 'pydantic'\n",
+                     results=[EvalResult("a", EvalStatus.SKIPPED, message="not evaluated: the process ended (exit code 1)")])
+    assert bench.driver_broken(dead) == "exit code 1: ModuleNotFoundError: No module named 'pydantic'"
+    ran = RunReport(problem="x", exit_code=0,
+                    results=[EvalResult("a", EvalStatus.SKIPPED, message="not evaluated: the reference failed")])
+    assert bench.driver_broken(ran) == ""
+    crashed_later = RunReport(problem="x", exit_code=3, results=[
+        EvalResult("a", EvalStatus.PASSED), EvalResult("b", EvalStatus.SKIPPED, message="not evaluated: the process ended (exit code 3)")])
+    assert bench.driver_broken(crashed_later) == ""
