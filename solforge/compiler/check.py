@@ -81,8 +81,17 @@ def reference_case(payload: dict) -> dict:
         # still happen), rounded to each output's dtype: the best answer that dtype can hold
         wide = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                 for k, v in clone_inputs(inputs).items()}
-        with torch.no_grad():
-            ref64 = mod.run(**wide)
+        try:
+            with torch.no_grad():
+                ref64 = mod.run(**wide)
+        except RuntimeError:
+            # a reference that casts to a dtype it names (x.to(torch.bfloat16)) and then mixes the
+            # result with float64 tensors cannot run as it is: then every floating dtype it names
+            # is float64 (its module's `torch` answers float64 for them), the same code held wide
+            ans["widened"] = True
+            with torch.no_grad(), _named_dtypes_wide(mod, torch):
+                ref64 = mod.run(**{k: v.clone() if isinstance(v, torch.Tensor) else v
+                                   for k, v in wide.items()})
         outs64 = ref64 if isinstance(ref64, (tuple, list)) else (ref64,)
         names = list(defn.outputs)
         if isinstance(ref64, dict):
@@ -90,6 +99,42 @@ def reference_case(payload: dict) -> dict:
         ans["refs64"] = _save(folder, "wide", {k: t.to(refs[k].dtype) for k, t in zip(names, outs64)
                                                if isinstance(t, torch.Tensor) and k in refs})
     return ans
+
+
+class _WideTorch:
+    """A reference module's `torch` whose floating dtypes are all float64 (everything else is torch)."""
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, name):
+        v = getattr(self._torch, name)
+        if isinstance(v, self._torch.dtype) and v.is_floating_point:
+            return self._torch.float64
+        return v
+
+
+class _named_dtypes_wide:
+    """Within it, the module's global `torch` (and a `from torch import bfloat16`-style name) is the
+    widened one."""
+
+    def __init__(self, mod, torch):
+        self.mod, self.torch, self.saved = mod, torch, {}
+
+    def __enter__(self):
+        g = vars(self.mod)
+        for k, v in list(g.items()):
+            if v is self.torch:
+                self.saved[k] = v
+                g[k] = _WideTorch(self.torch)
+            elif isinstance(v, self.torch.dtype) and v.is_floating_point:
+                self.saved[k] = v
+                g[k] = self.torch.float64
+        return self
+
+    def __exit__(self, *exc):
+        vars(self.mod).update(self.saved)
+        return False
 
 
 def _use_cuda_topk_order(torch) -> None:
@@ -246,19 +291,22 @@ def reference_conditioning(problem, cap: int = 16, timeout_s: float = 300.0) -> 
                     "reason": "the float64 run did not give every output back"}
         cmp = compare_all(refs, wide, rw.workload.tolerance)
         return {"ok": bool(cmp.ok), "stage": "float64", "well_conditioned": bool(cmp.ok),
-                "reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "axes": rw.axes}
+                "reason": cmp.reason, "max_abs_err": cmp.max_abs_err, "axes": rw.axes,
+                "matched_ratio": cmp.matched_ratio,
+                # the float64 run held the dtypes the reference names (its own casts) wide too
+                "widened": bool(ans.get("widened"))}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _one(path: str, cap: int, emitted, q, float64: bool = False) -> None:
+def _one(path: str, cap: int, emitted, q, float64: bool = False, timeout_s: float = 300.0) -> None:
     from ..candidate import Candidate
     from ..problem.loader import load_problem_dir
 
     try:
         p = load_problem_dir(Path(path))
         if float64:
-            r = reference_conditioning(p, cap)
+            r = reference_conditioning(p, cap, timeout_s=timeout_s)
             r["problem"], r["subset"] = p.name, p.subset
             q.put(r)
             return
@@ -299,7 +347,7 @@ def main(argv=None) -> int:
     ctx = mp.get_context("fork")
     for path in a.problems:
         q = ctx.Queue()
-        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q, a.float64))
+        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q, a.float64, a.timeout))
         proc.start()
         proc.join(a.timeout)
         if proc.is_alive():

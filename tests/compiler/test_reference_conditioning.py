@@ -34,3 +34,20 @@ def test_a_reference_that_fails_is_one_line(tmp_path):
                      "import torch\ndef run(x):\n    raise RuntimeError('no')\n", [{"N": 8}])
     r = reference_conditioning(p, cap=8)
     assert r["ok"] is False and r["stage"] == "reference" and "\n" not in r["reason"]
+
+
+def test_a_reference_that_casts_to_a_named_low_precision_dtype_is_checked_wide(tmp_path):
+    """x.to(torch.bfloat16) mixed with a float64 weight cannot run as it is: the check runs it with
+    every floating dtype the reference names held in float64, and a bf16 round trip in the middle of
+    a cancellation is then seen for what it is."""
+    src = ("import torch\nimport torch.nn.functional as F\n"
+           "def run(x, w):\n"
+           "    h = (x.to(torch.float32) * 300.0).to(torch.bfloat16)\n"
+           "    return (F.linear(h, w) - F.linear(h.to(torch.float32).to(x.dtype), w)) + x\n")
+    axes = {"N": {"type": "var"}, "D": {"type": "const", "value": 64}}
+    bf = lambda *s: {"shape": list(s), "dtype": "bfloat16"}  # noqa: E731
+    p = make_problem(tmp_path, "cast", axes, {"x": bf("N", "D"), "w": bf("D", "D")},
+                     {"y": bf("N", "D")}, src, [{"N": 8}])
+    r = reference_conditioning(p, cap=8)
+    assert r["stage"] == "float64" and r["widened"] is True, r
+    assert r["well_conditioned"] is True, r  # held wide, the two products are the same: y == x
