@@ -241,7 +241,11 @@ def cmd_run(a) -> None:
             with gpu_share.alone(share):
                 rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, t_end - time.time() - 5))
         else:
+            # --timeout counts the stage's own time; its waits for lanes that hold the GPU alone
+            # count against the run's deadline only (14 lanes once starved the big plans of a 150 s
+            # limit that counted both)
             rep = runner.run_stage(d / r["stage"], timeout_s=min(a.timeout, left - 5),
+                                   wall_cap_s=max(left - 5, 1.0),
                                    env={gpu_share.ENV: share} if share else None)
         wl = [{"uuid": x.workload_uuid, "status": x.status.value, "median_ms": x.median_ms,
                "message": (x.message or "")[:240]} for x in rep.results]
