@@ -16,6 +16,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 
 def shrink(defn, rw, cap: int):
@@ -206,14 +207,20 @@ def _load(folder: Path, manifest: dict) -> dict:
 
 
 # ---- in the caller ----------------------------------------------------------------------------------
-def _reference_answer(problem, cap: int, folder: Path, timeout_s: float, float64: bool = False):
-    """The shrunk workload and the sandboxed reference's answer for it (reference_case), its
-    tensors as files in `folder`. Raises SandboxError when the reference fails."""
-    from ..problem.loader import problem_to_json
+def _reference_answer(problem, cap: Optional[int], folder: Path, timeout_s: float,
+                      float64: bool = False, uuid: Optional[str] = None):
+    """The workload (the smallest, shrunk to `cap`; or the one `uuid` names, at full size when cap
+    is None) and the sandboxed reference's answer for it (reference_case), its tensors as files in
+    `folder`. Raises SandboxError when the reference fails."""
+    from ..problem.loader import problem_to_json, resolve_at
     from ..sandbox import Limits, run_python
 
-    rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
-    rw = shrink(problem.definition, rw0, cap)
+    if uuid is not None:
+        rw0 = next(w for w in problem.workloads if w.uuid == uuid)
+    else:
+        rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
+    rw = shrink(problem.definition, rw0, cap) if cap is not None else \
+        resolve_at(problem.definition, rw0.workload, "<check>", None)
     src = Path(problem.source) if problem.source and "://" not in problem.source else None
     reads = [str(src if src.is_dir() else src.parent)] if src is not None and src.exists() else []
     payload = {"problem": problem_to_json(problem), "uuid": rw0.uuid,
@@ -267,11 +274,14 @@ def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def reference_conditioning(problem, cap: int = 16, timeout_s: float = 300.0) -> dict:
+def reference_conditioning(problem, cap: Optional[int] = 16, timeout_s: float = 300.0,
+                           uuid: Optional[str] = None) -> dict:
     """Is the reference within its own tolerance of itself evaluated in float64 (at the shrunk
-    workload check_problem uses)? Where it is not (activations that grow layer after layer, long
-    fp32 sums), any kernel that adds in another order fails some elements for the same reason,
-    however right it is: such a wrong-answer verdict says more about the problem than the kernel."""
+    workload check_problem uses, or at workload `uuid`, full size when cap is None)? Where it is not
+    (activations that grow layer after layer, long fp32 sums), any kernel that adds in another order
+    fails some elements for the same reason, however right it is: such a wrong-answer verdict says
+    more about the problem than the kernel. Conditioning can depend on size (a sum over millions of
+    terms against an absolute tolerance): a shrunk workload can pass where the full one does not."""
     import shutil
 
     from ..evaluate.correctness import compare_all
@@ -280,7 +290,7 @@ def reference_conditioning(problem, cap: int = 16, timeout_s: float = 300.0) -> 
     folder = Path(tempfile.mkdtemp(prefix="solforge_cond_"))
     try:
         try:
-            rw, ans = _reference_answer(problem, cap, folder, timeout_s, float64=True)
+            rw, ans = _reference_answer(problem, cap, folder, timeout_s, float64=True, uuid=uuid)
             refs, wide = _load(folder, ans["refs"]), _load(folder, ans["refs64"])
         except SandboxError as e:
             return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
@@ -299,12 +309,23 @@ def reference_conditioning(problem, cap: int = 16, timeout_s: float = 300.0) -> 
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _one(path: str, cap: int, emitted, q, float64: bool = False, timeout_s: float = 300.0) -> None:
+def _one(path: str, cap: int, emitted, q, float64: bool = False, timeout_s: float = 300.0,
+         workloads: Optional[list] = None) -> None:
     from ..candidate import Candidate
     from ..problem.loader import load_problem_dir
 
     try:
         p = load_problem_dir(Path(path))
+        if float64 and workloads:
+            # each named workload (or every one: "all") at full size, one line each
+            uuids = [w.uuid for w in p.workloads] if "all" in workloads else list(workloads)
+            rows = []
+            for u in uuids:
+                r = reference_conditioning(p, None, timeout_s=timeout_s, uuid=u)
+                r["problem"], r["subset"], r["workload"] = p.name, p.subset, u
+                rows.append(r)
+            q.put(rows)
+            return
         if float64:
             r = reference_conditioning(p, cap, timeout_s=timeout_s)
             r["problem"], r["subset"] = p.name, p.subset
@@ -341,13 +362,17 @@ def main(argv=None) -> int:
     ap.add_argument("--float64", action="store_true",
                     help="check the reference against its own float64 evaluation instead of a "
                          "candidate (a reference that fails this is ill-conditioned at its tolerance)")
+    ap.add_argument("--workload", nargs="+", default=None, metavar="UUID",
+                    help="with --float64: these workloads (or 'all') at full size instead of the "
+                         "smallest one shrunk to --cap")
     a = ap.parse_args(argv)
     import torch  # noqa: F401 - forked children start with it
 
     ctx = mp.get_context("fork")
     for path in a.problems:
         q = ctx.Queue()
-        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q, a.float64, a.timeout))
+        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q, a.float64, a.timeout,
+                                               a.workload))
         proc.start()
         proc.join(a.timeout)
         if proc.is_alive():
@@ -360,11 +385,12 @@ def main(argv=None) -> int:
             except Exception:  # noqa: BLE001
                 r = {"problem": Path(path).name, "ok": False, "stage": "crash",
                      "reason": f"crashed (exit code {proc.exitcode})"}
-        line = json.dumps(r, default=str)
-        print(line, flush=True)
-        if a.jsonl:
-            with open(a.jsonl, "a") as f:
-                f.write(line + "\n")
+        for one in (r if isinstance(r, list) else [r]):
+            line = json.dumps(one, default=str)
+            print(line, flush=True)
+            if a.jsonl:
+                with open(a.jsonl, "a") as f:
+                    f.write(line + "\n")
     return 0
 
 

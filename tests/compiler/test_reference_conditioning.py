@@ -51,3 +51,28 @@ def test_a_reference_that_casts_to_a_named_low_precision_dtype_is_checked_wide(t
     r = reference_conditioning(p, cap=8)
     assert r["stage"] == "float64" and r["widened"] is True, r
     assert r["well_conditioned"] is True, r  # held wide, the two products are the same: y == x
+
+
+def test_a_named_workload_is_checked_at_full_size(tmp_path):
+    """Conditioning can depend on size: quarters added to and taken from an offset that grows with
+    N are exact in fp32 while the offset is small and rounded once it is large. The default check
+    (the smallest workload, shrunk) passes; the large workload, named, fails at full size."""
+    import json
+
+    src = ("import torch\ndef run(x):\n"
+           "    big = x.shape[0] * 1e5\n"
+           "    return (torch.round(x * 4.0) / 4.0 + big) - big\n")
+    axes = {"N": {"type": "var"}, "D": {"type": "const", "value": 4}}
+    p = make_problem(tmp_path, "runsum", axes, {"x": T("N", "D")}, {"y": T("N", "D")}, src,
+                     [{"N": 8}, {"N": 65536}])
+    wl = tmp_path / "runsum" / "workload.jsonl"
+    rows = [json.loads(line) for line in wl.read_text().splitlines()]
+    for r in rows:
+        r["tolerance"] = {"max_atol": 1e-6, "max_rtol": 1e-7}
+    wl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from solforge.problem.loader import load_problem_dir
+
+    p = load_problem_dir(tmp_path / "runsum")
+    assert reference_conditioning(p, cap=8)["well_conditioned"] is True
+    big = reference_conditioning(p, None, uuid="runsum-1")
+    assert big["well_conditioned"] is False and big["axes"]["N"] == 65536, big
