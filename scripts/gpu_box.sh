@@ -22,6 +22,14 @@
 #     list's length), APR (--attempts-per-round, default 1), WORKLOAD_S (SOLFORGE_WORKLOAD_TIMEOUT_S,
 #     default 40), EXTRA_OPT (more optimize arguments)
 # Two passes in one call: run the second with SEED=keep and another TAG.
+#
+# The verdict sweep (benchmarks/first_candidate_sweep.py) the same way:
+#   here    scripts/gpu_box.sh pack-stages .carry/sweep .carry/sweep.txz   # staged.json + the stages
+#   the box OUT=$OUT STAGES_TXZ=.carry/sweep.txz PART=call1 DEADLINE=530 PARALLEL=4 TIMEOUT=400 \
+#             scripts/gpu_box.sh sweep
+#     the stages are unpacked once a box (a warm call finds them); PART names the results
+#     ($OUT/sweep_results_$PART.jsonl, run_$PART.log); SKIP: results files of earlier parts on this box
+#     (.carry/boxout/PART/sweep_results.jsonl) or carried ones, whose stages are not run again
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BOX_DB=/tmp/solforge_box.duckdb
@@ -68,9 +76,50 @@ shutil.copyfileobj(o(sys.argv[1]), open(sys.argv[2], 'wb'))" "$SEED" "$BOX_DB"
   gzip -c "$BOX_DB" > "$OUT/$tag.duckdb.gz"
 }
 
+pack_stages() {  # pack-stages SWEEP_DIR OUT.txz: the staged.json as it is now and the stages it lists
+  local src=$1 dest=$2
+  mkdir -p "$(dirname "$dest")"
+  python3 - "$src" "$dest" <<'PY'
+import json, sys, tarfile
+from pathlib import Path
+src, dest = Path(sys.argv[1]), sys.argv[2]
+rows = json.loads((src / "staged.json").read_text())  # read once: a prepare may still be writing
+with tarfile.open(dest, "w:xz") as tar:
+    for r in rows:
+        if r.get("staged"):
+            tar.add(src / r["stage"], arcname=f"sweep/{r['stage']}")
+    data = json.dumps(rows, indent=1).encode()
+    info = tarfile.TarInfo("sweep/staged.json"); info.size = len(data)
+    import io; tar.addfile(info, io.BytesIO(data))
+print(f"{sum(bool(r.get('staged')) for r in rows)} stages of {len({r['problem'] for r in rows})} problems -> {dest}")
+PY
+  du -h "$dest"
+}
+
+sweep() {
+  : "${OUT:?OUT: where results go}" "${STAGES_TXZ:?STAGES_TXZ: the packed stages}" "${PART:?PART: a name for this part}"
+  local box=.carry/boxsweep t0=$SECONDS
+  setup
+  if [ ! -e "$box/sweep/staged.json" ]; then
+    mkdir -p "$box"
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+      "$STAGES_TXZ" "$box"
+  fi
+  mkdir -p .carry/boxout "$OUT"
+  # shellcheck disable=SC2086  # SKIP is a list of files
+  python3 benchmarks/first_candidate_sweep.py run --dir "$box/sweep" --out ".carry/boxout/$PART" \
+    --parallel "${PARALLEL:-4}" --timeout "${TIMEOUT:-400}" --deadline-s "${DEADLINE:-530}" \
+    --fallback --no-timing ${SKIP:+--skip-done $SKIP} > ".carry/boxout/run_$PART.log" 2>&1
+  echo "sweep ($PART): rc=$? in $((SECONDS - t0)) s" | tee -a ".carry/boxout/run_$PART.log"
+  cp ".carry/boxout/$PART/sweep_results.jsonl" "$OUT/sweep_results_$PART.jsonl" 2>/dev/null
+  cp ".carry/boxout/run_$PART.log" "$OUT/"
+}
+
 case "${1:-}" in
   pack) shift; pack "$@" ;;
+  pack-stages) shift; pack_stages "$@" ;;
   setup) setup ;;
   optimize) optimize ;;
-  *) echo "usage: $0 pack CACHE_DIR OUT.txz | setup | optimize (settings in the environment)" >&2; exit 2 ;;
+  sweep) sweep ;;
+  *) echo "usage: $0 pack CACHE_DIR OUT.txz | pack-stages SWEEP_DIR OUT.txz | setup | optimize | sweep (settings in the environment)" >&2; exit 2 ;;
 esac

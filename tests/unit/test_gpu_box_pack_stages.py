@@ -1,0 +1,33 @@
+"""scripts/gpu_box.sh pack-stages: a verdict sweep's stages for a device call, packed from the
+staged.json as read once (a prepare still running may have begun a stage it has not listed yet)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_packs_the_listed_stages_and_the_list(tmp_path):
+    sweep = tmp_path / "sweep"
+    (sweep / "L9__x__compiler").mkdir(parents=True)
+    (sweep / "L9__x__compiler" / "job.json").write_text("{}")
+    (sweep / "L9__z__compiler").mkdir()          # begun, not listed yet: left out
+    (sweep / "L9__z__compiler" / "job.json").write_text("{}")
+    rows = [{"problem": "L9/x", "worker": "compiler", "staged": True, "stage": "L9__x__compiler"},
+            {"problem": "L9/y", "worker": None, "staged": False, "reason": "compiler: stopped"}]
+    (sweep / "staged.json").write_text(json.dumps(rows))
+    out = tmp_path / "carry" / "sweep.txz"
+    r = subprocess.run(["bash", str(REPO / "scripts" / "gpu_box.sh"), "pack-stages", str(sweep), str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "1 stages of 2 problems" in r.stdout
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+        listed = json.loads(tar.extractfile("sweep/staged.json").read())
+    assert "sweep/L9__x__compiler/job.json" in names
+    assert not any("L9__z" in n for n in names)
+    assert listed == rows
