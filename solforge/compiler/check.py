@@ -90,9 +90,10 @@ def reference_case(payload: dict) -> dict:
             # result with float64 tensors cannot run as it is: then every floating dtype it names
             # is float64 (its module's `torch` answers float64 for them), the same code held wide
             ans["widened"] = True
+            wide = {k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                    for k, v in clone_inputs(inputs).items()}  # afresh: the failed run may have written
             with torch.no_grad(), _named_dtypes_wide(mod, torch):
-                ref64 = mod.run(**{k: v.clone() if isinstance(v, torch.Tensor) else v
-                                   for k, v in wide.items()})
+                ref64 = mod.run(**wide)
         outs64 = ref64 if isinstance(ref64, (tuple, list)) else (ref64,)
         names = list(defn.outputs)
         if isinstance(ref64, dict):
@@ -216,7 +217,9 @@ def _reference_answer(problem, cap: Optional[int], folder: Path, timeout_s: floa
     from ..sandbox import Limits, run_python
 
     if uuid is not None:
-        rw0 = next(w for w in problem.workloads if w.uuid == uuid)
+        rw0 = next((w for w in problem.workloads if w.uuid == uuid), None)
+        if rw0 is None:
+            raise ValueError(f"no workload {uuid!r} in {problem.name}")
     else:
         rw0 = min(problem.workloads, key=lambda w: sum(int(v) for v in w.axes.values()))
     rw = shrink(problem.definition, rw0, cap) if cap is not None else \
@@ -287,6 +290,8 @@ def reference_conditioning(problem, cap: Optional[int] = 16, timeout_s: float = 
     from ..evaluate.correctness import compare_all
     from ..sandbox import SandboxError
 
+    if uuid is not None and not any(w.uuid == uuid for w in problem.workloads):
+        return {"ok": False, "stage": "workload", "reason": f"no workload {uuid!r} in {problem.name}"}
     folder = Path(tempfile.mkdtemp(prefix="solforge_cond_"))
     try:
         try:

@@ -76,3 +76,4 @@ def test_a_named_workload_is_checked_at_full_size(tmp_path):
     assert reference_conditioning(p, cap=8)["well_conditioned"] is True
     big = reference_conditioning(p, None, uuid="runsum-1")
     assert big["well_conditioned"] is False and big["axes"]["N"] == 65536, big
+    assert reference_conditioning(p, None, uuid="nope")["reason"] == "no workload 'nope' in runsum"
