@@ -558,6 +558,7 @@ __device__ __forceinline__ void gemm_mma(const P& p, unsigned char* smem_raw, fl
 
     const int M = p.M, N = p.N, K = p.K;
     const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    if (t.b >= p.batch) return;  // a grid sized for M's upper bound, M a count read on the device
     int kb, ke;
     split_range<BK, SPLIT>(K, t.split, kb, ke);
     const int KT = (ke - kb + BK - 1) / BK;
@@ -752,6 +753,7 @@ __device__ __forceinline__ void gemm_wgmma(const P& p, unsigned char* smem_raw, 
                   P::template vec<1>(), "the wgmma tier takes K-major 16-byte-copyable operands");
     const int M = p.M, N = p.N, K = p.K;
     const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    if (t.b >= p.batch) return;  // a grid sized for M's upper bound, M a count read on the device
     int kb, ke;
     split_range<BK, SPLIT>(K, t.split, kb, ke);
     const int KT = (ke - kb + BK - 1) / BK;
@@ -1031,6 +1033,7 @@ __device__ __forceinline__ void gemm_tf32(const P& p, unsigned char* smem_raw, f
     typedef F32Tile<P, 1, BN, BK, NT> TB;
     const int M = p.M, N = p.N, K = p.K;
     const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    if (t.b >= p.batch) return;  // a grid sized for M's upper bound, M a count read on the device
     int kb, ke;
     split_range<BK, SPLIT>(K, t.split, kb, ke);
     const int KT = (ke - kb + BK - 1) / BK;
@@ -1173,6 +1176,7 @@ __device__ __forceinline__ void gemm_simt(const P& p, unsigned char* smem_raw, f
     typedef SimtTile<P, 1, BN, BK, NT> TB;
     const int M = p.M, N = p.N, K = p.K;
     const Tile t = tile_of<BM, BN, SPLIT>(M, N);
+    if (t.b >= p.batch) return;  // a grid sized for M's upper bound, M a count read on the device
     int kb, ke;
     split_range<BK, SPLIT>(K, t.split, kb, ke);
     const int KT = (ke - kb + BK - 1) / BK;

@@ -133,14 +133,29 @@ def _generic_matmul():
     return None if fn is matmul else fn
 
 
-def _counted_on_device(a, b, batch_shape) -> bool:
-    """A size only the device knows (a count read back: dyn<i>)? The template's M/N/K/batch are
-    launch arguments evaluated on the host from the axes, where such a size has no value; the
-    generic kernel reads it from the workspace."""
+def _dynamic_in(dims) -> bool:
     from ..dynamic import is_dynamic
 
-    dims = list(a.shape) + list(b.shape) + list(batch_shape or [])
     return any(is_dynamic(str(s)) for d in dims for s in getattr(d, "free_symbols", ()))
+
+
+def _counted_on_device(a, b, batch_shape) -> bool:
+    """A size only the device knows (a count read back: dyn<i>)? The template's M/N/K/batch are
+    launch arguments evaluated on the host from the axes, where such a size has no value; only M may
+    be one (_device_m): the template is launched for its upper bound and reads the count at entry.
+    Any other such size goes to the generic kernel, which reads it from the workspace."""
+    return _dynamic_in(list(a.shape) + list(b.shape) + list(batch_shape or []))
+
+
+def _device_m(a, b, batch_shape) -> bool:
+    """Only M is a count read on the device (the rows gathered for one expert of an MoE loop): the
+    grid covers M's upper bound and the kernel takes the count from the workspace."""
+    return (_dynamic_in([a.shape[-2]]) and not _dynamic_in(list(a.shape[:-2]) + [a.shape[-1]])
+            and not _dynamic_in(list(b.shape) + list(batch_shape or [])))
+
+
+class _GenericInstead(Exception):
+    """The template cannot take this matmul after all (a counted size reaches its loaders)."""
 
 
 def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batch_shape=None,
@@ -150,14 +165,20 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
     of fp32 operands runs without params, "simt" (fp32 FMA, PyTorch's fp32 matmul) or "3xtf32"
     (tensor cores, each operand split into two TF32 parts: fp32-level error). epilogue: an
     elementwise expression of the rounded result stored instead of it (generic.mm_result)."""
-    if not ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
-            and (bias is None or bias.dtype in _TAKES)) or _counted_on_device(a, b, batch_shape):
-        generic = _generic_matmul()
-        if generic is None:
-            raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
-        return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape,
-                       epilogue=epilogue)
-    return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params, fp32, epilogue)
+    takes = ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
+             and (bias is None or bias.dtype in _TAKES))
+    device_m = takes and _device_m(a, b, batch_shape)
+    if takes and (device_m or not _counted_on_device(a, b, batch_shape)):
+        try:
+            return _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params, fp32,
+                           epilogue, device_m=device_m)
+        except _GenericInstead:
+            pass
+    generic = _generic_matmul()
+    if generic is None:
+        raise ValueError(f"gemm template: dtypes {a.dtype} x {b.dtype} -> {out_dtype} not supported")
+    return generic(name, a, b, out_dtype, out, out_index=out_index, bias=bias, batch_shape=batch_shape,
+                   epilogue=epilogue)
 
 
 def on_tensor_cores(params: dict) -> dict:
@@ -188,7 +209,7 @@ def _merged(tiers: list) -> list:
 
 
 def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
-            fp32: str = "simt", epilogue=None) -> GemmLaunchSpec:
+            fp32: str = "simt", epilogue=None, device_m: bool = False) -> GemmLaunchSpec:
     from .. import symexpr
     from ..generic import mm_result
     from ..loops import prod
@@ -200,6 +221,14 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
     k = _kernel_class()(name)
     k.locals.update({_B, _R, _K, _ROW, _COL})
     bidx = _batch_index(bshape)
+    m_count = None
+    if device_m:
+        # launched for M's upper bound; the kernel's first lines read the count (its head lines, made
+        # here before the loaders': `const long long z_dynI = p_bJ[0];`) and take it as p.M
+        from ..dynamic import _ACTIVE, upper
+
+        m_count = k.c(M)
+        M = upper(M, _ACTIVE.get())
 
     # the multiply's type: 16-bit tensor cores when both operands are 16-bit (or fp8), else fp32
     dts = {a.dtype, b.dtype}
@@ -239,12 +268,22 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
     for decl, launch in k.params:
         ctype, nm = G._split_decl(decl)
         args.append(G.KArg(ctype, nm, launch))
+    counts = []
     for line in k.head:
+        c = re.match(r"\s*const long long (z_\w+)\s*=\s*(p_\w+)\[0\];\s*$", line)
+        if c and device_m:
+            counts.append(f"const long long {c.group(1)} = p.{c.group(2)}[0];")
+            continue
         m = re.match(r"\s*(.+?\*)\s*(p_\w+)\s*=\s*(.+);\s*$", line)
         if not m:
             raise ValueError(f"unexpected kernel head line {line!r}")
         helpers.append(f"    {m.group(1)} {m.group(2)};")
         init.append(f"p.{m.group(2)} = {m.group(3)};")
+    if device_m:
+        # after the members' own inits (p.M = M: the bound): no rows, nothing to do
+        init += counts + [f"{{ const long long sfg_rows = {m_count}; "
+                          f"if (sfg_rows < (long long)p.M) p.M = (int)sfg_rows; }}",
+                          "if (p.M <= 0) return;"]
 
     spec = G.GemmSpec(name=name, a=opa, b=opb, m=symexpr.to_axis(M), n=symexpr.to_axis(N),
                       k=symexpr.to_axis(K), batch=symexpr.to_axis(NB), out=None, epilogue=epi,
@@ -259,6 +298,8 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
     params = ({"tiers": _merged([dict(t, SPLIT=1) for t in params["tiers"]])} if "tiers" in params
               else dict(params, SPLIT=1))
     text, launches, _, sig, _ = G.render(spec, params, inline_header=True)
+    if device_m and re.search(r"\bz_dyn", text.split('extern "C"')[0]):
+        raise _GenericInstead()  # the count reaches a loader or the store: no member of the struct
     k.text = text
     k.params = list(sig)   # the generated signature, in order: the plan's args() follow it
     la = launches[0]
