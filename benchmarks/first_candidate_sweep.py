@@ -131,39 +131,22 @@ def _why_unserved(problem) -> str:
         return f"compiler: {type(e).__name__}: {e}"[:200]
 
 
-def _stage_child(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool, q) -> None:
-    try:
-        q.put(_stage_one(pdir, workers, out, arch, t_sol))
-    except Exception as e:  # noqa: BLE001 - one problem's failure is one line
-        q.put([{"problem": f"{pdir.parent.name}/{pdir.name}", "worker": None, "staged": False,
-                "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}])
-
-
 def _prepare_one(pdir: Path, workers: list[str], out: Path, arch: str, t_sol: bool,
                  box_s: float = 600.0) -> list[dict]:
     """One problem's stages, made in a forked child with a wall-clock limit (as `solforge coverage`
     does): the compiler's lowering runs in-process after its time-boxed trace, and one problem's
     lowering once held its worker for over an hour; a stage the child began is left unlisted."""
-    import multiprocessing as mp
-    import queue
+    from solforge.forked import run_forked
 
     t0 = time.time()
-    key = f"{pdir.parent.name}/{pdir.name}"
-    q = mp.get_context("fork").Queue()
-    proc = mp.get_context("fork").Process(target=_stage_child, args=(pdir, workers, out, arch, t_sol, q))
-    proc.start()
-    try:
-        got = q.get(timeout=box_s)
-    except queue.Empty:
-        why = (f"stopped: no answer within {box_s:.0f} s (trace, lowering and compile)"
-               if proc.is_alive() else f"stopped: crashed (exit code {proc.exitcode})")
-        got = [{"problem": key, "worker": None, "staged": False, "reason": why}]
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
-    for r in got:
+    # a module global looked up here, so that a test's stand-in reaches the child
+    got = run_forked(_stage_one, (pdir, workers, out, arch, t_sol), box_s)
+    rows = got.value if got.ok else [{"problem": f"{pdir.parent.name}/{pdir.name}", "worker": None,
+                                      "staged": False,
+                                      "reason": got.stopped("trace, lowering and compile")}]
+    for r in rows:
         r["prepare_s"] = round(time.time() - t0, 1)
-    return got
+    return rows
 
 
 def cmd_prepare(a) -> None:

@@ -63,34 +63,16 @@ def evaluate_row(problem, cand, timeout: float) -> dict:
     return out
 
 
-def _emulate_child(problem, cand, cap: int, timeout: float, q) -> None:
-    from ..compiler.check import check_problem
-
-    try:
-        q.put(check_problem(problem, cap=cap, candidate=cand, timeout_s=timeout))
-    except Exception as e:  # noqa: BLE001 - one line per problem
-        q.put({"ok": False, "stage": "emulate",
-               "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"})
-
-
 def emulate_row(problem, cand, cap: int, timeout: float) -> dict:
     """The compiler's plan emulated on the CPU against the sandboxed reference (compiler/check.py), in
     a forked child with a wall-clock limit: a slow emulation (big constant dims) or a crash of the
     g++-built code costs this problem's line only."""
-    import multiprocessing as mp
+    from ..compiler.check import check_problem
+    from ..forked import run_forked
 
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_emulate_child, args=(problem, cand, cap, timeout, q))
-    proc.start()
-    try:
-        r = q.get(timeout=timeout + 30)
-    except Exception:  # noqa: BLE001 - nothing came back in time
-        r = {"ok": False, "stage": "emulate",
-             "reason": "timed out" if proc.is_alive() else f"crashed (exit code {proc.exitcode})"}
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
+    got = run_forked(check_problem, (problem, cap, cand, timeout), timeout + 30)
+    r = got.value if got.ok else {"ok": False, "stage": "emulate",
+                                  "reason": "timed out" if got.timed_out else got.why}
     # True / False: the comparison's verdict; None: no verdict (the emulation or the reference
     # timed out or failed), which is not a wrong answer
     out = {"emulated": bool(r.get("ok")) if r.get("stage") == "check" else None}
@@ -178,33 +160,21 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
     return row
 
 
-def _cover_child(problem, do_compile, arch, timeout, worker, q) -> None:
-    q.put(cover_problem(problem, do_compile, arch, timeout, worker))
-
-
 def cover_problem_boxed(problem, do_compile: bool, arch: str, timeout: float, worker: str,
                         box_s: float) -> dict:
     """cover_problem in a forked child with a wall-clock limit: the lowering runs in-process and a
     large unrolled graph once took over 15 minutes, so one problem must not hold the whole command.
     The compiler's and the tracers' disk caches carry what a child learned to the next one."""
-    import multiprocessing as mp
-    import queue
+    from ..forked import run_forked
 
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
     t0 = time.time()
-    proc = ctx.Process(target=_cover_child, args=(problem, do_compile, arch, timeout, worker, q))
-    proc.start()
-    try:
-        row = q.get(timeout=box_s)
-    except queue.Empty:
-        row = _unserved_row(problem)
-        row["reason"] = (f"stopped: no answer within {box_s:.0f} s (trace, lowering and compile)"
-                         if proc.is_alive() else f"stopped: crashed (exit code {proc.exitcode})")
-        row["seconds"] = round(time.time() - t0, 1)
-    if proc.is_alive():
-        proc.kill()
-    proc.join()
+    # a module global looked up here, so that a test's stand-in reaches the child
+    got = run_forked(cover_problem, (problem, do_compile, arch, timeout, worker), box_s)
+    if got.ok:
+        return got.value
+    row = _unserved_row(problem)
+    row["reason"] = got.stopped("trace, lowering and compile")
+    row["seconds"] = round(time.time() - t0, 1)
     return row
 
 

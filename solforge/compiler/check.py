@@ -314,8 +314,9 @@ def reference_conditioning(problem, cap: Optional[int] = 16, timeout_s: float = 
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _one(path: str, cap: int, emitted, q, float64: bool = False, timeout_s: float = 300.0,
-         workloads: Optional[list] = None) -> None:
+def _one(path: str, cap: int, emitted, float64: bool = False, timeout_s: float = 300.0,
+         workloads: Optional[list] = None):
+    """One problem's JSON row (or rows: one per named workload with --float64 --workload)."""
     from ..candidate import Candidate
     from ..problem.loader import load_problem_dir
 
@@ -329,20 +330,17 @@ def _one(path: str, cap: int, emitted, q, float64: bool = False, timeout_s: floa
                 r = reference_conditioning(p, None, timeout_s=timeout_s, uuid=u)
                 r["problem"], r["subset"], r["workload"] = p.name, p.subset, u
                 rows.append(r)
-            q.put(rows)
-            return
+            return rows
         if float64:
             r = reference_conditioning(p, cap, timeout_s=timeout_s)
             r["problem"], r["subset"] = p.name, p.subset
-            q.put(r)
-            return
+            return r
         cand = None
         if emitted:
             found = sorted(Path(emitted).glob(f"*__{p.name}.json"))
             f = found[0] if found else None
             if f is None:
-                q.put({"problem": p.name, "ok": False, "stage": "none", "reason": "no candidate"})
-                return
+                return {"problem": p.name, "ok": False, "stage": "none", "reason": "no candidate"}
             cand = Candidate.model_validate(json.loads(f.read_text()))
         r = check_problem(p, cap, candidate=cand)
         r["problem"] = p.name
@@ -350,13 +348,12 @@ def _one(path: str, cap: int, emitted, q, float64: bool = False, timeout_s: floa
     except Exception as e:  # noqa: BLE001 - one line per problem
         r = {"problem": Path(path).name, "ok": False, "stage": "error",
              "reason": f"{type(e).__name__}: {str(e)[:300]}"}
-    q.put(r)
+    return r
 
 
 def main(argv=None) -> int:
     """Check each problem dir in a forked child with a timeout; one JSON line each."""
     import argparse
-    import multiprocessing as mp
 
     ap = argparse.ArgumentParser()
     ap.add_argument("problems", nargs="+", help="problem directories")
@@ -373,23 +370,16 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import torch  # noqa: F401 - forked children start with it
 
-    ctx = mp.get_context("fork")
+    from ..forked import run_forked
+
     for path in a.problems:
-        q = ctx.Queue()
-        proc = ctx.Process(target=_one, args=(path, a.cap, a.emitted, q, a.float64, a.timeout,
-                                               a.workload))
-        proc.start()
-        proc.join(a.timeout)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+        got = run_forked(_one, (path, a.cap, a.emitted, a.float64, a.timeout, a.workload), a.timeout)
+        if got.ok:
+            r = got.value
+        elif got.timed_out:
             r = {"problem": Path(path).name, "ok": False, "stage": "timeout", "reason": "timeout"}
-        else:
-            try:
-                r = q.get(timeout=1)
-            except Exception:  # noqa: BLE001
-                r = {"problem": Path(path).name, "ok": False, "stage": "crash",
-                     "reason": f"crashed (exit code {proc.exitcode})"}
+        else:   # _one answers its own errors: no answer is a crash
+            r = {"problem": Path(path).name, "ok": False, "stage": "crash", "reason": got.why}
         for one in (r if isinstance(r, list) else [r]):
             line = json.dumps(one, default=str)
             print(line, flush=True)
