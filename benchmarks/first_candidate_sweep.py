@@ -352,6 +352,27 @@ def _combined(dirs: list[str], results: list[str]) -> tuple[list[dict], list[dic
     return staged, res
 
 
+def ever_correct(runs: list[tuple[list[str], list[str]]]) -> set[str]:
+    """Problems whose best candidate was correct on every workload in at least one of these runs
+    (each run: its staged files and its results files, read as `table` reads them), each run at its
+    own commit: a later run that stopped on time does not take back an earlier verdict."""
+    out: set[str] = set()
+    for dirs, results in runs:
+        out |= {r["problem"] for r in verdicts(*_combined(dirs, results)) if r["verdict"] == "correct"}
+    return out
+
+
+def cmd_ever(a) -> None:
+    runs = []
+    for spec in a.run:
+        staged, _, results = spec.partition("=")
+        runs.append((staged.split(","), results.split(",")))
+    got = ever_correct(runs)
+    print(f"{len(got)} problem(s) correct on every workload in at least one of {len(runs)} run(s)")
+    for p in sorted(got):
+        print(p)
+
+
 def cmd_table(a) -> None:
     staged, results = _combined(a.dir, a.results)
     rows = verdicts(staged, results)
@@ -406,8 +427,11 @@ def main() -> None:
                    help="prepared dirs (or staged.json files), oldest first: later ones win per problem")
     t.add_argument("--results", nargs="+", required=True)
     t.add_argument("--json", action="store_true")
+    e = sub.add_parser("ever", help="problems correct in at least one of several runs")
+    e.add_argument("--run", nargs="+", required=True, metavar="STAGED[,STAGED]=RESULTS[,RESULTS]",
+                   help="one run: its staged files and results files, comma-separated")
     a = ap.parse_args()
-    {"prepare": cmd_prepare, "run": cmd_run, "table": cmd_table}[a.cmd](a)
+    {"prepare": cmd_prepare, "run": cmd_run, "table": cmd_table, "ever": cmd_ever}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -34,3 +34,22 @@ def test_a_problem_past_its_box_is_one_line_and_the_next_is_staged(bench, monkey
     assert ok[0]["staged"] and ok[0]["problem"] == "L9/fine"
     bad = bench._prepare_one(Path("L9/breaks"), ["compiler"], tmp_path, "sm_90a", False, box_s=30.0)
     assert not bad[0]["staged"] and bad[0]["reason"] == "ValueError: bad definition"
+
+
+def test_ever_correct_keeps_an_earlier_runs_verdict(bench, tmp_path):
+    """A problem correct in one run stays counted when a later run stopped it on time; one never
+    correct is not counted."""
+    import json
+
+    def run(name, rows):
+        staged = [{"problem": p, "worker": "compiler", "staged": True, "stage": f"{p}__c", "order": 0,
+                   "workloads": 2} for p, _ in rows]
+        res = [{"stage": f"{p}__c", "results": [{"status": s, "message": ""},
+                                                  {"status": "passed", "message": ""}]} for p, s in rows]
+        (tmp_path / f"{name}.json").write_text(json.dumps(staged))
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in res))
+        return [str(tmp_path / f"{name}.json")], [str(tmp_path / f"{name}.jsonl")]
+
+    first = run("a", [("L9/x", "passed"), ("L9/y", "incorrect")])
+    later = run("b", [("L9/x", "timeout"), ("L9/y", "incorrect"), ("L9/z", "passed")])
+    assert bench.ever_correct([first, later]) == {"L9/x", "L9/z"}
