@@ -132,6 +132,19 @@ def gemm_cases(rng: random.Random) -> list[dict]:
                           bias=False, epi="", alpha=None))
         cases.append(dict(kind="gemm", dtype=dt, M=301, N=199, K=130, batch=1, ta=True, tb=True,
                           bias=True, epi="relu", alpha=None))
+    # M a count read on the device (an MoE expert's gathered rows): launched for M's upper bound, the
+    # kernel clamps M to the count at entry; rows past it must stay untouched, blocks past it return
+    for dt, p in (("bfloat16", None), ("bfloat16", {"tier": "mma", "BM": 64, "BN": 64, "BK": 32, "WM": 2,
+                                                        "WN": 2, "ST": 4, "SPLIT": 1}),
+                  ("bfloat16", {"tier": "wgmma", "BM": 128, "BN": 128, "ST": 4, "SPLIT": 1}),
+                  ("float16", {"tier": "wgws", "BM": 128, "BN": 256, "ST": 3, "CTAS": 132, "SPLIT": 1}),
+                  ("float32", None),
+                  ("float32", {"tier": "tf32", "BM": 128, "BN": 128, "BK": 32, "WM": 4, "WN": 2, "ST": 2,
+                               "PASSES": 3, "SPLIT": 1})):
+        for (m, rows, n, k) in ((2048, 0, 1024, 512), (2048, 1, 1024, 512), (2048, 300, 2048, 1024),
+                                (2048, 2048, 1024, 512)):
+            cases.append(dict(kind="gemm", dtype=dt, M=m, rows=rows, N=n, K=k, batch=1, ta=False, tb=False,
+                              bias=True, epi="", alpha=None, **({"params": p} if p else {})))
     # FP8 e4m3: per-tensor scales (alpha) and 1x128 / 128x128 block scales (prologue)
     for (m, n, k) in ((16, 2048, 2048), (512, 1024, 4096), (2000, 4096, 1024)):
         cases.append(dict(kind="fp8", scales="tensor", M=m, N=n, K=k))
@@ -188,10 +201,15 @@ def build(case: dict, name: str):
         else:
             a = G.Operand.r_major("A", dt, "M") if case["ta"] else G.Operand.k_major("A", dt, "K")
             b = G.Operand.r_major("B", dt, "N") if case["tb"] else G.Operand.k_major("B", dt, "K")
+            counted = case.get("rows") is not None   # the compiler's init lines (gemm_adapter._matmul)
             spec = G.GemmSpec(name=name, a=a, b=b, m="M", n="N", k="K", out=G.Output("C", dt),
                               bias=G.Bias("bias", dt) if case["bias"] else None,
                               alpha=(f"{case['alpha']}f" if case["alpha"] is not None else None),
-                              epilogue=_epi_code(case["epi"]) or None)
+                              epilogue=_epi_code(case["epi"]) or None,
+                              args=(G.KArg("const long long*", "cnt", "cnt"),) if counted else (),
+                              init=("{ const long long sfg_rows = p.cnt[0]; "
+                                    "if (sfg_rows < (long long)p.M) p.M = (int)sfg_rows; }",
+                                    "if (p.M <= 0) return;") if counted else ())
         if case.get("tiers"):   # M unknown when generated: tiers by M
             params = G.default_params(spec, None, case["N"], case["K"])
         else:
@@ -273,6 +291,8 @@ def describe(c: dict) -> str:
         ex = "".join([" +bias" if c.get("bias") else "", f" {c['epi']}" if c.get("epi") else "",
                       f" alpha={c['alpha']}" if c.get("alpha") is not None else ""])
         tiers = " (M-tiered kernel)" if c.get("tiers") else ""
+        if c.get("rows") is not None:
+            tiers += f" (M counted on the device: {c['rows']} rows)"
         sp = f" [speed:{c['speed']}]" if c.get("speed") else ""
         return f"gemm {c['dtype']} {lay} M={c['M']} N={c['N']} K={c['K']}{bt}{ex}{tiers}{sp}"
     if c["kind"] == "fp8":
@@ -330,6 +350,14 @@ def tensors_for(c: dict, gen):
         t = dict(A=A, B=B, C=torch.empty(M, N, device=dev, dtype=dt))
         if bias is not None:
             t["bias"] = bias
+        if c.get("rows") is not None:
+            t["cnt"] = torch.tensor([c["rows"]], device=dev, dtype=torch.int64)
+            full = ref
+
+            def ref():   # the run fills C with NaN first: rows past the count must keep it
+                y = full().clone()
+                y[c["rows"]:] = float("nan")
+                return y
         return t, dict(M=M, N=N, K=K), ref
     if c["kind"] == "fp8":
         M, N, K = c["M"], c["N"], c["K"]
@@ -427,8 +455,10 @@ def run(folder: Path, limit: float) -> None:
             if (ent["params"] or {}).get("PASSES") == 1:
                 atol, rtol = TOL_TF32     # plain TF32: 10-bit operand mantissas
             err = (got - expect).abs()
-            bad = ~(err <= atol + rtol * expect.abs())
-            ok = not bool(bad.any()) and bool(torch.isfinite(got).all())
+            untouched = torch.isnan(expect)   # rows a device-counted M leaves alone
+            bad = ~((err <= atol + rtol * expect.abs()) | (untouched & torch.isnan(got)))
+            ok = not bool(bad.any()) and bool(torch.isfinite(got[~untouched]).all())
+            err = err.nan_to_num(0.0) if bool(untouched.any()) else err
             t_ours = _time(plan.run)
             t_torch = _time(ref)
             ratios.append(t_torch / t_ours)
@@ -491,7 +521,7 @@ def main() -> None:
     ap.add_argument("--dir", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", default="", help="comma list of kinds: gemm,fp8,conv; speed: only the "
-                    "large-GEMM old-vs-new cases (gemm includes them)")
+                    "large-GEMM old-vs-new cases (gemm includes them); devm: only the device-counted M")
     ap.add_argument("--time-limit", type=float, default=500.0)
     a = ap.parse_args()
     folder = Path(a.dir)
@@ -500,7 +530,8 @@ def main() -> None:
         cases = speed_cases() + gemm_cases(rng) + conv_cases(rng)   # speed first: a time limit cuts the rest
         if a.only:
             kinds = set(a.only.split(","))
-            cases = [c for c in cases if c["kind"] in kinds or ("speed" in kinds and c.get("speed"))]
+            cases = [c for c in cases if c["kind"] in kinds or ("speed" in kinds and c.get("speed"))
+                     or ("devm" in kinds and c.get("rows") is not None)]
         prepare(folder, cases, a.time_limit)
     if a.mode in ("run", "all"):
         run(folder, a.time_limit)

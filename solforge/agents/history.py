@@ -30,7 +30,9 @@ def histories(store, problems: Sequence[str], run_id: Optional[str] = None
             worker=r["agent"] or "", language=r["language"] or "cuda", status=status,
             sol_score=r["sol_score"], gpu_seconds=r["gpu_seconds"] or 0.0, dollars=r["dollars"],
             this_run=run_id is None or r["run_id"] == run_id,
-            interrupted=r["status"] == "interrupted"))
+            # interrupted with an outcome (it compiled before its run died) has a verdict: without a
+            # GPU that is all there is, with one the resume finishes it as a child attempt
+            interrupted=r["status"] == "interrupted" and not r["outcome"]))
     return out
 
 

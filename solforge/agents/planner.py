@@ -39,6 +39,7 @@ FAILURE_STATUSES = {"compile_error", "incorrect", "runtime_error", "timeout", "p
 
 
 UNTRIED_PRIORITY = 1000.0
+OWED_PRIORITY = 2 * UNTRIED_PRIORITY  # a resumed job first ends the sessions its last run cut off
 
 
 @dataclass
@@ -58,6 +59,17 @@ class AttemptSummary:
 
 
 @dataclass
+class OwedSession:
+    """A session an earlier run of the same job started and did not finish (its process died): the
+    worker and language it ran and the attempts it still owes. Handed out first on resume, so a job
+    killed and resumed makes the candidates it would have made uninterrupted."""
+
+    worker: str
+    language: str
+    attempts: int
+
+
+@dataclass
 class ProblemState:
     name: str
     attempts: list[AttemptSummary] = field(default_factory=list)  # oldest first
@@ -67,6 +79,7 @@ class ProblemState:
     # costs; among problems of equal priority (every untried one) the cheaper goes first, so a
     # budgeted pass over many new problems reaches the most
     cost_ms: Optional[float] = None
+    owed: Optional[OwedSession] = None
 
     @property
     def tried(self) -> list[AttemptSummary]:
@@ -288,6 +301,10 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
     ranked: list[tuple[float, Decision]] = []
     for st in states:
         prio, m = rank(st, cfg)
+        owed = _owed_decision(st, cfg, budget, spent, m)
+        if owed is not None:
+            ranked.append((owed.priority, owed))
+            continue
         best = st.best_sol
         if cfg.gpu_available and best is not None and best >= cfg.sol_target:
             out.append(Decision(Action.SKIP, st.name, None, None, 0, prio,
@@ -326,7 +343,8 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
     left = None if budget.attempts is None else budget.attempts - spent.attempts
     for i, (_, d) in enumerate(ranked):
         if i < max_runs and (left is None or left > 0):
-            d.attempts = cfg.attempts_per_round if left is None else min(cfg.attempts_per_round, left)
+            n = d.metrics.get("owed") or cfg.attempts_per_round   # a cut-off session: what it owes
+            d.attempts = n if left is None else min(n, left)
             if left is not None:
                 left -= d.attempts
             out.append(d)
@@ -335,6 +353,27 @@ def plan_round(states: Sequence[ProblemState], budget: Budget, spent: Spent, cfg
                                 f"ranked {i + 1}/{len(ranked)}: lower priority this round "
                                 f"({d.priority:.4f})", d.metrics))
     return out
+
+
+def _owed_decision(st: ProblemState, cfg: PlannerConfig, budget: Budget, spent: Spent,
+                   m: dict) -> Optional[Decision]:
+    """The rest of a session an earlier run of this job cut off, before any ranking and past the
+    skips (at SOL, compiled without a GPU) that its first attempts may now trigger: the
+    uninterrupted job would have made them. None when its worker is not available any more."""
+    o = st.owed
+    if o is None or o.attempts <= 0:
+        return None
+    try:
+        w = Worker(o.worker)
+    except ValueError:
+        return None
+    llm_ok = cfg.llm_available and (budget.dollars is None
+                                    or budget.dollars - spent.dollars >= cfg.min_dollars_for_llm)
+    if (w is Worker.OFFLINE and not st.has_offline_family) or (w is Worker.LLM and not llm_ok):
+        return None
+    return Decision(Action.RUN, st.name, w, o.language, 0, OWED_PRIORITY,
+                    f"resumes a session its run left unfinished: {o.attempts} attempt(s) owed; "
+                    f"worker {w.value}/{o.language}", dict(m, owed=o.attempts))
 
 
 def _spent_metrics(budget: Budget, spent: Spent) -> dict:

@@ -11,7 +11,8 @@
   - the content cache (cache.lookup) before anything is compiled: an identical candidate already
     answered on this GPU model (or, without a GPU, compiled for this arch) is not redone;
   - resume (resume.prepare): earlier runs with the same key that died are closed, their spending
-    counted, and the attempts they left unfinished are finished first;
+    counted, the attempts they left unfinished are finished first, and the sessions they cut off
+    are handed the attempts they still owe before the planner ranks anything;
   - every attempt is written through solforge.orchestrate.attempts (queued before anything runs,
     compiled, evaluated / failed). Without a GPU the loop does everything that needs none (planning,
     checks, compiles) and leaves compiled attempts waiting for a GPU.
@@ -195,6 +196,7 @@ class OptimizeLoop:
         self.matching: dict = {}         # OfflineWorker.warm's answer: matched, unmatched, seconds
         self._lock = threading.Lock()
         self._reserved: dict[str, int] = {}  # problem -> attempts planned for its running session, unspent
+        self._owed: dict = {}                # problem -> OwedSession: cut off by a dead earlier run
         self._feedback: dict[str, list[tuple[str, Outcome]]] = {}
         self._empty: dict[str, int] = {}     # sessions that produced no attempt, per problem
         self._sessions: dict[str, int] = {}
@@ -210,10 +212,11 @@ class OptimizeLoop:
             self.evaluator_start = self.stages.prestart(self) or {}
         self.resume_state = st = resume.prepare(self.store, self.key, self.lab.has_gpu)
         self.spent.add(attempts=st.spent_attempts, gpu_seconds=st.spent_gpu_seconds)
+        self._owed = dict(st.owed)
         if st.prior_runs:
             self.progress(f"resuming: {len(st.prior_runs)} earlier run(s) with this key, "
                           f"{st.spent_attempts} attempt(s) already spent, {len(st.pending)} unfinished, "
-                          f"{st.interrupted} marked interrupted")
+                          f"{st.interrupted} marked interrupted, {len(st.owed)} session(s) cut off")
         config = self._config_json()
         config["provenance"] = run_provenance()
         self.run_id = self.store.create_run(kind="optimize", gpu_profile=self.lab.gpu_profile,
@@ -231,8 +234,8 @@ class OptimizeLoop:
             if self.cfg.budget.wall_seconds is not None:
                 self.pool.deadline = self._t_start + self.cfg.budget.wall_seconds
             self._match_offline()
-            self._seed_offline()
             self._finish_pending()  # the run row exists now: unfinished attempts first
+            self._seed_offline()    # after: a worker must not propose again what was just finished
             self._drive(report)
         except KeyboardInterrupt:
             status, error = RunStatus.INTERRUPTED, "interrupted by the user"
@@ -379,6 +382,7 @@ class OptimizeLoop:
                     for d in runs:
                         with self._lock:
                             self._reserved[d.problem] = d.attempts
+                            self._owed.pop(d.problem, None)  # this session pays what was owed
                         # each session thread gets a copy of this context (an orchestrator's run
                         # context lives there)
                         inflight[ex.submit(contextvars.copy_context().run, self._run_one, d)] = d
@@ -448,6 +452,7 @@ class OptimizeLoop:
                 return
             for d in runs:
                 self._reserved[d.problem] = d.attempts
+                self._owed.pop(d.problem, None)
             self._parallel([lambda d=d: self._run_one(d) for d in runs])
             self._reserved.clear()
         report.stop_reason = f"round limit ({self.cfg.max_rounds}) reached"
@@ -464,6 +469,8 @@ class OptimizeLoop:
         finally:
             with self._lock:
                 self.session_log.append((d.problem, t0, time.monotonic()))
+            # returned, whatever it made: only a session whose process died is owed on resume
+            resume.session_ended(self.store, self.run_id, d.problem)
 
     # ---- one session: the worker proposes, each candidate goes through try_candidate -------------
     def propose(self, d: Decision) -> None:
@@ -598,7 +605,7 @@ class OptimizeLoop:
 
         with self._lock:
             hist = history.histories(self.store, list(self.problems), run_id=self.run_id)
-            empty = dict(self._empty)
+            empty, owed = dict(self._empty), dict(self._owed)
         cost = baseline_cost_ms(self.store)
         states = []
         offline = self.workers.get("offline")
@@ -612,7 +619,7 @@ class OptimizeLoop:
             states.append(ProblemState(name, summaries,
                                        has_offline_family=bool(offline and offline.has_family(p)),
                                        languages=tuple(self.cfg.languages),
-                                       cost_ms=cost.get(name)))
+                                       cost_ms=cost.get(name), owed=owed.get(name)))
         return states
 
     def _context(self, problem) -> Context:

@@ -6,7 +6,10 @@ kept in runs.config.resume_key, so no extra table is needed. When a run starts i
      attempts become 'interrupted' (Store.mark_interrupted);
   2. counts what they spent, so the budget covers the whole job, not each try;
   3. lists the attempts they left unfinished, to be finished first (as new attempts whose parent is
-     the interrupted one: a final status never changes).
+     the interrupted one: a final status never changes);
+  4. lists the sessions they cut off (a 'run' decision that never ended, planner_decisions.ended_at),
+     with the attempts each still owes its problem: the planner hands those out before anything else,
+     so the resumed job makes the candidates the uninterrupted one would have made.
 The store is the ground truth throughout: nothing here lives in memory across runs.
 """
 
@@ -19,6 +22,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..agents.planner import OwedSession
 from ..procs import pid_alive
 from ..store import attempt_queries as q
 
@@ -37,10 +41,12 @@ class ResumeState:
     spent_attempts: int = 0
     spent_gpu_seconds: float = 0.0
     pending: list[dict] = field(default_factory=list)       # attempts to finish first
+    owed: dict = field(default_factory=dict)                # problem -> OwedSession (cut off)
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         d["pending"] = [p["id"] for p in self.pending]
+        d["owed"] = {k: v.attempts for k, v in self.owed.items()}
         return d
 
 
@@ -67,4 +73,13 @@ def prepare(store, key: str, has_gpu: bool) -> ResumeState:
     # GPU is here now. Skip those already finished by a later attempt (parent_id) or whose source
     # another attempt has since completed (the content cache would answer for it anyway).
     st.pending = q.unfinished_attempts(store, st.prior_runs, compiled_too=has_gpu)
+    for r in q.cut_sessions(store, st.prior_runs):
+        left = int(r["attempts"] or 0) - int(r["made"])
+        if left > 0 and r["worker"]:
+            st.owed[r["problem"]] = OwedSession(r["worker"], r["language"] or "cuda", left)
     return st
+
+
+def session_ended(store, run_id: str, problem: str) -> None:
+    """A session returned (whatever it made): a resumed run owes its problem nothing for it."""
+    q.end_session(store, run_id, problem)

@@ -134,6 +134,32 @@ def runs_with_resume_key(store: Store, key: str) -> list[dict]:
         "AND json_extract_string(config, '$.resume_key') = ? ORDER BY started_at", [key])
 
 
+def end_session(store: Store, run_id: str, problem: str) -> None:
+    """The session this run's latest open 'run' decision for `problem` started has returned (one
+    session per problem runs at a time, so the open row is its own)."""
+    store.execute(
+        "UPDATE planner_decisions SET ended_at = now() AT TIME ZONE 'UTC' WHERE run_id = ? AND problem = ? "
+        "AND action = 'run' AND ended_at IS NULL", [run_id, problem])
+
+
+def cut_sessions(store: Store, run_ids: Sequence[str]) -> list[dict]:
+    """Per problem, its latest 'run' decision over these runs when that session never returned and
+    its run was interrupted: (problem, worker, language, attempts handed out, attempts made)."""
+    if not run_ids:
+        return []
+    marks = ",".join("?" * len(run_ids))
+    return store.query(
+        f"WITH last AS (SELECT d.* FROM planner_decisions d WHERE d.run_id IN ({marks}) "
+        f"  AND d.action = 'run' QUALIFY row_number() OVER (PARTITION BY d.problem "
+        f"  ORDER BY d.created_at DESC, d.id DESC) = 1) "
+        f"SELECT l.problem, l.worker, l.language, l.attempts, "
+        f"  (SELECT count(*) FROM attempts a WHERE a.run_id = l.run_id AND a.problem = l.problem "
+        f"   AND a.created_at >= l.created_at) AS made "
+        f"FROM last l JOIN runs r ON r.id = l.run_id "
+        f"WHERE l.ended_at IS NULL AND r.status = 'interrupted' ORDER BY l.created_at, l.problem",
+        list(run_ids))
+
+
 def spent_by_runs(store: Store, run_ids: Sequence[str]) -> tuple[int, float]:
     """(attempts, GPU-seconds) these runs spent, interrupted attempts left out."""
     if not run_ids:

@@ -205,3 +205,25 @@ def test_a_problem_whose_attempts_were_all_interrupted_ranks_with_the_untried():
     order = [d.problem for d in runs(plan_round(states, Budget(), Spent(),
                                                 PlannerConfig(gpu_available=True), max_runs=3))]
     assert order[0] == "a_costly_untried"
+
+
+def test_a_session_cut_off_by_a_dead_run_is_paid_first_and_past_the_skips():
+    """On resume, the attempts a killed session still owes go before any ranking, with its worker,
+    even where the attempts it did make would now skip the problem (compiled without a GPU)."""
+    from solforge.agents.planner import OwedSession
+
+    done = AttemptSummary("offline", "cuda", "compiled", None, 0.0)
+    states = [ProblemState("a_untried", has_offline_family=True, cost_ms=0.1),
+              ProblemState("b_cut", [done], has_offline_family=True, cost_ms=50.0,
+                           owed=OwedSession("offline", "cuda", 2))]
+    cfg = PlannerConfig(gpu_available=False, attempts_per_round=4)
+    decisions = plan_round(states, Budget(), Spent(), cfg, max_runs=1)
+    (d,) = runs(decisions)
+    assert (d.problem, d.attempts) == ("b_cut", 2) and "2 attempt(s) owed" in d.reason
+    # without it, the problem is done (compiled, no GPU) and the untried one goes
+    states[1].owed = None
+    (d,) = runs(plan_round(states, Budget(), Spent(), cfg, max_runs=1))
+    assert d.problem == "a_untried"
+    # an owed LLM session with no LLM configured any more is planned like any other
+    states[1].owed = OwedSession("llm", "cuda", 2)
+    assert [d.problem for d in runs(plan_round(states, Budget(), Spent(), cfg, max_runs=2))] == ["a_untried"]

@@ -231,3 +231,38 @@ def test_threads_share_one_store(tmp_path):
     rows = s.query("SELECT agent, status, count(*) AS n FROM attempts GROUP BY ALL ORDER BY ALL")
     assert rows == [{"agent": f"t{i}", "status": st, "n": 10} for i in range(4)
                     for st in ("failed", "queued")]
+
+
+def test_a_session_cut_off_by_its_runs_death_is_owed_on_resume(store):
+    """A 'run' decision whose session never returned (ended_at NULL) in a run that died leaves its
+    problem the attempts it did not make; a session that returned, or a run still going, owes none."""
+    import time
+
+    from solforge.orchestrate import resume
+
+    def decide(run, problem, n):
+        store.insert_rows("planner_decisions", [{
+            "id": f"{run}-{problem}-{time.monotonic_ns()}", "run_id": run, "problem": problem,
+            "worker": "offline", "language": "cuda", "reason": "t", "action": "run", "attempts": n}])
+
+    cfg = {"resume_key": "job"}
+    run1 = store.create_run(kind="optimize", config=cfg)
+    decide(run1, "cut", 4)
+    store.mark_attempt(store.create_attempt("cut", run_id=run1), AttemptStatus.COMPILED)
+    decide(run1, "ended", 4)
+    store.create_attempt("ended", run_id=run1)
+    resume.session_ended(store, run1, "ended")     # returned after one attempt: owes nothing
+    store.mark_interrupted(run1)
+    # a later session of a problem supersedes the earlier one in the same job
+    run0 = store.create_run(kind="optimize", config=cfg)
+    decide(run0, "again", 4)
+    store.finish_run(run0)
+    st = resume.prepare(store, "job", has_gpu=False)
+    assert {k: (v.worker, v.attempts) for k, v in st.owed.items()} == {"cut": ("offline", 3)}
+    # a resumed run that starts the owed session and is killed again after 2 more: 1 owed
+    run2 = store.create_run(kind="optimize", config=cfg)
+    decide(run2, "cut", 3)
+    for _ in range(2):
+        store.create_attempt("cut", run_id=run2)
+    store.mark_interrupted(run2)
+    assert {k: v.attempts for k, v in resume.prepare(store, "job", has_gpu=False).owed.items()} == {"cut": 1}
