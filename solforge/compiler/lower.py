@@ -223,7 +223,11 @@ class Lowering:
             raise
         except (TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError) as e:
             raise Unsupported(f"op {op}: {type(e).__name__}: {str(e)[:150]}") from None
-        self.env[n["name"]] = _with_storage(op, out, args[0] if args else None)
+        out = _with_storage(op, out, args[0] if args else None)
+        if isinstance(out, Loader) and not out.is_view and out.storage is None and op not in VIEW_OPS \
+                and out.cost > REALIZE_COST:
+            out = view_of(self.realize(out))
+        self.env[n["name"]] = out
 
     def _outputs(self):
         items = []
@@ -250,6 +254,14 @@ class Lowering:
         for g in groups:
             self.add_pointwise(self.kname("out"), g)
 
+
+# A computed value whose inlined chain exceeds this many elementwise ops is written to a buffer
+# (one pointwise kernel) and read from there. Inlining re-emits the whole chain in every kernel and
+# at every index it is read at: a tensor updated in place in a Python loop (`x[..., i, :i] = ...`
+# 64 times) is a 64-deep where-chain whose each reader re-emitted all of it, minutes of lowering
+# for one plan. The same idea as Inductor's realize_opcount_threshold; far above ordinary chains
+# (an activation, a norm's arithmetic: tens), so it only cuts chains that grow with a loop.
+REALIZE_COST = 128
 
 # ops whose result aliases their first argument's storage in torch (torch's own view ops; a traced
 # reshape that had to copy shows as clone + _unsafe_view, and the clone starts a new storage)

@@ -27,36 +27,64 @@ def _bytes(buf):
     return FloorDiv(b + ALIGN - 1, ALIGN) * ALIGN
 
 
+def _raw(size):
+    """The byte count under _bytes's rounding up to ALIGN (monotone: raw sizes that compare give
+    aligned sizes that compare the same way)."""
+    if isinstance(size, sympy.Mul) and len(size.args) == 2 and size.args[0] == ALIGN \
+            and isinstance(size.args[1], FloorDiv) and size.args[1].args[1] == ALIGN:
+        return sympy.expand(size.args[1].args[0] - (ALIGN - 1))
+    return size
+
+
+def _fits(size, slot) -> bool:
+    """Is `size` <= `slot` for every value of the sizes? Decided when their difference is a number,
+    or when their ratio is (the same symbolic extent times other constants: a [B, N, 64, 64]
+    buffer in the slot of a [B, N, 64, 64, 64] one), compared before the rounding to ALIGN; else
+    not, and the buffer gets its own slot."""
+    size, slot = _raw(size), _raw(slot)
+    d = sympy.expand(slot - size)
+    if d.is_number:
+        return bool(d >= 0)
+    if size == 0:
+        return True
+    q = sympy.cancel(slot / size)
+    return bool(q.is_number and q >= 1)
+
+
 def pack_workspace(lowering) -> sympy.Expr:
     """Set every workspace buffer's offset; return the total bytes. Buffers whose lifetimes do not
-    overlap share space when one fits in the other's slot (sizes compared symbolically; when that
-    cannot be decided the buffer gets its own slot)."""
+    overlap share a slot when their sizes compare for every value of the sizes (_fits, either way:
+    a slot grows to its largest member); offsets are laid out once every slot has its size, so a
+    loop's results that grow step by step (a 64-step loop's sums over i x i) share one slot instead
+    of taking 64. Sizes that cannot be compared get slots of their own."""
     first, last = {}, {}
     for i, spec in enumerate(lowering.kernels):
         names = {key[1] for key in spec.kernel._keys if isinstance(key, tuple) and key[0] == "o"}
         for n in names:
             first.setdefault(n, i)
             last[n] = i
-    slots: list[list] = []   # [offset, size, free_after_kernel]
-    end = sympy.Integer(0)
+    slots: list[list] = []   # [size, free_after_kernel, members]
     for buf in sorted(lowering.ws, key=lambda b: first.get(b.name, 10**9)):
         if buf.name not in first:
             buf.offset = sympy.Integer(0)
             continue
         size = _bytes(buf)
-        placed = False
-        for slot in slots:
-            if slot[2] < first[buf.name]:
-                d = sympy.expand(slot[1] - size)
-                if d.is_number and d >= 0:
-                    buf.offset = slot[0]
-                    slot[2] = last[buf.name]
-                    placed = True
-                    break
-        if not placed:
+        free = [sl for sl in slots if sl[1] < first[buf.name]]
+        slot = next((sl for sl in free if _fits(size, sl[0])), None)
+        if slot is None:
+            slot = next((sl for sl in free if _fits(sl[0], size)), None)
+            if slot is not None:
+                slot[0] = size   # grows to this member: every earlier one fits in it
+        if slot is None:
+            slots.append([size, last[buf.name], [buf]])
+            continue
+        slot[1] = last[buf.name]
+        slot[2].append(buf)
+    end = sympy.Integer(0)
+    for size, _, members in slots:
+        for buf in members:
             buf.offset = end
-            slots.append([end, size, last[buf.name]])
-            end = end + size
+        end = end + size
     return end
 
 

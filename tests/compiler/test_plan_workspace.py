@@ -65,3 +65,36 @@ def test_no_bound_when_a_divisor_would_be_loosened():
     ub = workspace_bound([ok])
     assert ub is not None
     _holds(ub, [ok], [n], [(1,), (300,), (4097,)])
+
+
+class _Spec:
+    def __init__(self, *bufs):
+        self.kernel = type("K", (), {"_keys": {("o", b) for b in bufs}})()
+
+
+def test_results_growing_step_by_step_share_one_slot():
+    """A loop's results whose sizes grow with the step (a sum over i x i at step i), each dead before
+    the next is written, share one slot sized to the largest; one alive across them keeps its own;
+    sizes that do not compare for every value of the sizes never share."""
+    from types import SimpleNamespace
+
+    from solforge.compiler.kernel import Buffer
+    from solforge.compiler.plan import pack_workspace
+
+    n, m = symexpr.sym("n"), symexpr.sym("m")
+    steps = [Buffer(f"s{i}", "float32", [n, 3 * i + 1], "ws") for i in range(1, 9)]
+    keep = Buffer("keep", "float32", [n, 64], "ws")
+    other = Buffer("other", "float32", [m], "ws")   # n vs m: never compared, its own slot
+    kernels = [_Spec("keep")]
+    for s in steps:
+        kernels.append(_Spec(s.name, "keep"))
+    kernels += [_Spec("other", "keep")]
+    low = SimpleNamespace(kernels=kernels, ws=[keep, *steps, other])
+    total = pack_workspace(low)
+    assert len({str(s.offset) for s in steps}) == 1          # one slot for the loop's results
+    slot = steps[0].offset
+    assert slot != keep.offset and other.offset not in (slot, keep.offset)
+    # the slot is as large as the largest step: the total is keep + largest step + other
+    env = {n: 7, m: 1000}
+    big = max(int(sympy.sympify(ALIGN * FloorDiv(s.numel() * 4 + ALIGN - 1, ALIGN)).subs(env)) for s in steps)
+    assert int(total.subs(env)) == 7 * 64 * 4 + big + ALIGN * ((1000 * 4 + ALIGN - 1) // ALIGN)
