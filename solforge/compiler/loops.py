@@ -71,6 +71,9 @@ class Loader:
     # a computed value's view (a slice, a reshape of a slice): the value whose contiguous flat is
     # this tensor's storage in torch, which as_strided's absolute strides and offset address
     storage: Optional["Loader"] = None
+    # reshapes that did not fold into strides composed into this loader's index (each one a
+    # division and a modulo per dim over the one before): lower._view stops a chain at one
+    div_depth: int = 0
 
     def __post_init__(self):
         self.uid = next(_UIDS)
@@ -103,7 +106,8 @@ def view_of(buf: Buffer, shape=None, strides=None, offset=sympy.Integer(0)) -> L
 
 def reindex(src: Loader, shape, f) -> Loader:
     """A loader over `shape` reading src at f(index)."""
-    return Loader(list(shape), src.dtype, lambda k, idx: src(k, f(idx)), cost=src.cost)
+    return Loader(list(shape), src.dtype, lambda k, idx: src(k, f(idx)), cost=src.cost,
+                  div_depth=src.div_depth)
 
 
 def permute(src: Loader, dims) -> Loader:
@@ -273,7 +277,8 @@ def reshape(src: Loader, shape) -> Loader:
         shape = [sympy.cancel(total / known) if isinstance(s, FloorDiv) and
                  sympy.cancel(total / known).is_polynomial() else s for s in shape]
     if len(shape) == len(src.shape) and all(same(a, b) for a, b in zip(shape, src.shape)):
-        return Loader(shape, src.dtype, src.fn, src.buf, src.strides, src.offset, src.cost)
+        return Loader(shape, src.dtype, src.fn, src.buf, src.strides, src.offset, src.cost,
+                      div_depth=src.div_depth)
     if src.is_view:
         try:
             st = _view_strides(src.shape, src.strides, shape)
@@ -294,6 +299,7 @@ def reshape(src: Loader, shape) -> Loader:
     # anchor re-reads every element per tile (a GEMM reads A N/BN times), so anchors realise it
     # (Lowering.operand: a contiguous copy the template then reads with plain strides)
     out.cost = src.cost + RESHAPE_INDEX_COST
+    out.div_depth = src.div_depth + 1
     return out
 
 

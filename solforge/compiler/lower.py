@@ -591,7 +591,13 @@ def _ints(xs):
 
 def _view(L, node, x, size, *a, **kw):
     shape = [symexpr.parse(s) for s in node["shape"]]
-    return loops.reshape(x, shape)
+    out = loops.reshape(x, shape)
+    if not out.is_view and getattr(x, "div_depth", 0) >= 1:
+        # a reshape that does not fold, of one that did not either: its index would nest the first
+        # one's divisions and modulos inside its own (3.9 MB for one load of a reference with a
+        # few such chains); the first is written to a buffer, which this one views with strides
+        out = loops.reshape(view_of(L.realize(x)), shape)
+    return out
 
 
 def _broadcast_in_dim(L, node, x, shape, bdims, **kw):
