@@ -201,15 +201,15 @@ def build(case: dict, name: str):
         else:
             a = G.Operand.r_major("A", dt, "M") if case["ta"] else G.Operand.k_major("A", dt, "K")
             b = G.Operand.r_major("B", dt, "N") if case["tb"] else G.Operand.k_major("B", dt, "K")
-            counted = case.get("rows") is not None   # the compiler's init lines (gemm_adapter._matmul)
+            from solforge.compiler.templates.gemm_adapter import device_m_init
+
+            counted = case.get("rows") is not None   # the compiler's own entry lines for a counted M
             spec = G.GemmSpec(name=name, a=a, b=b, m="M", n="N", k="K", out=G.Output("C", dt),
                               bias=G.Bias("bias", dt) if case["bias"] else None,
                               alpha=(f"{case['alpha']}f" if case["alpha"] is not None else None),
                               epilogue=_epi_code(case["epi"]) or None,
                               args=(G.KArg("const long long*", "cnt", "cnt"),) if counted else (),
-                              init=("{ const long long sfg_rows = p.cnt[0]; "
-                                    "if (sfg_rows < (long long)p.M) p.M = (int)sfg_rows; }",
-                                    "if (p.M <= 0) return;") if counted else ())
+                              init=tuple(device_m_init("p.cnt[0]")) if counted else ())
         if case.get("tiers"):   # M unknown when generated: tiers by M
             params = G.default_params(spec, None, case["N"], case["K"])
         else:

@@ -213,11 +213,16 @@ def recent_yield(attempts: Sequence[AttemptSummary], cfg: PlannerConfig) -> floa
     return sum(gains) / max(secs, 1.0)  # at least 1 s: a free attempt is not infinitely good
 
 
+def _llm_ok(cfg: PlannerConfig, budget: Budget, spent: Spent) -> bool:
+    """A model is configured and the dollar budget still covers a call."""
+    return cfg.llm_available and (budget.dollars is None
+                                  or budget.dollars - spent.dollars >= cfg.min_dollars_for_llm)
+
+
 def choose_worker(state: ProblemState, cfg: PlannerConfig, budget: Budget, spent: Spent
                   ) -> tuple[Optional[Worker], Optional[str], str]:
     """(worker, language, why). None (with why) when no worker can make progress on this problem."""
-    llm_ok = cfg.llm_available and (budget.dollars is None
-                                    or budget.dollars - spent.dollars >= cfg.min_dollars_for_llm)
+    llm_ok = _llm_ok(cfg, budget, spent)
     options: list[tuple[Worker, str]] = []
     if state.has_offline_family:
         options.append((Worker.OFFLINE, "cuda"))
@@ -367,9 +372,8 @@ def _owed_decision(st: ProblemState, cfg: PlannerConfig, budget: Budget, spent: 
         w = Worker(o.worker)
     except ValueError:
         return None
-    llm_ok = cfg.llm_available and (budget.dollars is None
-                                    or budget.dollars - spent.dollars >= cfg.min_dollars_for_llm)
-    if (w is Worker.OFFLINE and not st.has_offline_family) or (w is Worker.LLM and not llm_ok):
+    if (w is Worker.OFFLINE and not st.has_offline_family) or \
+            (w is Worker.LLM and not _llm_ok(cfg, budget, spent)):
         return None
     return Decision(Action.RUN, st.name, w, o.language, 0, OWED_PRIORITY,
                     f"resumes a session its run left unfinished: {o.attempts} attempt(s) owed; "

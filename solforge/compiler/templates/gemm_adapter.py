@@ -154,6 +154,13 @@ def _device_m(a, b, batch_shape) -> bool:
             and not _dynamic_in(list(b.shape) + list(batch_shape or [])))
 
 
+def device_m_init(count: str) -> list[str]:
+    """The template's entry lines for a device-counted M (launched for its upper bound): M becomes
+    the count C expression `count` reads, and with no rows the block returns."""
+    return [f"{{ const long long sfg_rows = {count}; if (sfg_rows < (long long)p.M) p.M = (int)sfg_rows; }}",
+            "if (p.M <= 0) return;"]
+
+
 class _GenericInstead(Exception):
     """The template cannot take this matmul after all (a counted size reaches its loaders)."""
 
@@ -281,9 +288,7 @@ def _matmul(name, a, b, out_dtype, out, out_index, bias, batch_shape, params,
         init.append(f"p.{m.group(2)} = {m.group(3)};")
     if device_m:
         # after the members' own inits (p.M = M: the bound): no rows, nothing to do
-        init += counts + [f"{{ const long long sfg_rows = {m_count}; "
-                          f"if (sfg_rows < (long long)p.M) p.M = (int)sfg_rows; }}",
-                          "if (p.M <= 0) return;"]
+        init += counts + device_m_init(m_count)
 
     spec = G.GemmSpec(name=name, a=opa, b=opb, m=symexpr.to_axis(M), n=symexpr.to_axis(N),
                       k=symexpr.to_axis(K), batch=symexpr.to_axis(NB), out=None, epilogue=epi,
