@@ -71,6 +71,9 @@ class Settings:
     caching_probe_min_calls: int = 3
     caching_probe_max_calls: int = 24
     caching_probe_budget_ms: float = 5.0
+    # the probe's fresh input sets are made before the GPU is taken alone when all of them together
+    # take at most this many bytes (evaluator._prepare_probe), else one by one in the probe's setup
+    caching_probe_premade_bytes: int = 256 << 20
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
     # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so

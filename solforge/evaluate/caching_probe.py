@@ -41,6 +41,14 @@ from .inputs import clone_inputs, write_into
 from .timing import resolved
 
 WARM_IN_CALLS = 3
+# fresh call j of a round draws its values from seed + FRESH_SEED_OFFSET + j: the seeds do not
+# depend on how many calls a side gets, so the sets can be made before the probe is sized
+# (evaluator._prepare_probe makes them while the GPU is shared). Rounds are 1000 seeds apart.
+FRESH_SEED_OFFSET = 100
+
+
+def fresh_call_seed(seed: int, j: int) -> int:
+    return seed + FRESH_SEED_OFFSET + j
 # kernels shorter than this get the same input-making work before seen calls as before fresh ones
 SYMMETRIC_BELOW_MS = 1.0
 
@@ -112,7 +120,8 @@ def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: 
               calls: int, ratio: float = 0.8, abs_floor_ms: float = 0.002,
               noise_k: float = 1.0, seed: int = 3000,
               symmetric_setup: bool = True,
-              final_seeds: Optional[list] = None) -> ProbeOutcome:
+              final_seeds: Optional[list] = None,
+              make_ahead: Optional[Callable[[list], bool]] = None) -> ProbeOutcome:
     """Probe one prepared call over its own buffers (`inputs`, `outputs`, values seen before).
     make_inputs(seed) makes a new valid input set; reference(inputs) the expected outputs.
     A second round runs only when the first is suspicious; both must be to call it caching.
@@ -121,24 +130,30 @@ def run_probe(timer, make_inputs: Callable[[int], dict], inputs: dict, outputs: 
     faster, i.e. hide a gap, never invent one.
     final_seeds: per round, the seed of the last fresh call (whose output is checked) instead of a
     never-seen one; reference is then called as reference(inputs, seed) (a cached reference).
+    make_ahead: start_probe's.
     Each round leaves the seen values in `inputs` as it found them."""
     return start_probe(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls,
-                       ratio, abs_floor_ms, noise_k, seed, symmetric_setup, final_seeds)()
+                       ratio, abs_floor_ms, noise_k, seed, symmetric_setup, final_seeds,
+                       make_ahead)()
 
 
 def start_probe(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls: int,
                 ratio: float = 0.8, abs_floor_ms: float = 0.002, noise_k: float = 1.0,
                 seed: int = 3000, symmetric_setup: bool = True,
-                final_seeds: Optional[list] = None) -> Callable[[], ProbeOutcome]:
+                final_seeds: Optional[list] = None,
+                make_ahead: Optional[Callable[[list], bool]] = None) -> Callable[[], ProbeOutcome]:
     """run_probe's first round now (its calls and its output check), the rest in the function it
     returns: inside Timer.batched the round's samples are read once the session has closed, and a
-    second round, when the first is suspicious, runs then in a session of its own."""
+    second round, when the first is suspicious, runs then in a session of its own.
+    make_ahead(seeds), if given, is told each round's fresh seeds before its calls; True: it has
+    made those sets (make_inputs now hands them over), so each call's setup is a copy on both sides
+    and no seen call makes a set to match (symmetric_setup does not apply)."""
     saved = clone_inputs(inputs)
 
     def round_(rnd: int):
         final = final_seeds[rnd] if final_seeds and rnd < len(final_seeds) else None
         t, wrong = _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance,
-                              calls, saved, seed + 1000 * rnd, symmetric_setup, final)
+                              calls, saved, seed + 1000 * rnd, symmetric_setup, final, make_ahead)
         _write(inputs, saved)   # the seen values back: what follows finds the buffers as they were
         return t, wrong
 
@@ -185,19 +200,22 @@ def _write(dst: dict, src: dict) -> bool:
 
 
 def _one_round(timer, make_inputs, inputs, outputs, call, reference, tolerance, calls, saved,
-               seed, symmetric_setup=True, final_seed=None):
+               seed, symmetric_setup=True, final_seed=None, make_ahead=None):
     """One round's calls (warm-in, seen x calls, fresh x calls) and the check of its last output:
     (its Timing or Pending, whether that output was wrong)."""
     w = WARM_IN_CALLS
     total = w + 2 * calls
     first_fresh = w + calls                     # warm-in, seen x calls, fresh x calls
+    fresh_seeds = [fresh_call_seed(seed, j) for j in range(calls)]
+    if final_seed is not None:
+        fresh_seeds[-1] = final_seed
+    symmetric = symmetric_setup and not (make_ahead is not None and make_ahead(fresh_seeds))
 
     def setup(i):
         if i >= first_fresh:
-            _write(inputs, make_inputs(final_seed if final_seed is not None and i == total - 1
-                                       else seed + i))
+            _write(inputs, make_inputs(fresh_seeds[i - first_fresh]))
         else:
-            if symmetric_setup:
+            if symmetric:
                 make_inputs(seed + i)           # made and dropped: the same setup work as fresh
             _write(inputs, saved)
         for t in outputs.values():

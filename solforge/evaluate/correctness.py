@@ -98,6 +98,9 @@ class _Sums:
         self.max_abs = self.max_rel = 0.0
 
     def add(self, x: torch.Tensor, y: torch.Tensor, tol) -> None:
+        # Every number of a passing chunk comes back in one copy to the host: each int()/float() of
+        # a GPU scalar is a synchronisation, and ten of them per output per call were most of the
+        # correctness checks' time (benchmarks/eval_throughput.py's profile configuration).
         bad_x, bad_y = ~torch.isfinite(x), ~torch.isfinite(y)
         if tol.allow_negative_inf:
             both_neg_inf = (x == float("-inf")) & (y == float("-inf"))
@@ -107,22 +110,36 @@ class _Sums:
                 keep = ~both_neg_inf
                 x, y = x[keep], y[keep]
                 bad_x, bad_y = bad_x[keep], bad_y[keep]
-        self.bad_x += int(bad_x.sum())
-        self.bad_y += int(bad_y.sum())
-        self.nan_x += int(torch.isnan(x).sum())
-        self.nan_y += int(torch.isnan(y).sum())
         self.kept += x.numel()
-        if self.bad_x or self.bad_y or x.numel() == 0:
-            return  # the verdict is decided; the numbers below are not reported
-        self.nonzero_x = self.nonzero_x or bool((x != 0).any())
-        self.nonzero_y = self.nonzero_y or bool((y != 0).any())
-        self.ref_sq += float(torch.linalg.vector_norm(y, dtype=torch.float64) ** 2)
+        if x.numel() == 0:
+            return
         err = (x - y).abs()
-        self.max_abs = max(self.max_abs, float(err.max()))
         ay = y.abs()
-        self.exceed += int((err > tol.max_atol + tol.max_rtol * ay).sum())
-        self.max_rel = max(self.max_rel, float(
-            (err / ay.clamp(min=tol.max_atol if tol.max_atol > 0 else 1e-12)).max()))
+        f64 = torch.float64
+        floor = tol.max_atol if tol.max_atol > 0 else 1e-12
+        stats = torch.stack([
+            bad_x.sum().to(f64), bad_y.sum().to(f64),
+            (x != 0).any().to(f64), (y != 0).any().to(f64),
+            torch.linalg.vector_norm(y, dtype=f64) ** 2,
+            err.max().to(f64),
+            (err > tol.max_atol + tol.max_rtol * ay).sum().to(f64),
+            (err / ay.clamp(min=floor)).max().to(f64),
+        ]).tolist()
+        bad_x_n, bad_y_n = int(stats[0]), int(stats[1])
+        self.bad_x += bad_x_n
+        self.bad_y += bad_y_n
+        if bad_x_n:
+            self.nan_x += int(torch.isnan(x).sum())
+        if bad_y_n:
+            self.nan_y += int(torch.isnan(y).sum())
+        if self.bad_x or self.bad_y:
+            return  # the verdict is decided; the numbers below are not reported
+        self.nonzero_x = self.nonzero_x or bool(stats[2])
+        self.nonzero_y = self.nonzero_y or bool(stats[3])
+        self.ref_sq += stats[4]
+        self.max_abs = max(self.max_abs, stats[5])
+        self.exceed += int(stats[6])
+        self.max_rel = max(self.max_rel, stats[7])
 
 
 def compare_all(outs: dict, refs: dict, tol) -> Comparison:

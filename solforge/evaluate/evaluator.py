@@ -54,6 +54,8 @@ class EvalConfig:
     caching_probe_max_calls: int = field(default_factory=lambda: _setting("caching_probe_max_calls"))
     caching_probe_budget_ms: float = field(
         default_factory=lambda: _setting("caching_probe_budget_ms"))
+    caching_probe_premade_bytes: int = field(
+        default_factory=lambda: _setting("caching_probe_premade_bytes"))
     timing_budget_s: float = 10.0
     duty_gap_factor: float = field(default_factory=lambda: _setting("duty_gap_factor"))
     duty_min_call_ms: float = field(default_factory=lambda: _setting("duty_min_call_ms"))
@@ -273,6 +275,37 @@ class _TimingPlan:
     calls: list
     recheck_ref: object
     notes: list
+    probe: Optional["_ProbePrep"] = None
+
+
+@dataclass
+class _ProbePrep:
+    """The caching probe's draws, made while the GPU is shared: its seed base, the seeds of the
+    fresh calls whose outputs are checked (a cached reference's, else None) and the first round's
+    fresh input sets made ahead ({seed: inputs}; none when they would not fit in
+    caching_probe_premade_bytes: each fresh call then makes its set in the probe's setup)."""
+    factory: InputFactory
+    set_bytes: int
+    budget: int
+    seed: int
+    final: Optional[list]
+    premade: dict = field(default_factory=dict)
+
+    def fits(self, n: int) -> bool:
+        return (n + 1) * self.set_bytes <= self.budget
+
+    def make_ahead(self, seeds: list) -> bool:
+        """The sets of `seeds` made now (those not made yet), if they fit; whether they are."""
+        if not self.fits(len(seeds)):
+            return False
+        for s in seeds:
+            if s not in self.premade:
+                self.premade[s] = _make(self.factory, s)
+        return True
+
+    def make_inputs(self, seed: int) -> dict:
+        ready = self.premade.pop(seed, None)
+        return ready if ready is not None else _make(self.factory, seed)
 
 
 def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
@@ -292,7 +325,33 @@ def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
     # cached one stays a callable read after the candidate's call, as in the correctness rounds.
     last_in = sets[-1][0]
     ref = env.cached_reference(rw, last_seed) or env.run_reference(rw, clone_inputs(last_in))
-    return _TimingPlan(factory, sets, calls, ref, notes)
+    probe = _prepare_probe(env, rw, factory, last_in) if cfg.caching_probe and \
+        cfg.caching_probe_calls > 0 else None
+    return _TimingPlan(factory, sets, calls, ref, notes, probe)
+
+
+def _prepare_probe(env: Env, rw, factory: InputFactory, inputs: dict) -> _ProbePrep:
+    """The probe's seeds and, where at most caching_probe_premade_bytes, its first round's fresh
+    input sets (as many as the most calls a side can get: the probe is sized only after timing).
+    Made here, they cost the GPU-alone section one copy per tensor instead of a call to the input
+    factory per fresh call (0.2 s of an evaluation of 15 small workloads, benchmarks/eval_throughput)."""
+    cfg = env.config
+    seed = caching_probe.fresh_seed()
+    # With a reference cache: every timed fresh call still gets never-seen values (os.urandom seeds);
+    # only the last one of each probe round, whose output is checked, uses one of the run's pool
+    # seeds (drawn when the cache was filled) so that its expected output is cached (refcache.py).
+    final = None
+    if env.refcache is not None:
+        pool = [s for s in env.refcache.probe_seeds.get(rw.uuid, []) if env.refcache.has(rw.uuid, s)]
+        if pool:
+            import random
+
+            final = random.sample(pool, k=min(2, len(pool)))
+            final += final[:1] * (2 - len(final))
+    prep = _ProbePrep(factory, max(_nbytes(inputs), 1), cfg.caching_probe_premade_bytes, seed, final)
+    most = max(int(cfg.caching_probe_max_calls), int(cfg.caching_probe_calls), 1)
+    prep.make_ahead([caching_probe.fresh_call_seed(seed, j) for j in range(most)] + (final or [])[:1])
+    return prep
 
 
 def _time(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> None:
@@ -346,7 +405,8 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     probe = None
     if cfg.caching_probe and cfg.caching_probe_calls > 0:
         estimate = timing.median_ms if isinstance(timing, Timing) else timer.last_call_ms
-        probe = _start_probe(env, rw, factory, sets[-1], calls[-1], estimate)
+        probe = _start_probe(env, rw, factory, sets[-1], calls[-1], estimate,
+                             plan.probe or _prepare_probe(env, rw, factory, sets[-1][0]))
 
     def finish() -> None:
         t = resolved(timing)
@@ -374,7 +434,8 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     return finish
 
 
-def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[float]):
+def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[float],
+                 prep: _ProbePrep):
     """The caching probe (caching_probe.py) on the last timing set's own buffers and prepared call:
     its first round now; (calls per side, what finishes it) for _finish_probe. median_ms sizes it:
     the timed median, or inside one session the warm-up's estimate of a call (an upper bound)."""
@@ -382,28 +443,17 @@ def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[fl
     n = caching_probe.probe_calls(median_ms, cfg.caching_probe_budget_ms, cfg.caching_probe_calls,
                                   cfg.caching_probe_max_calls)
     inputs, outputs = timing_set
-    # With a reference cache: every timed fresh call still gets never-seen values (os.urandom seeds);
-    # only the last one of each probe round, whose output is checked, uses one of the run's pool
-    # seeds (drawn when the cache was filled) so that its expected output is cached (refcache.py).
-    final = None
-    if env.refcache is not None:
-        pool = [s for s in env.refcache.probe_seeds.get(rw.uuid, []) if env.refcache.has(rw.uuid, s)]
-        if pool:
-            import random
-
-            final = random.sample(pool, k=min(2, len(pool)))
-            final += final[:1] * (2 - len(final))
 
     def reference(ins, seed=None):
         expected = env.cached_reference(rw, seed) if seed is not None else None
         return expected(ins) if expected else env.run_reference(rw, ins)
 
     finish = caching_probe.start_probe(
-        env.get_timer(), lambda seed: _make(factory, seed), inputs, outputs, call,
-        reference, rw.workload.tolerance, n,
-        seed=caching_probe.fresh_seed(),
+        env.get_timer(), prep.make_inputs, inputs, outputs, call,
+        reference, rw.workload.tolerance, n, seed=prep.seed,
         symmetric_setup=bool(median_ms) and median_ms < caching_probe.SYMMETRIC_BELOW_MS,
-        final_seeds=final)
+        final_seeds=prep.final, make_ahead=prep.make_ahead)
+    prep.premade.clear()            # the sets made for more calls than the probe got
     if env.integrity is not None:
         env.integrity.check()       # the probe's calls ran candidate code before its verdict is used
     return n, finish

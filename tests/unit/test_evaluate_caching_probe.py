@@ -180,6 +180,40 @@ def test_asymmetric_setup_makes_inputs_for_fresh_calls_only():
     assert len(made) == (3 + 8 + 8) * 2                  # every call's setup makes a set
 
 
+def test_sets_made_ahead_leave_the_timed_loop_copies_alone():
+    """make_ahead: each round's fresh sets are made before its calls (the evaluator makes the first
+    round's while the GPU is shared), so no call's setup runs the input factory; a cache is still
+    caught, and the fresh seeds do not depend on how many calls a side gets."""
+    from solforge.evaluate.caching_probe import fresh_call_seed
+
+    ins, outs, call = _setup(FingerprintCache)
+    ahead, made_in_setup, told = {}, [], []
+
+    def make_ahead(seeds):
+        told.append(list(seeds))
+        for s in seeds:
+            ahead.setdefault(s, make(s))
+        return True
+
+    def make_inputs(seed):
+        if seed in ahead:
+            return ahead.pop(seed)
+        made_in_setup.append(seed)
+        return make(seed)
+
+    res = run_probe(WallTimer(), make_inputs, ins, outs, call, reference, Tolerance(), 8,
+                    seed=5000, make_ahead=make_ahead)
+    assert res.caching and made_in_setup == []                  # symmetric_setup not applied
+    assert told[0] == [fresh_call_seed(5000, j) for j in range(8)]
+    assert told[1] == [fresh_call_seed(6000, j) for j in range(8)]  # the second round's own
+    assert [fresh_call_seed(5000, j) for j in range(4)] == told[0][:4]  # fewer calls: a prefix
+    # an honest kernel passes the same way; declining (False) falls back to making in setup
+    ins, outs, call = _setup(Honest)
+    res = run_probe(WallTimer(), make_inputs, ins, outs, call, reference, Tolerance(), 8,
+                    seed=7000, make_ahead=lambda seeds: False)
+    assert not res.caching and len(made_in_setup) == (3 + 8 + 8)
+
+
 def test_fresh_seeds_differ_between_probes():
     from solforge.evaluate.caching_probe import fresh_seed
 

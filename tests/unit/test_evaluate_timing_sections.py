@@ -50,9 +50,11 @@ class _Timer:
     def __init__(self, sections: _Sections):
         self.sections, self.queued = sections, True
 
-    def measure(self, call, reps, *_a, **_k):
+    def measure(self, call, reps, *_a, setup=None, **_k):
         self.sections.log.append(("timed calls", self.sections.open))
         for i in range(reps):
+            if setup is not None:
+                setup(i)
             call(i)
         return Timing([0.01] * reps, "events")
 
@@ -80,7 +82,7 @@ def problem(tmp_path):
     return load_problem_dir(write_problem(tmp_path, "S", "sections", REF, [("w1", 512)]), subset="S")
 
 
-def _env(problem, sections, monkeypatch, skip_seen=False):
+def _env(problem, sections, monkeypatch, skip_seen=False, **cfg_over):
     run = reference_run(problem, "_sections_ref")
 
     def reference(*args):
@@ -95,7 +97,8 @@ def _env(problem, sections, monkeypatch, skip_seen=False):
 
     monkeypatch.setattr(evaluator, "gpu_share", sections)
     monkeypatch.setattr(evaluator, "_make", make)
-    cfg = EvalConfig(correctness_rounds=2, timing=True, caching_probe=False, rep_count=8)
+    cfg = EvalConfig(**{**dict(correctness_rounds=2, timing=True, caching_probe=False, rep_count=8),
+                        **cfg_over})
     return Env(problem=problem.name, reference=reference, caller=_Caller(sections, skip_seen),
                device=torch.device("cpu"), config=cfg, timer=_Timer(sections))
 
@@ -120,3 +123,21 @@ def test_the_recheck_after_timing_still_catches_skipped_work(problem, monkeypatc
     res = evaluate_workload(_env(problem, sections, monkeypatch, skip_seen=True),
                             problem.workloads[0])
     assert res.status is EvalStatus.INCORRECT and "after timing" in res.message, res.message
+
+
+def test_the_caching_probes_fresh_sets_are_made_while_shared(problem, monkeypatch):
+    """The probe's first round writes sets made before the GPU was taken alone; only where they
+    would not fit in caching_probe_premade_bytes does its setup make them, alone."""
+    probe = dict(caching_probe=True, caching_probe_calls=3, caching_probe_max_calls=4)
+    sections = _Sections()
+    res = evaluate_workload(_env(problem, sections, monkeypatch, **probe), problem.workloads[0])
+    assert res.status is EvalStatus.PASSED, res.message
+    assert res.extra["caching_probe"]["calls"] == 4
+    alone = [what for what, where in sections.log if where == "alone"]
+    assert alone.count("candidate") >= 1 + 3 + 2 * 4 and "inputs" not in alone, sections.log
+    sections = _Sections()
+    res = evaluate_workload(_env(problem, sections, monkeypatch, caching_probe_premade_bytes=0,
+                                 **probe), problem.workloads[0])
+    assert res.status is EvalStatus.PASSED, res.message
+    made_alone = [what for what, where in sections.log if where == "alone" and what == "inputs"]
+    assert len(made_alone) == 3 + 4 + 4       # symmetric setup: every call's setup makes a set
