@@ -74,6 +74,9 @@ class Settings:
     # the probe's fresh input sets are made before the GPU is taken alone when all of them together
     # take at most this many bytes (evaluator._prepare_probe), else one by one in the probe's setup
     caching_probe_premade_bytes: int = 256 << 20
+    # and at most as many fresh calls per side as this many seconds of making their input sets allow
+    # (the correctness rounds time one set; caching_probe.probe_calls)
+    caching_probe_make_budget_s: float = 2.0
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
     # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so

@@ -60,9 +60,21 @@ def fresh_seed() -> int:
     return 1_000_000 + int.from_bytes(os.urandom(5), "little") * 1000
 
 
-def probe_calls(median_ms: float, budget_ms: float, lo: int, hi: int) -> int:
-    """Calls per side: as many as budget_ms of kernel time allows, at least lo, at most hi."""
+def most_calls(lo: int, hi: int, make_s: float = 0.0, make_budget_s: float = 0.0) -> int:
+    """The most calls per side: hi, or fewer (at least lo) where the fresh sets, at make_s seconds
+    each to make, would take more than make_budget_s: a reference's own input generator that loops
+    in Python over rows costs a second a set, and 24 fresh calls ran such a workload past its limit."""
     lo, hi = max(int(lo), 1), max(int(hi), int(lo), 1)
+    if make_s and make_s > 0 and make_budget_s and make_budget_s > 0:
+        hi = max(lo, min(hi, int(make_budget_s / make_s)))
+    return hi
+
+
+def probe_calls(median_ms: float, budget_ms: float, lo: int, hi: int, make_s: float = 0.0,
+                make_budget_s: float = 0.0) -> int:
+    """Calls per side: as many as budget_ms of kernel time allows, at least lo, at most
+    most_calls(lo, hi, make_s, make_budget_s)."""
+    lo, hi = max(int(lo), 1), most_calls(lo, hi, make_s, make_budget_s)
     if not median_ms or median_ms <= 0 or math.isnan(median_ms):
         return lo
     return max(lo, min(hi, int(math.ceil(budget_ms / median_ms))))

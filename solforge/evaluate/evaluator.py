@@ -10,6 +10,7 @@ profiler session (Timer.batched) and are read once it closes.
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -56,6 +57,8 @@ class EvalConfig:
         default_factory=lambda: _setting("caching_probe_budget_ms"))
     caching_probe_premade_bytes: int = field(
         default_factory=lambda: _setting("caching_probe_premade_bytes"))
+    caching_probe_make_budget_s: float = field(
+        default_factory=lambda: _setting("caching_probe_make_budget_s"))
     timing_budget_s: float = 10.0
     duty_gap_factor: float = field(default_factory=lambda: _setting("duty_gap_factor"))
     duty_min_call_ms: float = field(default_factory=lambda: _setting("duty_min_call_ms"))
@@ -203,9 +206,22 @@ def _evaluate(env: Env, rw, res: EvalResult) -> None:
             _time(env, rw, res, plan)
 
 
+@dataclass
+class _Costs:
+    """Wall seconds seen in the correctness rounds, the least of each (a first call or set pays
+    one-off costs): one candidate call with its synchronisation (an upper bound on its kernel time)
+    and one input set. They size the caching probe before the GPU is taken alone."""
+    call_s: Optional[float] = None
+    make_s: Optional[float] = None
+
+    def saw(self, what: str, seconds: float) -> None:
+        old = getattr(self, what)
+        setattr(self, what, seconds if old is None else min(old, seconds))
+
+
 def _check(env: Env, rw, res: EvalResult):
-    """The correctness rounds; what timing needs (factory, inputs, outputs, notes, last_round) when
-    they passed and timing is on, else None (res says why)."""
+    """The correctness rounds; what timing needs (factory, inputs, outputs, notes, last_round,
+    costs) when they passed and timing is on, else None (res says why)."""
     cfg, dev = env.config, env.device
     try:
         factory = InputFactory(rw, dev, custom_fn=env.custom_fn, blob_roots=env.blob_roots)
@@ -215,8 +231,11 @@ def _check(env: Env, rw, res: EvalResult):
     tol = rw.workload.tolerance
     worst = None
     inputs = outputs = None
+    costs = _Costs()
     for r in range(max(cfg.correctness_rounds, 1)):
+        t0 = time.perf_counter()
         fresh = _make(factory, r)
+        costs.saw("make_s", time.perf_counter() - t0)
         if r == 1 and inputs is not None:
             # Same buffers, new data: a kernel that caches by pointer now returns stale output.
             for k, v in fresh.items():
@@ -228,7 +247,7 @@ def _check(env: Env, rw, res: EvalResult):
         else:
             inputs, outputs = fresh, allocate_outputs(rw, dev, r)
         ref = env.cached_reference(rw, r) or env.run_reference(rw, clone_inputs(inputs))
-        cmp = _checked_call(env, rw, inputs, outputs, ref, tol)
+        cmp = _checked_call(env, rw, inputs, outputs, ref, tol, costs=costs)
         res.rounds = r + 1
         if not cmp.ok:
             res.status, res.correct = EvalStatus.INCORRECT, False
@@ -244,18 +263,21 @@ def _check(env: Env, rw, res: EvalResult):
         res.status = EvalStatus.PASSED
         res.message = "; ".join(notes + ["correctness only (timing off)"])
         return None
-    return factory, inputs, outputs, notes, max(cfg.correctness_rounds, 1) - 1
+    return factory, inputs, outputs, notes, max(cfg.correctness_rounds, 1) - 1, costs
 
 
-def _checked_call(env: Env, rw, inputs, outputs, ref, tol, call=None):
+def _checked_call(env: Env, rw, inputs, outputs, ref, tol, call=None, costs=None):
     """`ref`: the expected outputs, or a callable(inputs) giving them (a cached reference: read only
-    after the candidate's call and its guards)."""
+    after the candidate's call and its guards). costs: a _Costs that sees the call's wall time."""
     snap = guards.snapshot_inputs(inputs)
     before = guards.python_threads()
     if call is None:
         call = env.caller.prepare(rw, inputs, outputs)
+    t0 = time.perf_counter()
     call()
     _sync(env.device)
+    if costs is not None:
+        costs.saw("call_s", time.perf_counter() - t0)
     if env.integrity is not None:
         env.integrity.check()
     guards.check_threads(before)
@@ -290,6 +312,7 @@ class _ProbePrep:
     seed: int
     final: Optional[list]
     premade: dict = field(default_factory=dict)
+    max_calls: int = 1              # calls per side at most, for the time a set takes to make
 
     def fits(self, n: int) -> bool:
         return (n + 1) * self.set_bytes <= self.budget
@@ -309,7 +332,7 @@ class _ProbePrep:
 
 
 def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
-                    last_round: int = 0) -> _TimingPlan:
+                    last_round: int = 0, costs: Optional[_Costs] = None) -> _TimingPlan:
     cfg, dev = env.config, env.device
     set_bytes = max(_nbytes(inputs) + _nbytes(outputs), 1)
     n_sets = timing_set_count(cfg, set_bytes)
@@ -325,14 +348,17 @@ def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
     # cached one stays a callable read after the candidate's call, as in the correctness rounds.
     last_in = sets[-1][0]
     ref = env.cached_reference(rw, last_seed) or env.run_reference(rw, clone_inputs(last_in))
-    probe = _prepare_probe(env, rw, factory, last_in) if cfg.caching_probe and \
+    probe = _prepare_probe(env, rw, factory, last_in, costs) if cfg.caching_probe and \
         cfg.caching_probe_calls > 0 else None
     return _TimingPlan(factory, sets, calls, ref, notes, probe)
 
 
-def _prepare_probe(env: Env, rw, factory: InputFactory, inputs: dict) -> _ProbePrep:
-    """The probe's seeds and, where at most caching_probe_premade_bytes, its first round's fresh
-    input sets (as many as the most calls a side can get: the probe is sized only after timing).
+def _prepare_probe(env: Env, rw, factory: InputFactory, inputs: dict,
+                   costs: Optional[_Costs] = None) -> _ProbePrep:
+    """The probe's seeds, the most calls a side may get for the time its input sets take to make,
+    and, where at most caching_probe_premade_bytes, its first round's fresh input sets (as many as
+    a side would get at the correctness rounds' call time, which is at least the kernel's: the
+    probe is sized by the timed median later, and makes any further sets before its calls).
     Made here, they cost the GPU-alone section one copy per tensor instead of a call to the input
     factory per fresh call (0.2 s of an evaluation of 15 small workloads, benchmarks/eval_throughput)."""
     cfg = env.config
@@ -348,9 +374,14 @@ def _prepare_probe(env: Env, rw, factory: InputFactory, inputs: dict) -> _ProbeP
 
             final = random.sample(pool, k=min(2, len(pool)))
             final += final[:1] * (2 - len(final))
+    costs = costs or _Costs()
     prep = _ProbePrep(factory, max(_nbytes(inputs), 1), cfg.caching_probe_premade_bytes, seed, final)
-    most = max(int(cfg.caching_probe_max_calls), int(cfg.caching_probe_calls), 1)
-    prep.make_ahead([caching_probe.fresh_call_seed(seed, j) for j in range(most)] + (final or [])[:1])
+    lo, budget = cfg.caching_probe_calls, cfg.caching_probe_budget_ms
+    prep.max_calls = caching_probe.most_calls(lo, cfg.caching_probe_max_calls, costs.make_s or 0.0,
+                                              cfg.caching_probe_make_budget_s)
+    guess = prep.max_calls if costs.call_s is None else \
+        caching_probe.probe_calls(costs.call_s * 1e3, budget, lo, prep.max_calls)
+    prep.make_ahead([caching_probe.fresh_call_seed(seed, j) for j in range(guess)] + (final or [])[:1])
     return prep
 
 
@@ -441,7 +472,7 @@ def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[fl
     the timed median, or inside one session the warm-up's estimate of a call (an upper bound)."""
     cfg = env.config
     n = caching_probe.probe_calls(median_ms, cfg.caching_probe_budget_ms, cfg.caching_probe_calls,
-                                  cfg.caching_probe_max_calls)
+                                  prep.max_calls)
     inputs, outputs = timing_set
 
     def reference(ins, seed=None):

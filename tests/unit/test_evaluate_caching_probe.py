@@ -136,6 +136,13 @@ def test_probe_calls_scale_with_kernel_time():
     assert probe_calls(0.5, 5.0, 3, 2) == 3           # a max below the min gives the min
 
 
+def test_probe_calls_fit_the_time_to_make_fresh_sets():
+    assert probe_calls(0.020, 5.0, 3, 24, make_s=0.001, make_budget_s=2.0) == 24
+    assert probe_calls(0.020, 5.0, 3, 24, make_s=0.25, make_budget_s=2.0) == 8
+    assert probe_calls(0.020, 5.0, 3, 24, make_s=5.0, make_budget_s=2.0) == 3    # never below lo
+    assert probe_calls(1.0, 5.0, 3, 24, make_s=0.25, make_budget_s=2.0) == 5     # the kernel's bound
+
+
 def test_honest_kernel_passes():
     res, _, _ = _probe(Honest, calls=12)
     assert not res.wrong_output and not res.caching

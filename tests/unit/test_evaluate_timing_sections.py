@@ -141,3 +141,17 @@ def test_the_caching_probes_fresh_sets_are_made_while_shared(problem, monkeypatc
     assert res.status is EvalStatus.PASSED, res.message
     made_alone = [what for what, where in sections.log if where == "alone" and what == "inputs"]
     assert len(made_alone) == 3 + 4 + 4       # symmetric setup: every call's setup makes a set
+
+
+def test_a_slow_input_generator_gets_fewer_probe_calls(problem, monkeypatch):
+    """The correctness rounds time one input set; the probe makes no more fresh sets per side than
+    caching_probe_make_budget_s allows for that time (at least caching_probe_calls)."""
+    probe = dict(caching_probe=True, caching_probe_calls=3, caching_probe_max_calls=8)
+    sections = _Sections()
+    res = evaluate_workload(_env(problem, sections, monkeypatch, **probe), problem.workloads[0])
+    assert res.extra["caching_probe"]["calls"] == 8
+    sections = _Sections()
+    res = evaluate_workload(_env(problem, sections, monkeypatch, caching_probe_make_budget_s=1e-9,
+                                 **probe), problem.workloads[0])
+    assert res.status is EvalStatus.PASSED, res.message
+    assert res.extra["caching_probe"]["calls"] == 3
