@@ -16,7 +16,6 @@ Configurations (job settings and the slot environment; the same driver, runner a
   spare_no_premade  after_spare with the caching probe's fresh input sets made one by one in its
                 setup, with the GPU held alone (caching_probe_premade_bytes 0), as before 2026-12-04's
                 fourth session; every other configuration makes them ahead, while the GPU is shared
-  lean          after_spare through kineto without external correlation (timing backend kineto-lean)
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
   after_cupti_gpu  the same through cupti-python with the GPU record kinds alone, left on for the
                 process (timing.py's `cupti-gpu`)
@@ -74,7 +73,6 @@ CONFIGS = {
     "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                           "one_session": True},
     "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
-    "lean": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto-lean"},
     "spare_no_premade": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                          "caching_probe_premade_bytes": 0},
     "profile": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
@@ -85,7 +83,7 @@ CONFIGS = {
 _NO_SPARE = {"SOLFORGE_EVAL_SPARE": "0"}
 ENVS = {"before": _NO_SPARE, "after_kineto": _NO_SPARE, "after": _NO_SPARE, "after_cupti_gpu": _NO_SPARE,
         "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"},
-        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"}, "lean": {"SOLFORGE_EVAL_SPARE": "1"},
+        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"},
         "profile": {"SOLFORGE_EVAL_SPARE": "1"}}
 TARGET_PER_MIN = 60.0
 

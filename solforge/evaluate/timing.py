@@ -59,10 +59,7 @@ MIN_FLUSH_BYTES = 128 << 20
 # SOL-ExecBench's defaults (BenchmarkConfig): warm-up calls and timed calls per measurement
 NVIDIA_WARMUP_CALLS = 10
 NVIDIA_REPS = 50
-# kineto-lean: kineto without the external correlation of GPU records to CPU operators, which the
-# timing never reads; a session's stop and the reading of its records are what kineto costs an
-# evaluation, and both grow with the records (data/results/eval_throughput/README.md)
-BACKENDS = ("auto", "cupti-python", "cupti-gpu", "kineto", "kineto-lean")
+BACKENDS = ("auto", "cupti-python", "cupti-gpu", "kineto")
 
 
 def duty_gap_s(call_ms: float, gap_factor: float, min_call_ms: float) -> float:
@@ -407,13 +404,9 @@ class Timer:
             self.backend = "kineto"
         return session
 
-    def _kineto_name(self) -> str:
-        return "kineto-lean" if self.backend == "kineto-lean" else "kineto"
-
     def _open_session(self) -> tuple:
         """(backend, handle) of a started kineto session (batched's; cupti-python is not batched)."""
-        name = self._kineto_name()
-        return (name, _kineto_start(lean=name == "kineto-lean"))
+        return ("kineto", _kineto_start())
 
     def _close_session(self, opened: tuple, ok: bool) -> list:
         return _kineto_stop(opened[1], ok)
@@ -473,7 +466,7 @@ class Timer:
         events = None
         session = self._cupti_session()
         if session is None:
-            backend = self._kineto_name()
+            backend = "kineto"
         else:
             try:
                 api = backend != "cupti-gpu"
@@ -486,7 +479,7 @@ class Timer:
                 self.cupti_error = str(e)
                 self.backend = backend = "kineto"
         if events is None:
-            events = _kineto_collect(body, lean=backend == "kineto-lean")
+            events = _kineto_collect(body)
         t = _split_calls(events, reps, stride=2 if setup is not None else 1)
         t.backend = backend
         return t
@@ -605,16 +598,11 @@ class CuptiPython:
         return self.end(device, api)
 
 
-def _kineto_start(lean: bool = False):
+def _kineto_start():
     from torch.profiler import ProfilerActivity, profile
 
     try:
-        kw = {}
-        if lean:
-            from torch._C._profiler import _ExperimentalConfig
-
-            kw["experimental_config"] = _ExperimentalConfig(disable_external_correlation=True)
-        prof = profile(activities=[ProfilerActivity.CUDA], **kw)
+        prof = profile(activities=[ProfilerActivity.CUDA])
         prof.__enter__()
     except Exception as e:  # noqa: BLE001 - any profiler trouble means: use the fallback
         raise TimingError(f"profiler unavailable: {type(e).__name__}: {e}") from None
@@ -632,8 +620,8 @@ def _kineto_stop(prof, ok: bool) -> list[tuple[int, int, str, int]]:
     return _gpu_events(prof) if ok else []
 
 
-def _kineto_collect(body: Callable[[], None], lean: bool = False) -> list[tuple[int, int, str, int]]:
-    prof = _kineto_start(lean)
+def _kineto_collect(body: Callable[[], None]) -> list[tuple[int, int, str, int]]:
+    prof = _kineto_start()
     try:
         body()                        # the candidate's errors propagate as they are
     except BaseException:
