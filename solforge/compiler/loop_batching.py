@@ -9,8 +9,10 @@ runs batched (mm becomes a batched mm, ...), and `out[..., i] = v` writes the wh
 
 Only what keeps the loop's meaning is allowed: each iteration writes its own slice, nothing else
 leaves the body. The index used any other way (arithmetic, a Python list index, an int), a value
-computed in the body used after the loop (an accumulation `acc = acc + ...`) or a body vmap cannot
-run stop this trace; trace.py then traces the loop unrolled, as for a plain range.
+computed in the body used after the loop (an accumulation `acc = acc + ...`), a name bound before
+the loop and rebound in it to a value of the body (a carry the next iteration reads: `state =
+state * d + ...`, even when `state` is never read after the loop) or a body vmap cannot run stop
+this trace; trace.py then traces the loop unrolled, as for a plain range.
 """
 
 from __future__ import annotations
@@ -46,17 +48,41 @@ class BatchedLoop:
         self.level = None
 
     def __iter__(self):
+        import sys
+
         from torch._C._functorch import _vmap_decrement_nesting, _vmap_increment_nesting
 
+        frame = sys._getframe(1)            # the reference's frame running the `for` statement
+        before = _tensor_names(frame)
         self.level = _vmap_increment_nesting(self.n, "error")
         st = self.state
         st.serial += 1
         st.active[self.level] = st.serial   # levels are reused by later loops: serials are not
         try:
             yield LoopIndex(self)
+            # The body ran once for every index at a time. A name bound to a tensor before the
+            # loop and to a value of this loop now is a carry (`state = state * d + k.T @ v`): the
+            # next iteration would read the new value, the batched body read the first one for all.
+            carried = [k for k in before if _of_level(frame.f_locals.get(k), self.level)]
+            if carried:
+                raise LoopIndexError(f"`{carried[0]}` is carried from one iteration of a loop over "
+                                     "a symbolic size to the next")
         finally:
             st.active.pop(self.level, None)
             _vmap_decrement_nesting()
+
+
+def _tensor_names(frame) -> list:
+    import torch
+
+    return [k for k, v in frame.f_locals.items() if isinstance(v, torch.Tensor)]
+
+
+def _of_level(v, level) -> bool:
+    import torch
+    from torch._C._functorch import is_batchedtensor, maybe_get_level
+
+    return isinstance(v, torch.Tensor) and is_batchedtensor(v) and maybe_get_level(v) == level
 
 
 _TAG = "_solforge_loop"   # the serial of the loop a batched tensor was made in

@@ -101,3 +101,44 @@ def run(x, w):
     return out
 """)
     _unrolled(tr)
+
+
+CARRIED_STATE = """
+def run(x, w):
+    state = torch.zeros(x.shape[1], x.shape[2])
+    out = torch.zeros(x.shape[0], x.shape[1], w.shape[0])
+    for b in range(x.shape[0]):
+        out[b] = (x[b] + state) @ w.t()
+        state = state * 0.5 + torch.tanh(x[b])
+    return out
+"""
+
+
+def test_a_state_carried_to_the_next_iteration_is_not_batched(tmp_path):
+    """`state = f(state, x[b])` in the body, never read after the loop: the batched body would give
+    every iteration the state from before the loop (the chunk recurrence of a delta-rule attention
+    came out wrong on the H200 so). The loop is unrolled or rolled, each iteration reading the one
+    before."""
+    tr = _trace(tmp_path, "carried", "import torch\n" + CARRIED_STATE)
+    _unrolled(tr)
+
+
+def test_a_state_carried_to_the_next_iteration_is_right(tmp_path):
+    import shutil
+
+    import pytest
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs a host C++ compiler")
+    from solforge.compiler.api import compile_problem
+    from solforge.compiler.check import check_problem
+
+    p = make_problem(tmp_path, "carried_run", {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
+                                               "K": {"type": "const", "value": 8},
+                                               "N": {"type": "const", "value": 6}},
+                     {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
+                     "import torch\n" + CARRIED_STATE, [{"B": 3}, {"B": 5}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=5, candidate=out.candidate)
+    assert r["ok"], r
