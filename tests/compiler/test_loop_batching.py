@@ -10,12 +10,16 @@ from solforge.compiler.trace import trace_definition
 from .test_compiler import T, make_problem
 
 
+def _problem(tmp_path, name, body, batches=(2, 5)):
+    return make_problem(tmp_path, name, {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
+                                         "K": {"type": "const", "value": 8},
+                                         "N": {"type": "const", "value": 6}},
+                        {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
+                        "import torch\n" + body, [{"B": b} for b in batches])
+
+
 def _trace(tmp_path, name, body):
-    p = make_problem(tmp_path, name, {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
-                                      "K": {"type": "const", "value": 8},
-                                      "N": {"type": "const", "value": 6}},
-                     {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
-                     "import torch\n" + body, [{"B": 2}, {"B": 5}])
+    p = _problem(tmp_path, name, body)
     return trace_definition(p.definition, list(p.workloads))
 
 
@@ -119,7 +123,7 @@ def test_a_state_carried_to_the_next_iteration_is_not_batched(tmp_path):
     every iteration the state from before the loop (the chunk recurrence of a delta-rule attention
     came out wrong on the H200 so). The loop is unrolled or rolled, each iteration reading the one
     before."""
-    tr = _trace(tmp_path, "carried", "import torch\n" + CARRIED_STATE)
+    tr = _trace(tmp_path, "carried", CARRIED_STATE)
     _unrolled(tr)
 
 
@@ -133,11 +137,7 @@ def test_a_state_carried_to_the_next_iteration_is_right(tmp_path):
     from solforge.compiler.api import compile_problem
     from solforge.compiler.check import check_problem
 
-    p = make_problem(tmp_path, "carried_run", {"B": {"type": "var"}, "M": {"type": "const", "value": 4},
-                                               "K": {"type": "const", "value": 8},
-                                               "N": {"type": "const", "value": 6}},
-                     {"x": T("B", "M", "K"), "w": T("N", "K")}, {"y": T("B", "M", "N")},
-                     "import torch\n" + CARRIED_STATE, [{"B": 3}, {"B": 5}])
+    p = _problem(tmp_path, "carried_run", CARRIED_STATE, batches=(3, 5))
     out = compile_problem(p)
     assert out.ok, out.reason
     r = check_problem(p, cap=5, candidate=out.candidate)
