@@ -13,6 +13,9 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 (SOLFORGE_EVAL_SPARE=0; the zygote's spare child is on by default since 2026-12-04)
   after_spare   after_kineto with the zygote's spare child (SOLFORGE_EVAL_SPARE=1: its CUDA context
                 made while the previous candidate ran, its descriptors kept through the driver's sweep)
+  wait_exit     after_spare with the runner waiting for the driver's exit (its CUDA context's
+                teardown) instead of returning at its "done" line (eval_return_at_done_bytes 0), as
+                before 2026-12-04's evening
   spare_no_premade  after_spare with the caching probe's fresh input sets made one by one in its
                 setup, with the GPU held alone (caching_probe_premade_bytes 0), as before 2026-12-04's
                 fourth session; every other configuration makes them ahead, while the GPU is shared
@@ -73,6 +76,7 @@ CONFIGS = {
     "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                           "one_session": True},
     "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
+    "wait_exit": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
     "spare_no_premade": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                          "caching_probe_premade_bytes": 0},
     "profile": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
@@ -83,8 +87,10 @@ CONFIGS = {
 _NO_SPARE = {"SOLFORGE_EVAL_SPARE": "0"}
 ENVS = {"before": _NO_SPARE, "after_kineto": _NO_SPARE, "after": _NO_SPARE, "after_cupti_gpu": _NO_SPARE,
         "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"},
-        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"},
+        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"}, "wait_exit": {"SOLFORGE_EVAL_SPARE": "1"},
         "profile": {"SOLFORGE_EVAL_SPARE": "1"}}
+# the runner's own settings per configuration (run_stage's keywords)
+RUNNER = {"wait_exit": {"return_at_done_bytes": 0}}
 TARGET_PER_MIN = 60.0
 
 
@@ -351,7 +357,7 @@ def cmd_run(args) -> None:
                 if time.time() - t0 > args.deadline_s:
                     break
                 _set_config(s, cfg)
-                rep = runner.run_stage(s, timeout_s=args.timeout, env=ENVS[cfg])
+                rep = runner.run_stage(s, timeout_s=args.timeout, env=ENVS[cfg], **RUNNER.get(cfg, {}))
                 rec = _record(cfg, s, rep, meta[s.name])
                 doc["records"].append(rec)
                 save()

@@ -66,6 +66,20 @@ def load_job(stage: Path):
     return job, defn, workloads
 
 
+def _own_rusage() -> dict:
+    """What this process and its reaped children used so far, as the zygote reports a reaped child
+    (zygote.rusage_dict): the runner's CPU counters when it returns before this process's exit."""
+    import resource
+
+    from .zygote import rusage_dict
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    both = rusage_dict(a)
+    for k, v in rusage_dict(b).items():
+        both[k] = round(both[k] + v, 6) if isinstance(v, float) else both[k] + v
+    return both
+
+
 def _instrument(clock: PhaseClock, device):
     """Phase accounting for one process: a Timer subclass and an InputFactory subclass that add
     their seconds to `clock`. Both synchronize after their GPU work so that the seconds land in the
@@ -203,7 +217,12 @@ def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") 
             extra["profile"] = profile_rows(profiler, n_profile)
         emit("phases", mode=mode, pid=os.getpid(), seconds=clock.to_json(),
              driver_s=round(time.perf_counter() - t0, 6), **extra)
-        emit("done", **extra)
+        # how much GPU memory the exit will hand back (the runner may return before it has)
+        try:
+            peak = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else 0
+        except Exception:  # noqa: BLE001 - unknown: the runner waits for the exit
+            peak = -1
+        emit("done", gpu_reserved_peak=int(peak), rusage=_own_rusage(), **extra)
 
     with clock.phase("load"):
         ref_mod = load_reference(defn, stage)

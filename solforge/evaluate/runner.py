@@ -258,7 +258,8 @@ class OwnClock:
 def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Optional[float] = None,
               python: str = sys.executable, extra_pythonpath: Optional[list[str]] = None,
               env: Optional[dict] = None, launch: Optional[str] = None,
-              workloads: Optional[list[str]] = None, wall_cap_s: Optional[float] = None) -> RunReport:
+              workloads: Optional[list[str]] = None, wall_cap_s: Optional[float] = None,
+              return_at_done_bytes: Optional[int] = None) -> RunReport:
     """Start the driver on a staged directory (a fresh process: see `launch` above) and collect its
     results, whatever happens to it.
 
@@ -267,7 +268,11 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
     `timeout_s`) bounds the plain wall time, whatever the driver reports.
 
     `env` adds to the scrubbed environment, e.g. {"CUDA_VISIBLE_DEVICES": "1"} to pin one GPU.
-    `workloads`: evaluate only these uuids, in this order (rewrites the stage's job.json; screening)."""
+    `workloads`: evaluate only these uuids, in this order (rewrites the stage's job.json; screening).
+    `return_at_done_bytes` (default settings.eval_return_at_done_bytes): once the driver says "done"
+    having held at most this much GPU memory, return without waiting for its exit (its process
+    group is killed and reaped in the background; the report then has no exit code and no CPU
+    counters)."""
     stage = Path(stage).resolve()
     if workloads is not None:
         job = json.loads((stage / "job.json").read_text())
@@ -289,6 +294,11 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
         last_start: list = [None]  # own-clock reading at the latest "start" line
         t_first: list = [None]
         t_done: list = [None]
+        if return_at_done_bytes is None:
+            from .. import settings
+
+            return_at_done_bytes = settings.get().eval_return_at_done_bytes
+        released = threading.Event()   # "done" with little enough GPU memory: return at once
 
         def reader():
             for raw in proc.stdout:
@@ -311,6 +321,12 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
                     last_start[0] = clock.own(now)
                 elif kind == "done":
                     t_done[0] = now
+                    peak = obj.get("gpu_reserved_peak")
+                    if return_at_done_bytes and isinstance(peak, int) and \
+                            0 <= peak <= return_at_done_bytes:
+                        lines.append(obj)
+                        released.set()
+                        continue
                 lines.append(obj)
 
         th = threading.Thread(target=reader, daemon=True)
@@ -330,21 +346,31 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
             if killed:
                 _kill_group(proc)
                 break
-            time.sleep(0.01)
-        proc.wait()
+            if released.wait(0.01):
+                break
         t_exit = time.monotonic()
-        _kill_group(proc, quiet=True)  # anything the candidate left in its process group
-        th.join(timeout=5)
-        proc.stdout.close()
+        if released.is_set() and not killed:
+            # every result is in: the exit (the CUDA context's teardown) happens off the clock
+            _kill_group(proc)
+            threading.Thread(target=_reap, args=(proc, th), daemon=True).start()
+        else:
+            proc.wait()
+            t_exit = time.monotonic()
+            _kill_group(proc, quiet=True)  # anything the candidate left in its process group
+            th.join(timeout=5)
+            proc.stdout.close()
     if getattr(proc, "note", ""):
         log.append(proc.note)
     stderr_tail = err_path.read_text(errors="replace")[-4000:] if err_path.exists() else ""
     report = _assemble(problem, expected, lines, proc.returncode, killed, why, stderr_tail, log,
                        time.monotonic() - t0)
     report.launch = mode
+    # the exit's counters (the zygote's wait4), else, returned at "done", the driver's own there
+    done = next((o for o in reversed(lines) if o.get("type") == "done"), {})
+    own = getattr(proc, "rusage", None) or (done.get("rusage") if isinstance(done.get("rusage"), dict)
+                                            else None)
     report.phases = _phases(lines, t0, t_first[0], t_done[0], t_exit,
-                            cpu={**(getattr(proc, "rusage", None) or {}),
-                                 **host_cpu_seconds(host0, host_cpu_ticks())})
+                            cpu={**(own or {}), **host_cpu_seconds(host0, host_cpu_ticks())})
     return report
 
 
@@ -382,6 +408,20 @@ def _finished_workloads(lines, t0, t_exit) -> dict:
     if out or done:
         out["unfinished"] = max(0.0, (t_exit - t0) - done)
     return {k: round(v, 6) for k, v in out.items()}
+
+
+def _reap(proc, reader: threading.Thread) -> None:
+    """A released driver's end, in the background: its exit, its group, its pipe."""
+    try:
+        proc.wait()
+    except Exception:  # noqa: BLE001 - nothing is waiting for this answer
+        pass
+    _kill_group(proc, quiet=True)
+    reader.join(timeout=5)
+    try:
+        proc.stdout.close()
+    except OSError:
+        pass
 
 
 def _kill_group(proc, quiet: bool = False) -> None:

@@ -232,4 +232,7 @@ def test_a_session_that_cannot_be_read_is_timed_again(problem):
     # timed again one session per measurement; the re-check passes because the probe put the seen
     # values back into the buffers it had written new ones into
     assert res.status is EvalStatus.PASSED, res.message
-    assert "timed again" in res.message and timer.sessions == 3
+    # the failed session, the timing's and one per probe round (a second round runs when the first
+    # looked suspicious: wall-clock noise on a busy machine)
+    rounds = len(res.extra["caching_probe"]["rounds"])
+    assert "timed again" in res.message and timer.sessions == 2 + rounds
