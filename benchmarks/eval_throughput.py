@@ -13,9 +13,10 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 (SOLFORGE_EVAL_SPARE=0; the zygote's spare child is on by default since 2026-12-04)
   after_spare   after_kineto with the zygote's spare child (SOLFORGE_EVAL_SPARE=1: its CUDA context
                 made while the previous candidate ran, its descriptors kept through the driver's sweep)
-  wait_exit     after_spare with the runner waiting for the driver's exit (its CUDA context's
-                teardown) instead of returning at its "done" line (eval_return_at_done_bytes 0), as
-                before 2026-12-04's evening
+  at_done       after_spare with the runner returning at the driver's "done" line instead of
+                waiting for its exit (its CUDA context's teardown), for drivers that held at most
+                8 GiB of GPU memory (settings.eval_return_at_done_bytes, off by default until this
+                configuration has measured it)
   spare_no_premade  after_spare with the caching probe's fresh input sets made one by one in its
                 setup, with the GPU held alone (caching_probe_premade_bytes 0), as before 2026-12-04's
                 fourth session; every other configuration makes them ahead, while the GPU is shared
@@ -76,7 +77,7 @@ CONFIGS = {
     "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                           "one_session": True},
     "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
-    "wait_exit": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
+    "at_done": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
     "spare_no_premade": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                          "caching_probe_premade_bytes": 0},
     "profile": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
@@ -87,10 +88,10 @@ CONFIGS = {
 _NO_SPARE = {"SOLFORGE_EVAL_SPARE": "0"}
 ENVS = {"before": _NO_SPARE, "after_kineto": _NO_SPARE, "after": _NO_SPARE, "after_cupti_gpu": _NO_SPARE,
         "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"},
-        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"}, "wait_exit": {"SOLFORGE_EVAL_SPARE": "1"},
+        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"}, "at_done": {"SOLFORGE_EVAL_SPARE": "1"},
         "profile": {"SOLFORGE_EVAL_SPARE": "1"}}
 # the runner's own settings per configuration (run_stage's keywords)
-RUNNER = {"wait_exit": {"return_at_done_bytes": 0}}
+RUNNER = {"at_done": {"return_at_done_bytes": 8 << 30}}
 TARGET_PER_MIN = 60.0
 
 

@@ -80,8 +80,9 @@ class Settings:
     # the runner returns once the driver says "done" (its results are all in) instead of waiting for
     # its exit, a CUDA context's teardown of ~0.08 s, when the driver held at most this many bytes of
     # GPU memory (torch's reserved peak): a larger one's memory must be free before the next
-    # evaluation allocates. 0: always wait for the exit (evaluate/runner.py)
-    eval_return_at_done_bytes: int = 8 << 30
+    # evaluation allocates. 0 (the default until benchmarks/eval_throughput.py's at_done
+    # configuration has measured it on a GPU): always wait for the exit (evaluate/runner.py)
+    eval_return_at_done_bytes: int = 0
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
     # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so
