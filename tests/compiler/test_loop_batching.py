@@ -5,6 +5,8 @@ iteration."""
 
 from __future__ import annotations
 
+import pytest
+
 from solforge.compiler.trace import trace_definition
 
 from .test_compiler import T, make_problem
@@ -127,10 +129,9 @@ def test_a_state_carried_to_the_next_iteration_is_not_batched(tmp_path):
     _unrolled(tr)
 
 
+@pytest.mark.slow
 def test_a_state_carried_to_the_next_iteration_is_right(tmp_path):
     import shutil
-
-    import pytest
 
     if shutil.which("g++") is None:
         pytest.skip("needs a host C++ compiler")
