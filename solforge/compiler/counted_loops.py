@@ -79,23 +79,35 @@ class CountedRange:
         return int(self.n)
 
 
+def counted_position(i) -> "tuple | None":
+    """(dim, the loop index, the rest of the index) of `t[i]`, `t[i, 0]` or `t[:, i, ...]` (full
+    slices before the loop index), else None."""
+    from .loop_base import _Idx
+
+    items = i if isinstance(i, tuple) else (i,)
+    for p, it in enumerate(items):
+        if isinstance(it, _Idx):
+            if all(isinstance(b, slice) and b == slice(None) for b in items[:p]):
+                return p, it, tuple(items[p + 1:])
+            return None
+    return None
+
+
 def index_rows(x, i, rows: "dict | None" = None):
-    """`x[i]` inside a counted loop, on a tensor whose leading length is symbolic: an index_select
-    (a plain select would check i against this workload's length, which the shortened loop may
-    pass; past n the device never runs the iteration). `rows` records it for write_back: an
-    in-place op on the row must reach x."""
+    """`x[i]` (or `x[:, i]`, the loop index after full slices) inside a counted loop, on a tensor
+    whose length at that dim is symbolic: an index_select (a plain select would check i against
+    this workload's length, which the shortened loop may pass; past n the device never runs the
+    iteration). `rows` records it for write_back: an in-place op on the row must reach x."""
     import torch
 
-    rest = None
-    if isinstance(i, tuple):   # t[i, 0]: the row, then the rest of the index
-        i, rest = i[0], i[1:]
+    p, i, rest = counted_position(i)
     t = torch.full((1,), int(i), dtype=torch.int64, device=x.device)
-    sel = torch.index_select(x, 0, t)
-    row = sel.squeeze(0)
-    out = row[rest] if rest else row
+    sel = torch.index_select(x, p, t)
+    row = sel.squeeze(p)
+    out = row[(slice(None),) * p + rest] if rest else row
     if rows is not None:
         for v in (sel, row, out):
-            rows[id(v)] = (v, sel, x, t)
+            rows[id(v)] = (v, sel, x, t, p)
     return out
 
 
@@ -108,7 +120,7 @@ _INPLACE_DUNDERS = {"__setitem__", "__iadd__", "__isub__", "__imul__", "__itrued
 
 
 def mutated_row(rows: dict, func, args) -> "tuple | None":
-    """(the index_select, x, index) when func is an in-place op on a row index_rows handed out;
+    """(the index_select, x, index, dim) when func is an in-place op on a row index_rows handed out;
     else None. A view the reference takes of the row itself is not followed (functionalize's
     tensors keep no _base to tell)."""
     import torch
@@ -122,10 +134,31 @@ def mutated_row(rows: dict, func, args) -> "tuple | None":
     return got[1:] if got is not None and got[0] is args[0] else None
 
 
+def assign_row(x, i, v) -> None:
+    """`x[i] = v` (`x[:, i, ...] = v`) inside a counted loop, x of a symbolic length at i's dim: the
+    row taken as index_rows takes it, v written into it, the row written back (an index_copy: no
+    bounds check against this workload's length, as for the read)."""
+    p, idx, rest = counted_position(i)
+    row = index_rows(x, (slice(None),) * p + (idx,))
+    sel = row.unsqueeze(p)
+    if rest:
+        row[(slice(None),) * p + rest] = v
+    else:
+        row.copy_(v if not hasattr(v, "expand") else v.expand_as(row)) if hasattr(v, "shape") \
+            else row.fill_(v)
+    x.index_copy_(p, torch_index(idx, x), sel)
+
+
+def torch_index(idx, x):
+    import torch
+
+    return torch.full((1,), int(idx), dtype=torch.int64, device=x.device)
+
+
 def write_back(row_entry) -> None:
-    """x[i] = the (mutated) row, in place on x."""
-    sel, x, t = row_entry
-    x.index_copy_(0, t, sel)
+    """x[i] (x[:, i]) = the (mutated) row, in place on x."""
+    sel, x, t, p = row_entry
+    x.index_copy_(p, t, sel)
 
 
 def decide(env, expr):

@@ -63,17 +63,18 @@ def _counted_loops():
 
 
 def _counted_index(args) -> bool:
-    """`t[i]` with i a shortened loop's index inside a counted loop, t of a symbolic length."""
+    """`t[i]`, `t[i, 0]` or `t[:, i]` with i a shortened loop's index inside a counted loop, t of a
+    symbolic length at i's dim."""
     import torch
 
-    from .rolling import _Idx
+    from .counted_loops import counted_position
 
     loops = _counted_loops()
     x, i = args
-    if isinstance(i, tuple) and i:   # t[i, 0]: the row, then the rest
-        i = i[0]
-    return loops is not None and loops.counted > 0 and isinstance(i, _Idx) and \
-        isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.shape[0], torch.SymInt)
+    if loops is None or loops.counted <= 0 or not isinstance(x, torch.Tensor):
+        return False
+    at = counted_position(i)
+    return at is not None and at[0] < x.dim() and isinstance(x.shape[at[0]], torch.SymInt)
 
 
 MISS = object()
@@ -150,6 +151,12 @@ class DataDependentHooks:
             from .counted_loops import index_rows
 
             return index_rows(*args, rows=self.rows)   # t[i] in a loop of a symbolic count (counted_loops.py)
+        if func is torch.Tensor.__setitem__ and len(args) == 3 and not kwargs and \
+                _counted_index(args[:2]):
+            from .counted_loops import assign_row
+
+            assign_row(*args)   # t[:, i] = v in a loop of a symbolic count
+            return None
         if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], torch.SymInt):
             return torch.select(args[0], 0, args[1])   # w[e] with e read back (Python indexing refuses)
         if func is torch.Tensor.unbind and args and isinstance(args[0], torch.Tensor) and \
