@@ -139,20 +139,10 @@ def assign_row(x, i, v) -> None:
     row taken as index_rows takes it, v written into it, the row written back (an index_copy: no
     bounds check against this workload's length, as for the read)."""
     p, idx, rest = counted_position(i)
-    row = index_rows(x, (slice(None),) * p + (idx,))
-    sel = row.unsqueeze(p)
-    if rest:
-        row[(slice(None),) * p + rest] = v
-    else:
-        row.copy_(v if not hasattr(v, "expand") else v.expand_as(row)) if hasattr(v, "shape") \
-            else row.fill_(v)
-    x.index_copy_(p, torch_index(idx, x), sel)
-
-
-def torch_index(idx, x):
-    import torch
-
-    return torch.full((1,), int(idx), dtype=torch.int64, device=x.device)
+    rows: dict = {}
+    row = index_rows(x, (slice(None),) * p + (idx,), rows)
+    row[(slice(None),) * p + rest if rest else (Ellipsis,)] = v
+    write_back(rows[id(row)][1:])
 
 
 def write_back(row_entry) -> None:

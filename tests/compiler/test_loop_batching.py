@@ -143,3 +143,37 @@ def test_a_state_carried_to_the_next_iteration_is_right(tmp_path):
     assert out.ok, out.reason
     r = check_problem(p, cap=5, candidate=out.candidate)
     assert r["ok"], r
+
+
+CARRIED_ALONG_DIM_1 = """
+def run(x, w):
+    xt = x.transpose(0, 1)
+    state = torch.zeros(xt.shape[0], xt.shape[2])
+    out = torch.zeros(xt.shape[0], xt.shape[1], w.shape[0])
+    for c in range(xt.shape[1]):
+        out[:, c] = (xt[:, c] + state) @ w.t()
+        state = state * 0.5 + torch.tanh(xt[:, c])
+    return out.transpose(0, 1)
+"""
+
+
+@pytest.mark.slow
+def test_a_state_carried_along_an_inner_dim_rolls_into_one_loop(tmp_path):
+    """`x[:, c]` and `out[:, c] = v` with the loop over a symbolic size at dim 1 (a chunk loop):
+    read and written through index_select / index_copy, the iterations roll into one loop of the
+    symbolic count (no variant per count) and the plan is right past the traced iterations. A
+    workload of fewer iterations than the trace runs (2) is what made the plain index go out of
+    bounds, and each count a variant of its own."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs a host C++ compiler")
+    from solforge.compiler.api import compile_problem
+    from solforge.compiler.check import check_problem
+
+    p = _problem(tmp_path, "carried_dim1", CARRIED_ALONG_DIM_1, batches=(2, 7))
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "variants" not in out.segments and out.ops.get("solforge.loop") == 1, (out.segments, out.ops)
+    r = check_problem(p, cap=7)
+    assert r["ok"], r
