@@ -429,8 +429,11 @@ class ShortLoops:
     it); `extrapolate` then rolls the SHORT_RUN traced blocks into a loop node of n iterations.
     Anything else (`list(range(n))`, a comprehension, a short loop) is the plain range."""
 
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled
+    def __init__(self, enabled="all"):
+        # "all" (or True): both kinds shortened; "counted": only loops of a symbolic count (a
+        # constant-count loop iterates in full); False: none
+        self.enabled = bool(enabled)
+        self.constant = enabled in (True, "all")
         self.counts: list = []
         self.guards: dict = {}   # loop position -> the data-dependent size bounding its iterations
         self.counted = 0         # counted loops (a symbolic trip count) running now
@@ -450,7 +453,7 @@ class ShortLoops:
             if n is not None:    # a symbolic trip count: counted_loops.py
                 return CountedRange(n, self)
         r = builtins.range(*a)
-        if not self.enabled or len(r) <= SHORT_OVER:
+        if not self.enabled or not self.constant or len(r) <= SHORT_OVER:
             return r
         return _ShortRange(r, self)
 

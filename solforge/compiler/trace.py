@@ -282,7 +282,7 @@ def _axis_sym(defn, name_or_int):
     return symexpr.sym(name_or_int)
 
 
-def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops: bool = True,
+def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_loops="all",
                 flag_policy: Optional[list] = None, batch_loops: bool = True, symint: bool = False,
                 baked: bool = False) -> dict:
     import torch
@@ -433,8 +433,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
                            batch_loops=batch_loops, symint=symint, baked=baked)
     except Exception as e:  # noqa: BLE001 - the trace's own words, one line
         if loops.any_counted and short_loops:   # a loop of a symbolic count (counted_loops.py)
-            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False,  # that failed:
-                               flag_policy=flag_policy, batch_loops=batch_loops,  # as before
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=_fewer_short(loops),
+                               flag_policy=flag_policy, batch_loops=batch_loops,  # that failed
                                symint=symint, baked=baked)
         if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
             return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False,
@@ -456,9 +456,10 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
             ir[counted_loops.ASSUMED] = counted_loops.assumed_ir(shape_env, namer)
         guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
         ir = extrapolate(ir, counted_loops.count_exprs(loops.counts, namer, shape_env), guards)
-        if ir is None:  # the shortened iterations do not roll: trace every iteration
-            return _trace_once(defn, wl, sentinel, symfloat, short_loops=False, flag_policy=flag_policy,
-                               batch_loops=batch_loops, symint=symint, baked=baked)
+        if ir is None:  # the shortened iterations do not roll: trace (more of) them in full
+            return _trace_once(defn, wl, sentinel, symfloat, short_loops=_fewer_short(loops),
+                               flag_policy=flag_policy, batch_loops=batch_loops, symint=symint,
+                               baked=baked)
     from . import flags
 
     ir = flags.record(ir, shape_env)
@@ -467,6 +468,17 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
                                                     flag_policy=sides, batch_loops=batch_loops,
                                                     symint=symint, baked=baked), ir)
     return ir
+
+
+def _fewer_short(loops):
+    """What to shorten in the next trace after one whose shortened loops did not roll: only the
+    loops of a symbolic count where constant-count loops were shortened beside them (a loop whose
+    iterations differ, `attn[..., i, :i]` of growing sizes, then runs in full while a chunk loop of a
+    symbolic count still rolls: otherwise every chunk count is a variant of its own), else none."""
+    counted = [c for c in loops.counts if not isinstance(c, int)]
+    if loops.constant and counted and len(counted) < len(loops.counts):
+        return "counted"
+    return False
 
 
 def _symint_preserving_int():

@@ -177,3 +177,39 @@ def test_a_state_carried_along_an_inner_dim_rolls_into_one_loop(tmp_path):
     assert "variants" not in out.segments and out.ops.get("solforge.loop") == 1, (out.segments, out.ops)
     r = check_problem(p, cap=7)
     assert r["ok"], r
+
+
+WITH_A_GROWING_CONSTANT_LOOP = """
+def run(x, w):
+    a = torch.zeros(10, 10)
+    for i in range(1, 10):                       # iterations of growing sizes: they do not roll
+        a[i, :i] = a[i - 1, :i] * 0.5 + 1.0
+    xt = x.transpose(0, 1)
+    state = torch.zeros(xt.shape[0], xt.shape[2])
+    out = torch.zeros(xt.shape[0], xt.shape[1], w.shape[0])
+    for c in range(xt.shape[1]):
+        out[:, c] = (xt[:, c] + state) @ w.t() * a.sum()
+        state = state * 0.5 + torch.tanh(xt[:, c])
+    return out.transpose(0, 1)
+"""
+
+
+@pytest.mark.slow
+def test_a_counted_loop_rolls_beside_a_constant_loop_that_does_not(tmp_path):
+    """A loop of a symbolic count (carried state, rows by index) after a constant loop of more
+    than SHORT_OVER iterations of growing sizes (a chunked delta rule's forward substitution): the
+    constant loop is traced in full, the counted one still rolls: one loop node, no variant per
+    count (every chunk count was a variant of its own before)."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs a host C++ compiler")
+    from solforge.compiler.api import compile_problem
+    from solforge.compiler.check import check_problem
+
+    p = _problem(tmp_path, "growing_then_counted", WITH_A_GROWING_CONSTANT_LOOP, batches=(2, 7))
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "variants" not in out.segments and out.ops.get("solforge.loop") == 1, (out.segments, out.ops)
+    r = check_problem(p, cap=7)
+    assert r["ok"], r
