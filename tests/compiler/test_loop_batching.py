@@ -20,6 +20,27 @@ def _problem(tmp_path, name, body, batches=(2, 5)):
                         "import torch\n" + body, [{"B": b} for b in batches])
 
 
+def _compiled_and_checked(tmp_path, name, body, batches, cap):
+    """The problem's plan (compiled) after the CPU emulation found it right on the smallest batch."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("needs a host C++ compiler")
+    from solforge.compiler.api import compile_problem
+    from solforge.compiler.check import check_problem
+
+    p = _problem(tmp_path, name, body, batches=batches)
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=cap, candidate=out.candidate)
+    assert r["ok"], r
+    return out
+
+
+def _one_rolled_loop(out) -> None:
+    assert "variants" not in out.segments and out.ops.get("solforge.loop") == 1, (out.segments, out.ops)
+
+
 def _trace(tmp_path, name, body):
     p = _problem(tmp_path, name, body)
     return trace_definition(p.definition, list(p.workloads))
@@ -131,18 +152,7 @@ def test_a_state_carried_to_the_next_iteration_is_not_batched(tmp_path):
 
 @pytest.mark.slow
 def test_a_state_carried_to_the_next_iteration_is_right(tmp_path):
-    import shutil
-
-    if shutil.which("g++") is None:
-        pytest.skip("needs a host C++ compiler")
-    from solforge.compiler.api import compile_problem
-    from solforge.compiler.check import check_problem
-
-    p = _problem(tmp_path, "carried_run", CARRIED_STATE, batches=(3, 5))
-    out = compile_problem(p)
-    assert out.ok, out.reason
-    r = check_problem(p, cap=5, candidate=out.candidate)
-    assert r["ok"], r
+    _compiled_and_checked(tmp_path, "carried_run", CARRIED_STATE, (3, 5), cap=5)
 
 
 CARRIED_ALONG_DIM_1 = """
@@ -164,19 +174,7 @@ def test_a_state_carried_along_an_inner_dim_rolls_into_one_loop(tmp_path):
     symbolic count (no variant per count) and the plan is right past the traced iterations. A
     workload of fewer iterations than the trace runs (2) is what made the plain index go out of
     bounds, and each count a variant of its own."""
-    import shutil
-
-    if shutil.which("g++") is None:
-        pytest.skip("needs a host C++ compiler")
-    from solforge.compiler.api import compile_problem
-    from solforge.compiler.check import check_problem
-
-    p = _problem(tmp_path, "carried_dim1", CARRIED_ALONG_DIM_1, batches=(2, 7))
-    out = compile_problem(p)
-    assert out.ok, out.reason
-    assert "variants" not in out.segments and out.ops.get("solforge.loop") == 1, (out.segments, out.ops)
-    r = check_problem(p, cap=7)
-    assert r["ok"], r
+    _one_rolled_loop(_compiled_and_checked(tmp_path, "carried_dim1", CARRIED_ALONG_DIM_1, (2, 7), cap=7))
 
 
 WITH_A_GROWING_CONSTANT_LOOP = """
@@ -200,16 +198,5 @@ def test_a_counted_loop_rolls_beside_a_constant_loop_that_does_not(tmp_path):
     than SHORT_OVER iterations of growing sizes (a chunked delta rule's forward substitution): the
     constant loop is traced in full, the counted one still rolls: one loop node, no variant per
     count (every chunk count was a variant of its own before)."""
-    import shutil
-
-    if shutil.which("g++") is None:
-        pytest.skip("needs a host C++ compiler")
-    from solforge.compiler.api import compile_problem
-    from solforge.compiler.check import check_problem
-
-    p = _problem(tmp_path, "growing_then_counted", WITH_A_GROWING_CONSTANT_LOOP, batches=(2, 7))
-    out = compile_problem(p)
-    assert out.ok, out.reason
-    assert "variants" not in out.segments and out.ops.get("solforge.loop") == 1, (out.segments, out.ops)
-    r = check_problem(p, cap=7)
-    assert r["ok"], r
+    _one_rolled_loop(_compiled_and_checked(tmp_path, "growing_then_counted",
+                                           WITH_A_GROWING_CONSTANT_LOOP, (2, 7), cap=7))
