@@ -24,7 +24,7 @@ _OUT = None
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from .phases import PhaseClock  # noqa: E402
+from .phases import PhaseClock, own_rusage  # noqa: E402
 
 
 def reserve_stdout() -> None:
@@ -64,20 +64,6 @@ def load_job(stage: Path):
         order = {u: i for i, u in enumerate(wanted)}
         workloads = sorted((w for w in workloads if w.uuid in order), key=lambda w: order[w.uuid])
     return job, defn, workloads
-
-
-def _own_rusage() -> dict:
-    """What this process and its reaped children used so far, as the zygote reports a reaped child
-    (zygote.rusage_dict): the runner's CPU counters when it returns before this process's exit."""
-    import resource
-
-    from .zygote import rusage_dict
-
-    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    both = rusage_dict(a)
-    for k, v in rusage_dict(b).items():
-        both[k] = round(both[k] + v, 6) if isinstance(v, float) else both[k] + v
-    return both
 
 
 def _instrument(clock: PhaseClock, device):
@@ -222,7 +208,7 @@ def main(argv: list[str], *, t_start: float | None = None, mode: str = "spawn") 
             peak = torch.cuda.max_memory_reserved(device) if device.type == "cuda" else 0
         except Exception:  # noqa: BLE001 - unknown: the runner waits for the exit
             peak = -1
-        emit("done", gpu_reserved_peak=int(peak), rusage=_own_rusage(), **extra)
+        emit("done", gpu_reserved_peak=int(peak), rusage=own_rusage(), **extra)
 
     with clock.phase("load"):
         ref_mod = load_reference(defn, stage)

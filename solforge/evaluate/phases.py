@@ -76,3 +76,26 @@ class PhaseClock:
 
     def to_json(self) -> dict:
         return {k: round(v, 6) for k, v in self.seconds.items()}
+
+
+def rusage_dict(ru) -> dict:
+    """What a reaped child used (os.wait4): CPU seconds in user and kernel mode, context switches
+    (voluntary: it waited, e.g. on the GPU or a lock; involuntary: preempted, the CPU was wanted
+    elsewhere) and page faults. Tells apart the ways an evaluation gets slower when another runs on
+    the other GPU: more CPU seconds for the same work (slower cores, or more kernel/driver work) or
+    the same CPU seconds over a longer wall time (waiting)."""
+    return {"user_s": round(ru.ru_utime, 6), "sys_s": round(ru.ru_stime, 6),
+            "nvcsw": int(ru.ru_nvcsw), "nivcsw": int(ru.ru_nivcsw),
+            "minflt": int(ru.ru_minflt), "majflt": int(ru.ru_majflt)}
+
+
+def own_rusage() -> dict:
+    """What this process and its reaped children used so far, as rusage_dict (what the zygote
+    reports of a reaped child): the driver's CPU counters, for a runner that returns before the
+    driver's exit."""
+    import resource
+
+    both = rusage_dict(resource.getrusage(resource.RUSAGE_SELF))
+    for k, v in rusage_dict(resource.getrusage(resource.RUSAGE_CHILDREN)).items():
+        both[k] = round(both[k] + v, 6) if isinstance(v, float) else both[k] + v
+    return both

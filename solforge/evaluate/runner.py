@@ -376,7 +376,7 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
 
 def _phases(lines, t0, t_first, t_done, t_exit, cpu: Optional[dict] = None) -> dict:
     """The driver's phase seconds plus the runner's view (first line latency, teardown, total) and,
-    under "cpu", what the process used (zygote children: the zygote's wait4, zygote.rusage_dict) and
+    under "cpu", what the process used (zygote children: the zygote's wait4, phases.rusage_dict) and
     the whole host's busy and stolen CPU-seconds meanwhile (host_cpu_seconds)."""
     ph = next((o for o in lines if o.get("type") == "phases"), None)
     out = {"seconds": dict(ph.get("seconds", {})) if ph else _finished_workloads(lines, t0, t_exit),

@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from .phases import rusage_dict
+
 PRELOAD = ("torch", "torch.profiler", "numpy", "cuda.bindings.driver",
            "solforge.problem.loader", "solforge.compile.launcher",
            "solforge.evaluate.evaluator", "solforge.evaluate.callers", "solforge.evaluate.hardware",
@@ -340,17 +342,6 @@ def serve(sock_path: str, preload=PRELOAD, optional=PRELOAD_OPTIONAL) -> int:
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status), "rusage": rusage_dict(ru)})
                 child_of.pop(conn.fileno(), None)
                 drop(conn.fileno())
-
-
-def rusage_dict(ru) -> dict:
-    """What a reaped child used (os.wait4): CPU seconds in user and kernel mode, context switches
-    (voluntary: it waited, e.g. on the GPU or a lock; involuntary: preempted, the CPU was wanted
-    elsewhere) and page faults. Tells apart the ways an evaluation gets slower when another runs on
-    the other GPU: more CPU seconds for the same work (slower cores, or more kernel/driver work) or
-    the same CPU seconds over a longer wall time (waiting)."""
-    return {"user_s": round(ru.ru_utime, 6), "sys_s": round(ru.ru_stime, 6),
-            "nvcsw": int(ru.ru_nvcsw), "nivcsw": int(ru.ru_nivcsw),
-            "minflt": int(ru.ru_minflt), "majflt": int(ru.ru_majflt)}
 
 
 def _close(fd: int) -> None:
