@@ -75,7 +75,7 @@ class Settings:
     # take at most this many bytes (evaluator._prepare_probe), else one by one in the probe's setup
     caching_probe_premade_bytes: int = 256 << 20
     # and at most as many fresh calls per side as this many seconds of making their input sets allow
-    # (the correctness rounds time one set; caching_probe.probe_calls)
+    # (the correctness rounds time one set; caching_probe.most_calls)
     caching_probe_make_budget_s: float = 2.0
     # the runner returns once the driver says "done" (its results are all in) instead of waiting for
     # its exit, a CUDA context's teardown of ~0.08 s, when the driver held at most this many bytes of

@@ -70,11 +70,10 @@ def most_calls(lo: int, hi: int, make_s: float = 0.0, make_budget_s: float = 0.0
     return hi
 
 
-def probe_calls(median_ms: float, budget_ms: float, lo: int, hi: int, make_s: float = 0.0,
-                make_budget_s: float = 0.0) -> int:
-    """Calls per side: as many as budget_ms of kernel time allows, at least lo, at most
-    most_calls(lo, hi, make_s, make_budget_s)."""
-    lo, hi = max(int(lo), 1), most_calls(lo, hi, make_s, make_budget_s)
+def probe_calls(median_ms: float, budget_ms: float, lo: int, hi: int) -> int:
+    """Calls per side: as many as budget_ms of kernel time allows, at least lo, at most hi (the
+    evaluator passes most_calls' bound)."""
+    lo, hi = max(int(lo), 1), max(int(hi), int(lo), 1)
     if not median_ms or median_ms <= 0 or math.isnan(median_ms):
         return lo
     return max(lo, min(hi, int(math.ceil(budget_ms / median_ms))))

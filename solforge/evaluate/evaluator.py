@@ -290,9 +290,8 @@ def _checked_call(env: Env, rw, inputs, outputs, ref, tol, call=None, costs=None
 @dataclass
 class _TimingPlan:
     """What the timed calls need, made before the GPU is taken alone: the input sets (rotated), their
-    prepared calls, the re-check's expected output for the last set, the factory (the caching probe
-    makes never-seen inputs) and the notes so far."""
-    factory: InputFactory
+    prepared calls, the re-check's expected output for the last set, the notes so far and the
+    caching probe's draws (with the factory that makes its never-seen inputs)."""
     sets: list
     calls: list
     recheck_ref: object
@@ -350,7 +349,7 @@ def _prepare_timing(env: Env, rw, factory, inputs, outputs, notes: list,
     ref = env.cached_reference(rw, last_seed) or env.run_reference(rw, clone_inputs(last_in))
     probe = _prepare_probe(env, rw, factory, last_in, costs) if cfg.caching_probe and \
         cfg.caching_probe_calls > 0 else None
-    return _TimingPlan(factory, sets, calls, ref, notes, probe)
+    return _TimingPlan(sets, calls, ref, notes, probe)
 
 
 def _prepare_probe(env: Env, rw, factory: InputFactory, inputs: dict,
@@ -409,7 +408,7 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     call instead of the median it cannot read yet)."""
     cfg, dev = env.config, env.device
     timer = env.get_timer()
-    factory, sets, calls, notes = plan.factory, plan.sets, plan.calls, plan.notes
+    sets, calls, notes = plan.sets, plan.calls, plan.notes
     before = guards.python_threads()
     timing = timer.measure(lambda i: calls[i % len(calls)](), cfg.rep_count, cfg.warmup_ms,
                            cfg.timing_budget_s,
@@ -436,8 +435,7 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     probe = None
     if cfg.caching_probe and cfg.caching_probe_calls > 0:
         estimate = timing.median_ms if isinstance(timing, Timing) else timer.last_call_ms
-        probe = _start_probe(env, rw, factory, sets[-1], calls[-1], estimate,
-                             plan.probe or _prepare_probe(env, rw, factory, sets[-1][0]))
+        probe = _start_probe(env, rw, sets[-1], calls[-1], estimate, plan.probe)
 
     def finish() -> None:
         t = resolved(timing)
@@ -465,8 +463,7 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
     return finish
 
 
-def _start_probe(env: Env, rw, factory, timing_set, call, median_ms: Optional[float],
-                 prep: _ProbePrep):
+def _start_probe(env: Env, rw, timing_set, call, median_ms: Optional[float], prep: _ProbePrep):
     """The caching probe (caching_probe.py) on the last timing set's own buffers and prepared call:
     its first round now; (calls per side, what finishes it) for _finish_probe. median_ms sizes it:
     the timed median, or inside one session the warm-up's estimate of a call (an upper bound)."""

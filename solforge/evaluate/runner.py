@@ -321,13 +321,10 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
                     last_start[0] = clock.own(now)
                 elif kind == "done":
                     t_done[0] = now
-                    peak = obj.get("gpu_reserved_peak")
-                    if return_at_done_bytes and isinstance(peak, int) and \
-                            0 <= peak <= return_at_done_bytes:
-                        lines.append(obj)
-                        released.set()
-                        continue
                 lines.append(obj)
+                peak = obj.get("gpu_reserved_peak") if kind == "done" else None
+                if return_at_done_bytes and isinstance(peak, int) and 0 <= peak <= return_at_done_bytes:
+                    released.set()
 
         th = threading.Thread(target=reader, daemon=True)
         th.start()
@@ -356,9 +353,7 @@ def run_stage(stage: Path, *, timeout_s: float = 300.0, workload_timeout_s: Opti
         else:
             proc.wait()
             t_exit = time.monotonic()
-            _kill_group(proc, quiet=True)  # anything the candidate left in its process group
-            th.join(timeout=5)
-            proc.stdout.close()
+            _reap(proc, th)   # anything the candidate left in its process group, the pipe
     if getattr(proc, "note", ""):
         log.append(proc.note)
     stderr_tail = err_path.read_text(errors="replace")[-4000:] if err_path.exists() else ""
@@ -411,7 +406,8 @@ def _finished_workloads(lines, t0, t_exit) -> dict:
 
 
 def _reap(proc, reader: threading.Thread) -> None:
-    """A released driver's end, in the background: its exit, its group, its pipe."""
+    """A driver's end: its exit (awaited), its process group killed, its pipe closed (in the
+    background for a driver released at "done")."""
     try:
         proc.wait()
     except Exception:  # noqa: BLE001 - nothing is waiting for this answer

@@ -137,10 +137,15 @@ def test_probe_calls_scale_with_kernel_time():
 
 
 def test_probe_calls_fit_the_time_to_make_fresh_sets():
-    assert probe_calls(0.020, 5.0, 3, 24, make_s=0.001, make_budget_s=2.0) == 24
-    assert probe_calls(0.020, 5.0, 3, 24, make_s=0.25, make_budget_s=2.0) == 8
-    assert probe_calls(0.020, 5.0, 3, 24, make_s=5.0, make_budget_s=2.0) == 3    # never below lo
-    assert probe_calls(1.0, 5.0, 3, 24, make_s=0.25, make_budget_s=2.0) == 5     # the kernel's bound
+    from solforge.evaluate.caching_probe import most_calls
+
+    def calls(median_ms, make_s):
+        return probe_calls(median_ms, 5.0, 3, most_calls(3, 24, make_s=make_s, make_budget_s=2.0))
+
+    assert calls(0.020, 0.001) == 24
+    assert calls(0.020, 0.25) == 8
+    assert calls(0.020, 5.0) == 3        # never below lo
+    assert calls(1.0, 0.25) == 5         # the kernel's bound
 
 
 def test_honest_kernel_passes():
