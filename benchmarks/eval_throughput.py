@@ -18,8 +18,8 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 8 GiB of GPU memory (settings.eval_return_at_done_bytes, off by default until this
                 configuration has measured it)
   spare_no_premade  after_spare with the caching probe's fresh input sets made one by one in its
-                setup, with the GPU held alone (caching_probe_premade_bytes 0), as before 2026-12-04's
-                fourth session; every other configuration makes them ahead, while the GPU is shared
+                setup, with the GPU held alone (caching_probe_premade_bytes 0), as before commit
+                d964b0e; every other configuration makes them ahead, while the GPU is shared
   after         the same, CUPTI read through cupti-python (kineto where it does not import)
   after_cupti_gpu  the same through cupti-python with the GPU record kinds alone, left on for the
                 process (timing.py's `cupti-gpu`)
