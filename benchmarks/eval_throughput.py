@@ -17,6 +17,8 @@ Configurations (job settings and the slot environment; the same driver, runner a
                 waiting for its exit (its CUDA context's teardown), for drivers that held at most
                 8 GiB of GPU memory (settings.eval_return_at_done_bytes, off by default until this
                 configuration has measured it)
+  at_done_probe12  at_done with the caching probe's calls per side capped at 12 instead of 24
+                (settings.caching_probe_max_calls): a small kernel's probe is ~half its timed calls
   spare_no_premade  after_spare with the caching probe's fresh input sets made one by one in its
                 setup, with the GPU held alone (caching_probe_premade_bytes 0), as before commit
                 d964b0e; every other configuration makes them ahead, while the GPU is shared
@@ -78,6 +80,8 @@ CONFIGS = {
                           "one_session": True},
     "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
     "at_done": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
+    "at_done_probe12": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
+                        "caching_probe_max_calls": 12},
     "spare_no_premade": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
                          "caching_probe_premade_bytes": 0},
     "profile": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
@@ -89,9 +93,11 @@ _NO_SPARE = {"SOLFORGE_EVAL_SPARE": "0"}
 ENVS = {"before": _NO_SPARE, "after_kineto": _NO_SPARE, "after": _NO_SPARE, "after_cupti_gpu": _NO_SPARE,
         "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"},
         "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"}, "at_done": {"SOLFORGE_EVAL_SPARE": "1"},
+        "at_done_probe12": {"SOLFORGE_EVAL_SPARE": "1"},
         "profile": {"SOLFORGE_EVAL_SPARE": "1"}}
 # the runner's own settings per configuration (run_stage's keywords)
-RUNNER = {"at_done": {"return_at_done_bytes": 8 << 30}}
+RUNNER = {"at_done": {"return_at_done_bytes": 8 << 30},
+          "at_done_probe12": {"return_at_done_bytes": 8 << 30}}
 TARGET_PER_MIN = 60.0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import threading
 import time
 import uuid
@@ -90,14 +91,24 @@ def match_pool(n: int):
     import concurrent.futures as cf
     import multiprocessing as mp
 
-    return cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_lower_priority)
+    return cf.ProcessPoolExecutor(n, mp_context=mp.get_context("spawn"), initializer=_init_match_child)
 
 
-def _lower_priority() -> None:
+def _init_match_child() -> None:
     try:
         os.nice(MATCH_NICE)
     except OSError:  # not allowed here: match at the run's priority
         pass
+    # the parent stops children still matching at its deadline (SIGTERM): their sandboxed traces
+    # go with them instead of tracing on to their own time limit beside the next run's work
+    signal.signal(signal.SIGTERM, _stop_matching)
+
+
+def _stop_matching(signum, _frame) -> None:
+    from ..sandbox.runner import stop_all
+
+    stop_all()
+    os._exit(128 + signum)
 
 
 def _match_in_child(problem) -> bool:

@@ -19,6 +19,9 @@ from .env import REPO_ROOT, sandbox_env
 from .redact import scrub
 
 _LOG_TAIL = 64 << 10
+# the sandboxes this process has running: work folder -> the process group leader's pid (None
+# until started), for stop_all
+_LIVE: dict[str, Optional[int]] = {}
 
 
 class SandboxError(RuntimeError):
@@ -118,9 +121,21 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=retry)
 
 
+def stop_all() -> None:
+    """Kill every sandbox this process still runs and remove its folder. For a process that is being
+    stopped itself (a matching child sent SIGTERM at a run's end): its `finally` blocks will not run,
+    and its sandboxes would otherwise trace on to their own time limit and leave their folders."""
+    for work, pid in list(_LIVE.items()):
+        if pid is not None:
+            _kill_group(pid)
+        _rmtree(work)
+        _LIVE.pop(work, None)
+
+
 def _launch(request: dict, *, wall_s: float, gpu: bool, binds: Sequence[str], read_paths: Sequence[str],
             env_extra: Optional[dict], python: Optional[str], what: str) -> dict:
     work = tempfile.mkdtemp(prefix="solforge-sandbox-")
+    _LIVE[work] = None
     try:
         req_path = os.path.join(work, "request.json")
         with open(req_path, "w") as f:
@@ -134,6 +149,7 @@ def _launch(request: dict, *, wall_s: float, gpu: bool, binds: Sequence[str], re
             t0 = time.monotonic()
             proc = subprocess.Popen(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=logf,
                                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            _LIVE[work] = proc.pid
             try:
                 rc = proc.wait(timeout=wall_s)
             except subprocess.TimeoutExpired:
@@ -169,6 +185,7 @@ def _launch(request: dict, *, wall_s: float, gpu: bool, binds: Sequence[str], re
         return out
     finally:
         _rmtree(work)
+        _LIVE.pop(work, None)
 
 
 def _answer(out: Any, what: str, log: str = "") -> dict:

@@ -3,6 +3,7 @@ planner asks, within a deadline; answers come back through the disk cache. Probl
 
 from __future__ import annotations
 
+import os
 import time
 
 from solforge.agents.offline import OfflineWorker
@@ -57,14 +58,36 @@ def test_warm_matches_in_children_through_the_disk_cache(tmp_path, cpu_lab):
     assert any(fs.family.name == "compiler" for fs in w._state(served).families)
 
 
-def test_warm_leaves_out_what_misses_the_deadline(tmp_path, cpu_lab):
+def _sandboxes_under(tmp) -> tuple[list, list]:
+    """The sandbox folders left in tmp, and the live processes whose command line names one."""
+    dirs = sorted(p.name for p in tmp.glob("solforge-sandbox-*"))
+    procs = []
+    for d in os.listdir("/proc"):
+        try:
+            cmd = open(f"/proc/{d}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if d.isdigit() and str(tmp) in cmd and "sandbox" in cmd:
+            procs.append(int(d))
+    return dirs, procs
+
+
+def test_warm_leaves_out_what_misses_the_deadline(tmp_path, cpu_lab, monkeypatch):
     fast, slow = _problem(tmp_path, "scale_shift", SCALE), _problem(tmp_path, "slow_trace", SLOW)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the matching children's sandbox folders go here
     w = OfflineWorker(cpu_lab)
     t0 = time.monotonic()
     got = w.warm([fast, slow], deadline_s=60, jobs=2)
     assert time.monotonic() - t0 < 80  # the slow one's child was stopped, not waited for
     assert got["unmatched"] == ["slow_trace"] and got["matched"] == 1
     assert w.has_family(fast) and not w.has_family(slow)
+    # and its sandboxed trace with it: no process tracing on to its own limit, no folder left
+    end = time.monotonic() + 15
+    while _sandboxes_under(tmp) != ([], []) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert _sandboxes_under(tmp) == ([], [])
 
 
 def test_warm_with_no_time_left_matches_nothing(tmp_path, cpu_lab):
