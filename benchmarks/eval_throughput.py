@@ -71,33 +71,36 @@ sys.path.insert(0, str(REPO))
 DEFAULT_PROBLEMS = ("FlashInfer-Bench/025_rmsnorm_h4096", "FlashInfer-Bench/021_rmsnorm_h128",
                     "L1/069_rms_norm", "L1/056_mamba_ssm_dt_projection_softplus_clamp_backward",
                     "L1/085_geglu_activation", "FlashInfer-Bench/004_gemm_n128_k2048")
+# each configuration pins the probe's calls per side and the runner's return, so it measures what it
+# measured when it was added, whatever the defaults are now (since 2026-12-04: 12 calls, return at
+# "done"; before: 24, wait for the exit)
+_P24 = {"caching_probe_max_calls": 24}
+_P12 = {"caching_probe_max_calls": 12}
 CONFIGS = {
-    "before": {"warmup_calls": 0, "timing_queued": False, "timing_backend": "kineto"},
-    "after_kineto": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
-    "after": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "auto"},
-    "after_cupti_gpu": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "cupti-gpu"},
+    "before": {"warmup_calls": 0, "timing_queued": False, "timing_backend": "kineto", **_P24},
+    "after_kineto": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto", **_P24},
+    "after": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "auto", **_P24},
+    "after_cupti_gpu": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "cupti-gpu", **_P24},
     "after_one_session": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
-                          "one_session": True},
-    "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
-    "at_done": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto"},
-    "at_done_probe12": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
-                        "caching_probe_max_calls": 12},
+                          "one_session": True, **_P24},
+    "after_spare": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto", **_P24},
+    "at_done": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto", **_P24},
+    "at_done_probe12": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto", **_P12},
     "spare_no_premade": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
-                         "caching_probe_premade_bytes": 0},
+                         "caching_probe_premade_bytes": 0, **_P24},
     "profile": {"warmup_calls": 10, "timing_queued": True, "timing_backend": "kineto",
-                "cprofile": 40},
+                "cprofile": 40, **_P24},
 }
 # every configuration but after_spare runs without the spare child (the spare is on by default
 # since 2026-12-04), so each still measures what it measured before
 _NO_SPARE = {"SOLFORGE_EVAL_SPARE": "0"}
+_SPARE = {"SOLFORGE_EVAL_SPARE": "1"}
 ENVS = {"before": _NO_SPARE, "after_kineto": _NO_SPARE, "after": _NO_SPARE, "after_cupti_gpu": _NO_SPARE,
-        "after_one_session": _NO_SPARE, "after_spare": {"SOLFORGE_EVAL_SPARE": "1"},
-        "spare_no_premade": {"SOLFORGE_EVAL_SPARE": "1"}, "at_done": {"SOLFORGE_EVAL_SPARE": "1"},
-        "at_done_probe12": {"SOLFORGE_EVAL_SPARE": "1"},
-        "profile": {"SOLFORGE_EVAL_SPARE": "1"}}
-# the runner's own settings per configuration (run_stage's keywords)
-RUNNER = {"at_done": {"return_at_done_bytes": 8 << 30},
-          "at_done_probe12": {"return_at_done_bytes": 8 << 30}}
+        "after_one_session": _NO_SPARE, "after_spare": _SPARE, "spare_no_premade": _SPARE,
+        "at_done": _SPARE, "at_done_probe12": _SPARE, "profile": _SPARE}
+# the runner's own settings per configuration (run_stage's keywords): wait for the driver's exit
+# but where a configuration returns at its "done"
+RUNNER = {c: {"return_at_done_bytes": 8 << 30 if c.startswith("at_done") else 0} for c in CONFIGS}
 TARGET_PER_MIN = 60.0
 
 
@@ -364,7 +367,7 @@ def cmd_run(args) -> None:
                 if time.time() - t0 > args.deadline_s:
                     break
                 _set_config(s, cfg)
-                rep = runner.run_stage(s, timeout_s=args.timeout, env=ENVS[cfg], **RUNNER.get(cfg, {}))
+                rep = runner.run_stage(s, timeout_s=args.timeout, env=ENVS[cfg], **RUNNER[cfg])
                 rec = _record(cfg, s, rep, meta[s.name])
                 doc["records"].append(rec)
                 save()

@@ -67,9 +67,13 @@ class Settings:
     # estimate of a call: off until benchmarks/eval_throughput.py's after_one_session config has
     # measured it against after_kineto on the GPU
     timing_one_session: bool = False
-    # caching probe (evaluate/evaluator.py): calls per side = clamp(budget / kernel time, min, max)
+    # caching probe (evaluate/evaluator.py): calls per side = clamp(budget / kernel time, min, max).
+    # 12 at most: the probe of a microsecond kernel was half its evaluation's timed calls, and 12
+    # instead of 24 gave 1.26x the evaluations per GPU-minute side by side on the H200
+    # (data/results/eval_throughput/, 2026-12-04) with the same verdicts; a cache of the seen set
+    # answers all 12 seen calls from it either way
     caching_probe_min_calls: int = 3
-    caching_probe_max_calls: int = 24
+    caching_probe_max_calls: int = 12
     caching_probe_budget_ms: float = 5.0
     # the probe's fresh input sets are made before the GPU is taken alone when all of them together
     # take at most this many bytes (evaluator._prepare_probe), else one by one in the probe's setup
@@ -80,9 +84,10 @@ class Settings:
     # the runner returns once the driver says "done" (its results are all in) instead of waiting for
     # its exit, a CUDA context's teardown of ~0.08 s, when the driver held at most this many bytes of
     # GPU memory (torch's reserved peak): a larger one's memory must be free before the next
-    # evaluation allocates. 0 (the default until benchmarks/eval_throughput.py's at_done
-    # configuration has measured it on a GPU): always wait for the exit (evaluate/runner.py)
-    eval_return_at_done_bytes: int = 0
+    # evaluation allocates. 1.06x the evaluations per GPU-minute side by side on the H200
+    # (benchmarks/eval_throughput.py's at_done against after_spare, 2026-12-04); 0: always wait for
+    # the exit (evaluate/runner.py)
+    eval_return_at_done_bytes: int = 8 << 30
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
     # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so

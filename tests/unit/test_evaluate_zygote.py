@@ -77,7 +77,7 @@ def test_honest_candidate_passes_with_phases(problem, tmp_path, pypath):
 def test_the_runner_returns_at_done_and_the_driver_is_ended(problem, tmp_path, pypath):
     """With every result in ("done") and little GPU memory held, the runner returns without waiting
     for the driver's exit (a CUDA context's teardown); the driver's group is killed and reaped
-    behind it. By default (eval_return_at_done_bytes 0) it waits and has the exit code."""
+    behind it. With return_at_done_bytes 0 it waits and has the exit code."""
     rep = _run(problem, tmp_path, "at_done", HONEST, pypath, timeout_s=120,
                return_at_done_bytes=8 << 30)
     assert rep.results[0].status.value == "passed", rep.results[0].message + rep.stderr_tail
@@ -92,7 +92,7 @@ def test_the_runner_returns_at_done_and_the_driver_is_ended(problem, tmp_path, p
         time.sleep(0.05)
     else:
         pytest.fail(f"driver {pid} still there 10 s after its results")
-    waited = _run(problem, tmp_path, "wait_exit", HONEST, pypath, timeout_s=120)
+    waited = _run(problem, tmp_path, "wait_exit", HONEST, pypath, timeout_s=120, return_at_done_bytes=0)
     assert waited.results[0].status.value == "passed" and waited.exit_code == 0
 
 
