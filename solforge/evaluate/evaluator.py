@@ -22,7 +22,7 @@ from .correctness import allocate_outputs, compare_all, normalize_reference_outp
 from .guards import GuardTripped
 from .inputs import InputFactory, clone_inputs, write_into
 from .results import EvalResult, EvalStatus
-from .timing import (NVIDIA_WARMUP_CALLS, BatchUnavailable, Timer, Timing, TimingError,
+from .timing import (NVIDIA_WARMUP_CALLS, BatchUnavailable, SideStreams, Timer, Timing, TimingError,
                      default_backend, resolved)
 
 
@@ -116,7 +116,7 @@ class Env:
             self.timer = Timer(self.device, cfg.timing_method,
                                duty_gap_factor=cfg.duty_gap_factor,
                                duty_min_call_ms=cfg.duty_min_call_ms,
-                               queued=cfg.timing_queued, backend=backend)
+                               queued=cfg.timing_queued, backend=backend, strict_streams=True)
         return self.timer
 
     def run_reference(self, rw, inputs: dict) -> dict:
@@ -166,7 +166,13 @@ def evaluate_workload(env: Env, rw) -> EvalResult:
     res = EvalResult(workload_uuid=rw.uuid, status=EvalStatus.RUNTIME_ERROR, problem=env.problem,
                      reference_label=env.reference_label)
     try:
-        _evaluate(env, rw, res)
+        try:
+            _evaluate(env, rw, res)
+        except SideStreams as e:
+            # the records showed work on another stream, wherever they were read (the timed calls,
+            # the probe, a session's split): the guard, never a fallback to events
+            guards.check_side_streams(e.streams, e.names)
+            raise
     except GuardTripped as g:
         res.status, res.guard, res.message = EvalStatus.REJECTED, g.guard.value, g.message
         res.correct = False
@@ -392,6 +398,8 @@ def _time(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> None:
             finish = timer.batched(lambda: _timed_calls(env, rw, res, plan))
         except BatchUnavailable:
             pass                        # no session to share: one per measurement, as below
+        except SideStreams:
+            raise
         except TimingError as e:
             # its records could not be read after the calls ran: they run again, each measurement
             # in a session of its own (the probe left the buffers as the re-check needs them)

@@ -132,6 +132,16 @@ class TimingError(RuntimeError):
     pass
 
 
+class SideStreams(TimingError):
+    """The profiler's records of a measurement show GPU work on a stream other than the one the call
+    was given. Raised whatever else the records say (a window that cannot be cut is no excuse to fall
+    back to CUDA events, which see only the given stream): the evaluator's side-stream guard."""
+
+    def __init__(self, streams: set, names: set):
+        self.streams, self.names = set(streams), set(names)
+        super().__init__(f"GPU work on stream(s) {sorted(self.streams)} besides the given one")
+
+
 class BatchUnavailable(TimingError):
     """Timer.batched could not start a profiler session; its body has not run."""
 
@@ -205,8 +215,12 @@ class Timer:
 
     def __init__(self, device=None, method: str = "auto", duty_gap_factor: Optional[float] = None,
                  duty_min_call_ms: Optional[float] = None, queued: bool = True,
-                 flush_style: str = "solforge", backend: Optional[str] = None):
+                 flush_style: str = "solforge", backend: Optional[str] = None,
+                 strict_streams: bool = False):
         self.device = torch.device(device or "cuda")
+        # a candidate's measurement: GPU records on any stream but the given one raise SideStreams
+        # (an eager reference's own library streams are its business)
+        self.strict_streams = bool(strict_streams)
         self.flush_buf = torch.empty(flush_size(_l2_bytes(self.device), flush_style),
                                      dtype=torch.uint8, device=self.device)
         self.method = method
@@ -341,6 +355,8 @@ class Timer:
                 t = self._measure_cupti(call, reps, gap, setup)
                 self._cupti_ok = True
                 return t
+            except SideStreams:
+                raise
             except TimingError as e:
                 if self.method == "cupti":
                     raise
@@ -388,7 +404,7 @@ class Timer:
         finally:
             self._batch = None
         events = self._close_session(opened, ok=True)
-        _split_batch(events, pending, opened[0])
+        _split_batch(events, pending, opened[0], self.strict_streams)
         return out
 
     def _cupti_session(self) -> Optional["CuptiPython"]:
@@ -480,7 +496,8 @@ class Timer:
                 self.backend = backend = "kineto"
         if events is None:
             events = _kineto_collect(body)
-        t = _split_calls(events, reps, stride=2 if setup is not None else 1)
+        t = _split_calls(events, reps, stride=2 if setup is not None else 1,
+                         strict_streams=self.strict_streams)
         t.backend = backend
         return t
 
@@ -657,11 +674,17 @@ def _gpu_events(prof) -> list[tuple[int, int, str, int]]:
     return out
 
 
-def _split_calls(events, reps: int, stride: int = 1) -> Timing:
+def _split_calls(events, reps: int, stride: int = 1, strict_streams: bool = False) -> Timing:
     """Cut the event list at the marker kernels. stride 1: [marker][flush][call] per call and a
     closing marker; stride 2 (with setup): [marker][setup][marker][flush][call] per call, the
-    setup windows skipped, and a closing marker."""
+    setup windows skipped, and a closing marker. strict_streams: any record on a stream other than
+    the first marker's raises SideStreams before anything else is checked."""
     markers = [i for i, ev in enumerate(events) if "spin_kernel" in ev[2]]
+    if strict_streams and markers:
+        base = events[markers[0]][3]
+        other = [e for e in events if e[3] != base]
+        if other:
+            raise SideStreams({e[3] for e in other}, {e[2] for e in other})
     if len(markers) != stride * reps + 1:
         raise TimingError(f"expected {stride * reps + 1} marker kernels, found {len(markers)}")
     samples, streams, names, counts = [], set(), set(), []
@@ -686,7 +709,7 @@ def _split_calls(events, reps: int, stride: int = 1) -> Timing:
                   kernels_per_call=sum(counts) / len(counts), base_stream=events[markers[0]][3])
 
 
-def _split_batch(events, pending: list, backend: str) -> None:
+def _split_batch(events, pending: list, backend: str, strict_streams: bool = False) -> None:
     """Give each measurement of one session (Timer.batched) its Timing: measurement k owns the
     next stride x reps + 1 marker kernels in start order, and only its windows between them."""
     markers = [i for i, ev in enumerate(events) if "spin_kernel" in ev[2]]
@@ -697,7 +720,7 @@ def _split_batch(events, pending: list, backend: str) -> None:
     off = 0
     for p in pending:
         last = off + p.stride * p.reps
-        t = _split_calls(events[markers[off]: markers[last] + 1], p.reps, p.stride)
+        t = _split_calls(events[markers[off]: markers[last] + 1], p.reps, p.stride, strict_streams)
         t.backend = backend
         p.timing = t
         off = last + 1

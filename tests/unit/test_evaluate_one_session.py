@@ -43,6 +43,7 @@ class _Gpu:
         t._cupti_ok, t._batch, t.cupti_error = None, None, ""
         t.duty_gap_factor, t.duty_min_call_ms, t.paced_warmup_ms = 0.0, 0.5, 100.0
         t.last_warmup_calls, t.last_gap_s, t.last_call_ms = 0, 0.0, None
+        t.strict_streams = True  # a candidate's timer: every record on the given stream
         t.flush = lambda: self.run(FLUSH, 40_000)
 
         def open_session():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from solforge import settings
-from solforge.evaluate.timing import TimingError, _split_calls, duty_gap_s, is_steady
+from solforge.evaluate.timing import SideStreams, TimingError, _split_calls, duty_gap_s, is_steady
 
 MARK = "void at::native::(anonymous namespace)::spin_kernel(long)"
 FLUSH = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<unsigned char>>"
@@ -85,6 +85,27 @@ def test_split_calls_rejects_a_missing_flush():
           _ev(200, 201, MARK)]
     with pytest.raises(TimingError):
         _split_calls(ev, 2)
+
+
+def test_a_side_stream_kernel_ahead_of_the_flush_is_named_not_taken_for_it():
+    """A kernel on a stream of its own that starts between the marker and the flush is the first
+    record of each window: read window by window it is taken for the flush (and the flush for the
+    call's work), so the call's streams look like the given one alone. Strict (a candidate's
+    measurement), every record's stream is checked first: SideStreams, the side-stream guard's
+    evidence. An eager reference's timer keeps the window reading."""
+    ev = []
+    t = 0.0
+    for k in range(2):
+        ev += [_ev(t, t + 1, MARK), _ev(t + 1.5, t + 40, "side_work", stream=13),
+               _ev(t + 2, t + 10, FLUSH), _ev(t + 20, t + 30, "k")]
+        t += 100
+    ev += [_ev(t, t + 1, MARK)]
+    assert _split_calls(sorted(ev), 2).side_streams == set()   # what the window reading saw
+    with pytest.raises(SideStreams) as strict:
+        _split_calls(sorted(ev), 2, strict_streams=True)
+    assert strict.value.streams == {13} and strict.value.names == {"side_work"}
+    honest = [e for e in ev if e[3] == 7]
+    assert _split_calls(sorted(honest), 2, strict_streams=True).n == 2
 
 
 # ── SOL-ExecBench's window: queued calls, count-based warm-up, flush size ───────────────────────
