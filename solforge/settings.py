@@ -88,6 +88,10 @@ class Settings:
     # (benchmarks/eval_throughput.py's at_done against after_spare, 2026-12-04); 0: always wait for
     # the exit (evaluate/runner.py)
     eval_return_at_done_bytes: int = 8 << 30
+    # evaluations sharing a GPU (evaluate/gpu_share.py): a younger one waits for the timing section
+    # while an older one that has timed is between its sections, at most this many seconds, so
+    # evaluations end one after another instead of advancing a workload each in lockstep
+    gpu_share_hold_s: float = 30.0
     # a candidate faster than this fraction of T_sol is rejected as impossible
     sol_floor_fraction: float = 0.5
     # launch plans of several GPU operations (workspace memset + kernels) as one CUDA graph, so

@@ -17,6 +17,15 @@ waiting there too. Without it the gate handed the timing section round the lanes
 so six long evaluations advanced in lockstep and all ended near the sum of their times (a process's
 clock stops while it waits, so none timed out), none within a device call; oldest first, they end
 one after another. Shared sections are not ordered: correctness work still overlaps anyone's.
+
+Oldest first between sections too: a process that has had the timing section leaves a mark in
+`<lock>.active/` for as long as it lives, and a younger one waits for the section while an older
+marked process is between its sections (its next workload's correctness work), for at most
+`settings.gpu_share_hold_s`. Without it the oldest-first order held only among processes waiting at
+the same instant: the oldest, back at its shared work, let the next one time a workload, and three
+evaluations of slow plans on three lanes of an H200 advanced in lockstep and none ended within 380 s
+(2026-12-04). The bound keeps an older process's long shared work (a reference whose input
+generator loops in Python) from idling the GPU's timing for long.
 """
 
 from __future__ import annotations
@@ -46,6 +55,28 @@ def _since_ns() -> int:
     return _since[1]
 
 
+def _hold_s() -> float:
+    from .. import settings
+
+    return float(settings.get().gpu_share_hold_s)
+
+
+def _older_active(active: Path, mine: str) -> bool:
+    """A live process older than `mine` has had the timing section (its mark); dead ones' marks
+    are removed on the way."""
+    for t in active.iterdir():
+        if t.name >= mine:
+            continue
+        try:
+            pid = int(t.name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid_alive(pid):
+            return True
+        t.unlink(missing_ok=True)
+    return False
+
+
 def _oldest_waiting(queue: Path) -> Optional[str]:
     """The oldest live ticket in the queue; a dead process's ticket is removed on the way."""
     best = None
@@ -63,7 +94,7 @@ def _oldest_waiting(queue: Path) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def _gate(path: str, gate, exclusive: bool):
+def _gate(path: str, gate, exclusive: bool, mark: bool = False):
     """Holding the gate; for an exclusive section, only once no older live process waits for one
     (see the module's docstring). The ticket stays until the caller holds the lock."""
     if not exclusive:
@@ -73,18 +104,23 @@ def _gate(path: str, gate, exclusive: bool):
         finally:
             fcntl.flock(gate, fcntl.LOCK_UN)
         return
-    queue = Path(path + ".queue")
+    queue, active = Path(path + ".queue"), Path(path + ".active")
     queue.mkdir(exist_ok=True)
+    active.mkdir(exist_ok=True)
     ticket = queue / f"{_since_ns():020d}-{os.getpid()}"
     ticket.touch()
+    hold_until = time.monotonic() + _hold_s()
     try:
         while True:
-            while _oldest_waiting(queue) not in (ticket.name, None):
+            while _oldest_waiting(queue) not in (ticket.name, None) or (
+                    time.monotonic() < hold_until and _older_active(active, ticket.name)):
                 time.sleep(POLL_S)
             fcntl.flock(gate, fcntl.LOCK_EX)
             if _oldest_waiting(queue) in (ticket.name, None):
                 break
             fcntl.flock(gate, fcntl.LOCK_UN)     # an older one came while this one waited at the gate
+        if mark:                                 # an evaluation that has timed: younger ones let it finish
+            (active / ticket.name).touch()
         try:
             yield
         finally:
@@ -94,15 +130,18 @@ def _gate(path: str, gate, exclusive: bool):
 
 
 @contextlib.contextmanager
-def held(path: str, exclusive: bool):
+def held(path: str, exclusive: bool, mark: bool = False):
     """The lock file `path` held shared or exclusively, through the gate (a no-op without a path).
-    Also the baseline scheduler's lease on a GPU (solforge.baselines.plan.gpu_lease)."""
+    Also the baseline scheduler's lease on a GPU (solforge.baselines.plan.gpu_lease). `mark`: an
+    evaluation's timing section, which leaves this process's mark in `<lock>.active/` (younger
+    evaluations let it finish); a long-lived holder (a lease, a parent that runs an evaluation
+    alone) leaves none."""
     if not path:
         yield
         return
     _since_ns()
     with open(path, "a+") as lock, open(path + ".gate", "a+") as gate:
-        with _gate(path, gate, exclusive):
+        with _gate(path, gate, exclusive, mark):
             fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -111,7 +150,9 @@ def held(path: str, exclusive: bool):
 
 
 def _held(exclusive: bool, path: str = ""):
-    return held(path or os.environ.get(ENV, "").strip(), exclusive)
+    # an evaluation's own sections come through $SOLFORGE_GPU_SHARE; a caller naming the lock file
+    # is not an evaluation that times a workload at a time
+    return held(path or os.environ.get(ENV, "").strip(), exclusive, mark=exclusive and not path)
 
 
 def shared():

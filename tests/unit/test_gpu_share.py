@@ -97,3 +97,83 @@ def test_a_dead_process_ticket_does_not_block(tmp_path, monkeypatch):
         pass
     assert time.time() - t0 < 2
     assert not list(queue.iterdir())
+
+
+def _evaluation(path, since_ns, plan, log):
+    """An evaluation's sections in order: ("alone" | "shared", seconds)."""
+    os.environ[gpu_share.ENV] = path
+    os.environ[gpu_share.SINCE_ENV] = str(since_ns)
+    for kind, secs in plan:
+        with (gpu_share.alone() if kind == "alone" else gpu_share.shared()):
+            if kind == "alone":
+                log.put((since_ns, time.time()))
+            time.sleep(secs)
+
+
+def _alone_order(tmp_path, monkeypatch, hold_s, older_shared_s):
+    """An older evaluation times, does its next workload's correctness work (shared), and times
+    again; a younger one asks for the timing section while the older one times the first time.
+    The order in which their timing sections ran."""
+    monkeypatch.setenv("SOLFORGE_GPU_SHARE_HOLD_S", str(hold_s))
+    path = str(tmp_path / "gpu.lock")
+    ctx = mp.get_context("fork")
+    log = ctx.Queue()
+    older = ctx.Process(target=_evaluation, args=(path, 100, [("alone", 0.3), ("shared", older_shared_s),
+                                                             ("alone", 0.1)], log))
+    younger = ctx.Process(target=_evaluation, args=(path, 200, [("alone", 0.1)], log))
+    older.start()
+    time.sleep(0.15)                                 # the older one is timing
+    younger.start()
+    for p in (older, younger):
+        p.join(20)
+    return [log.get(timeout=5)[0] for _ in range(3)]
+
+
+def test_an_older_evaluation_between_its_timing_sections_keeps_its_turn(tmp_path, monkeypatch):
+    """Oldest first across an evaluation's sections, not only among processes waiting at the same
+    instant: while the older one does its next workload's correctness work, the younger waits for
+    it rather than timing in between (lanes advancing a workload each in lockstep ended none of
+    three slow evaluations within 380 s on an H200)."""
+    assert _alone_order(tmp_path, monkeypatch, hold_s=30, older_shared_s=0.5) == [100, 100, 200]
+
+
+def test_the_wait_for_an_older_evaluation_is_bounded(tmp_path, monkeypatch):
+    """An older evaluation's long shared work (a reference's slow input generator) holds a younger
+    one's timing back for gpu_share_hold_s at most, then the younger one times in between."""
+    assert _alone_order(tmp_path, monkeypatch, hold_s=0.2, older_shared_s=1.5) == [100, 200, 100]
+
+
+def test_a_lock_held_by_path_leaves_no_mark(tmp_path, monkeypatch):
+    """A long-lived holder (the optimize process running an evaluation alone, a baseline lease)
+    names the lock file: it is no evaluation between workloads, and younger ones do not wait for it."""
+    monkeypatch.delenv(gpu_share.ENV, raising=False)
+    path = str(tmp_path / "gpu.lock")
+    with gpu_share.alone(path):
+        pass
+    assert not list((tmp_path / "gpu.lock.active").iterdir())
+    monkeypatch.setenv(gpu_share.ENV, path)
+    with gpu_share.alone():
+        pass
+    assert [t.name.rsplit("-", 1)[1] for t in (tmp_path / "gpu.lock.active").iterdir()] == [str(os.getpid())]
+
+
+def test_an_exited_process_not_yet_reaped_is_not_alive():
+    """A lane's evaluation that has exited but whose parent has not reaped it yet (a zombie) holds
+    no one back: it is not alive."""
+    from solforge.procs import pid_alive
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.time() + 10
+        while pid_alive(pid) and time.time() < deadline:
+            time.sleep(0.01)
+        assert not pid_alive(pid)
+        assert os.waitpid(pid, os.WNOHANG)[0] == pid      # it was a zombie: this reaps it
+    finally:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    assert pid_alive(os.getpid())
