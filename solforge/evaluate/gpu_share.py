@@ -61,36 +61,30 @@ def _hold_s() -> float:
     return float(settings.get().gpu_share_hold_s)
 
 
-def _older_active(active: Path, mine: str) -> bool:
-    """A live process older than `mine` has had the timing section (its mark); dead ones' marks
-    are removed on the way."""
-    for t in active.iterdir():
-        if t.name >= mine:
-            continue
+def _live(folder: Path) -> list:
+    """The names of the tickets or marks in `folder` whose process lives; a dead one's is removed on
+    the way."""
+    live = []
+    for t in folder.iterdir():
         try:
             pid = int(t.name.rsplit("-", 1)[1])
         except (IndexError, ValueError):
             continue
         if pid_alive(pid):
-            return True
-        t.unlink(missing_ok=True)
-    return False
+            live.append(t.name)
+        else:
+            t.unlink(missing_ok=True)
+    return live
+
+
+def _older_active(active: Path, mine: str) -> bool:
+    """A live process older than `mine` has had the timing section (its mark)."""
+    return any(name < mine for name in _live(active))
 
 
 def _oldest_waiting(queue: Path) -> Optional[str]:
-    """The oldest live ticket in the queue; a dead process's ticket is removed on the way."""
-    best = None
-    for t in queue.iterdir():
-        try:
-            pid = int(t.name.rsplit("-", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if not pid_alive(pid):
-            t.unlink(missing_ok=True)
-            continue
-        if best is None or t.name < best:
-            best = t.name
-    return best
+    """The oldest live ticket in the queue."""
+    return min(_live(queue), default=None)
 
 
 @contextlib.contextmanager
