@@ -29,10 +29,14 @@ def outcome_of_report(report) -> Outcome:
                f"{getattr(report, 'stderr_tail', '')[-300:]}")
     else:
         bad = [w for w in wls if w.status == "incorrect"]
+        skipped = [w for w in wls if w.status == "skipped"]
         status = AttemptOutcome.INCORRECT
-        msg = f"incorrect on {len(bad)}/{len(wls)} workloads" + (
-            f"; first: {bad[0].uuid[:8]} max_abs_err={bad[0].max_abs_err} {bad[0].error[:200]}"
-            if bad else "")
+        if bad:
+            msg = (f"incorrect on {len(bad)}/{len(wls)} workloads; first: {bad[0].uuid[:8]} "
+                   f"max_abs_err={bad[0].max_abs_err} {bad[0].error[:200]}")
+        else:  # not correct on every workload, but none wrong: say why they did not run
+            msg = (f"not evaluated on {len(skipped)}/{len(wls)} workloads"
+                   + (f"; first: {skipped[0].uuid[:8]} {skipped[0].error[:200]}" if skipped else ""))
     from ..evaluate.phase_totals import flat_seconds
 
     hw = getattr(report, "hardware", None)

@@ -196,6 +196,10 @@ class _InputsFailed(Exception):
 def _make(factory: InputFactory, r: int) -> dict:
     try:
         return factory.make(r)
+    except torch.cuda.OutOfMemoryError:
+        # the device's memory, not the problem's inputs: an OOM verdict, which lanes sharing a GPU
+        # retry alone (orchestrate.evaluation); "skipped" would read as the candidate's fault
+        raise
     except Exception as e:  # noqa: BLE001
         raise _InputsFailed(f"{type(e).__name__}: {e}") from None
 
@@ -231,6 +235,8 @@ def _check(env: Env, rw, res: EvalResult):
     cfg, dev = env.config, env.device
     try:
         factory = InputFactory(rw, dev, custom_fn=env.custom_fn, blob_roots=env.blob_roots)
+    except torch.cuda.OutOfMemoryError:
+        raise  # as in _make
     except Exception as e:  # noqa: BLE001
         raise _InputsFailed(f"{type(e).__name__}: {e}") from None
     notes = list(factory.notes)

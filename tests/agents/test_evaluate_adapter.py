@@ -98,3 +98,37 @@ def test_out_of_memory_beside_other_lanes_runs_again_alone(cpu_lab, rmsnorm_prob
     out = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
     assert len(calls) == 1 and out.status is AttemptOutcome.RUNTIME_ERROR
     assert "shared_oom_retry" not in out.eval_phases
+
+
+def test_every_workload_skipped_is_not_called_incorrect():
+    """An attempt none of whose workloads ran (inputs or the reference failed) is not "incorrect on
+    0/N": its message says they were not evaluated, and why."""
+    out = outcome_of_report(RunReport("p", [
+        _r("a", "skipped", message="not evaluated: making inputs failed: ValueError: no"),
+        _r("b", "skipped", message="not evaluated: making inputs failed: ValueError: no")]))
+    assert out.status is AttemptOutcome.INCORRECT
+    assert out.message.startswith("not evaluated on 2/2 workloads") and "ValueError" in out.message
+    assert "incorrect on" not in out.message
+
+
+def test_out_of_memory_while_making_inputs_is_an_oom_verdict():
+    """Device memory running out while a workload's inputs are made is the OOM verdict (which the
+    lanes of a shared GPU retry alone), not a workload skipped for bad inputs."""
+    import pytest
+    import torch
+
+    from solforge.evaluate import evaluator
+
+    class Factory:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def make(self, r):
+            raise self.exc
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        evaluator._make(Factory(torch.cuda.OutOfMemoryError("CUDA out of memory.")), 0)
+    with pytest.raises(evaluator._InputsFailed):
+        evaluator._make(Factory(ValueError("bad shape")), 0)
+    status, _ = evaluator.classify_exception(torch.cuda.OutOfMemoryError("CUDA out of memory."))
+    assert status.value == "oom"
