@@ -42,7 +42,8 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
              no_tools: bool = False, offline: bool = False, job: Optional[str] = None,
              gpu_limit: Optional[str] = None, db: Optional[str] = None,
              eval_timeout_for: Optional[str] = None, refcache: Optional[str] = None,
-             refcache_max_ref_s: float = 120.0, refcache_dir: Optional[str] = None) -> dict:
+             refcache_max_ref_s: float = 120.0, refcache_dir: Optional[str] = None,
+             screen_workloads: Optional[int] = None) -> dict:
     """Optimize kernels for the selected problems.
 
     problems: names, SUBSET/name or globs over the store's problems (solforge.problem.select; terms
@@ -63,6 +64,9 @@ def optimize(problems: Optional[str] = "FlashInfer-Bench/*rmsnorm*", subset: Opt
     eval_timeout_for: per-problem evaluation limits, "PATTERN=SECONDS,..." (first match wins).
     refcache / refcache_max_ref_s / refcache_dir: problems whose slow references run once per run in a
         trusted process (docs/refcache.md), the longest reference call kept, where the cache lives.
+    screen_workloads: where a problem has a timed best on this GPU model, a candidate runs on this
+        many representative workloads first and on the rest only if it could be a new best there
+        (None: settings; 0: every workload).
     """
     given = dict(locals())
     logger = get_run_logger()

@@ -43,6 +43,12 @@ class Settings:
     # other lanes' timing excluded): a kernel that never returns (a pipeline barrier waiting for
     # bytes that never arrive) is killed here rather than at eval_timeout_s; 0: no limit
     workload_timeout_s: float = 120.0
+    # screening in search (evaluate/screening.py, orchestrate/evaluation.py): a candidate of a problem
+    # that has a timed best on this GPU model runs on this many representative workloads first
+    # (smallest, largest, evenly between) and on the rest only where it could be a new best there
+    # (within 5% of the best's geomean time); 0: every workload. Off until eval_throughput has
+    # measured it on the GPU; `solforge optimize --screen K` turns it on for a run
+    screen_workloads: int = 0
     warmup_ms: float = 25.0
     rep_count: int = 50
     correctness_rounds: int = 3

@@ -5,6 +5,7 @@ eval_results rows, the hardware row, how the evaluation spent its time). Scoring
 
 from __future__ import annotations
 
+from ..evaluate.screening import SCREENED_OUT
 from .outcome import AttemptOutcome, Outcome, WorkloadOutcome
 
 
@@ -17,7 +18,14 @@ def outcome_of_report(report) -> Outcome:
             max_rel_err=r.max_rel_err, matched_ratio=r.matched_ratio,
             median_ms=r.median_ms if st == "passed" else None, error=r.message or ""))
     statuses = {w.status for w in wls}
-    if wls and statuses == {"passed"}:
+    # a screened-out report (evaluate/screening.py): the workloads it did not run say nothing
+    ran = [w for w in wls if not (w.status == "skipped" and w.error == SCREENED_OUT)]
+    if getattr(report, "mode", "full") == "screen" and ran and len(ran) < len(wls) and \
+            all(w.status == "passed" for w in ran):
+        status = AttemptOutcome.SCREENED
+        msg = (f"screened out: correct on the {len(ran)} workloads it ran but not faster than the "
+               f"best known there; the other {len(wls) - len(ran)} not run")
+    elif wls and statuses == {"passed"}:
         status, msg = AttemptOutcome.OK, "correct on every workload"
     elif "timeout" in statuses or getattr(report, "killed", False):
         status, msg = AttemptOutcome.TIMEOUT, "timed out"
@@ -29,7 +37,7 @@ def outcome_of_report(report) -> Outcome:
                f"{getattr(report, 'stderr_tail', '')[-300:]}")
     else:
         bad = [w for w in wls if w.status == "incorrect"]
-        skipped = [w for w in wls if w.status == "skipped"]
+        skipped = [w for w in ran if w.status == "skipped"]
         status = AttemptOutcome.INCORRECT
         if bad:
             msg = (f"incorrect on {len(bad)}/{len(wls)} workloads; first: {bad[0].uuid[:8]} "

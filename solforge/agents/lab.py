@@ -97,6 +97,8 @@ class Lab:
         self.baseline_reps = 20
         self.eval_timeout_s: Optional[float] = None  # per candidate; None: settings.eval_timeout_s
         self.eval_timeout_overrides: list = []  # [(problem pattern, seconds)], first match wins
+        self.screen_workloads = 0  # workloads a candidate screens on before the rest (0: all at once)
+        self.last_hardware_id: Optional[str] = None  # what this run's evaluations report (screening)
         self.refcaches = None  # solforge.orchestrate.refcache.RefCaches, when references are cached
         self._sols: dict[str, list[WorkloadSol]] = {}
 

@@ -25,11 +25,14 @@ class AttemptOutcome(str, Enum):
     INCORRECT = "incorrect"          # ran, but at least one workload does not match the reference
     RUNTIME_ERROR = "runtime_error"  # crashed, faulted or was rejected by a guard
     TIMEOUT = "timeout"
+    SCREENED = "screened"            # correct on the few workloads it was screened on, but not faster
+                                     # than the best known there: the rest were not run
     PENDING = "pending"              # written before evaluation; completed later
 
     @property
     def failed(self) -> bool:
-        return self not in (AttemptOutcome.OK, AttemptOutcome.COMPILED, AttemptOutcome.PENDING)
+        return self not in (AttemptOutcome.OK, AttemptOutcome.COMPILED, AttemptOutcome.PENDING,
+                            AttemptOutcome.SCREENED)
 
 
 @dataclass

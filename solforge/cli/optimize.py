@@ -62,6 +62,10 @@ def register(sub) -> None:
     e.add_argument("--eval-timeout-for", metavar="PATTERN=SECONDS[,...]",
                    help="per-problem evaluation limits (glob or substring of the problem name; the "
                         "first match wins over --eval-timeout-s)")
+    e.add_argument("--screen", type=int, metavar="K", dest="screen_workloads",
+                   help="where the problem has a timed best on this GPU model, evaluate a candidate on "
+                        "K representative workloads first and on the rest only if it could be a new "
+                        "best there (default settings.screen_workloads; 0: every workload)")
     e.add_argument("--refcache", metavar="PATTERNS",
                    help="problems (comma-separated globs/substrings) whose reference outputs are "
                         "computed once per run by a trusted process and reused by every candidate "

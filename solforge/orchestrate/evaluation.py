@@ -52,34 +52,66 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
         extra = caches.job_for(lab, problem, pool)  # fills once per problem and run (own GPU slot)
         if extra:
             job.update(extra)
-    with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
-        stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
-                                       compile_result=compiled, job=job)
+    spent = {"wall": 0.0, "shared": 0.0}
+
+    def run(uuids):
+        """One evaluator process over these workloads (None: all) on a slot; again alone where it ran
+        out of memory beside other lanes."""
         with pool.slot(label=label) as slot, (hold(slot) if hold else contextlib.nullcontext()):
-            report, wall = _run(runner, stage, slot, timeout_s, pool.lanes)
-        shared_s = 0.0
+            report, wall = _run(runner, stage, slot, timeout_s, pool.lanes, uuids)
         if pool.lanes > 1 and ran_out_of_memory(report) and not gpu_lost(report):
             # out of memory beside the other lanes' inputs, outputs and caches: not the candidate's
             # verdict until it has the GPU's memory to itself (the first try's time is reported)
             log.info("%s ran out of memory beside other lanes: evaluating it alone on GPU %s",
                      label, slot.gpu)
-            shared_s = wall
+            spent["shared"] += wall
             with pool.alone(slot.gpu, label=label) as slot, \
                     (hold(slot) if hold else contextlib.nullcontext()):
-                report, wall = _run(runner, stage, slot, timeout_s, 1)
-    if gpu_lost(report):
-        raise GpuLost(f"GPU {slot.gpu}: evaluator lost (exit {report.exit_code}): "
-                      f"{(report.stderr_tail or '')[-300:]}")
+                report, wall = _run(runner, stage, slot, timeout_s, 1, uuids)
+        spent["wall"] += wall
+        if gpu_lost(report):
+            raise GpuLost(f"GPU {slot.gpu}: evaluator lost (exit {report.exit_code}): "
+                          f"{(report.stderr_tail or '')[-300:]}")
+        if report.hardware is not None:
+            lab.last_hardware_id = report.hardware.hardware_id
+        return report
+
+    with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
+        stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
+                                       compile_result=compiled, job=job)
+        best = _best_times(lab, problem)
+        k = getattr(lab, "screen_workloads", 0) or 0
+        if best and 0 < k < len(problem.workloads):
+            from ..evaluate import screening
+
+            report = screening.screen_then_full(
+                run, [w.uuid for w in problem.workloads],
+                screening.screen_workloads(problem.workloads, k),
+                lambda first: screening.could_beat(first, best))
+        else:
+            report = run(None)
     out = outcome_of_report(report)
-    out.eval_seconds = wall + shared_s
-    out.gpu_seconds = (out.gpu_seconds or wall) + shared_s
-    if shared_s:
-        out.eval_phases["shared_oom_retry"] = shared_s
+    out.eval_seconds = spent["wall"] + spent["shared"]
+    out.gpu_seconds = (out.gpu_seconds or spent["wall"]) + spent["shared"]
+    if spent["shared"]:
+        out.eval_phases["shared_oom_retry"] = spent["shared"]
     return out
 
 
-def _run(runner, stage, slot, timeout_s: float, lanes: int):
-    """One run of the staged evaluation on `slot`: (RunReport, wall seconds)."""
+def _best_times(lab, problem) -> dict:
+    """The best timed attempt's per-workload times on the GPU model this run's evaluations have
+    reported (none before the first report: the first evaluation of a run is never screened)."""
+    hw = getattr(lab, "last_hardware_id", None)
+    if not hw or getattr(lab, "store", None) is None or not getattr(lab, "screen_workloads", 0):
+        return {}
+    from ..store import attempt_queries
+
+    return attempt_queries.best_times(lab.store, problem.name, hw)
+
+
+def _run(runner, stage, slot, timeout_s: float, lanes: int, workloads=None):
+    """One run of the staged evaluation on `slot` (these workload uuids; None: all): (RunReport,
+    wall seconds)."""
     from .. import settings
 
     t0 = time.perf_counter()
@@ -88,7 +120,7 @@ def _run(runner, stage, slot, timeout_s: float, lanes: int):
     # that hangs is killed at its workload limit instead of holding every lane behind it
     report = runner.run_stage(stage, timeout_s=timeout_s, wall_cap_s=timeout_s * lanes,
                               workload_timeout_s=settings.get().workload_timeout_s or None,
-                              env=slot.env)
+                              env=slot.env, workloads=workloads)
     return report, time.perf_counter() - t0
 
 

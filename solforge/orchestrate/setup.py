@@ -37,6 +37,7 @@ class OptimizeParams:
     timing_budget_s: Optional[float] = None
     eval_timeout_s: Optional[float] = None   # per candidate; None: settings.eval_timeout_s
     eval_timeout_for: Optional[str] = None   # "PATTERN=SECONDS,..." per-problem limits (first match)
+    screen_workloads: Optional[int] = None   # workloads a candidate screens on; None: settings
     refcache: Optional[str] = None           # problems (globs/substrings) whose reference outputs are
     refcache_max_ref_s: float = 120.0        # cached per run (evaluate/refcache.py); a workload whose
     refcache_dir: Optional[str] = None       # reference call runs over max_ref_s is left out
@@ -51,7 +52,7 @@ class OptimizeParams:
     def resume_parts(self) -> dict:
         """What identifies the job for resume: everything but where it runs and how it is stored."""
         d = asdict(self)
-        for k in ("gpus", "lanes", "db", "api_key_env", "api_base", "refcache_dir"):
+        for k in ("gpus", "lanes", "db", "api_key_env", "api_base", "refcache_dir", "screen_workloads"):
             d.pop(k)
         return d
 
@@ -216,6 +217,7 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
     lab.baseline_reps = p.baseline_reps
     lab.eval_timeout_s = p.eval_timeout_s
     lab.eval_timeout_overrides = parse_timeouts(p.eval_timeout_for)
+    lab.screen_workloads = cfg.screen_workloads if p.screen_workloads is None else p.screen_workloads
     if p.refcache:
         from pathlib import Path
 

@@ -32,6 +32,18 @@ def best_row(store: Store, problem: str, live: Sequence[str]) -> Optional[dict]:
         "ORDER BY sol_score DESC NULLS LAST, created_at DESC LIMIT 1", [problem, *live])
 
 
+def best_times(store: Store, problem: str, hardware_id: str) -> dict[str, float]:
+    """{workload uuid: median ms} of the problem's best timed attempt (highest SOL score, correct on
+    every workload) measured on this hardware (GPU model, driver, CUDA); empty when there is none."""
+    rows = store.query(
+        "WITH best AS (SELECT a.id FROM attempts a WHERE a.problem = ? AND a.outcome = 'ok' "
+        "AND a.sol_score IS NOT NULL AND EXISTS (SELECT 1 FROM eval_results e "
+        "WHERE e.attempt_id = a.id AND e.hardware_id = ?) ORDER BY a.sol_score DESC LIMIT 1) "
+        "SELECT e.workload_uuid, e.median_ms FROM eval_results e JOIN best b ON e.attempt_id = b.id "
+        "WHERE e.status = 'passed' AND e.median_ms IS NOT NULL", [problem, hardware_id])
+    return {r["workload_uuid"]: float(r["median_ms"]) for r in rows}
+
+
 def population_rows(store: Store, problem: str, k: int, live: Sequence[str]) -> list[dict]:
     """The k best attempts whose outcome is in `live`, one per distinct source."""
     return store.query(

@@ -4,6 +4,8 @@ plumbing (stage, spawn, JSON lines, RunReport -> Outcome, eval_results rows) is 
 
 from __future__ import annotations
 
+import pytest
+
 from solforge.agents.evaluate_adapter import outcome_of_report
 from solforge.agents.outcome import AttemptOutcome
 from solforge.candidate import Candidate
@@ -53,7 +55,7 @@ def test_lanes_lengthen_the_wall_cap_not_the_own_time_limit(cpu_lab, rmsnorm_pro
 
     seen = []
 
-    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None):
+    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None, workloads=None):
         seen.append((timeout_s, wall_cap_s, workload_timeout_s))
         return RunReport(rmsnorm_problem.name, [])
     monkeypatch.setattr(runner, "run_stage", run_stage)
@@ -75,7 +77,7 @@ def test_out_of_memory_beside_other_lanes_runs_again_alone(cpu_lab, rmsnorm_prob
     uuids = [w.uuid for w in rmsnorm_problem.workloads]
     calls, pool = [], None
 
-    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None):
+    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None, workloads=None):
         held = pool.lanes - sum(1 for k in pool._free if k[0] == "0")
         calls.append((held, wall_cap_s))
         if len(calls) == 1:
@@ -132,3 +134,65 @@ def test_out_of_memory_while_making_inputs_is_an_oom_verdict():
         evaluator._make(Factory(ValueError("bad shape")), 0)
     status, _ = evaluator.classify_exception(torch.cuda.OutOfMemoryError("CUDA out of memory."))
     assert status.value == "oom"
+
+
+def test_screening_runs_a_few_workloads_first_once_a_best_is_known(cpu_lab, rmsnorm_problem,
+                                                                    monkeypatch):
+    """With screening on, a run's first evaluation runs every workload (no GPU model reported yet);
+    once the store holds a timed best on that GPU model, a candidate runs on K workloads first: twice
+    as slow as the best there, it stops ("screened", the rest not run, no SOL score); as fast, it runs
+    the rest too and is an ordinary verdict over every workload."""
+    from solforge.evaluate import runner
+    from solforge.evaluate.results import HardwareInfo
+    from solforge.orchestrate import attempts
+    from solforge.store import attempt_queries
+
+    uuids = [w.uuid for w in rmsnorm_problem.workloads]
+    assert len(uuids) > 3
+    hw = HardwareInfo(gpu_name="NVIDIA H200", driver="580", cuda_runtime="13.0",
+                      compute_capability="9.0")
+    calls, speed = [], {"ms": 0.01}
+
+    def run_stage(stage, timeout_s, env=None, wall_cap_s=None, workload_timeout_s=None, workloads=None):
+        calls.append(workloads)
+        return RunReport(rmsnorm_problem.name,
+                         [_r(u, "passed", median_ms=speed["ms"]) for u in (workloads or uuids)],
+                         hardware=hw, wall_s=0.5)
+    monkeypatch.setattr(runner, "run_stage", run_stage)
+    cand = Candidate.model_validate(candidate_json(RMSNORM_H128))
+    _, compiled = cpu_lab.compile(cand)
+    pool = GpuPool(["0"], cross_process=False)
+    cpu_lab.screen_workloads = 3
+
+    first = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
+    assert calls == [None] and first.status is AttemptOutcome.OK
+    assert cpu_lab.last_hardware_id == hw.hardware_id
+    # the best on record, through the store's own write path
+    aid = attempts.open_attempt(cpu_lab.store, rmsnorm_problem.name, cand, run_id=None, agent="offline")
+    for w in first.workloads:                           # as Lab.score fills them from the roofline
+        w.sol_score = 0.7
+    attempts.finish(cpu_lab.store, aid, first)
+    best = attempt_queries.best_times(cpu_lab.store, rmsnorm_problem.name, hw.hardware_id)
+    assert best == {u: 0.01 for u in uuids}
+    assert attempt_queries.best_times(cpu_lab.store, rmsnorm_problem.name, "another-gpu") == {}
+
+    calls.clear()
+    speed["ms"] = 0.02                                  # twice as slow: screened out
+    slow = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
+    assert len(calls) == 1 and len(calls[0]) == 3
+    assert slow.status is AttemptOutcome.SCREENED and not slow.status.failed
+    assert "screened out" in slow.message and slow.sol_score is None
+    assert sum(w.status == "passed" for w in slow.workloads) == 3
+    assert len(slow.workloads) == len(uuids)
+
+    calls.clear()
+    speed["ms"] = 0.0101                                # within the margin: every workload
+    even = evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
+    assert [len(c) for c in calls] == [3, len(uuids) - 3]
+    assert even.status is AttemptOutcome.OK and len(even.workloads) == len(uuids)
+    assert even.gpu_seconds == pytest.approx(1.0)       # both processes on the bill
+
+    calls.clear()
+    cpu_lab.screen_workloads = 0                        # off: one process over every workload
+    evaluate_pinned(cpu_lab, rmsnorm_problem, cand, compiled, pool, timeout_s=40.0)
+    assert calls == [None]
