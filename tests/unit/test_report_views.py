@@ -155,3 +155,22 @@ def test_views_reach_an_existing_database(tmp_path):
     s = Store(path)
     assert "070_views.sql" in s.applied_migrations
     assert s.query("SELECT * FROM v_leaderboard") == []
+
+
+def test_a_screened_attempt_is_not_a_failure(tmp_path):
+    """outcome 'screened' (optimize --screen: not faster than the best on the workloads it ran, the
+    rest not run) is a verdict of the search: v_failures lists neither it nor its unrun workloads,
+    while an incorrect attempt beside it stays listed."""
+    s = make_store(tmp_path / "s.duckdb")
+    s.insert_rows("attempts", [{"id": "a7", "run_id": "run1", "problem": "p_one",
+                                "status": "evaluated", "outcome": "screened", "created_at": _t(70),
+                                "updated_at": _t(71), "error": "screened: screened out"}])
+    s.insert_rows("eval_results", [
+        {"attempt_id": "a7", "workload_uuid": "w1", "status": "passed", "correct": True,
+         "median_ms": 1.0, "created_at": _t(71)},
+        {"attempt_id": "a7", "workload_uuid": "w2", "status": "skipped", "correct": None,
+         "message": "not evaluated: screened out", "created_at": _t(71)}])
+    rows = s.query("SELECT stage, kind, attempt_id FROM v_failures")
+    assert not [r for r in rows if r["attempt_id"] == "a7"]
+    assert ("attempt", "incorrect") in {(r["stage"], r["kind"]) for r in rows}
+    s.close()
