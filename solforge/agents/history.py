@@ -48,6 +48,27 @@ def best_attempt(store, problem: str) -> Optional[tuple[str, Candidate, Optional
         return None
 
 
+def launch_times(store):
+    """The LLM worker's LaunchTimes from the store: (problem, candidate) -> {kernel: ms}, each
+    kernel's time within a call (the profiler's records, eval_results.kernel_ms) averaged over the
+    workloads of the newest evaluation of that same source; {} when it was never timed so."""
+    def times(problem, cand: Candidate) -> dict:
+        rows = q.kernel_times_rows(store, problem.name, cand.source_hash())
+        per: dict[str, list] = {}
+        for r in rows:
+            for k, ms in (r["kernel_ms"] or {}).items():
+                per.setdefault(_kernel_name(k), []).append(float(ms))
+        return {k: sum(v) / len(rows) for k, v in per.items()} if rows else {}
+    return times
+
+
+def _kernel_name(recorded: str) -> str:
+    """The plan's kernel name of a profiler record's: demangled C++ names carry a return type,
+    template arguments and parameter types (`void k3_mm<64>(float*, int)`), extern "C" ones do not."""
+    name = recorded.split("(")[0].split("<")[0].strip()
+    return name.rsplit(" ", 1)[-1] if name else recorded
+
+
 def population(store, problem: str, k: int = 4) -> list[dict]:
     """The k best live candidates of a problem (distinct sources), for lineage and for seeding."""
     return q.population_rows(store, problem, k, _LIVE)

@@ -6,9 +6,11 @@ The plan comes from the compiler's public API only (solforge.compiler.api: the C
 traced op counts); per segment, the kind is read from the kernel's name as the compiler writes it
 (`k<i>_<op>`), and the source span from the source text (segments.py).
 
-Times per launch: the evaluator times the whole launch sequence of a call, so nothing records a
-kernel's own time yet. `LaunchTimes` is the seam for that: a callable (problem, candidate) ->
-{kernel name: ms}; when it gives nothing, the prompt says the split is not measured.
+Times per launch: the evaluator's profiler records every kernel of a call, and each workload's
+row keeps each kernel's median time within a call (eval_results.kernel_ms). `LaunchTimes` reads
+them: a callable (problem, candidate) -> {kernel name: ms} (agents.history.launch_times, the
+newest evaluation of the same source); when it gives nothing, the prompt says the split is not
+measured.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from .guards import GuardTripped
 from .inputs import InputFactory, clone_inputs, write_into
 from .results import EvalResult, EvalStatus
 from .timing import (NVIDIA_WARMUP_CALLS, BatchUnavailable, SideStreams, Timer, Timing, TimingError,
-                     default_backend, resolved)
+                     default_backend, resolved, top_kernels)
 
 
 def _setting(name: str):
@@ -456,6 +456,8 @@ def _timed_calls(env: Env, rw, res: EvalResult, plan: _TimingPlan) -> Callable[[
         res.median_ms, res.p10_ms, res.p90_ms = t.median_ms, t.p10_ms, t.p90_ms
         res.spread, res.n_reps, res.timing_method = t.spread, t.n, t.method
         res.extra["kernels_per_call"] = t.kernels_per_call
+        if t.kernel_ms:
+            res.extra["kernel_ms"] = top_kernels(t.kernel_ms)
         res.extra["n_sets"] = len(sets)
         res.extra["timing_window"] = "queued" if timer.queued else "synced"
         if t.backend:

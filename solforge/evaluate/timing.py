@@ -90,6 +90,9 @@ class Timing:
     base_stream: Optional[int] = None   # the stream the call was given (the marker's stream)
     note: str = ""
     backend: str = ""                   # cupti: "cupti-python" | "kineto"
+    # per kernel name: the median over the timed calls of its summed durations within a call (ms);
+    # a plan of several kernels shows which segment the time goes to (profiler records only)
+    kernel_ms: dict = field(default_factory=dict)
 
     @property
     def side_streams(self) -> set:
@@ -126,6 +129,19 @@ class Timing:
     def spread(self) -> float:
         m = self.median_ms
         return (self.p90_ms - self.p10_ms) / m if m and m > 0 else float("nan")
+
+
+OTHER_KERNELS = "(other kernels)"
+
+
+def top_kernels(kernel_ms: dict, n: int = 24) -> dict:
+    """The n kernels of most time (ms, rounded to ns), the rest summed under OTHER_KERNELS: plans of
+    thousands of launches keep one row of the store readable."""
+    ranked = sorted(kernel_ms.items(), key=lambda kv: -kv[1])
+    out = {k: round(v, 6) for k, v in ranked[:n]}
+    if len(ranked) > n:
+        out[OTHER_KERNELS] = round(sum(v for _, v in ranked[n:]), 6)
+    return out
 
 
 class TimingError(RuntimeError):
@@ -687,7 +703,7 @@ def _split_calls(events, reps: int, stride: int = 1, strict_streams: bool = Fals
             raise SideStreams({e[3] for e in other}, {e[2] for e in other})
     if len(markers) != stride * reps + 1:
         raise TimingError(f"expected {stride * reps + 1} marker kernels, found {len(markers)}")
-    samples, streams, names, counts = [], set(), set(), []
+    samples, streams, names, counts, per_call = [], set(), set(), [], []
     flush_name = None
     for k in range(reps):
         a = stride * k + stride - 1
@@ -705,8 +721,14 @@ def _split_calls(events, reps: int, stride: int = 1, strict_streams: bool = Fals
         streams.update(e[3] for e in work)
         names.update(e[2] for e in work)
         counts.append(len(work))
+        own: dict = {}
+        for e in work:
+            own[e[2]] = own.get(e[2], 0.0) + (e[1] - e[0]) / 1e6
+        per_call.append(own)
+    kernel_ms = {n: statistics.median(c.get(n, 0.0) for c in per_call) for n in names}
     return Timing(samples, "cupti", streams=streams, kernel_names=names,
-                  kernels_per_call=sum(counts) / len(counts), base_stream=events[markers[0]][3])
+                  kernels_per_call=sum(counts) / len(counts), base_stream=events[markers[0]][3],
+                  kernel_ms=kernel_ms)
 
 
 def _split_batch(events, pending: list, backend: str, strict_streams: bool = False) -> None:

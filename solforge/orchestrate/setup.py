@@ -188,6 +188,7 @@ def _ingest_shared(store, selector_terms: list[str], shared_dir, report) -> None
 def build(p: OptimizeParams, stages: Optional[Stages] = None,
           progress: Optional[Callable[[str], None]] = None, store=None) -> OptimizeLoop:
     from .. import settings
+    from ..agents import history
     from ..agents.lab import Lab
     from ..agents.llm import LlmWorker
     from ..agents.llm_client import LlmConfig
@@ -242,7 +243,8 @@ def build(p: OptimizeParams, stages: Optional[Stages] = None,
         llm_cfg = LlmConfig(model=model, api_base=p.api_base, api_key=api_key,
                             use_tools=not p.no_tools, max_dollars=p.max_dollars,
                             max_total_tokens=p.max_tokens, max_calls=p.max_calls)
-        loop.workers["llm"] = LlmWorker(llm_cfg, lab, on_call=loop.on_llm_call)
+        loop.workers["llm"] = LlmWorker(llm_cfg, lab, on_call=loop.on_llm_call,
+                                        launch_times=history.launch_times(store))
         loop.cfg.planner.llm_available = True
         loop.cfg.model = model
     return loop

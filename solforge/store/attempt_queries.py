@@ -44,6 +44,17 @@ def best_times(store: Store, problem: str, hardware_id: str) -> dict[str, float]
     return {r["workload_uuid"]: float(r["median_ms"]) for r in rows}
 
 
+def kernel_times_rows(store: Store, problem: str, source_hash: str) -> list[dict]:
+    """eval_results.kernel_ms ({kernel: ms}, one per workload) of the newest evaluated attempt of
+    this problem with this source that has them."""
+    return store.query(
+        "WITH a AS (SELECT t.id FROM attempts t WHERE t.problem = ? AND t.source_hash = ? "
+        "AND t.status = 'evaluated' AND EXISTS (SELECT 1 FROM eval_results e "
+        "WHERE e.attempt_id = t.id AND e.kernel_ms IS NOT NULL) ORDER BY t.created_at DESC LIMIT 1) "
+        "SELECT e.workload_uuid, e.kernel_ms FROM eval_results e JOIN a ON e.attempt_id = a.id "
+        "WHERE e.kernel_ms IS NOT NULL ORDER BY e.workload_uuid", [problem, source_hash])
+
+
 def population_rows(store: Store, problem: str, k: int, live: Sequence[str]) -> list[dict]:
     """The k best attempts whose outcome is in `live`, one per distinct source."""
     return store.query(

@@ -228,3 +228,32 @@ def test_a_plan_of_many_segments_keeps_to_its_budget():
         assert "`k59_out` (pointwise; not shown: prompt budget)" in text
         assert 'extern "C" __global__ void k0_out(const float* x, float* y, long long n) {\n' in text
     assert "its signature:" in text
+
+
+def test_launch_times_come_from_the_store(store):
+    """The LLM worker's per-segment times: eval_results.kernel_ms of the newest evaluation of the
+    same source, averaged over its workloads, the profiler's names brought back to the plan's
+    kernel names (demangled C++ names carry return type, template arguments and parameters); none
+    for a source never timed so. The plan prompt then shows each segment's share."""
+    from types import SimpleNamespace
+
+    from solforge.agents import history
+    from solforge.agents.outcome import AttemptOutcome, Outcome
+    from solforge.orchestrate import attempts
+
+    c = cand()
+    aid = attempts.open_attempt(store, "p", c, run_id=None, agent="offline")
+    rows = [{"workload_uuid": "w1", "status": "passed", "correct": True, "median_ms": 0.04,
+             "kernel_ms": {"k0_sum": 0.02, "k1_out": 0.01, "void tscale<2>(float*, long long)": 0.004}},
+            {"workload_uuid": "w2", "status": "passed", "correct": True, "median_ms": 0.08,
+             "kernel_ms": {"k0_sum": 0.06, "k1_out": 0.01}}]
+    attempts.finish(store, aid, Outcome(AttemptOutcome.OK, "ok", eval_rows=rows))
+    times = history.launch_times(store)
+    got = times(SimpleNamespace(name="p"), c)
+    assert got == pytest.approx({"k0_sum": 0.04, "k1_out": 0.01, "tscale": 0.002})
+    other = Candidate(**{**c.model_dump(), "sources": {"kernel.cu": SRC + "\n// another source\n"}})
+    assert times(SimpleNamespace(name="p"), other) == {}
+    plan = make_plan(c, {})
+    plan.launch_ms = got
+    text = render(plan)
+    assert "Measured time per segment" in text and "k0_sum 0.04 (77%)" in text

@@ -61,6 +61,26 @@ def test_split_calls_stride1_spans_first_start_to_last_end():
     assert tm.kernels_per_call == 2 and tm.side_streams == {9}
 
 
+def test_split_calls_times_each_kernel_of_a_plan():
+    """Per kernel name: its summed time within each call (a kernel launched twice in a call counts
+    twice), the median over the calls; the span of the call keeps the gaps, the kernels' times do
+    not. top_kernels keeps the largest and sums the rest."""
+    from solforge.evaluate.timing import OTHER_KERNELS, top_kernels
+
+    ev, t = [], 0.0
+    for k, mm_us in enumerate((10, 12, 40)):          # one slow outlier call for k0_mm
+        ev += [_ev(t, t + 1, MARK), _ev(t + 2, t + 10, FLUSH), _ev(t + 20, t + 20 + mm_us, "k0_mm"),
+               _ev(t + 70, t + 73, "k1_out"), _ev(t + 80, t + 83, "k1_out")]
+        t += 100
+    ev += [_ev(t, t + 1, MARK), _ev(t + 2, t + 10, FLUSH)]
+    tm = _split_calls(sorted(ev), 3)
+    assert tm.kernel_ms == pytest.approx({"k0_mm": 0.012, "k1_out": 0.006})
+    assert tm.samples_ms == pytest.approx([0.063] * 3)    # 20 -> 83 us, gaps included
+    top = top_kernels({"a": 3.0, "b": 2.0, "c": 1.0, "d": 0.5}, n=2)
+    assert top == {"a": 3.0, "b": 2.0, OTHER_KERNELS: 1.5}
+    assert top_kernels({"a": 1.0}) == {"a": 1.0}
+
+
 def test_split_calls_stride2_leaves_setup_out():
     """With a setup hook: [marker][setup][marker][flush][call] per call, closing marker. The
     setup's work (writing new values) must not land in any call's span."""
