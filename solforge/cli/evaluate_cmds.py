@@ -61,9 +61,20 @@ def _evaluate(args) -> int:
         record(s, aid, report, cr)
         print(f"attempt {aid}", file=sys.stderr)
     _show(args, report.to_json(), [(r.workload_uuid[:12], r.status.value, r.median_ms,
-                                    r.max_abs_err, r.message[:80]) for r in report.results],
-          ["workload", "status", "median_ms", "max_abs_err", "message"], f"evaluate {problem.name}")
+                                    _slowest_kernel(r), r.max_abs_err, r.message[:80])
+                                   for r in report.results],
+          ["workload", "status", "median_ms", "slowest kernel", "max_abs_err", "message"],
+          f"evaluate {problem.name}")
     return 0 if report.all_passed else 1
+
+
+def _slowest_kernel(r) -> str:
+    """The kernel of most time within a call and its share of the kernels' time ("" untimed)."""
+    ms = r.extra.get("kernel_ms") or {}
+    if not ms:
+        return ""
+    name, t = max(ms.items(), key=lambda kv: kv[1])
+    return f"{name[:40]} {100 * t / (sum(ms.values()) or 1):.0f}%"
 
 
 def _problem(args):

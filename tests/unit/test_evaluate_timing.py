@@ -316,3 +316,13 @@ def test_cupti_gpu_kinds_stay_on_and_untimed_records_are_dropped(monkeypatch):
 def test_cupti_gpu_is_a_backend(monkeypatch):
     monkeypatch.setenv("SOLFORGE_CUPTI_BACKEND", "cupti-gpu")
     assert timing_mod.default_backend() == "cupti-gpu"
+
+
+def test_evaluate_command_names_the_slowest_kernel():
+    """`solforge evaluate`'s table names each workload's kernel of most time and its share."""
+    from solforge.cli.evaluate_cmds import _slowest_kernel
+    from solforge.evaluate.results import EvalResult
+
+    r = EvalResult("u", "passed", extra={"kernel_ms": {"k0_mm": 0.03, "k1_out": 0.01}})
+    assert _slowest_kernel(r) == "k0_mm 75%"
+    assert _slowest_kernel(EvalResult("u", "incorrect")) == ""
