@@ -53,13 +53,22 @@ def launch_times(store):
     kernel's time within a call (the profiler's records, eval_results.kernel_ms) averaged over the
     workloads of the newest evaluation of that same source; {} when it was never timed so."""
     def times(problem, cand: Candidate) -> dict:
-        rows = q.kernel_times_rows(store, problem.name, cand.source_hash())
-        per: dict[str, list] = {}
-        for r in rows:
-            for k, ms in (r["kernel_ms"] or {}).items():
-                per.setdefault(_kernel_name(k), []).append(float(ms))
-        return {k: sum(v) / len(rows) for k, v in per.items()} if rows else {}
+        return mean_kernel_ms(q.kernel_times_rows(store, problem.name, cand.source_hash()))
     return times
+
+
+def attempt_kernel_ms(store, attempt_id: str) -> dict:
+    """{kernel: ms} of one attempt, averaged over its timed workloads ({} when none has them)."""
+    return mean_kernel_ms(q.attempt_kernel_times_rows(store, attempt_id))
+
+
+def mean_kernel_ms(rows: list[dict]) -> dict:
+    """Rows of eval_results.kernel_ms -> {plan kernel name: mean ms over the rows}, largest first."""
+    per: dict[str, float] = {}
+    for r in rows:
+        for k, ms in (r["kernel_ms"] or {}).items():
+            per[_kernel_name(k)] = per.get(_kernel_name(k), 0.0) + float(ms)
+    return {k: v / len(rows) for k, v in sorted(per.items(), key=lambda kv: -kv[1])} if rows else {}
 
 
 def _kernel_name(recorded: str) -> str:

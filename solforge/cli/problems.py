@@ -172,6 +172,7 @@ def find_problem(store, ref: str) -> dict:
 
 
 def problem_details(store, row: dict) -> dict:
+    from ..agents import history
     from ..store import report_queries as rq
 
     name = row["name"]
@@ -199,6 +200,7 @@ def problem_details(store, row: dict) -> dict:
         "warnings": row["warnings"] or [],
         "baselines": baselines, "roofline": roofline,
         "best_attempt": best[0] if best else None,
+        "best_kernel_ms": history.attempt_kernel_ms(store, best[0]["id"]) if best else {},
         "attempts": {a["status"]: a["n"] for a in attempts},
     }
 
@@ -270,6 +272,12 @@ def cmd_show(args) -> int:
         con.print(f"best attempt {b['id']} ({b['agent']}, {b['language']}): mean SOL score "
                   f"{_num(b['mean_sol_score'])}, mean speedup {_num(b['mean_speedup'])} over "
                   f"{b['workloads']} workloads", highlight=False, markup=False)
+        ms = info["best_kernel_ms"]
+        if ms:
+            total = sum(ms.values()) or 1.0
+            con.print("  its time per call by kernel (mean over workloads): " + ", ".join(
+                f"{k} {v:.4g} ms ({100 * v / total:.0f}%)" for k, v in list(ms.items())[:6])
+                + (f", {len(ms) - 6} more" if len(ms) > 6 else ""), highlight=False, markup=False)
     if info["warnings"]:
         con.print(f"{len(info['warnings'])} warnings, e.g. {info['warnings'][0]}",
                   highlight=False, markup=False)

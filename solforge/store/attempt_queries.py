@@ -44,6 +44,12 @@ def best_times(store: Store, problem: str, hardware_id: str) -> dict[str, float]
     return {r["workload_uuid"]: float(r["median_ms"]) for r in rows}
 
 
+def attempt_kernel_times_rows(store: Store, attempt_id: str) -> list[dict]:
+    """eval_results.kernel_ms ({kernel: ms}, one per workload) of one attempt."""
+    return store.query("SELECT workload_uuid, kernel_ms FROM eval_results WHERE attempt_id = ? "
+                       "AND kernel_ms IS NOT NULL ORDER BY workload_uuid", [attempt_id])
+
+
 def kernel_times_rows(store: Store, problem: str, source_hash: str) -> list[dict]:
     """eval_results.kernel_ms ({kernel: ms}, one per workload) of the newest evaluated attempt of
     this problem with this source that has them."""

@@ -134,14 +134,19 @@ def test_show(ingested, sol_execbench_dir):
     s.upsert_rows("roofline", [{"problem": d["name"], "workload_uuid": uuid, "gpu_profile": "h200",
                                 "t_sol_ms": 0.1, "limiter": "memory"}],
                   key=("problem", "workload_uuid", "gpu_profile"))
+    # the best attempt's time per kernel, from its eval_results rows (the profiler's names)
+    s.insert_rows("eval_results", [{"attempt_id": a2, "workload_uuid": uuid, "status": "passed",
+                                    "correct": True, "median_ms": 0.05,
+                                    "kernel_ms": {"k0_mm": 0.03, "k1_out": 0.01}}])
     rc, out, _ = run_cli("--db", db, "--json", "show", d["name"])
     info = json.loads(out)
     assert info["best_attempt"]["id"] == a2 and info["best_attempt"]["mean_sol_score"] == 0.7
+    assert info["best_kernel_ms"] == pytest.approx({"k0_mm": 0.03, "k1_out": 0.01})
     assert info["baselines"][0]["median_ms"] == 2.0 and info["baselines"][0]["workloads"] == 1
     assert info["roofline"][0]["limiter"] == "memory"
     assert info["attempts"] == {"queued": 2}
     rc, out, err = run_cli("--db", db, "show", d["name"])  # the human view renders
-    assert rc == 0 and d["name"] in err and "best attempt" in err
+    assert rc == 0 and d["name"] in err and "best attempt" in err and "k0_mm 0.03 ms (75%)" in err
 
 
 def test_show_unknown_and_ambiguous(ingested):
