@@ -140,7 +140,7 @@ class EvalResult:
                 "p10_ms": self.p10_ms, "p90_ms": self.p90_ms, "spread": self.spread,
                 "n_reps": self.n_reps, "message": msg[:4000], "hardware_id": hardware_id,
                 "phases": self.extra.get("phases") or None,  # seconds per phase (migration 031)
-                "kernel_ms": self.extra.get("kernel_ms") or None}  # per kernel (migration 091)
+                "kernel_ms": self.extra.get("kernel_ms") or None}  # per kernel (migration 032)
 
 
 @dataclass
