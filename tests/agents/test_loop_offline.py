@@ -93,6 +93,7 @@ def test_optimize_cli_dry_run_and_bad_selection(tmp_path, sol_execbench_dir, cap
     from solforge.cli import main
 
     monkeypatch.setenv("SOLFORGE_SHARED_DIR", str(sol_execbench_dir.parent))
+    monkeypatch.setenv("SOLFORGE_DB_PATH", str(tmp_path / "dry.duckdb"))  # not the checkout's default
     assert main(["--json", "optimize", "--problems", "L1/0[67]*", "--with-family", "--dry-run"]) == 0
     listed = json.loads(capsys.readouterr().out)
     row = next(r for r in listed if r["problem"] == "069_rms_norm")

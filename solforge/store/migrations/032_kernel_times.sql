@@ -3,4 +3,4 @@
 -- profiler's records (EvalResult.extra["kernel_ms"]; the 24 largest, the rest summed under
 -- "(other kernels)"). NULL when timed by CUDA events, for untimed workloads and for rows written
 -- before this migration. The LLM worker's plan prompt reads it (agents/plan_context.py).
-ALTER TABLE eval_results ADD COLUMN kernel_ms JSON;
+ALTER TABLE eval_results ADD COLUMN IF NOT EXISTS kernel_ms JSON;
