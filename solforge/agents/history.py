@@ -66,8 +66,9 @@ def mean_kernel_ms(rows: list[dict]) -> dict:
     """Rows of eval_results.kernel_ms -> {plan kernel name: mean ms over the rows}, largest first."""
     per: dict[str, float] = {}
     for r in rows:
-        for k, ms in (r["kernel_ms"] or {}).items():
-            per[_kernel_name(k)] = per.get(_kernel_name(k), 0.0) + float(ms)
+        for recorded, ms in (r["kernel_ms"] or {}).items():
+            k = _kernel_name(recorded)
+            per[k] = per.get(k, 0.0) + float(ms)
     return {k: v / len(rows) for k, v in sorted(per.items(), key=lambda kv: -kv[1])} if rows else {}
 
 

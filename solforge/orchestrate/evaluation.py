@@ -79,9 +79,9 @@ def evaluate_pinned(lab, problem, cand, compiled, pool: GpuPool, timeout_s: floa
     with tempfile.TemporaryDirectory(prefix="solforge-eval-") as tmp:
         stage = runner.stage_candidate(Path(tmp) / "stage", problem, candidate=cand,
                                        compile_result=compiled, job=job)
-        best = _best_times(lab, problem)
         k = getattr(lab, "screen_workloads", 0) or 0
-        if best and 0 < k < len(problem.workloads):
+        best = _best_times(lab, problem) if 0 < k < len(problem.workloads) else {}
+        if best:
             from ..evaluate import screening
 
             report = screening.screen_then_full(
@@ -102,7 +102,7 @@ def _best_times(lab, problem) -> dict:
     """The best timed attempt's per-workload times on the GPU model this run's evaluations have
     reported (none before the first report: the first evaluation of a run is never screened)."""
     hw = getattr(lab, "last_hardware_id", None)
-    if not hw or getattr(lab, "store", None) is None or not getattr(lab, "screen_workloads", 0):
+    if not hw or getattr(lab, "store", None) is None:
         return {}
     from ..store import attempt_queries
 
