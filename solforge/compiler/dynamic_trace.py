@@ -104,11 +104,16 @@ class DataDependentHooks:
     - `if mask.any():` as `if mask.nonzero().numel() > 0:`: the same test, but over the mask's
       count (a size, decided size-obliviously like any emptiness test) instead of a tensor value
       read back. The count is the one `x[mask]` uses later (torch memoises a mask's nonzero);
+    - `if counts.sum() > 0:` (also `!= 0`, `>= 1`) over an integer or bool tensor, as
+      `counts.any()`: the test of a mask or a count tensor for emptiness. For non-negative values
+      (masks, one-hot rows, counts) it is the same test; where values of both signs could sum to
+      zero it is not, and the evaluator's check on every workload refuses what that changes;
     - `for row in t` over a data-dependent length (`_rows`);
     - `w[e]` with e an int read back: select (Python indexing refuses an unbacked int)."""
 
     def __init__(self):
         self.anys: dict = {}     # id(result of mask.any()) -> (result, mask)
+        self.sums: dict = {}     # id(result of counts.sum()) -> (result, counts)
         self.rows: dict = {}     # id(index_select of a counted loop's `x[i]`) -> (it, x, index)
         from . import counted_splits
 
@@ -129,6 +134,17 @@ class DataDependentHooks:
                 isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
             out = func(*args)
             self.anys[id(out)] = (out, args[0])
+            return out
+        if func in (torch.Tensor.sum, torch.sum) and len(args) == 1 and not kwargs and \
+                isinstance(args[0], torch.Tensor) and not args[0].is_floating_point() and \
+                not args[0].is_complex():
+            out = func(*args)
+            self.sums[id(out)] = (out, args[0])
+            return out
+        if len(args) == 2 and not kwargs and id(args[0]) in self.sums and \
+                self.sums[id(args[0])][0] is args[0] and _tests_nonempty(func, args[1]):
+            out = func(*args)
+            self.anys[id(out)] = (out, self.sums[id(args[0])][1])
             return out
         if func is torch.Tensor.__bool__ and args and id(args[0]) in self.anys and \
                 self.anys[id(args[0])][0] is args[0]:
@@ -193,6 +209,20 @@ class DataDependentHooks:
                 torch._check(n > i)
                 yield x[i]
         return rows()
+
+
+def _tests_nonempty(func, other) -> bool:
+    """`s > 0`, `s != 0` or `s >= 1` for an integer sum s: the sum's tensor has a nonzero value."""
+    import torch
+
+    if isinstance(other, bool) or not isinstance(other, int):
+        return False
+    if func in (torch.Tensor.__gt__, torch.Tensor.gt, torch.gt, torch.Tensor.__ne__,
+                torch.Tensor.ne, torch.ne):
+        return other == 0
+    if func in (torch.Tensor.__ge__, torch.Tensor.ge, torch.ge):
+        return other == 1
+    return False
 
 
 class Tracker:

@@ -182,6 +182,37 @@ def test_if_mask_any_then_masked_rows(tmp_path):
     assert r["ok"], r
 
 
+def test_if_mask_sum_positive_then_where_rows(tmp_path):
+    """`if expert_mask[e].sum() > 0:` on a one-hot (integer) mask is the emptiness test of
+    `mask.any()`: the non-empty side, then `torch.where` rows through the expert and back with
+    index_add_, over 10 experts (a shortened loop). Small M leaves most experts without tokens."""
+    p = make_problem(tmp_path, "sumpos", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                          "E": {"type": "const", "value": 10}},
+                     {"x": T("M", "H"), "logits": T("M", "E"), "w": T("E", "H", "H")},
+                     {"y": T("M", "H")},
+                     """
+                     import torch
+                     import torch.nn.functional as F
+                     def run(x, logits, w):
+                         topv, ids = torch.topk(torch.softmax(logits, dim=-1), 2, dim=-1)
+                         out = torch.zeros_like(x)
+                         mask = F.one_hot(ids, num_classes=w.shape[0]).permute(2, 1, 0)
+                         for e in range(w.shape[0]):
+                             if mask[e].sum() > 0:
+                                 slot, tok = torch.where(mask[e])
+                                 h = torch.relu(x[tok] @ w[e])
+                                 out.index_add_(0, tok, h * topv[tok, slot, None])
+                         return out
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "solforge.loop" in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
+
+
 HIT = """
 import torch
 import torch.nn.functional as F
