@@ -159,10 +159,12 @@ def decide(env, expr):
     if not unbacked:
         return None
     if isinstance(expr, (sympy.Eq, sympy.Ne)) and expr.rhs == 0 and \
-            all(str(s).startswith("u") for s in free) and expr.lhs.is_Add and \
-            all(abs(c) == 1 for c in expr.lhs.as_coefficients_dict().values()):
-        # `if end - start == 0`: the non-empty side; the emptiness test is recorded as the
-        # oblivious decisions are (dynamic.check_oblivious then refuses reductions over it)
+            all(str(s).startswith("u") for s in free) and (
+                (expr.lhs.is_Add and all(abs(c) == 1 for c in expr.lhs.as_coefficients_dict().values()))
+                or (expr.lhs.is_Symbol and not _bool_valued(env, expr.lhs))):
+        # `if end - start == 0`, `if n == 0` (n a count read back): the non-empty side; the
+        # emptiness test is recorded as the oblivious decisions are (dynamic.check_oblivious then
+        # refuses reductions over it)
         env.oblivious.append(expr)
         return sympy.false if isinstance(expr, sympy.Eq) else sympy.true
     if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
@@ -183,6 +185,13 @@ def decide(env, expr):
         env.assumed.append(expr)
         return sympy.true
     return None
+
+
+def _bool_valued(env, u) -> bool:
+    """Whether a value read back is a bool's (its range 0..1): `if not flag` is no emptiness test."""
+    rng = env.var_to_range.get(u)
+    up = getattr(rng, "upper", None)
+    return up is not None and getattr(up, "is_number", False) and up <= 1
 
 
 def assumed_ir(env, namer) -> list:

@@ -83,6 +83,106 @@ def tolist(t):
     return out
 
 
+class HostReads:
+    """A 1-D integer tensor's values read to the host (`counts.cpu().numpy()`, or `counts.tolist()`
+    of a static length: a count per expert), read one at a time where the reference
+    indexes them: each `t[j].item()` then lands in the loop iteration that reads it, so a loop over
+    the values rolls. Each read is remembered with its position, and the exclusive prefix sum of
+    a tensor of a static length is taken here, before any loop, for `running_slice`. Nothing else
+    numpy or a list offers is (an attribute it lacks stops the trace with its name)."""
+
+    def __init__(self, t):
+        import torch
+
+        self._t = t
+        self.shape = tuple(t.shape)
+        self.ndim = t.dim()
+        _STATE.keep.append(t)
+        if t.dim() == 1 and (_static_length(t) or 0) > 1 and id(t) not in _STATE.offsets:
+            # a count per expert (a static length): a loop over experts may slice at their
+            # running offset. Segment bounds of a symbolic length (`cu`) are read as they are.
+            off = torch.cumsum(t, 0) - t
+            _STATE.offsets[id(t)] = off
+            _STATE.keep.append(off)
+
+    def __len__(self):
+        return len(self._t)
+
+    def __getitem__(self, i):
+        from .errors import TraceError
+
+        if self._t.dim() == 0 or not hasattr(i, "__index__"):   # an int, or a numpy integer
+            raise TraceError("the reference reads a tensor's values to the host and indexes them "
+                             "by more than one position")
+        return _read(self._t, i)
+
+    def __iter__(self):
+        return (_read(self._t, i) for i in range(len(self._t)))
+
+    def item(self):
+        return self._t.item()
+
+    def tolist(self):
+        return list(self)
+
+
+def _read(t, i):
+    """t[i] read back, its origin remembered; emptiness tests of it are decided as in a counted
+    loop (counted_loops.decide: the non-empty side)."""
+    import torch
+
+    from .loop_base import active_loops
+
+    v = t[i].item()
+    if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol:
+        _STATE.origin[v.node.expr] = (t, int(i))
+        loops = active_loops()
+        if loops is not None:
+            loops.any_counted = True
+    return v
+
+
+def running_slice(x, index):
+    """`x[start:start + n]` where n is the e-th value of a HostReads and start the sum of the ones
+    before it (the running offset of `start += n`, any number of Python additions): the same rows
+    with start read from the values' exclusive prefix sum at e. Iteration e then reads values at
+    position e only, and a loop over e rolls. MISS for any other index."""
+    import torch
+
+    dims = index if isinstance(index, tuple) else (index,)
+    if not dims or not isinstance(dims[-1], slice) or \
+            any(d != slice(None) for d in dims[:-1]) or dims[-1].step not in (None, 1):
+        return MISS
+    sl = dims[-1]
+    if not isinstance(sl.stop, torch.SymInt):
+        return MISS
+    stop = sl.stop.node.expr
+    if isinstance(sl.start, torch.SymInt):
+        start = sl.start.node.expr
+    elif sl.start in (None, 0) and not isinstance(sl.start, bool):
+        start = 0
+    else:
+        return MISS
+    n = stop - start
+    got = _STATE.origin.get(n) if getattr(n, "is_Symbol", False) else None
+    if got is None:
+        return MISS
+    t, e = got
+    off = _STATE.offsets.get(id(t))
+    if off is None:
+        return MISS
+    import sympy
+
+    terms = sympy.Add.make_args(sympy.expand(start)) if start != 0 else ()
+    before = sorted((_STATE.origin.get(u) or (None, -1))[1] for u in terms
+                    if getattr(u, "is_Symbol", False) and (_STATE.origin.get(u) or (None,))[0] is t)
+    if len(before) != len(terms) or before != list(range(e)):
+        return MISS
+    idx = torch.full((1,), e, dtype=torch.int64)
+    s = torch.index_select(off, 0, idx).squeeze(0).item()
+    return x[dims[:-1] + (slice(s, s + sl.stop - sl.start if sl.start is not None else sl.stop),)]
+
+
 def _static_length(t):
     """The length of a 1-D tensor when the trace made it a number, else None."""
     import torch
@@ -198,7 +298,18 @@ def handle(func, args, kwargs):
     import torch
 
     if func is torch.Tensor.tolist and len(args) == 1 and isinstance(args[0], torch.Tensor):
-        return tolist(args[0])
+        t = args[0]
+        if t.dim() == 1 and not t.is_floating_point() and t.dtype != torch.bool and \
+                (_static_length(t) or 0) > 1:
+            # a count per expert (a fake tensor has no values to list): each read where the loop
+            # over experts reads it
+            return HostReads(t)
+        return tolist(t)
+    if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[0], torch.Tensor) \
+            and _STATE.offsets:
+        hit = running_slice(*args)
+        if hit is not MISS:
+            return hit
     if func in (torch.split, torch.Tensor.split) and len(args) >= 2 and \
             isinstance(args[0], torch.Tensor) and isinstance(args[1], (list, tuple)):
         dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)

@@ -166,13 +166,21 @@ def _verify(ir, pos, s, P, R, collect: bool = False) -> dict:
 
     def bind_dyn(a_shape, x_shape, path=None):
         for a, x in zip(a_shape or [], x_shape or []):
-            da = sorted(str(v) for v in symexpr.parse(str(a)).free_symbols if dynamic.is_dynamic(str(v)))
-            dx = sorted(str(v) for v in symexpr.parse(str(x)).free_symbols if dynamic.is_dynamic(str(v)))
+            da = sorted((str(v) for v in symexpr.parse(str(a)).free_symbols
+                         if dynamic.is_dynamic(str(v))), key=_dyn_index)
+            dx = sorted((str(v) for v in symexpr.parse(str(x)).free_symbols
+                         if dynamic.is_dynamic(str(v))), key=_dyn_index)
             if len(da) != len(dx):
                 raise _Mismatch()
-            for p, q in zip(da, dx):
-                if dynmap.setdefault(q, p) != p:
-                    raise _Mismatch()
+            # the sizes already paired keep their pairs; the others pair in order of appearance
+            # (dyn9 before dyn10: a string order would pair `dyn10 + dyn9` against the first block's
+            # `dyn0 + dyn1` crosswise). same_size then compares the renamed expressions.
+            fresh_a = [p for p in da if p not in {dynmap[q] for q in dx if q in dynmap}]
+            fresh_x = [q for q in dx if q not in dynmap]
+            if len(fresh_a) != len(fresh_x):
+                raise _Mismatch()
+            for p, q in zip(fresh_a, fresh_x):
+                dynmap[q] = p
             same_size(a, x, path)
 
     def cmp(a, x, b, path):
@@ -276,6 +284,10 @@ def _verify(ir, pos, s, P, R, collect: bool = False) -> dict:
             raise _Mismatch()
     return {"start": s, "period": P, "reps": R, "carries": carries, "affine": affine,
             "sym_affine": sym_affine, "collects": collects}
+
+
+def _dyn_index(name: str) -> int:
+    return int(name[len(dynamic.PREFIX):])
 
 
 def _collects(after, pos, s, P, R) -> dict:
@@ -458,16 +470,20 @@ class ShortLoops:
         return _ShortRange(r, self)
 
 
-def extrapolate(ir: dict, counts: list, guards: "dict | None" = None) -> "dict | None":
+def extrapolate(ir: dict, counts: list, guards: "dict | None" = None,
+                reads_back: bool = False) -> "dict | None":
     """The IR of a trace whose long loops ran SHORT_RUN iterations, with each loop rolled and given
     its real iteration count; None when the traced iterations do not roll into exactly one loop
-    node each (then the loops must be traced in full)."""
+    node each (then the loops must be traced in full). reads_back: the iterations read values back
+    from the device (a count per expert): a cat of one value per iteration is collected, as in a
+    loop of a symbolic count."""
     counted = any(isinstance(c, str) for c in counts)
     if counted:   # a loop reading an earlier loop's iteration values recomputes them
         from .counted_loops import rematerialize
 
         ir = rematerialize(ir, SHORT_RUN)
-    rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN, collect=counted)
+    rolled = roll(ir, min_reps=SHORT_RUN, min_nodes=1, exact=SHORT_RUN,
+                  collect=counted or reads_back)
     loops = [n for n in rolled["nodes"] if n["op"] == LOOP_OP]
     if len(loops) != len(counts):
         return None

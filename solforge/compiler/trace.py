@@ -455,7 +455,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         if shape_env.assumed:   # size equalities checked on the device (counted_loops.py)
             ir[counted_loops.ASSUMED] = counted_loops.assumed_ir(shape_env, namer)
         guards = {i: str(namer.dyn.names.get(u, "")) for i, u in loops.guards.items()}
-        ir = extrapolate(ir, counted_loops.count_exprs(loops.counts, namer, shape_env), guards)
+        ir = extrapolate(ir, counted_loops.count_exprs(loops.counts, namer, shape_env), guards,
+                         reads_back=loops.any_counted)
         if ir is None:  # the shortened iterations do not roll: trace (more of) them in full
             return _trace_once(defn, wl, sentinel, symfloat, short_loops=_fewer_short(loops),
                                flag_policy=flag_policy, batch_loops=batch_loops, symint=symint,
@@ -550,6 +551,10 @@ def _make_cpu_device_mode(batching=None):
                 return r
             if func is torch._C._nn.linear:
                 return _linear(*args, **kwargs)
+            if func in (torch.bincount, torch.Tensor.bincount):
+                hit = _bincount(self.branches, *args, **kwargs)
+                if hit is not None:
+                    return hit
             if "device" in kwargs:
                 kwargs["device"] = _cpu(kwargs["device"])
             if func in (torch.Tensor.cuda,):
@@ -578,7 +583,9 @@ def _make_cpu_device_mode(batching=None):
                 if not args[0].is_floating_point() and not args[0].is_complex() and args[0].dim() <= 1:
                     # counts read to the host (`n = int(counts.cpu().numpy()[e])`): each element read
                     # is the tensor's own `.item()`, as `.tolist()` reads them (a size on the device)
-                    return _HostInts(args[0])
+                    from .counted_splits import HostReads
+
+                    return HostReads(args[0])
                 # a fake tensor has no values: numpy would hand back uninitialised memory as data
                 raise TraceError("the reference reads a tensor's values into numpy (.numpy())")
             if func is torch.Tensor.__getitem__ and len(args) == 2 and not kwargs:
@@ -590,33 +597,21 @@ def _make_cpu_device_mode(batching=None):
     return batching.wrap_mode(CpuDevice)() if batching is not None else CpuDevice()
 
 
-class _HostInts:
-    """An integer tensor of at most one dimension read into numpy, as the trace sees it: indexing and
-    iteration read elements with `.item()` (data-dependent sizes the lowering counts on the device),
-    nothing else numpy does is offered (an attribute it lacks stops the trace with its name)."""
+def _bincount(branches, x, weights=None, minlength=0):
+    """`torch.bincount(ids, minlength=m)` of a 1-D integer tensor: m bins counted by index_add (a
+    static length; torch's is max(m, ids.max() + 1), a size read back). Ids outside 0..m-1 are
+    assumed absent (they index past the bins a model has) and checked: the outputs are NaN where
+    one occurs (assumed_branches.py), never a count folded into the wrong bin. None otherwise."""
+    import torch
 
-    def __init__(self, t):
-        self._t = t
-        self.shape = tuple(t.shape)
-        self.ndim = t.dim()
-
-    def __len__(self):
-        return len(self._t)
-
-    def __getitem__(self, i):
-        if self._t.dim() == 0 or not hasattr(i, "__index__"):   # an int, or a numpy integer
-            raise TraceError("the reference reads a tensor's values into numpy (.numpy()) and "
-                             "indexes them by more than one position")
-        return self._t[i].item()
-
-    def __iter__(self):
-        return (self._t[i].item() for i in range(len(self._t)))
-
-    def item(self):
-        return self._t.item()
-
-    def tolist(self):
-        return self._t.tolist()
+    if weights is not None or isinstance(minlength, bool) or not isinstance(minlength, int) or \
+            minlength <= 0 or not isinstance(x, torch.Tensor) or x.dim() != 1 or \
+            x.is_floating_point() or x.dtype == torch.bool:
+        return None
+    branches.held.append(torch.logical_and(x >= 0, x < minlength).all().reshape(()))
+    ones = torch.ones_like(x, dtype=torch.int64)
+    return torch.zeros(minlength, dtype=torch.int64, device=x.device).index_add_(
+        0, x.clamp(0, minlength - 1), ones)
 
 
 def _linear(x, weight, bias=None):

@@ -213,6 +213,85 @@ def test_if_mask_sum_positive_then_where_rows(tmp_path):
     assert r["ok"], r
 
 
+@pytest.mark.parametrize("experts", [4, 10])
+def test_counts_read_back_with_a_running_offset(tmp_path, experts):
+    """A count per expert read to the host (`bincount(ids, minlength=E).tolist()`), `if n == 0:
+    continue`, and each expert's rows sliced at a running offset (`start += n`): the offset becomes
+    a read of the counts' prefix sum, so the loop over 10 experts rolls (4 run unrolled); small M
+    leaves most experts empty."""
+    p = make_problem(tmp_path, "runoff", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                          "K": {"type": "const", "value": 2},
+                                          "E": {"type": "const", "value": experts}},
+                     {"x": T("M", "H"), "ids": {"shape": ["M", "K"], "dtype": "int64"},
+                      "w": T("E", "H", "H")}, {"y": T("M", "H")},
+                     """
+                     import torch
+                     def run(x, ids, w):
+                         k = ids.shape[1]
+                         flat = (ids.abs() % w.shape[0]).reshape(-1)
+                         order = torch.argsort(flat, stable=True)
+                         counts = torch.bincount(flat, minlength=w.shape[0]).tolist()
+                         out = torch.zeros_like(x)
+                         start = 0
+                         for e in range(w.shape[0]):
+                             n = counts[e]
+                             if n == 0:
+                                 continue
+                             slots = order[start:start + n]
+                             start += n
+                             tok = slots // k
+                             out.index_add_(0, tok, torch.relu(x[tok] @ w[e]))
+                         return out
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert ("solforge.loop" in out.ops) == (experts > 8) and "aten.bincount.default" not in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
+
+
+def test_counts_to_numpy_then_cat_of_expert_outputs(tmp_path):
+    """Counts read through `.cpu().numpy()`, one `int(counts[e])` per expert, the outputs appended
+    and concatenated, then scattered back to the sorted positions: the cat is collected by the
+    rolled loop of 10 experts."""
+    p = make_problem(tmp_path, "numcat", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
+                                          "K": {"type": "const", "value": 2},
+                                          "E": {"type": "const", "value": 10}},
+                     {"x": T("M", "H"), "ids": {"shape": ["M", "K"], "dtype": "int64"},
+                      "w": T("E", "H", "H")}, {"y": T("M", "H")},
+                     """
+                     import torch
+                     def run(x, ids, w):
+                         m, k = ids.shape
+                         flat = ids.abs() % w.shape[0]
+                         cnts = torch.zeros((m, w.shape[0]), dtype=torch.int32)
+                         cnts.scatter_(1, flat, 1)
+                         per_expert = cnts.sum(dim=0).cpu().numpy()
+                         idxs = flat.view(-1).argsort()
+                         rows = x[idxs // k]
+                         outs, start = [], 0
+                         for e in range(w.shape[0]):
+                             n = int(per_expert[e])
+                             if n == 0:
+                                 continue
+                             outs.append(torch.relu(rows[start:start + n] @ w[e]))
+                             start += n
+                         allo = torch.cat(outs, dim=0)
+                         back = torch.zeros_like(allo)
+                         back[idxs] = allo
+                         return back.view(m, k, -1).sum(dim=1)
+                     """, [{"M": 3}, {"M": 6}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert "solforge.loop" in out.ops
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
+
+
 HIT = """
 import torch
 import torch.nn.functional as F
