@@ -18,6 +18,7 @@ sources are shared, so the NVRTC compile and the lowering do not grow with R.
 from __future__ import annotations
 
 import ast
+import contextvars
 import copy
 
 import sympy
@@ -30,6 +31,10 @@ from .loop_base import (LOOP_OP, MAX_PERIOD, SHORT_OVER, SHORT_RUN, LoopIndexSte
                         _ShortRange, _sig, active_loops, for_statement_at, set_active_loops)
 
 MIN_REPS = 4
+# set while the body of a loop whose iterations past a count return early is lowered: a kernel
+# rendered whole from a template (templates/gemm_adapter) takes no early return, so matmuls there
+# take the lowering's own kernel
+GUARDED_BODY: contextvars.ContextVar = contextvars.ContextVar("solforge_guarded_body", default=False)
 MIN_NODES = 48    # a run covering fewer nodes is left unrolled (nothing to gain)
 
 
@@ -518,11 +523,16 @@ def lower_loop(L, node):
     collected = counted_loops.collect_start(L, node)
     k0 = len(L.kernels)
     inplace = _in_place(node)
-    for n in node["body"]:
-        if n["name"] in inplace:
-            L.lower_node(n, into=cbufs[inplace[n["name"]]])
-        else:
-            L.lower_node(n)
+    # the body's kernels return early past the count (below): a template rendered whole cannot
+    token = GUARDED_BODY.set(bool(node.get("guard") or node.get("count_expr")))
+    try:
+        for n in node["body"]:
+            if n["name"] in inplace:
+                L.lower_node(n, into=cbufs[inplace[n["name"]]])
+            else:
+                L.lower_node(n)
+    finally:
+        GUARDED_BODY.reset(token)
     for c in node.get("collects") or []:
         counted_loops.collect_write(L, node, c, collected[c["name"]])
     for c in node["carries"]:

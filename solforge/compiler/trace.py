@@ -303,7 +303,8 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
     # a long `for i in range(n)` runs a few iterations, then rolls into a loop of n (rolling.py)
     loops = ShortLoops(short_loops).activate()
     ns: dict[str, Any] = {"__name__": "_solforge_traced_reference", "int": _symint_preserving_int(),
-                          "range": loops.range, "len": _symint_preserving_len}
+                          "range": loops.range, "len": _symint_preserving_len,
+                          "min": _symbolic_min, "max": _symbolic_max}
     from ..evaluate.reference import Fp4Shim, needs_fp4_dequant
 
     if needs_fp4_dequant(defn) and not isinstance(torch._scaled_mm, Fp4Shim):
@@ -513,6 +514,28 @@ def _symint_preserving_len(x):
     if isinstance(x, torch.Tensor) and x.dim() > 0 and isinstance(x.shape[0], torch.SymInt):
         return x.shape[0]
     return builtins.len(x)
+
+
+def _symbolic_min(*a, **kw):
+    """`min(n, cap)` with n a data-dependent size (`min(len(idx), 256)`): a size expression
+    (torch.sym_min) instead of a guard on which side is smaller; builtins.min otherwise (a min of
+    axes keeps its guard: variants by size)."""
+    return _sym_extreme("sym_min", min, a, kw)
+
+
+def _symbolic_max(*a, **kw):
+    return _sym_extreme("sym_max", max, a, kw)
+
+
+def _sym_extreme(name, builtin, a, kw):
+    import torch
+
+    if not kw and len(a) == 2 and all(isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool)
+                                      for x in a) and any(
+            isinstance(x, torch.SymInt) and any(str(u).startswith("u") for u in
+                                                x.node.expr.free_symbols) for x in a):
+        return getattr(torch, name)(*a)
+    return builtin(*a, **kw)
 
 
 def _cpu(dev):

@@ -292,6 +292,35 @@ def test_counts_to_numpy_then_cat_of_expert_outputs(tmp_path):
     assert r["ok"], r
 
 
+def test_min_of_a_data_dependent_count_and_a_cap(tmp_path):
+    """`n = min(len(positions), cap)` with positions from `torch.where(mask[b])` in a loop over a
+    symbolic batch: a symbolic min (no guard on which side is smaller), the first n positions
+    overwritten with projected rows."""
+    p = make_problem(tmp_path, "capmin", {"B": {"type": "var"}, "S": {"type": "const", "value": 6},
+                                          "V": {"type": "const", "value": 2},
+                                          "H": {"type": "const", "value": 4}},
+                     {"x": T("B", "S", "H"), "mask": {"shape": ["B", "S"], "dtype": "bool"},
+                      "v": T("B", "V", "H"), "w": T("H", "H")}, {"y": T("B", "S", "H")},
+                     """
+                     import torch
+                     def run(x, mask, v, w):
+                         out = x.clone()
+                         proj = v @ w
+                         for b in range(x.shape[0]):
+                             pos = torch.where(mask[b])[0]
+                             if len(pos) > 0:
+                                 n = min(len(pos), proj.shape[1])
+                                 out[b, pos[:n]] = proj[b, :n]
+                         return out
+                     """, [{"B": 2}, {"B": 3}])
+    from solforge.compiler.api import compile_problem
+
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    r = check_problem(p, cap=4)
+    assert r["ok"], r
+
+
 HIT = """
 import torch
 import torch.nn.functional as F

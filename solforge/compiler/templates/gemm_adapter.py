@@ -172,8 +172,10 @@ def matmul(name: str, a, b, out_dtype: str, out, out_index=None, bias=None, batc
     of fp32 operands runs without params, "simt" (fp32 FMA, PyTorch's fp32 matmul) or "3xtf32"
     (tensor cores, each operand split into two TF32 parts: fp32-level error). epilogue: an
     elementwise expression of the rounded result stored instead of it (generic.mm_result)."""
+    from ..rolling import GUARDED_BODY
+
     takes = ({a.dtype, b.dtype} <= _TAKES and out_dtype in _TAKES and out.dtype in _TAKES
-             and (bias is None or bias.dtype in _TAKES))
+             and (bias is None or bias.dtype in _TAKES)) and not GUARDED_BODY.get()
     device_m = takes and _device_m(a, b, batch_shape)
     if takes and (device_m or not _counted_on_device(a, b, batch_shape)):
         try:
