@@ -236,3 +236,39 @@ def test_segment_bounds_read_through_numpy_lower_as_item_reads(tmp_path):
     assert [x.kernel for x in numpy_out.candidate.launches] == [x.kernel for x in items.candidate.launches]
     _compiled_and_emulated(p)
 
+
+
+
+SEGMENT_PROJECTION = GET_INPUTS.replace(
+    '{"x": torch.randn(4, L, 8, device=device), "cu": cu.to(device)}',
+    '{"x": torch.randn(L, 64, device=device), "cu": cu.to(device), '
+    '"w": torch.randn(64, 64, device=device)}') + """
+def run(x, cu, w):
+    outs = []
+    for i in range(cu.shape[0] - 1):
+        s = cu[i].item()
+        e = cu[i + 1].item()
+        if e - s == 0:
+            continue
+        outs.append(torch.relu(x[s:e] @ w))
+    return torch.cat(outs, dim=0)
+"""
+
+
+def test_segment_loop_with_the_gemm_template_point_compiles(tmp_path):
+    """The search's template point (`gemm="template"`) of a plan whose matmul sits in a loop of a
+    symbolic count: each body kernel returns early past the count, which a template rendered whole
+    cannot, so that matmul takes the lowering's own kernel and the plan compiles (before, the
+    template refused this one's sliced rows; Quant/008's launch carried arguments its source did
+    not take)."""
+    from solforge.compiler.api import compile_problem
+
+    from .test_compiler import _compile_ok
+
+    make_problem(tmp_path, "segproj", {"L": {"type": "var"}, "S": {"type": "var"}},
+                 {"x": T("L", 64), "cu": {"shape": ["S"], "dtype": "int64"}, "w": T(64, 64)},
+                 {"y": T("L", 64)}, SEGMENT_PROJECTION, [{"L": 7, "S": 4}, {"L": 8, "S": 6}])
+    p = with_custom_inputs(tmp_path, "segproj")
+    out = compile_problem(p, gemm="template")
+    assert out.ok, out.reason
+    _compile_ok(out.candidate)   # NVRTC, sm_90a: every launch's arguments match its kernel
