@@ -45,16 +45,21 @@ def reset() -> None:
 def tolist(t):
     """The SHORT_RUN first values of a 1-D int tensor of a symbolic length, each read back (the
     reads roll into a loop of their own: its values serve only Python, split reads afresh); of a
-    tensor of one element, that element."""
+    tensor of one element, that element; of a static length over one, its HostReads."""
     import torch
 
     from .loop_base import SHORT_RUN, active_loops
 
-    loops = active_loops()
-    if loops is None or not loops.enabled or t.dim() != 1 or t.is_floating_point() or \
-            t.dtype == torch.bool:
+    if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
         return MISS
     n = _static_length(t)
+    if n is not None and n > 1:
+        # a count per expert (a fake tensor has no values to list): each read where the loop over
+        # experts reads it
+        return HostReads(t)
+    loops = active_loops()
+    if loops is None or not loops.enabled:
+        return MISS
     if n is not None:
         # one segment (a workload with one sequence: the trace makes that length static): its
         # one value, read back; a split by it is the whole dim (split's own check), see split()
@@ -174,13 +179,13 @@ def running_slice(x, index):
     import sympy
 
     terms = sympy.Add.make_args(sympy.expand(start)) if start != 0 else ()
-    before = sorted((_STATE.origin.get(u) or (None, -1))[1] for u in terms
-                    if getattr(u, "is_Symbol", False) and (_STATE.origin.get(u) or (None,))[0] is t)
-    if len(before) != len(terms) or before != list(range(e)):
+    before = [_STATE.origin.get(u) for u in terms]   # the values read before e, one term each
+    if any(b is None or b[0] is not t for b in before) or sorted(b[1] for b in before) != list(range(e)):
         return MISS
     idx = torch.full((1,), e, dtype=torch.int64)
     s = torch.index_select(off, 0, idx).squeeze(0).item()
-    return x[dims[:-1] + (slice(s, s + sl.stop - sl.start if sl.start is not None else sl.stop),)]
+    length = sl.stop - sl.start if isinstance(sl.start, torch.SymInt) else sl.stop   # n itself
+    return x[dims[:-1] + (slice(s, s + length),)]
 
 
 def _static_length(t):
@@ -298,13 +303,7 @@ def handle(func, args, kwargs):
     import torch
 
     if func is torch.Tensor.tolist and len(args) == 1 and isinstance(args[0], torch.Tensor):
-        t = args[0]
-        if t.dim() == 1 and not t.is_floating_point() and t.dtype != torch.bool and \
-                (_static_length(t) or 0) > 1:
-            # a count per expert (a fake tensor has no values to list): each read where the loop
-            # over experts reads it
-            return HostReads(t)
-        return tolist(t)
+        return tolist(args[0])
     if func is torch.Tensor.__getitem__ and len(args) == 2 and isinstance(args[0], torch.Tensor) \
             and _STATE.offsets:
         hit = running_slice(*args)

@@ -180,7 +180,8 @@ def _verify(ir, pos, s, P, R, collect: bool = False) -> dict:
             # the sizes already paired keep their pairs; the others pair in order of appearance
             # (dyn9 before dyn10: a string order would pair `dyn10 + dyn9` against the first block's
             # `dyn0 + dyn1` crosswise). same_size then compares the renamed expressions.
-            fresh_a = [p for p in da if p not in {dynmap[q] for q in dx if q in dynmap}]
+            paired = {dynmap[q] for q in dx if q in dynmap}
+            fresh_a = [p for p in da if p not in paired]
             fresh_x = [q for q in dx if q not in dynmap]
             if len(fresh_a) != len(fresh_x):
                 raise _Mismatch()
