@@ -22,7 +22,10 @@ Lower (`rolling.lower_loop`): the launches are replicated `count` times, the lar
 problem's workloads (`bind_counts`); each body kernel returns early once the loop index reaches
 n, and one kernel before the loop traps when n is over that bound (a workload the plan was not
 sized for fails, never silently). The collected buffer is laid out with the cat dim outermost, so
-its layout does not depend on the final length.
+its layout does not depend on the final length. Its length is at most the launches' count times one
+iteration's bound, unless a view after the loop pins it (`pinned_sizes`: the rows of every expert,
+gathered back and viewed as [T, K, H], are T * K): then the buffer holds that many, the writes past
+it are dropped and a check after the loop traps when the count is over it.
 """
 
 from __future__ import annotations
@@ -265,6 +268,57 @@ def count_check(L, node):
     L.kernels.append(check_kernel(L, lambda k: f"{k.c(e)} <= {int(node['count'])}LL", "count_check"))
 
 
+VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+
+
+def pinned_sizes(ir: dict) -> dict:
+    """{size name: expression over the axes} for the data-dependent sizes that a view or reshape of
+    the top-level graph pins: an [n, H] tensor viewed as [T, K, H] has n * H == T * K * H elements,
+    so n == T * K wherever the reference ran (torch checks a view's element count). Only a size that
+    appears once and linearly in the viewed shape and a view whose shape has no data-dependent size;
+    the quotient must be a polynomial with integer coefficients."""
+    from . import dynamic
+
+    shapes = {i["name"]: i.get("shape") for i in ir.get("inputs", [])}
+    out: dict = {}
+    for n in ir.get("nodes", []):
+        shapes[n["name"]] = n.get("shape")
+        arg = (n.get("args") or [None])[0]
+        if n["op"] not in VIEW_OPS or not isinstance(arg, dict) or "ref" not in arg:
+            continue
+        src, dst = shapes.get(arg["ref"]), n.get("shape")
+        if src is None or dst is None:
+            continue
+        a = sympy.Mul(*[symexpr.parse(str(x)) for x in src])
+        b = sympy.Mul(*[symexpr.parse(str(x)) for x in dst])
+        dyn = [x for x in a.free_symbols if dynamic.is_dynamic(str(x))]
+        if len(dyn) != 1 or any(dynamic.is_dynamic(str(x)) for x in b.free_symbols):
+            continue
+        d = dyn[0]
+        c = sympy.cancel(a / d)
+        if c == 0 or c.has(d):
+            continue
+        sol = sympy.expand(sympy.cancel(b / c))
+        num, den = sympy.fraction(sympy.together(sol))
+        if den != 1 or any(dynamic.is_dynamic(str(x)) for x in sol.free_symbols):
+            continue
+        try:
+            poly = sympy.Poly(num, *sorted(num.free_symbols, key=str)) if num.free_symbols else None
+        except sympy.PolynomialError:
+            continue
+        if (poly is not None and not all(k.is_integer for k in poly.coeffs())) or \
+                (poly is None and not num.is_integer):
+            continue
+        out.setdefault(str(d), sol)
+    return out
+
+
+def _at_most(a, b) -> bool:
+    """a <= b for every value of the axes, decided when their ratio is a number (else False)."""
+    q = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
+    return bool(q.is_number and q >= 1)
+
+
 def collect_start(L, node) -> dict:
     """The collected buffers of a loop (one per `collects` entry) and their running offsets."""
     from .generic import LaunchSpec
@@ -299,6 +353,13 @@ def collect_write(L, node, c: dict, state: dict) -> None:
         state["buf"] = L.new_buffer(x.dtype, bshape)
         state["order"] = order
         state["per_bound"] = dynamic.upper(shape[d], L.dyn)
+        if not hasattr(L, "pinned_sizes"):
+            L.pinned_sizes = pinned_sizes(L.ir)
+        cap = L.pinned_sizes.get(name)
+        loose = sympy.Integer(int(node["count"])) * state["per_bound"]
+        # the pinned length, where it is the smaller (an expert's bound is every selected row)
+        state["cap"] = cap if cap is not None and _at_most(cap, loose) and not _at_most(loose, cap) \
+            else None
     buf, order, off = state["buf"], state["order"], state["off"]
     k = Kernel(L.kname("collect"))
     n = sympy.Mul(*shape) if shape else sympy.Integer(1)
@@ -317,7 +378,12 @@ def collect_write(L, node, c: dict, state: dict) -> None:
     inner = sympy.Integer(0)
     for i, s in zip(ridx, rest):
         inner = inner * s + i
+    cap = state.get("cap")
+    if cap is not None:   # past the pinned length: dropped here, the check after the loop traps
+        k.open(f"if ({k.c(pos)} < ({k.c(cap)}))")
     k.store(buf, pos * stride + inner, convert(v, x.dtype, buf.dtype))
+    if cap is not None:
+        k.close()
     k.close()
     grid = f"max(1, min(ceil_div({symexpr.to_axis(n)}, {BLOCK}), 131072))"
     L.kernels.append(LaunchSpec(k, [grid], [str(BLOCK)], kind="pointwise"))
@@ -336,7 +402,12 @@ def collect_finish(L, node, states: dict) -> None:
         buf, order = st["buf"], st["order"]
         name = c["size"]
         L.dyn.counts[name] = st["off"]
-        L.dyn.bounds[name] = sympy.Integer(int(node["count"])) * st["per_bound"]
+        cap = st.get("cap")
+        L.dyn.bounds[name] = cap if cap is not None else \
+            sympy.Integer(int(node["count"])) * st["per_bound"]
+        if cap is not None:
+            L.kernels.append(check_kernel(
+                L, lambda k, off=st["off"], cap=cap: f"{k.ptr(off)}[0] <= ({k.c(cap)})", "pinned_check"))
         nd = len(order)
         bstrides = []
         acc = sympy.Integer(1)

@@ -123,11 +123,38 @@ def _uniform(shape, lo, hi, dtype, device, g):
     return (t * (hi - lo) + lo).to(dtype)
 
 
+# A tensor of more elements than this is made in slices along its first dim: each value is drawn
+# in float32 and scaled before its cast, so a whole 22 GB bf16 weight took 45 GB twice over on the
+# way (an MoE layer of 384 experts did not fit beside its own inputs on a 141 GB GPU).
+CHUNK_ELEMENTS = 1 << 28
+
+
 def random_tensor(name: str, shape: tuple, dtype_name: str, device, g: torch.Generator,
                   description: Optional[str] = None, sampling: bool = False) -> torch.Tensor:
-    """One random input. Never all zeros (a zero tensor hides unwritten outputs and bad indexing)."""
-    dtype = to_torch(dtype_name)
+    """One random input. Never all zeros (a zero tensor hides unwritten outputs and bad indexing).
+    Over CHUNK_ELEMENTS, made slice by slice along dim 0 (every rule below draws per element or
+    along the last dim), the same values for the same generator state."""
     shape = tuple(int(s) for s in shape)
+    n = math.prod(shape)
+    if n <= CHUNK_ELEMENTS or len(shape) < 2 or shape[0] < 2 or \
+            (is_causal_mask(name, shape, description) and len(shape) < 3):
+        return _random_whole(name, shape, dtype_name, device, g, description, sampling)
+    rows = max(1, CHUNK_ELEMENTS // (n // shape[0]))
+    first = _random_whole(name, (min(rows, shape[0]),) + shape[1:], dtype_name, device, g,
+                          description, sampling)
+    out = torch.empty(shape, dtype=first.dtype, device=first.device)
+    out[:first.shape[0]] = first
+    del first
+    for i in range(rows, shape[0], rows):
+        j = min(i + rows, shape[0])
+        out[i:j] = _random_whole(name, (j - i,) + shape[1:], dtype_name, device, g, description,
+                                 sampling)
+    return out
+
+
+def _random_whole(name: str, shape: tuple, dtype_name: str, device, g: torch.Generator,
+                  description: Optional[str] = None, sampling: bool = False) -> torch.Tensor:
+    dtype = to_torch(dtype_name)
     if dtype_name in ("float4_e2m1fn_x2", "float4_e2m1"):
         # Every nibble of E2M1 is a finite value: random bytes are valid packed FP4.
         hi = 256 if dtype_name == "float4_e2m1fn_x2" else 16

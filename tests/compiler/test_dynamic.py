@@ -252,10 +252,12 @@ def test_counts_read_back_with_a_running_offset(tmp_path, experts):
     assert r["ok"], r
 
 
-def test_counts_to_numpy_then_cat_of_expert_outputs(tmp_path):
+@pytest.mark.parametrize("last", ["-1", "x.shape[1]"])
+def test_counts_to_numpy_then_cat_of_expert_outputs(tmp_path, last):
     """Counts read through `.cpu().numpy()`, one `int(counts[e])` per expert, the outputs appended
     and concatenated, then scattered back to the sorted positions: the cat is collected by the
-    rolled loop of 10 experts."""
+    rolled loop of 10 experts. Viewed back as [m, k, H] with H written out, the view pins the
+    collected length at m * k rows."""
     p = make_problem(tmp_path, "numcat", {"M": {"type": "var"}, "H": {"type": "const", "value": 4},
                                           "K": {"type": "const", "value": 2},
                                           "E": {"type": "const", "value": 10}},
@@ -281,13 +283,19 @@ def test_counts_to_numpy_then_cat_of_expert_outputs(tmp_path):
                          allo = torch.cat(outs, dim=0)
                          back = torch.zeros_like(allo)
                          back[idxs] = allo
-                         return back.view(m, k, -1).sum(dim=1)
-                     """, [{"M": 3}, {"M": 6}])
+                         return back.view(m, k, LAST).sum(dim=1)
+                     """.replace("LAST", last), [{"M": 3}, {"M": 6}])
     from solforge.compiler.api import compile_problem
 
     out = compile_problem(p)
     assert out.ok, out.reason
     assert "solforge.loop" in out.ops
+    # pinned: the workspace holds a few [m * k, H] buffers, not a slot of every selected row per
+    # expert (10 x m * k x H floats); with -1 the view pins nothing
+    ws = eval(out.candidate.workspace, {"__builtins__": {}, "max": max, "min": min}, {"M": 1000})
+    pinned = any(launch.kernel.endswith("pinned_check") for launch in out.candidate.launches)
+    assert pinned == (last != "-1")
+    assert (ws < 10 * 1000 * 2 * 4 * 4) == pinned, out.candidate.workspace
     r = check_problem(p, cap=4)
     assert r["ok"], r
 

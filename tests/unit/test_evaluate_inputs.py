@@ -25,6 +25,25 @@ def test_random_tensor_dtype_and_not_zero(dtype):
     assert raw.to(torch.float32).abs().sum() > 0
 
 
+@pytest.mark.parametrize("name,shape", [("gate_up_weight", (12, 6, 32)), ("hidden_states", (40, 16)),
+                                        ("attn_weights", (9, 3, 16)), ("causal_mask", (5, 8, 8))])
+def test_large_tensors_are_made_in_slices_with_the_same_rules(monkeypatch, name, shape):
+    """Over CHUNK_ELEMENTS a tensor is made slice by slice along dim 0: the same dtype, shape and
+    rules (fan-in scaling, rows summing to one, the causal mask per [n, n]), reproducible."""
+    monkeypatch.setattr(I, "CHUNK_ELEMENTS", 100)
+    t = I.random_tensor(name, shape, "bfloat16", "cpu", g(3))
+    assert t.shape == shape and t.dtype == torch.bfloat16
+    assert torch.equal(t, I.random_tensor(name, shape, "bfloat16", "cpu", g(3)))
+    f = t.float()
+    if name == "gate_up_weight":
+        assert 0.05 < f.std() < 0.4                      # 1 / sqrt(32), not 1
+        assert not torch.equal(f[:2], f[2:4])             # each slice its own draws
+    if name == "attn_weights":
+        assert torch.allclose(f.sum(-1), torch.ones(shape[:-1]), atol=2e-2)
+    if name == "causal_mask":
+        assert (f[:, 0, 1] < -1e30).all() and (f[:, 1, 0] == 0).all()
+
+
 def test_heuristics_keep_values_sane():
     w = I.random_tensor("q_proj_weight", (256, 1024), "float32", "cpu", g())
     assert w.std() < 0.1  # scaled by fan-in
