@@ -124,8 +124,8 @@ def _uniform(shape, lo, hi, dtype, device, g):
 
 
 # A tensor of more elements than this is made in slices along its first dim: each value is drawn
-# in float32 and scaled before its cast, so a whole 22 GB bf16 weight took 45 GB twice over on the
-# way (an MoE layer of 384 experts did not fit beside its own inputs on a 141 GB GPU).
+# in float32 and scaled before its cast, so a whole 22 GB bf16 weight would take two 45 GB float32
+# temporaries on the way, more than the inputs themselves on a 141 GB GPU.
 CHUNK_ELEMENTS = 1 << 28
 
 
