@@ -158,11 +158,23 @@ def item(L, node, x, **kw):
 
 def _upper_text(expr: str, sizes) -> str:
     """A launch expression string (max/min/ceil_div over axes) at the upper bounds."""
-    if not any(n in expr for n, b in sizes.bounds.items() if b is not None):
+    if not any(n in expr for n, b in sizes.bounds.items() if b is not None or sizes.products):
         return expr
     tree = ast.parse(expr, mode="eval")
 
     class Sub(ast.NodeTransformer):
+        def visit_BinOp(self, node):
+            # arithmetic over values read back that only a product bounds (dynamic.view_products):
+            # the largest such subexpression at its bound
+            if sizes.products and _reads_back(ast.unparse(node), sizes):
+                try:
+                    e = dynamic.upper(symexpr.parse(ast.unparse(node)), sizes)
+                except (SyntaxError, TypeError, ValueError):
+                    e = None
+                if e is not None and not any(dynamic.is_dynamic(str(x)) for x in e.free_symbols):
+                    return ast.parse("(" + symexpr.to_axis(e) + ")", mode="eval").body
+            return self.generic_visit(node)
+
         def visit_Name(self, node):
             if sizes.bounds.get(node.id) is not None:
                 return ast.parse("(" + symexpr.to_axis(sizes.bounds[node.id]) + ")", mode="eval").body

@@ -104,6 +104,12 @@ def guess(lowering) -> None:
         for s in b.shape:
             if _unbounded(s, sizes.bounds) and bound_of(s, sizes.bounds) is None:
                 names += [n for n in _unbounded(s, sizes.bounds) if n not in names]
+        if names and sizes.products:
+            # a product a view bounds (dynamic.view_products): the buffer is allocated flat at it
+            nb = bound_of(dynamic.sub_products(sympy.expand(b.numel()), sizes.products), sizes.bounds)
+            if nb is not None:
+                b.shape = [nb]
+                continue
         if names and _degree(b.numel(), names) > 1:
             # a product of values read back (t * h * w rows): a product of guesses would size the
             # buffer far beyond any use, so none of them is guessed (the plan is refused)
@@ -114,6 +120,11 @@ def guess(lowering) -> None:
         if spec.kind in _GRID_STRIDE or spec.kind == "attention":
             continue
         for g in spec.grid:
+            if sizes.products:
+                from .dynamic_lower import _reads_back, _upper_text
+
+                if not _reads_back(_upper_text(str(g), sizes), sizes):
+                    continue   # bounded by a product a view bounds (dynamic.view_products)
             names = {x.id for x in ast.walk(ast.parse(str(g), mode="eval")) if isinstance(x, ast.Name)}
             needed += [n for n in sorted(names) if dynamic.is_dynamic(n) and n not in refused
                        and sizes.bounds.get(n, 0) is None and n not in needed]

@@ -591,6 +591,14 @@ def _ints(xs):
 
 def _view(L, node, x, size, *a, **kw):
     shape = [symexpr.parse(s) for s in node["shape"]]
+    if L.dyn and L.dyn.products:
+        # a view over values read back that bounds their product (dynamic.view_products): its
+        # element count checked on the device, so the buffers sized by that bound never overrun
+        n_in, n_out = prod(x.shape), prod(shape)
+        if any(dynamic.is_dynamic(str(v)) and L.dyn.bounds.get(str(v), 0) is None
+               for v in (sympy.sympify(n_in) - sympy.sympify(n_out)).free_symbols):
+            L.kernels.append(counted_loops.check_kernel(
+                L, lambda k: f"({k.c(n_in)}) == ({k.c(n_out)})", "view_check"))
     out = loops.reshape(x, shape)
     if not out.is_view and getattr(x, "div_depth", 0) >= 1:
         # a reshape that does not fold, of one that did not either: its index would nest the first

@@ -429,3 +429,47 @@ def test_an_int_item_used_as_a_value(tmp_path):
                      """, [{"N": 5}, {"N": 9}])
     r = check_problem(p, cap=8)
     assert r["ok"], r
+
+
+PATCH_MERGER = """
+import torch
+def get_inputs(axes_and_scalars, device):
+    P, G = axes_and_scalars["P"], axes_and_scalars["G"]
+    rows = [[1, 2, 2]] * (G - 1) + [[1, 2, (P - 4 * (G - 1)) // 2]]
+    return {"x": torch.randn(P, 4, device=device),
+            "grid": torch.tensor(rows, dtype=torch.int64, device=device),
+            "w": torch.randn(8, 16, device=device) * 0.25}
+def run(x, grid, w):
+    outs, off = [], 0
+    for i in range(grid.shape[0]):
+        t = grid[i, 0].item()
+        h = grid[i, 1].item()
+        ww = grid[i, 2].item()
+        n = t * h * ww
+        p = x[off:off + n].view(t, h // 2, 2, ww // 2, 2, 4).permute(0, 1, 3, 2, 4, 5)
+        outs.append(p.reshape(t * (h // 2) * (ww // 2), 16))
+        off += n
+    return torch.nn.functional.linear(torch.cat(outs, dim=0), w)
+"""
+
+
+def test_rows_from_a_product_of_values_read_back_bounded_by_a_view(tmp_path):
+    """Per image, t, h and w read back and its t*h*w rows viewed as [t, h/2, 2, w/2, 2, C]: no
+    value has a bound of its own, but the view keeps the element count of a slice of at most P
+    rows, so t * (h // 2) * (w // 2) is at most P // 4. The buffers of those rows are sized by it,
+    the view's element count is checked on the device, and the plan matches the reference."""
+    from solforge.compiler.api import compile_problem
+
+    from .test_compiler import with_custom_inputs
+
+    make_problem(tmp_path, "merger", {"P": {"type": "var"}, "G": {"type": "var"},
+                                      "M": {"type": "var"}},
+                 {"x": T("P", 4), "grid": {"shape": ["G", 3], "dtype": "int64"}, "w": T(8, 16)},
+                 {"y": T("M", 8)}, PATCH_MERGER,
+                 [{"P": 24, "G": 2, "M": 6}, {"P": 40, "G": 3, "M": 10}])
+    p = with_custom_inputs(tmp_path, "merger")
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert any(launch.kernel.endswith("view_check") for launch in out.candidate.launches)
+    r = check_problem(p, cap=64)
+    assert r["ok"], r
