@@ -86,12 +86,16 @@ class BlockSpec:
         for name, t in self.inputs.items():
             dims = ", ".join(f'a["{d}"]' if isinstance(d, str) else str(d) for d in t.shape or [])
             td = TORCH_DTYPE[t.dtype]
+            # drawn in their own dtype: a float32 draw of an MoE layer's expert weights (22 GB in
+            # bf16) and its scaled copy took 90 GB on the way, more than fits beside the inputs
+            draw = f"torch.randn({dims}, device=device" + \
+                (f", dtype={td})" if t.dtype in ("float32", "float16", "bfloat16") else ")")
             if t.init == "act":
-                e = f"torch.randn({dims}, device=device)"
+                e = draw
             elif t.init == "weight":
                 last = t.shape[-1]
                 fan = f'a["{last}"]' if isinstance(last, str) else str(last)
-                e = f"torch.randn({dims}, device=device) / math.sqrt({fan})"
+                e = f"{draw} / math.sqrt({fan})"
             elif t.init == "gain":
                 e = f"1.0 + 0.1 * torch.randn({dims}, device=device)"
             elif t.init == "small":
