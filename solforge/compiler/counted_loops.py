@@ -24,7 +24,7 @@ n, and one kernel before the loop traps when n is over that bound (a workload th
 sized for fails, never silently). The collected buffer is laid out with the cat dim outermost, so
 its layout does not depend on the final length. Its length is at most the launches' count times one
 iteration's bound, unless a view after the loop pins it (`pinned_sizes`: the rows of every expert,
-gathered back and viewed as [T, K, H], are T * K): then the buffer holds that many, the writes past
+gathered back and viewed as [T, K, H], are T * K; view_bounds.py): then the buffer holds that many, the writes past
 it are dropped and a check after the loop traps when the count is over it.
 """
 
@@ -268,51 +268,6 @@ def count_check(L, node):
     L.kernels.append(check_kernel(L, lambda k: f"{k.c(e)} <= {int(node['count'])}LL", "count_check"))
 
 
-VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
-
-
-def pinned_sizes(ir: dict) -> dict:
-    """{size name: expression over the axes} for the data-dependent sizes that a view or reshape of
-    the top-level graph pins: an [n, H] tensor viewed as [T, K, H] has n * H == T * K * H elements,
-    so n == T * K wherever the reference ran (torch checks a view's element count). Only a size that
-    appears once and linearly in the viewed shape and a view whose shape has no data-dependent size;
-    the quotient must be a polynomial with integer coefficients."""
-    from . import dynamic
-
-    shapes = {i["name"]: i.get("shape") for i in ir.get("inputs", [])}
-    out: dict = {}
-    for n in ir.get("nodes", []):
-        shapes[n["name"]] = n.get("shape")
-        arg = (n.get("args") or [None])[0]
-        if n["op"] not in VIEW_OPS or not isinstance(arg, dict) or "ref" not in arg:
-            continue
-        src, dst = shapes.get(arg["ref"]), n.get("shape")
-        if src is None or dst is None:
-            continue
-        a = sympy.Mul(*[symexpr.parse(str(x)) for x in src])
-        b = sympy.Mul(*[symexpr.parse(str(x)) for x in dst])
-        dyn = [x for x in a.free_symbols if dynamic.is_dynamic(str(x))]
-        if len(dyn) != 1 or any(dynamic.is_dynamic(str(x)) for x in b.free_symbols):
-            continue
-        d = dyn[0]
-        c = sympy.cancel(a / d)
-        if c == 0 or c.has(d):
-            continue
-        sol = sympy.expand(sympy.cancel(b / c))
-        num, den = sympy.fraction(sympy.together(sol))
-        if den != 1 or any(dynamic.is_dynamic(str(x)) for x in sol.free_symbols):
-            continue
-        try:
-            poly = sympy.Poly(num, *sorted(num.free_symbols, key=str)) if num.free_symbols else None
-        except sympy.PolynomialError:
-            continue
-        if (poly is not None and not all(k.is_integer for k in poly.coeffs())) or \
-                (poly is None and not num.is_integer):
-            continue
-        out.setdefault(str(d), sol)
-    return out
-
-
 def _at_most(a, b) -> bool:
     """a <= b for every value of the axes, decided when their ratio is a number (else False)."""
     q = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
@@ -354,6 +309,8 @@ def collect_write(L, node, c: dict, state: dict) -> None:
         state["order"] = order
         state["per_bound"] = dynamic.upper(shape[d], L.dyn)
         if not hasattr(L, "pinned_sizes"):
+            from .view_bounds import pinned_sizes
+
             L.pinned_sizes = pinned_sizes(L.ir)
         cap = L.pinned_sizes.get(name)
         loose = sympy.Integer(int(node["count"])) * state["per_bound"]

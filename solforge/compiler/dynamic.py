@@ -53,8 +53,9 @@ class Sizes:
         self.sliced = {k: v["slice"] for k, v in (ir.get("dynamic") or {}).items() if v.get("slice")}
         self.counts: dict = {}     # name -> int64 workspace buffer holding the count
         self.coords: dict = {}     # name -> the nonzero coordinates (a loader), once computed
-        # products of values read back that a view bounds ({t * (h // 2) * (w // 2): n // 4})
-        self.products = view_products(ir, self.bounds)
+        # products of values read back that a view bounds ({t * (h // 2) * (w // 2): n // 4}),
+        # set by the lowering (view_bounds.py)
+        self.products: dict = {}
 
     def __bool__(self) -> bool:
         return bool(self.bounds)
@@ -87,44 +88,6 @@ def device_size(k, name: str) -> Optional[str]:
         k._keys[key] = True
         k.head.append(f"    const long long z_{name} = {p}[0];")
     return f"z_{name}"
-
-
-VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
-
-
-def view_products(ir: dict, bounds: dict) -> dict:
-    """{product of values read back: its upper bound} from the graph's views. A view keeps the
-    element count: `x[off:off + t*h*w].view(t, h // 2, 2, w // 2, 2, C)` of a slice at most n rows
-    long has t * (h // 2) * (w // 2) * 4 * C elements, at most n * C, so that product is at most
-    n // 4 although none of t, h, w has a bound of its own. Only a view whose one side has every
-    data-dependent size bounded and whose other side is such a product times a positive integer.
-    The lowering checks each such view's element count on the device (`view_check`)."""
-    from .guessed_bounds import bound_of
-    from torch.utils._sympy.functions import FloorDiv
-
-    shapes = {i["name"]: i.get("shape") for i in ir.get("inputs", [])}
-    out: dict = {}
-    for n in ir.get("nodes", []):
-        shapes[n["name"]] = n.get("shape")
-        arg = (n.get("args") or [None])[0]
-        if n["op"] not in VIEW_OPS or not isinstance(arg, dict) or "ref" not in arg:
-            continue
-        src, dst = shapes.get(arg["ref"]), n.get("shape")
-        if src is None or dst is None:
-            continue
-        a = sympy.Mul(*[symexpr.parse(str(x)) for x in src])
-        b = sympy.Mul(*[symexpr.parse(str(x)) for x in dst])
-        for known, other in ((a, b), (b, a)):
-            kb = bound_of(known, bounds)
-            free = [x for x in other.free_symbols if is_dynamic(str(x)) and bounds.get(str(x), 0) is None]
-            if kb is None or not free:
-                continue
-            parts = sympy.Mul.make_args(other)
-            c = sympy.Mul(*[f for f in parts if not (f.free_symbols & set(free))])
-            prod = sympy.Mul(*[f for f in parts if f.free_symbols & set(free)])
-            if c.is_Integer and c > 0 and prod.is_Mul:
-                out.setdefault(prod, FloorDiv(kb, c) if c != 1 else kb)
-    return out
 
 
 def sub_products(e, products: dict):

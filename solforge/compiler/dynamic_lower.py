@@ -164,7 +164,7 @@ def _upper_text(expr: str, sizes) -> str:
 
     class Sub(ast.NodeTransformer):
         def visit_BinOp(self, node):
-            # arithmetic over values read back that only a product bounds (dynamic.view_products):
+            # arithmetic over values read back that only a product bounds (view_bounds.py):
             # the largest such subexpression at its bound
             if sizes.products and _reads_back(ast.unparse(node), sizes):
                 try:
@@ -200,7 +200,9 @@ def finalize(lowering) -> None:
         return
     from . import guessed_bounds
 
-    guessed_bounds.guess(lowering)   # a value read back that no shape bounds: a checked guess
+    # a value read back that no shape bounds: a checked guess (a grid a view bounds needs none)
+    guessed_bounds.guess(lowering, bounded=lambda g: bool(sizes.products) and
+                         not _reads_back(_upper_text(g, sizes), sizes))
     for b in lowering.ws:
         b.shape = [dynamic.upper(s, sizes) for s in b.shape]
         if any(dynamic.is_dynamic(str(x)) for s in b.shape for x in sympy.sympify(s).free_symbols):

@@ -91,9 +91,10 @@ def _unbounded(e, bounds) -> list:
                   if dynamic.is_dynamic(str(x)) and bounds.get(str(x), 0) is None)
 
 
-def guess(lowering) -> None:
+def guess(lowering, bounded=None) -> None:
     """Bound the workspace buffers' data-dependent dims (what the expressions prove, else a
-    checked guess per value read back), before dynamic_lower.finalize sizes buffers and grids."""
+    checked guess per value read back), before dynamic_lower.finalize sizes buffers and grids.
+    bounded(grid expression): whether the grid is bounded as it is (no guess needed for it)."""
     import ast
 
     sizes = lowering.dyn
@@ -105,7 +106,7 @@ def guess(lowering) -> None:
             if _unbounded(s, sizes.bounds) and bound_of(s, sizes.bounds) is None:
                 names += [n for n in _unbounded(s, sizes.bounds) if n not in names]
         if names and sizes.products:
-            # a product a view bounds (dynamic.view_products): the buffer is allocated flat at it
+            # a product a view bounds (view_bounds.py): the buffer is allocated flat at it
             nb = bound_of(dynamic.sub_products(sympy.expand(b.numel()), sizes.products), sizes.bounds)
             if nb is not None:
                 b.shape = [nb]
@@ -120,11 +121,8 @@ def guess(lowering) -> None:
         if spec.kind in _GRID_STRIDE or spec.kind == "attention":
             continue
         for g in spec.grid:
-            if sizes.products:
-                from .dynamic_lower import _reads_back, _upper_text
-
-                if not _reads_back(_upper_text(str(g), sizes), sizes):
-                    continue   # bounded by a product a view bounds (dynamic.view_products)
+            if bounded is not None and bounded(str(g)):
+                continue   # bounded by a product a view bounds (view_bounds.py)
             names = {x.id for x in ast.walk(ast.parse(str(g), mode="eval")) if isinstance(x, ast.Name)}
             needed += [n for n in sorted(names) if dynamic.is_dynamic(n) and n not in refused
                        and sizes.bounds.get(n, 0) is None and n not in needed]

@@ -18,6 +18,7 @@ from .ir import refs as _refs
 from . import counted_loops, dynamic, dynamic_lower, rolling
 from . import generic as templates  # generic kernels; templates/ holds the fast segment templates
 from . import attention_segment, conv_gemm, epilogue, loops, lower_conv_transpose, lower_fft, symexpr
+from . import view_bounds
 from .kernel import Buffer, Kernel, compute_type, convert, is_float, round_to
 from .loops import Loader, prod, same, view_of
 
@@ -98,6 +99,7 @@ class Lowering:
         # workspace buffer b2 would both be the kernel parameter p_b2)
         self._io_names = {i["name"] for i in ir.get("inputs", [])} | set(out_specs)
         self.dyn = dynamic.Sizes(ir)        # data-dependent sizes (nonzero's count), if any
+        self.dyn.products = view_bounds.view_products(ir, self.dyn.bounds)
         # what epilogue.fuse needs once every kernel is written: each mm/bmm/addmm's call by its
         # output buffer's name, each pointwise kernel's (loader, buffer) items by the kernel
         self.gemm_calls: dict[str, dict] = {}
