@@ -18,7 +18,8 @@ skipped silently (solforge synthesizes valid values for them, which NVIDIA canno
   # 2. on the H200 (device run; carry .whl and .carry/sxb):
   python3 benchmarks/compare_sol_execbench.py run --cases .carry/sxb/cases --sxb .carry/sxb/repo \
       --wheels .whl .carry/sxb/whl --out $OUT
-  #    (--only nvidia / --only solforge: one side per device call; `merge` joins two such runs)
+  #    (--only nvidia / --only solforge: one side per device call; `merge` joins two such runs;
+  #    --serial: per case their CLI, then solforge's side, nothing else on the host meanwhile)
 
   #    each side twice (the floor any agreement can reach): two calls of `run` (both sides), then
   .venv/bin/python benchmarks/compare_sol_execbench.py repeat RUN1.json RUN2.json --out DIR
@@ -540,22 +541,24 @@ def cmd_run(args) -> int:
               f"({time.time() - t_start:.1f} s in)", flush=True)
         return r
 
-    pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
-    futs = {e["case"]: pool.submit(nvidia_case, e)
-            for e in (runnable if args.only in ("both", "nvidia") else [])}
-    print(f"NVIDIA's CLI: {len(futs)} cases, {args.jobs} at a time ({time.time() - t_start:.1f} s in)",
-          flush=True)
-
+    sides = {"both": ("nvidia", "solforge")}.get(args.only, (args.only,))
+    futs, pool = {}, None
+    if not args.serial:   # their builds start now, beside solforge's NVRTC pre-build
+        pool = ThreadPoolExecutor(max_workers=max(1, args.jobs))
+        futs = {e["case"]: pool.submit(nvidia_case, e) for e in (runnable if "nvidia" in sides else [])}
+        print(f"NVIDIA's CLI: {len(futs)} cases, {args.jobs} at a time ({time.time() - t_start:.1f} s in)",
+              flush=True)
     results = {e["case"]: {} for e in index}
-    if args.only in ("both", "solforge"):
+    if "solforge" in sides:
         try:
             _precompile(cases, runnable)
         except Exception as ex:  # noqa: BLE001 - evaluate_candidate compiles again anyway
             print(f"solforge NVRTC pre-build failed: {type(ex).__name__}: {ex}", flush=True)
-    for e in (runnable if args.only in ("both", "solforge") else []):  # meanwhile, same GPU lock
+
+    def solforge_case(e):
         if time.time() - t_start > args.deadline_s:
             results[e["case"]]["solforge"] = {"error": "not run: deadline"}
-            continue
+            return
         try:
             results[e["case"]]["solforge"] = _solforge_eval(cases / e["case"], e)
         except Exception as ex:  # noqa: BLE001 - one broken case must not hide the others
@@ -563,9 +566,22 @@ def cmd_run(args) -> int:
         (out / "partial_results.json").write_text(json.dumps(results, default=str))  # if cut short
         print(f"solforge {e['case']}: {json.dumps(results[e['case']]['solforge'])[:300]} "
               f"({time.time() - t_start:.1f} s in)", flush=True)
-    for case, fut in futs.items():
-        results[case]["nvidia"] = fut.result()
-    pool.shutdown()
+
+    if args.serial:
+        # one process on the host at a time, per case NVIDIA's CLI (its build, then its evaluation)
+        # then solforge's: a launch-bound eager reference is host time, and their builds running
+        # beside either side's timing load the host that time is taken on
+        for e in runnable:
+            if "nvidia" in sides:
+                results[e["case"]]["nvidia"] = nvidia_case(e)
+            if "solforge" in sides:
+                solforge_case(e)
+    else:
+        for e in (runnable if "solforge" in sides else []):  # meanwhile, same GPU lock
+            solforge_case(e)
+        for case, fut in futs.items():
+            results[case]["nvidia"] = fut.result()
+        pool.shutdown()
 
     doc = compare(index, results)
     doc["index"] = index
@@ -954,6 +970,10 @@ def main() -> int:
     r.add_argument("--deadline-s", type=float, default=540.0,
                    help="stop starting and waiting for either side this many seconds after the start")
     r.add_argument("--jobs", type=int, default=8, help="their CLI processes at a time (nvcc builds)")
+    r.add_argument("--serial", action="store_true",
+                   help="one process on the host at a time: per case NVIDIA's CLI, then solforge's "
+                        "side (no build beside any timing; slower: split the list over calls and "
+                        "`combine`)")
     mg = sub.add_parser("merge", help="NVIDIA's results from one run's JSON, solforge's from another's")
     mg.add_argument("--nvidia", required=True)
     mg.add_argument("--solforge", required=True)
