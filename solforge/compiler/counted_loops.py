@@ -23,9 +23,9 @@ problem's workloads (`bind_counts`); each body kernel returns early once the loo
 n, and one kernel before the loop traps when n is over that bound (a workload the plan was not
 sized for fails, never silently). The collected buffer is laid out with the cat dim outermost, so
 its layout does not depend on the final length. Its length is at most the launches' count times one
-iteration's bound, unless a view after the loop pins it (`pinned_sizes`: the rows of every expert,
-gathered back and viewed as [T, K, H], are T * K; view_bounds.py): then the buffer holds that many, the writes past
-it are dropped and a check after the loop traps when the count is over it.
+iteration's bound, unless a view after the loop pins it (view_bounds.pinned_sizes: the rows of
+every expert, gathered back and viewed as [T, K, H], are T * K): then the buffer holds that many,
+the writes past it are dropped and a check after the loop traps when the count is over it.
 """
 
 from __future__ import annotations

@@ -594,7 +594,7 @@ def _ints(xs):
 def _view(L, node, x, size, *a, **kw):
     shape = [symexpr.parse(s) for s in node["shape"]]
     if L.dyn and L.dyn.products:
-        # a view over values read back that bounds their product (dynamic.view_products): its
+        # a view over values read back that bounds their product (view_bounds.py): its
         # element count checked on the device, so the buffers sized by that bound never overrun
         n_in, n_out = prod(x.shape), prod(shape)
         if any(dynamic.is_dynamic(str(v)) and L.dyn.bounds.get(str(v), 0) is None
