@@ -22,6 +22,8 @@
 #     list's length), APR (--attempts-per-round, default 1), WORKLOAD_S (SOLFORGE_WORKLOAD_TIMEOUT_S,
 #     default 40), EXTRA_OPT (more optimize arguments)
 # Two passes in one call: run the second with SEED=keep and another TAG.
+# Last in a call script: `scripts/gpu_box.sh bundle $OUT` puts the files of $OUT's subfolders into
+# one bundle.tgz (a call brings back at most 8 files).
 #
 # The verdict sweep (benchmarks/first_candidate_sweep.py) the same way:
 #   here    scripts/gpu_box.sh pack-stages .carry/sweep .carry/sweep.txz   # staged.json + the stages
@@ -115,11 +117,21 @@ sweep() {
   cp ".carry/boxout/run_$PART.log" "$OUT/"
 }
 
+bundle() {  # bundle DIR: the files under DIR's subfolders into DIR/bundle.tgz (a device call brings
+  # back at most 8 files of $OUT: a run's JSON left in a subfolder was lost so on 2026-12-05)
+  local dir=$1
+  local subs; subs=$(cd "$dir" && find . -mindepth 2 -type f | sort)
+  [ -z "$subs" ] && return 0
+  (cd "$dir" && tar czf bundle.tgz $subs && rm -f $subs && find . -mindepth 1 -type d -empty -delete)
+  echo "bundled $(echo "$subs" | wc -l) file(s) into $dir/bundle.tgz"
+}
+
 case "${1:-}" in
   pack) shift; pack "$@" ;;
+  bundle) shift; bundle "$@" ;;
   pack-stages) shift; pack_stages "$@" ;;
   setup) setup ;;
   optimize) optimize ;;
   sweep) sweep ;;
-  *) echo "usage: $0 pack CACHE_DIR OUT.txz | pack-stages SWEEP_DIR OUT.txz | setup | optimize | sweep (settings in the environment)" >&2; exit 2 ;;
+  *) echo "usage: $0 pack CACHE_DIR OUT.txz | pack-stages SWEEP_DIR OUT.txz | bundle DIR | setup | optimize | sweep (settings in the environment)" >&2; exit 2 ;;
 esac

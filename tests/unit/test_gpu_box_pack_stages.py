@@ -31,3 +31,19 @@ def test_packs_the_listed_stages_and_the_list(tmp_path):
     assert "sweep/L9__x__compiler/job.json" in names
     assert not any("L9__z" in n for n in names)
     assert listed == rows
+
+
+def test_bundle_puts_the_files_of_subfolders_into_one(tmp_path):
+    """A device call brings back at most 8 files of $OUT: `bundle` leaves the top-level files and
+    puts those of subfolders (a run's JSON and md, a baseline's rows) into bundle.tgz."""
+    (tmp_path / "tp").mkdir()
+    (tmp_path / "bl" / "w").mkdir(parents=True)
+    (tmp_path / "call.log").write_text("log")
+    (tmp_path / "tp" / "eval_throughput.json").write_text("{}")
+    (tmp_path / "bl" / "w" / "rows.jsonl").write_text("{}\n")
+    r = subprocess.run(["bash", str(REPO / "scripts" / "gpu_box.sh"), "bundle", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.tgz", "call.log"]
+    with tarfile.open(tmp_path / "bundle.tgz") as tar:
+        assert sorted(tar.getnames()) == ["./bl/w/rows.jsonl", "./tp/eval_throughput.json"]
