@@ -166,7 +166,7 @@ def _upper_text(expr: str, sizes) -> str:
         def visit_BinOp(self, node):
             # arithmetic over values read back that only a product bounds (view_bounds.py):
             # the largest such subexpression at its bound
-            if sizes.products and _reads_back(ast.unparse(node), sizes):
+            if sizes.products and _reads_back(node, sizes):
                 try:
                     e = dynamic.upper(symexpr.parse(ast.unparse(node)), sizes)
                 except (SyntaxError, TypeError, ValueError):
@@ -185,10 +185,12 @@ def _upper_text(expr: str, sizes) -> str:
 _GRID_STRIDE = ("pointwise", "scatter", "reduction", "scan", "sort")
 
 
-def _reads_back(expr: str, sizes) -> bool:
-    """Whether a launch expression names a value read back that has no bound."""
+def _reads_back(expr, sizes) -> bool:
+    """Whether a launch expression (its text, or a parsed node of it) names a value read back that
+    has no bound."""
+    tree = ast.parse(expr, mode="eval") if isinstance(expr, str) else expr
     return any(isinstance(x, ast.Name) and dynamic.is_dynamic(x.id) and sizes.bounds.get(x.id) is None
-               for x in ast.walk(ast.parse(expr, mode="eval")))
+               for x in ast.walk(tree))
 _DYN_GRID_CAP = 2048
 
 

@@ -42,10 +42,10 @@ def view_products(ir: dict, bounds: dict) -> dict:
     out: dict = {}
     for a, b in _view_numels(ir):
         for known, other in ((a, b), (b, a)):
-            kb = bound_of(known, bounds)
             free = [x for x in other.free_symbols
                     if dynamic.is_dynamic(str(x)) and bounds.get(str(x), 0) is None]
-            if kb is None or not free:
+            kb = bound_of(known, bounds) if free else None
+            if kb is None:
                 continue
             parts = sympy.Mul.make_args(other)
             c = sympy.Mul(*[f for f in parts if not (f.free_symbols & set(free))])

@@ -140,15 +140,13 @@ def random_tensor(name: str, shape: tuple, dtype_name: str, device, g: torch.Gen
             (is_causal_mask(name, shape, description) and len(shape) < 3):
         return _random_whole(name, shape, dtype_name, device, g, description, sampling)
     rows = max(1, CHUNK_ELEMENTS // (n // shape[0]))
-    first = _random_whole(name, (min(rows, shape[0]),) + shape[1:], dtype_name, device, g,
-                          description, sampling)
-    out = torch.empty(shape, dtype=first.dtype, device=first.device)
-    out[:first.shape[0]] = first
-    del first
-    for i in range(rows, shape[0], rows):
-        j = min(i + rows, shape[0])
-        out[i:j] = _random_whole(name, (j - i,) + shape[1:], dtype_name, device, g, description,
-                                 sampling)
+    out = None
+    for i in range(0, shape[0], rows):
+        part = _random_whole(name, (min(i + rows, shape[0]) - i,) + shape[1:], dtype_name, device,
+                             g, description, sampling)
+        if out is None:   # the dtype and device the rules give
+            out = torch.empty(shape, dtype=part.dtype, device=part.device)
+        out[i:i + part.shape[0]] = part
     return out
 
 

@@ -237,8 +237,6 @@ def test_segment_bounds_read_through_numpy_lower_as_item_reads(tmp_path):
     _compiled_and_emulated(p)
 
 
-
-
 SEGMENT_PROJECTION = GET_INPUTS.replace(
     '{"x": torch.randn(4, L, 8, device=device), "cu": cu.to(device)}',
     '{"x": torch.randn(L, 64, device=device), "cu": cu.to(device), '
