@@ -203,9 +203,11 @@ def _reference_solution(defn_json: dict, folder: Path, name: str) -> Path:
 
 
 def prepare_case(src: Path, out: Path, sxb_src: Path, max_workloads: int, base: dict,
-                 kernels_root: Path = REPO / "kernels_cuda", check=nvidia_check) -> dict:
+                 kernels_root: Path = REPO / "kernels_cuda", check=nvidia_check,
+                 reference_only: bool = False) -> dict:
     """One case folder: problem files (the selected workloads), solution.json, candidate.json (kernel
-    cases), and the index entry (what can run where, and why not)."""
+    cases), and the index entry (what can run where, and why not). reference_only: the reference as
+    the solution even where a kernel is saved (reference times only, no nvcc build in their CLI)."""
     from solforge.candidate import Candidate
     from solforge.problem import load_problem_dir
 
@@ -245,7 +247,7 @@ def prepare_case(src: Path, out: Path, sxb_src: Path, max_workloads: int, base: 
                      "blobs that the dataset copy lacks: NVIDIA's CLI cannot run them")
         return entry
     (d / "problem" / "workload.jsonl").write_text("\n".join(raw[u][0] for u in keep) + "\n")
-    best = best_file(p.name, kernels_root)
+    best = None if reference_only else best_file(p.name, kernels_root)
     if best is not None:
         from solforge.export import ExportAttempt
         from solforge.export.solution import write_solution
@@ -318,7 +320,8 @@ def cmd_prepare(args) -> int:
     for src in dirs:
         try:
             e = prepare_case(src, out, sxb_src, args.max_workloads, base,
-                             check=None if args.no_schema_check else nvidia_check)
+                             check=None if args.no_schema_check else nvidia_check,
+                             reference_only=args.reference_only)
         except Exception as ex:  # noqa: BLE001 - one problem's trouble is one line, the rest go on
             e = {"case": src.name, "subset": src.parent.name, "problem": src.name,
                  "kind": "cannot_run", "reason": f"prepare failed: {type(ex).__name__}: {ex}"[:400],
@@ -341,8 +344,8 @@ def cmd_prepare(args) -> int:
                           capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(snap)], input=arch, check=True)
     (out / "index.json").write_text(json.dumps(index, indent=1))
-    (out / "meta.json").write_text(json.dumps({"solforge_commit": head,
-                                               "problems": args.problems}))
+    (out / "meta.json").write_text(json.dumps({"solforge_commit": head, "problems": args.problems,
+                                               "reference_only": args.reference_only}))
     n = {k: sum(e["kind"] == k for e in index) for k in ("kernel", "reference", "cannot_run")}
     print(f"{len(index)} problems: {n['kernel']} with a solforge kernel, {n['reference']} "
           f"reference-only, {n['cannot_run']} cannot run")
@@ -951,6 +954,9 @@ def main() -> int:
                    help="globs under --problems-root (L1/05*), SUBSET/NAME, directories, @FILE")
     p.add_argument("--max-workloads", type=int, default=MAX_WORKLOADS,
                    help="per problem, spread over sizes (0: all)")
+    p.add_argument("--reference-only", action="store_true",
+                   help="every case's solution is its reference (eager reference times only: their "
+                        "CLI builds nothing, so a serial run fits one call)")
     p.add_argument("--no-schema-check", action="store_true",
                    help="skip validating each solution.json with NVIDIA's models (no --sxb here)")
     p.add_argument("--out", default=str(REPO / ".carry" / "sxb" / "cases"))

@@ -135,3 +135,24 @@ def test_repeat_of_a_recorded_run_with_itself_is_exact(cmp):
     doc = cmp.repeatability([rec, rec])
     assert doc["summary"]["problems"] >= 20
     assert all(r["repeat_solforge_ms"] in (None, pytest.approx(1.0)) for r in doc["problems"])
+
+
+def test_reference_only_case_exports_the_reference_even_where_a_kernel_is_saved(cmp, tmp_path):
+    from tests.unit.adv_problem import ADV, write_problem
+
+    ref = (ADV / "definition.json").read_text()
+    src = write_problem(tmp_path / "ds", "L1", "001_add", json.loads(ref)["reference"],
+                        [("w1", 64), ("w2", 4096)])
+    kernels = tmp_path / "kernels"
+    (kernels / "fam" / "best").mkdir(parents=True)
+    (kernels / "fam" / "best" / "001_add.json").write_text("{}")   # never read: reference-only
+    e = cmp.prepare_case(src, tmp_path / "cases", tmp_path, 6, {}, kernels_root=kernels,
+                         check=None, reference_only=True)
+    assert e["kind"] == "reference" and len(e["workloads"]) == 2
+    sol = json.loads((tmp_path / "cases" / e["solution"]).read_text())
+    assert sol["spec"]["languages"] == ["pytorch"]
+    assert "def run" in sol["sources"][0]["content"]
+    assert not (tmp_path / "cases" / "001_add" / "candidate.json").exists()
+    # without the flag the saved best file is what is exported (and this empty one is refused)
+    with pytest.raises(KeyError):
+        cmp.prepare_case(src, tmp_path / "cases2", tmp_path, 6, {}, kernels_root=kernels, check=None)
