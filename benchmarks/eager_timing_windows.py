@@ -1,0 +1,345 @@
+"""Eager reference timing, window by window: NVIDIA's own timing function beside solforge's T_b
+timing, the same inputs, alternating on one GPU, many windows each.
+
+Why: one SOL-ExecBench reading of a launch-bound eager reference (a chain of small kernels, host
+time) is one window of 50 calls, and such windows do not repeat: in a reference-only run of their
+CLI the same reference timed twice in one process, seconds apart, differed by over 5% (geomean per
+problem) on 12 of 24 problems (data/results/sol_execbench_compare/). A per-problem comparison of two
+single readings then measures that scatter, not the instruments. Here each side gives K windows per
+workload, and the comparison is of the median window (what a single reading is most likely to
+give), beside each side's own scatter (odd windows against even ones) and the single-window ratio.
+
+NVIDIA's side is their `time_runnable` (sol_execbench.core.bench.timing, imported from their source,
+unmodified: the function their eval_driver times `reference_latency_ms` with, 10 warm-up calls, 50
+CUPTI-timed calls, every per-call time returned). solforge's side is
+`solforge.evaluate.baseline.measure_like_nvidia`, the eager T_b's timing. Each side runs in its own
+process (their timing re-registers CUPTI's callbacks on every call, which would take solforge's
+over in one process); both make their inputs with solforge's InputFactory from the same seed, and
+the parent runs one window at a time, alternating which side goes first.
+
+  # the cases are compare_sol_execbench.py's (prepare --reference-only ...), NVIDIA's source carried
+  python3 benchmarks/eager_timing_windows.py run --cases .carry/sxb/cases --sxb .carry/sxb/repo \
+      --wheels .whl .carry/sxb/whl --windows 6 --out $OUT/win
+  .venv/bin/python benchmarks/eager_timing_windows.py report OUT/win/eager_timing_windows.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import select
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TOL = 0.05
+SIDES = ("nvidia", "solforge")
+
+
+# ------------------------------------------------------------------------------------- the worker
+class _Side:
+    """One workload's inputs and reference in this process; window() times one window."""
+
+    def __init__(self, side: str, sxb_src: str):
+        import torch
+
+        self.side, self.torch = side, torch
+        self.dev = torch.device("cuda")
+        if side == "nvidia":
+            sys.path.insert(0, sxb_src)
+            from sol_execbench.core.bench.timing import time_runnable  # their code, unmodified
+
+            self.time_runnable = time_runnable
+        self.state: dict = {}       # measure_like_nvidia's (its Timer lives across workloads)
+        self.loads = 0
+        self.fn = self.args = None
+
+    def load(self, case_dir: Path, subset: str, uuid: str) -> dict:
+        import tempfile
+
+        from solforge.evaluate.inputs import InputFactory
+        from solforge.evaluate.reference import load_reference
+        from solforge.problem import load_problem_dir
+
+        p = load_problem_dir(case_dir / "problem", subset)
+        w = next(w for w in p.workloads if w.uuid == uuid)
+        defn = p.definition
+        self.loads += 1
+        mod = load_reference(defn, Path(tempfile.mkdtemp()), name=f"ref_{self.side}_{self.loads}")
+        custom = getattr(mod, defn.custom_inputs_entrypoint) if defn.custom_inputs_entrypoint else None
+        factory = InputFactory(w, self.dev, custom_fn=custom, blob_roots=[case_dir / "problem"])
+        order = list(defn.inputs)
+        # the two input sets solforge's T_b alternates; NVIDIA's side uses the first (their pool
+        # copies it afresh per call)
+        self.args = [[s[k] for k in order] for s in (factory.make(100), factory.make(101))]
+        self.fn = mod.run
+        self.state = {"nvidia_timer": self.state.get("nvidia_timer")}
+        t0 = time.perf_counter()
+        self._grad(lambda: self.fn(*self.args[0]))        # the first touch, untimed
+        self.torch.cuda.synchronize()
+        return {"first_call_ms": (time.perf_counter() - t0) * 1e3}
+
+    def _grad(self, f):
+        # each side's grad mode: their eval_driver times the reference as it is (grad on unless the
+        # reference turns it off); solforge's T_b timing runs under no_grad
+        if self.side == "nvidia":
+            return f()
+        with self.torch.no_grad():
+            return f()
+
+    def window(self, budget_s: float) -> dict:
+        t0 = time.perf_counter()
+        if self.side == "nvidia":
+            times = self.time_runnable(self.fn, self.args[0], [], "cuda:0", warmup=10, rep=50,
+                                       return_mode="all")
+            method = "their time_runnable (cupti)"
+        else:
+            from solforge.evaluate.baseline import measure_like_nvidia
+
+            t = self._grad(lambda: measure_like_nvidia(self.state, self.dev, self.fn, self.args,
+                                                       50, budget_s))
+            times, method = list(t.samples_ms), f"{t.method}/{t.backend}"
+        return {"times": [float(x) for x in times], "wall_s": time.perf_counter() - t0,
+                "method": method}
+
+
+def cmd_worker(a) -> int:
+    """Commands on stdin (one JSON a line), replies on --reply-fd: load, window, quit."""
+    reply = os.fdopen(a.reply_fd, "w", buffering=1)
+    side = _Side(a.side, a.sxb_src)
+    cases = Path(a.cases)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            if cmd["op"] == "quit":
+                break
+            if cmd["op"] == "load":
+                out = side.load(cases / cmd["case"], cmd["subset"], cmd["uuid"])
+            else:
+                out = side.window(cmd.get("budget_s", 3.0))
+            out["ok"] = True
+        except Exception as e:  # noqa: BLE001 - the parent records it and goes on
+            out = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
+        reply.write(json.dumps(out) + "\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------------- the parent
+class _Worker:
+    def __init__(self, side: str, a, env: dict, log: Path):
+        r, w = os.pipe()
+        self.side, self.log = side, open(log, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "worker", "--side", side, "--cases", a.cases,
+             "--sxb-src", str(Path(a.sxb).resolve() / "src"), "--reply-fd", str(w)],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+            pass_fds=(w,), env=env)
+        os.close(w)
+        self.reply = os.fdopen(r)
+
+    def ask(self, cmd: dict, timeout_s: float) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            return {"ok": False, "error": f"worker gone: {e}", "dead": True}
+        ready, _, _ = select.select([self.reply], [], [], timeout_s)
+        line = self.reply.readline() if ready else ""
+        if not line:
+            self.close()
+            return {"ok": False, "error": "no answer in time" if not ready else "worker died",
+                    "dead": True}
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def cmd_run(a) -> int:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from compare_sol_execbench import _install
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    _install(a.wheels, Path(a.site))
+    cases = Path(a.cases).resolve()
+    a.cases = str(cases)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(cases / "solforge_head"), a.site, str(REPO),
+                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    index = [e for e in json.loads((cases / "index.json").read_text()) if e.get("workloads")]
+    logs = Path("/tmp/eager_windows_logs")
+    logs.mkdir(exist_ok=True)
+    workers = {s: _Worker(s, a, env, logs / f"{s}.log") for s in SIDES}
+    rows = []
+    stopped = ""
+    for e in index:
+        for wl in e["workloads"]:
+            if time.time() - t_start > a.deadline_s:
+                stopped = stopped or f"deadline reached at {e['case']}"
+                break
+            row = {"case": e["case"], "uuid": wl["uuid"], "axes": wl.get("axes", {}),
+                   **{s: {"windows": [], "errors": []} for s in SIDES}}
+            for s in SIDES:
+                got = workers[s].ask({"op": "load", "case": e["case"], "subset": e["subset"],
+                                      "uuid": wl["uuid"]}, a.timeout_s)
+                if not got.get("ok"):
+                    row[s]["errors"].append(f"load: {got.get('error')}")
+                else:
+                    row[s]["first_call_ms"] = got["first_call_ms"]
+            for k in range(a.windows):
+                if any(row[s]["errors"] for s in SIDES):
+                    break
+                if k >= 2 and statistics.median(row["nvidia"]["windows"][0]) > a.slow_ms:
+                    break   # GPU-bound calls repeat (and cost the most): two windows a side
+                for s in (SIDES if k % 2 == 0 else SIDES[::-1]):
+                    got = workers[s].ask({"op": "window", "budget_s": a.budget_s}, a.timeout_s)
+                    if got.get("ok"):
+                        row[s]["windows"].append(got["times"])
+                        row[s]["method"] = got["method"]
+                    else:
+                        row[s]["errors"].append(f"window {k}: {got.get('error')}")
+            for s in SIDES:
+                if workers[s].proc.poll() is not None:   # gone (out of memory, a crash): anew
+                    workers[s] = _Worker(s, a, env, logs / f"{s}.log")
+            rows.append(row)
+            med = {s: (statistics.median(statistics.median(w) for w in row[s]["windows"])
+                       if row[s]["windows"] else None) for s in SIDES}
+            print(f"{e['case']} {wl.get('axes')}: nvidia {med['nvidia']} solforge {med['solforge']} "
+                  f"({time.time() - t_start:.0f} s in){' ' + str(row['nvidia']['errors'] + row['solforge']['errors'])[:200] if any(row[s]['errors'] for s in SIDES) else ''}",
+                  flush=True)
+        else:
+            continue
+        break
+    for w in workers.values():
+        w.ask({"op": "quit"}, 5)
+        w.close()
+    meta = {"command": " ".join(["python3", "benchmarks/" + Path(__file__).name, *sys.argv[1:]]),
+            "solforge_commit": json.loads((cases / "meta.json").read_text()).get("solforge_commit"),
+            "windows": a.windows, "wall_s": round(time.time() - t_start, 1), "stopped": stopped}
+    try:
+        import torch
+
+        meta.update(torch=torch.__version__, gpu=torch.cuda.get_device_name(0))
+    except Exception:  # noqa: BLE001
+        pass
+    doc = {"meta": meta, "rows": rows}
+    (out / "eager_timing_windows.json").write_text(json.dumps(doc))
+    (out / "eager_timing_windows.md").write_text(render(summarize(doc)))
+    print(render(summarize(doc)))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- report
+def _gm(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _within(r, tol=TOL):
+    return r is not None and abs(r - 1.0) <= tol
+
+
+def summarize(doc: dict, tol: float = TOL) -> dict:
+    """Per problem: the cross ratio of median windows, the single-window (first) ratio, and each
+    side's own scatter (median of its odd windows over median of its even ones); geomeans over the
+    problem's workloads that both sides timed in at least two windows."""
+    by_case: dict = {}
+    for r in doc["rows"]:
+        med = {s: [statistics.median(w) for w in r[s]["windows"] if w] for s in SIDES}
+        if any(len(med[s]) < 2 for s in SIDES):
+            continue
+        c = by_case.setdefault(r["case"], {"cross": [], "first": [], "nvidia_self": [],
+                                           "solforge_self": [], "ms": []})
+        m = {s: statistics.median(med[s]) for s in SIDES}
+        c["cross"].append(m["solforge"] / m["nvidia"])
+        c["first"].append(med["solforge"][0] / med["nvidia"][0])
+        for s in SIDES:
+            c[f"{s}_self"].append(statistics.median(med[s][1::2]) / statistics.median(med[s][0::2]))
+        c["ms"].append(m["nvidia"])
+    problems = []
+    for case, c in by_case.items():
+        problems.append({"case": case, "workloads": len(c["cross"]),
+                         **{k: _gm(c[k]) for k in ("cross", "first", "nvidia_self", "solforge_self")},
+                         "nvidia_ms_range": [min(c["ms"]), max(c["ms"])]})
+    count = {k: sum(_within(p[k], tol) for p in problems)
+             for k in ("cross", "first", "nvidia_self", "solforge_self")}
+    return {"meta": doc.get("meta", {}), "tol": tol, "problems": problems, "within": count,
+            "n": len(problems), "geomean": {k: _gm([p[k] for p in problems]) for k in count}}
+
+
+def render(sm: dict) -> str:
+    f = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    n, w, g, m = sm["n"], sm["within"], sm["geomean"], sm["meta"]
+    lines = [
+        "# Eager reference timing, window by window: NVIDIA's time_runnable beside solforge's T_b",
+        "",
+        f"`{m.get('command', '')}` (solforge {str(m.get('solforge_commit', ''))[:7]}, "
+        f"{m.get('gpu', '')}, torch {m.get('torch', '')}, {m.get('windows')} windows of 50 calls "
+        f"a side per workload, {m.get('wall_s')} s{'; ' + m['stopped'] if m.get('stopped') else ''}).",
+        "",
+        f"Within {sm['tol']:.0%}, geomean per problem, of {n} problems:",
+        "",
+        "| measure | within | geomean |",
+        "|---|---|---|",
+        f"| solforge / NVIDIA, median window | {w['cross']} | {f(g['cross'])} |",
+        f"| solforge / NVIDIA, first window only (a single reading each) | {w['first']} | {f(g['first'])} |",
+        f"| NVIDIA's own scatter: odd windows / even windows | {w['nvidia_self']} | {f(g['nvidia_self'])} |",
+        f"| solforge's own scatter: odd windows / even windows | {w['solforge_self']} | {f(g['solforge_self'])} |",
+        "",
+        "| problem | workloads | NVIDIA ms (range) | solforge / NVIDIA, median window | first window | NVIDIA odd/even | solforge odd/even |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in sm["problems"]:
+        lo, hi = p["nvidia_ms_range"]
+        lines.append(f"| {p['case']} | {p['workloads']} | {lo:.4f}-{hi:.4f} | {f(p['cross'])} | "
+                     f"{f(p['first'])} | {f(p['nvidia_self'])} | {f(p['solforge_self'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_report(a) -> int:
+    md = render(summarize(json.loads(Path(a.json).read_text())))
+    if a.out:
+        Path(a.out).write_text(md)
+    print(md)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--cases", required=True, help="compare_sol_execbench.py prepare's folder")
+    r.add_argument("--sxb", required=True, help="NVIDIA/SOL-ExecBench's source (its src/ is imported)")
+    r.add_argument("--wheels", nargs="*", default=[])
+    r.add_argument("--site", default="/tmp/site")
+    r.add_argument("--windows", type=int, default=6, help="per side and workload")
+    r.add_argument("--slow-ms", type=float, default=2.0,
+                   help="a workload whose first NVIDIA window reads over this gets two windows a side")
+    r.add_argument("--budget-s", type=float, default=3.0, help="solforge's workload budget a window")
+    r.add_argument("--timeout-s", type=float, default=180.0, help="one command's answer")
+    r.add_argument("--deadline-s", type=float, default=520.0)
+    r.add_argument("--out", required=True)
+    wk = sub.add_parser("worker")
+    wk.add_argument("--side", choices=SIDES, required=True)
+    wk.add_argument("--cases", required=True)
+    wk.add_argument("--sxb-src", required=True)
+    wk.add_argument("--reply-fd", type=int, required=True)
+    rp = sub.add_parser("report")
+    rp.add_argument("json")
+    rp.add_argument("--out")
+    a = ap.parse_args()
+    return {"run": cmd_run, "worker": cmd_worker, "report": cmd_report}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

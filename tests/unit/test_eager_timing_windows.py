@@ -1,0 +1,47 @@
+"""benchmarks/eager_timing_windows.py without a GPU: the report from recorded windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit import bench_module
+
+
+@pytest.fixture(scope="module")
+def win():
+    return bench_module.load("eager_timing_windows")
+
+
+def _row(case, nv, sf):
+    # each window: three calls whose median is the given value
+    return {"case": case, "uuid": f"{case}-{len(nv)}", "axes": {},
+            "nvidia": {"windows": [[m * 0.9, m, m * 3] for m in nv], "errors": []},
+            "solforge": {"windows": [[m, m * 1.1, m * 0.5] for m in sf], "errors": []}}
+
+
+def test_median_window_agrees_where_single_windows_scatter(win):
+    # a bimodal launch-bound reference: windows read 1.0 or 2.0 on both sides; the first windows
+    # disagree 2x, the median windows agree
+    doc = {"meta": {}, "rows": [
+        _row("launch_bound", [2.0, 1.0, 1.0, 2.0, 1.0], [1.0, 2.0, 1.0, 1.0, 2.0]),
+        _row("one_kernel", [0.5] * 4, [0.51] * 4),
+        _row("too_few", [1.0], [1.0]),                    # one window: no scatter to report
+    ]}
+    sm = win.summarize(doc)
+    by = {p["case"]: p for p in sm["problems"]}
+    assert set(by) == {"launch_bound", "one_kernel"}
+    assert by["launch_bound"]["cross"] == pytest.approx(1.0)
+    assert by["launch_bound"]["first"] == pytest.approx(0.5)
+    # NVIDIA's odd windows [1, 2] -> 1.5 over even [2, 1, 1] -> 1.0
+    assert by["launch_bound"]["nvidia_self"] == pytest.approx(1.5)
+    assert by["one_kernel"]["cross"] == pytest.approx(1.02)
+    assert sm["within"] == {"cross": 2, "first": 1, "nvidia_self": 1, "solforge_self": 1}
+    md = win.render(sm)
+    assert "| launch_bound | 1 | 1.0000-1.0000 | 1.000 | 0.500 | 1.500 |" in md
+
+
+def test_a_side_without_windows_is_left_out_not_counted(win):
+    r = _row("broken", [1.0, 1.0], [1.0, 1.0])
+    r["solforge"] = {"windows": [], "errors": ["load: RuntimeError: CUDA out of memory"]}
+    sm = win.summarize({"meta": {}, "rows": [r]})
+    assert sm["n"] == 0 and sm["within"]["cross"] == 0
