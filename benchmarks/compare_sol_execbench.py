@@ -19,7 +19,8 @@ skipped silently (solforge synthesizes valid values for them, which NVIDIA canno
   python3 benchmarks/compare_sol_execbench.py run --cases .carry/sxb/cases --sxb .carry/sxb/repo \
       --wheels .whl .carry/sxb/whl --out $OUT
   #    (--only nvidia / --only solforge: one side per device call; `merge` joins two such runs;
-  #    --serial: per case their CLI, then solforge's side, nothing else on the host meanwhile)
+  #    --serial: per case their CLI, then solforge's side, nothing else on the host meanwhile;
+  #    --cpus 4,5: both sides' processes on the same cores)
 
   #    each side twice (the floor any agreement can reach): two calls of `run` (both sides), then
   .venv/bin/python benchmarks/compare_sol_execbench.py repeat RUN1.json RUN2.json --out DIR
@@ -494,6 +495,11 @@ def _nvidia_traces(path: Path) -> dict:
 
 
 def cmd_run(args) -> int:
+    if args.cpus:
+        # every process of the run on these cores (their CLI and its eval_driver inherit it): a
+        # launch-bound eager reference's time is host time, and two processes on two cores of a
+        # shared host read it differently for a whole run (eager_timing_windows.py, 2026-12-05)
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cases = Path(args.cases).resolve()
@@ -593,7 +599,8 @@ def cmd_run(args) -> int:
     meta = json.loads((cases / "meta.json").read_text())
     doc["meta"] = {"command": " ".join(["python3", "benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]]),
                    "solforge_commit": meta.get("solforge_commit"), "solforge_from": solforge.__file__,
-                   "wall_s": round(time.time() - t_start, 1), "python": sys.version.split()[0],
+                   "wall_s": round(time.time() - t_start, 1), "cpus": args.cpus or "any",
+                   "python": sys.version.split()[0],
                    "sol_execbench": _sxb_version(sxb_src), "gpu_lock": "eval phases serialized",
                    "problems": meta.get("problems")}
     try:
@@ -976,6 +983,8 @@ def main() -> int:
     r.add_argument("--deadline-s", type=float, default=540.0,
                    help="stop starting and waiting for either side this many seconds after the start")
     r.add_argument("--jobs", type=int, default=8, help="their CLI processes at a time (nvcc builds)")
+    r.add_argument("--cpus", help="the run and every process it starts on these cores (comma "
+                                  "list, e.g. 4,5; with --serial: one process at a time on them)")
     r.add_argument("--serial", action="store_true",
                    help="one process on the host at a time: per case NVIDIA's CLI, then solforge's "
                         "side (no build beside any timing; slower: split the list over calls and "

@@ -21,11 +21,13 @@ the parent runs one window at a time, alternating which side goes first.
   python3 benchmarks/eager_timing_windows.py run --cases .carry/sxb/cases --sxb .carry/sxb/repo \
       --wheels .whl .carry/sxb/whl --windows 6 --out $OUT/win
   .venv/bin/python benchmarks/eager_timing_windows.py report OUT/win/eager_timing_windows.json
+  #    (several JSONs: one report, each case from the last run that has it)
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -110,6 +112,10 @@ class _Side:
 
 def cmd_worker(a) -> int:
     """Commands on stdin (one JSON a line), replies on --reply-fd: load, window, quit."""
+    if a.cpus:
+        # a launch-bound reference's time is host time: both sides on the same cores, or a side
+        # that landed on a slower (shared) core reads slower for the whole run
+        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
     reply = os.fdopen(a.reply_fd, "w", buffering=1)
     side = _Side(a.side, a.sxb_src)
     cases = Path(a.cases)
@@ -136,7 +142,8 @@ class _Worker:
         self.side, self.log = side, open(log, "a")
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "worker", "--side", side, "--cases", a.cases,
-             "--sxb-src", str(Path(a.sxb).resolve() / "src"), "--reply-fd", str(w)],
+             "--sxb-src", str(Path(a.sxb).resolve() / "src"), "--reply-fd", str(w),
+             *(["--cpus", a.cpus] if a.cpus else [])],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True,
             pass_fds=(w,), env=env)
         os.close(w)
@@ -176,7 +183,8 @@ def cmd_run(a) -> int:
     env["PYTHONPATH"] = os.pathsep.join([str(cases / "solforge_head"), a.site, str(REPO),
                                          env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONUNBUFFERED"] = "1"
-    index = [e for e in json.loads((cases / "index.json").read_text()) if e.get("workloads")]
+    index = [e for e in json.loads((cases / "index.json").read_text()) if e.get("workloads")
+             and (not a.only or any(fnmatch.fnmatch(e["case"], g) for g in a.only))]
     logs = Path("/tmp/eager_windows_logs")
     logs.mkdir(exist_ok=True)
     workers = {s: _Worker(s, a, env, logs / f"{s}.log") for s in SIDES}
@@ -225,7 +233,8 @@ def cmd_run(a) -> int:
         w.close()
     meta = {"command": " ".join(["python3", "benchmarks/" + Path(__file__).name, *sys.argv[1:]]),
             "solforge_commit": json.loads((cases / "meta.json").read_text()).get("solforge_commit"),
-            "windows": a.windows, "wall_s": round(time.time() - t_start, 1), "stopped": stopped}
+            "windows": a.windows, "cpus": a.cpus or "any",
+            "wall_s": round(time.time() - t_start, 1), "stopped": stopped}
     try:
         import torch
 
@@ -306,8 +315,25 @@ def render(sm: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def combine(docs: list[dict]) -> dict:
+    """Several runs as one: each case's rows from the last run that has it (a run cut short by its
+    deadline, then the rest in another call)."""
+    rows: dict = {}
+    for d in docs:
+        for case in dict.fromkeys(r["case"] for r in d["rows"]):
+            rows[case] = [r for r in d["rows"] if r["case"] == case]
+    metas = [d.get("meta", {}) for d in docs]
+    meta = dict(metas[-1], command=" ; ".join(m.get("command", "") for m in metas),
+                wall_s=round(sum(m.get("wall_s") or 0 for m in metas), 1),
+                stopped="; ".join(m["stopped"] for m in metas if m.get("stopped")))
+    return {"meta": meta, "rows": [r for rs in rows.values() for r in rs]}
+
+
 def cmd_report(a) -> int:
-    md = render(summarize(json.loads(Path(a.json).read_text())))
+    doc = combine([json.loads(Path(j).read_text()) for j in a.json])
+    if a.json_out:
+        Path(a.json_out).write_text(json.dumps(doc))
+    md = render(summarize(doc))
     if a.out:
         Path(a.out).write_text(md)
     print(md)
@@ -323,6 +349,8 @@ def main() -> int:
     r.add_argument("--wheels", nargs="*", default=[])
     r.add_argument("--site", default="/tmp/site")
     r.add_argument("--windows", type=int, default=6, help="per side and workload")
+    r.add_argument("--only", nargs="*", help="case name globs (default: every case)")
+    r.add_argument("--cpus", help="both sides' processes on these cores (comma list), e.g. 4,5")
     r.add_argument("--slow-ms", type=float, default=2.0,
                    help="a workload whose first NVIDIA window reads over this gets two windows a side")
     r.add_argument("--budget-s", type=float, default=3.0, help="solforge's workload budget a window")
@@ -334,9 +362,11 @@ def main() -> int:
     wk.add_argument("--cases", required=True)
     wk.add_argument("--sxb-src", required=True)
     wk.add_argument("--reply-fd", type=int, required=True)
+    wk.add_argument("--cpus")
     rp = sub.add_parser("report")
-    rp.add_argument("json")
+    rp.add_argument("json", nargs="+", help="one run's JSON, or several: a case from the last that has it")
     rp.add_argument("--out")
+    rp.add_argument("--json-out", help="the combined runs as one JSON")
     a = ap.parse_args()
     return {"run": cmd_run, "worker": cmd_worker, "report": cmd_report}[a.cmd](a)
 

@@ -45,3 +45,17 @@ def test_a_side_without_windows_is_left_out_not_counted(win):
     r["solforge"] = {"windows": [], "errors": ["load: RuntimeError: CUDA out of memory"]}
     sm = win.summarize({"meta": {}, "rows": [r]})
     assert sm["n"] == 0 and sm["within"]["cross"] == 0
+
+
+def test_combine_takes_each_case_from_the_last_run_that_has_it(win):
+    cut = {"meta": {"command": "run 1", "wall_s": 400, "stopped": "deadline reached at b"},
+           "rows": [_row("a", [1.0, 1.0], [1.0, 1.0]), _row("b", [1.0, 1.0], [2.0, 2.0])]}
+    rest = {"meta": {"command": "run 2", "wall_s": 300, "stopped": ""},
+            "rows": [_row("b", [1.0, 1.0], [1.0, 1.0]), _row("b", [2.0, 2.0], [2.0, 2.0]),
+                     _row("c", [1.0, 1.0], [1.0, 1.0])]}
+    doc = win.combine([cut, rest])
+    assert [r["case"] for r in doc["rows"]] == ["a", "b", "b", "c"]
+    assert doc["meta"]["command"] == "run 1 ; run 2" and doc["meta"]["wall_s"] == 700
+    sm = win.summarize(doc)
+    assert {p["case"]: p["workloads"] for p in sm["problems"]} == {"a": 1, "b": 2, "c": 1}
+    assert sm["within"]["cross"] == 3
