@@ -68,18 +68,108 @@ class CountedRange:
         owner = self.owner
         owner.counts.append(self.n)
         owner.any_counted = True
+        n = self.n
 
         def run():
             owner.counted += 1
+            owner.loop_serial += 1
+            serial, outer = owner.loop_serial, owner.iter_tag
             try:
                 for v in builtins.range(SHORT_RUN):
+                    owner.iter_tag = (serial, v)
                     yield _Idx(v)
+                owner.finished[serial] = n
             finally:
                 owner.counted -= 1
+                owner.iter_tag = outer
         return run()
 
     def __len__(self):
         return int(self.n)
+
+
+ITER_TAG = "_solforge_counted_iter"
+COUNTED_CAT = "solforge.counted_cat.default"
+_COUNTED_CAT_OP = None
+
+
+def tag_iteration(r) -> None:
+    """Tag the tensors a counted loop's traced iteration makes with (loop serial, index), so that a
+    stack or cat of one of them per iteration is recognised after the loop (counted_stack)."""
+    import torch
+
+    from .loop_base import active_loops
+
+    loops = active_loops()
+    tag = getattr(loops, "iter_tag", None)
+    if tag is None:
+        return
+    for t in (r if isinstance(r, (tuple, list)) else (r,)):
+        if isinstance(t, torch.Tensor):
+            try:
+                setattr(t, ITER_TAG, tag)
+            except (AttributeError, TypeError):
+                pass
+
+
+def counted_cat_op():
+    """solforge::counted_cat(x, dim, length): x with its dim `dim` of `length`. The trace's stand-in
+    for the cat of a counted loop's values: SHORT_RUN iterations ran, the cat is the count's long
+    (rolling collects the cat, the lowering views the collected buffer as this node's shape)."""
+    global _COUNTED_CAT_OP
+    if _COUNTED_CAT_OP is None:
+        import torch
+
+        # the schema spelled out: this module's annotations are strings (__future__)
+        @torch.library.custom_op("solforge::counted_cat", mutates_args=(),
+                                 schema="(Tensor x, int dim, SymInt length) -> Tensor")
+        def counted_cat(x, dim, length):
+            raise RuntimeError("solforge::counted_cat exists in traces only")
+
+        @counted_cat.register_fake
+        def _(x, dim, length):
+            shape = list(x.shape)
+            shape[dim] = length
+            return x.new_empty(shape)
+
+        _COUNTED_CAT_OP = torch.ops.solforge.counted_cat.default
+    return _COUNTED_CAT_OP
+
+
+def counted_stack(func, args, kwargs):
+    """`torch.stack(ys, dim)` / `torch.cat(ys, dim)` after a counted loop that appended one value of
+    a fixed size per iteration (`ys.append(step(t))`, a recurrence's outputs): the trace ran SHORT_RUN
+    iterations, but what follows sees the count's length, n * size. The SHORT_RUN values are catted
+    (rolling collects that cat: one write per iteration at a running offset), given the length n *
+    size (counted_cat), and a stack is that viewed with n at its dim. None when the values are not
+    one per iteration of a finished counted loop in order, or their sizes are data-dependent (a cat
+    of per-iteration rows read back: the cat's own unbacked sum serves)."""
+    import torch
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    from .loop_base import SHORT_RUN, active_loops
+
+    stack = func is torch.stack
+    if not (stack or func in (torch.cat, torch.concat)):
+        return None
+    seq = args[0] if args else kwargs.get("tensors")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    loops = active_loops()
+    if loops is None or not isinstance(seq, (list, tuple)) or len(seq) != SHORT_RUN or             not isinstance(dim, int) or not all(isinstance(t, torch.Tensor) for t in seq):
+        return None
+    tags = [getattr(t, ITER_TAG, None) for t in seq]
+    if tags[0] is None or any(t != (tags[0][0], i) for i, t in enumerate(tags)):
+        return None
+    n = loops.finished.get(tags[0][0])
+    shape = list(seq[0].shape)
+    if n is None or not shape or free_unbacked_symbols(shape) or             any(list(t.shape) != shape or t.dtype != seq[0].dtype for t in seq[1:]):
+        return None
+    nd = len(shape)
+    d = dim + (nd + 1 if stack else nd) if dim < 0 else dim
+    if not 0 <= d < nd:
+        return None     # a stack along a new last dim is no cat of the values themselves
+    out = counted_cat_op()(torch.cat(list(seq), d), d, n * shape[d])
+    return out.view(*shape[:d], n, *shape[d:]) if stack else out
 
 
 def counted_position(i) -> "tuple | None":

@@ -1288,6 +1288,9 @@ LOWER: dict[str, Any] = {
     "aten.copy_.default": _copy,
     "aten._unsafe_view.default": _view, "aten.view.default": _view, "aten.reshape.default": _view,
     "aten.view_copy.default": _view,
+    # a counted loop's collected cat given the count's length (counted_loops.counted_stack): the same
+    # elements read with the node's shape; the length is pinned and checked (view_bounds)
+    counted_loops.COUNTED_CAT: _view,
     "aten.permute.default": _permute, "aten.transpose.int": _transpose, "aten.t.default": _t,
     "aten.expand.default": _expand, "aten.slice.Tensor": _slice, "aten.select.int": _select,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze, "aten.squeeze.dims": _squeeze,

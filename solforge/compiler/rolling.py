@@ -456,6 +456,11 @@ class ShortLoops:
         self.guards: dict = {}   # loop position -> the data-dependent size bounding its iterations
         self.counted = 0         # counted loops (a symbolic trip count) running now
         self.any_counted = False
+        # counted_loops.counted_stack: the iteration running now ((loop serial, index) tagged on
+        # the tensors it makes), and each finished counted loop's symbolic count by serial
+        self.iter_tag = None
+        self.loop_serial = 0
+        self.finished: dict = {}
 
     def activate(self) -> "ShortLoops":
         set_active_loops(self)

@@ -550,7 +550,7 @@ def _make_cpu_device_mode(batching=None):
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from . import symint_index
+    from . import counted_loops, symint_index
     from .assumed_branches import NOT_HANDLED, AssumedBranches
     from .dynamic_trace import MISS, DataDependentHooks
 
@@ -565,7 +565,15 @@ def _make_cpu_device_mode(batching=None):
             self.branches = AssumedBranches()  # `if t == 0.0:` on a device value
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            r = self._call(func, types, args, kwargs)
+            counted_loops.tag_iteration(r)   # a counted loop's iteration made it (counted_stack)
+            return r
+
+        def _call(self, func, types, args=(), kwargs=None):
             kwargs = dict(kwargs or {})
+            hit = counted_loops.counted_stack(func, args, kwargs)  # a recurrence's stacked steps
+            if hit is not None:
+                return hit
             hit = dyn_hooks.handle(func, args, kwargs)  # mask.any(), a loop over data-dependent rows
             if hit is not MISS:
                 return hit

@@ -15,7 +15,9 @@ from . import dynamic, symexpr
 from .guessed_bounds import bound_of
 
 
-VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+# ops that keep the element count (counted_cat: a counted loop's collected cat, given its length)
+VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+            "solforge.counted_cat.default")
 
 
 def _view_numels(ir: dict):

@@ -270,3 +270,62 @@ def test_segment_loop_with_the_gemm_template_point_compiles(tmp_path):
     out = compile_problem(p, gemm="template")
     assert out.ok, out.reason
     _compile_ok(out.candidate)   # NVRTC, sm_90a: every launch's arguments match its kernel
+
+
+# a selective-scan recurrence: the state carried from step to step, one output per step stacked
+# after the loop (Mamba1's reference shape); the stack's length is the loop's symbolic count
+SCAN = """
+import torch
+def run(u, dt, A, B, C):
+    batch, seqlen, d = u.shape
+    state = torch.zeros(batch, d, A.shape[1], device=u.device)
+    ys = []
+    for t in range(seqlen):
+        decay = torch.exp(dt[:, t, :, None] * A)
+        state = state * decay + (dt[:, t] * u[:, t])[:, :, None] * B[:, t, None, :]
+        ys.append(torch.einsum("bdn,bn->bd", state, C[:, t]))
+    y = torch.{join} + u
+    return y, state
+"""
+
+
+def _scan(tmp_path, name: str, join: str, workloads: list):
+    return make_problem(
+        tmp_path, name, {"b": {"type": "var"}, "L": {"type": "var"}},
+        {"u": T("b", "L", 4), "dt": T("b", "L", 4), "A": T(4, 3), "B": T("b", "L", 3),
+         "C": T("b", "L", 3)}, {"y": T("b", "L", 4), "state": T("b", 4, 3)},
+        SCAN.replace("{join}", join), workloads)
+
+
+@pytest.mark.parametrize("join", ["stack(ys, dim=1)",
+                                  "cat(ys, dim=1).view(batch, seqlen, d)"])
+def test_recurrence_outputs_stacked_after_a_loop_of_a_symbolic_count(tmp_path, join):
+    from solforge.compiler.api import compile_problem
+
+    from .test_compiler import _compile_ok
+
+    p = _scan(tmp_path, "scan", join, [{"b": 2, "L": 7}, {"b": 1, "L": 13}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    names = [launch.kernel for launch in out.candidate.launches]
+    # one traced body, launched for the largest count (13), its outputs collected per step:
+    # not a plan per sequence length
+    assert sum(n.endswith("_collect") for n in names) == 13
+    assert len(set(names)) < 40
+    _compile_ok(out.candidate)
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
+
+
+def test_a_stack_along_a_new_last_dim_is_traced_in_full(tmp_path):
+    """stack(ys, dim=-1) is no cat of the values themselves: the loop runs in full in the trace (a
+    plan per sequence length), still right."""
+    from solforge.compiler.api import compile_problem
+
+    p = _scan(tmp_path, "scan_last", "stack(ys, dim=-1).transpose(1, 2)",
+              [{"b": 2, "L": 6}, {"b": 1, "L": 7}])
+    out = compile_problem(p)
+    assert out.ok, out.reason
+    assert not any(launch.kernel.endswith("_collect") for launch in out.candidate.launches)
+    r = check_problem(p, cap=8)
+    assert r["ok"], r
