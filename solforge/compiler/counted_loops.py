@@ -16,7 +16,10 @@ that could tell.
 Roll: `cat` of one value per iteration, read nowhere else, is collected by the loop
 (`rolling.roll(collect=True)`): each iteration writes its value at a running offset along the cat
 dim of one buffer, and the cat's length becomes a size counted on the device (`dyn<k>`, the final
-offset). Later sizes that were the traced iterations' sum are rewritten over it.
+offset). Later sizes that were the traced iterations' sum are rewritten over it. A stack or cat of
+one fixed-size value per iteration (a recurrence's steps) has no such sum: the trace makes it the
+cat of the traced values given the count's length (counted_stack, the trace-only op
+solforge::counted_cat), which rolling collects the same way.
 
 Lower (`rolling.lower_loop`): the launches are replicated `count` times, the largest count among the
 problem's workloads (`bind_counts`); each body kernel returns early once the loop index reaches
@@ -150,7 +153,7 @@ def counted_stack(func, args, kwargs):
     from .loop_base import SHORT_RUN, active_loops
 
     stack = func is torch.stack
-    if not (stack or func in (torch.cat, torch.concat)):
+    if not (stack or func in (torch.cat, torch.concat, torch.concatenate)):
         return None
     seq = args[0] if args else kwargs.get("tensors")
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
