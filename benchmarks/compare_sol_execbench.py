@@ -499,7 +499,14 @@ def cmd_run(args) -> int:
         # every process of the run on these cores (their CLI and its eval_driver inherit it): a
         # launch-bound eager reference's time is host time, and two processes on two cores of a
         # shared host read it differently for a whole run (eager_timing_windows.py, 2026-12-05)
-        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from eager_timing_windows import parse_cpus
+
+        try:
+            os.sched_setaffinity(0, parse_cpus(args.cpus))
+        except ValueError as e:
+            print(f"compare_sol_execbench: {e}", file=sys.stderr)
+            return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cases = Path(args.cases).resolve()

@@ -115,7 +115,7 @@ def cmd_worker(a) -> int:
     if a.cpus:
         # a launch-bound reference's time is host time: both sides on the same cores, or a side
         # that landed on a slower (shared) core reads slower for the whole run
-        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
+        os.sched_setaffinity(0, parse_cpus(a.cpus))
     reply = os.fdopen(a.reply_fd, "w", buffering=1)
     side = _Side(a.side, a.sxb_src)
     cases = Path(a.cases)
@@ -169,9 +169,31 @@ class _Worker:
             self.proc.wait()
 
 
+def parse_cpus(text: "str | None") -> "set | None":
+    """`4,5` -> {4, 5}; None for none given. ValueError naming what is wrong otherwise (a core
+    this process may not use included: both sides would run where the list does not say)."""
+    if not text:
+        return None
+    try:
+        cpus = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        raise ValueError(f"--cpus {text!r}: a comma list of core numbers, e.g. 4,5") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise ValueError(f"--cpus {text!r}: cores {sorted(cpus - allowed) or '(none)'} are not "
+                         f"among this process's {len(allowed)}")
+    return cpus
+
+
 def cmd_run(a) -> int:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from compare_sol_execbench import _install
+
+    try:
+        parse_cpus(a.cpus)
+    except ValueError as e:
+        print(f"eager_timing_windows: {e}", file=sys.stderr)
+        return 2
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
