@@ -95,6 +95,7 @@ class _Side:
             return f()
 
     def window(self, budget_s: float) -> dict:
+        mhz = _sm_clock_mhz()   # before the window: which level a window reads may be the clock's
         t0 = time.perf_counter()
         if self.side == "nvidia":
             times = self.time_runnable(self.fn, self.args[0], [], "cuda:0", warmup=10, rep=50,
@@ -107,7 +108,18 @@ class _Side:
                                                        50, budget_s))
             times, method = list(t.samples_ms), f"{t.method}/{t.backend}"
         return {"times": [float(x) for x in times], "wall_s": time.perf_counter() - t0,
-                "method": method}
+                "method": method, "sm_mhz": mhz}
+
+
+def _sm_clock_mhz():
+    """The GPU's SM clock now (nvidia-smi), None where it cannot be read."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
+                              "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+                             capture_output=True, text=True, timeout=10)
+        return int(out.stdout.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
 
 
 def cmd_worker(a) -> int:
@@ -235,6 +247,7 @@ def cmd_run(a) -> int:
                     got = workers[s].ask({"op": "window", "budget_s": a.budget_s}, a.timeout_s)
                     if got.get("ok"):
                         row[s]["windows"].append(got["times"])
+                        row[s].setdefault("sm_mhz", []).append(got.get("sm_mhz"))
                         row[s]["method"] = got["method"]
                     else:
                         row[s]["errors"].append(f"window {k}: {got.get('error')}")
