@@ -41,6 +41,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TOL = 0.05
 SIDES = ("nvidia", "solforge")
+RATIOS = {"cross": "solforge / NVIDIA, median window",
+          "first": "solforge / NVIDIA, first window only (a single reading each)",
+          "nvidia_self": "NVIDIA's own scatter: odd windows / even windows",
+          "solforge_self": "solforge's own scatter: odd windows / even windows"}
 
 
 # ------------------------------------------------------------------------------------- the worker
@@ -73,7 +77,8 @@ class _Side:
         defn = p.definition
         self.loads += 1
         mod = load_reference(defn, Path(tempfile.mkdtemp()), name=f"ref_{self.side}_{self.loads}")
-        custom = getattr(mod, defn.custom_inputs_entrypoint) if defn.custom_inputs_entrypoint else None
+        entry = defn.custom_inputs_entrypoint
+        custom = getattr(mod, entry) if entry else None
         factory = InputFactory(w, self.dev, custom_fn=custom, blob_roots=[case_dir / "problem"])
         order = list(defn.inputs)
         # the two input sets solforge's T_b alternates; NVIDIA's side uses the first (their pool
@@ -114,8 +119,9 @@ class _Side:
 def _sm_clock_mhz():
     """The GPU's SM clock now (nvidia-smi), None where it cannot be read."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
-                              "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm",
+                              "--format=csv,noheader,nounits", "-i", gpu],
                              capture_output=True, text=True, timeout=10)
         return int(out.stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
@@ -224,45 +230,42 @@ def cmd_run(a) -> int:
     workers = {s: _Worker(s, a, env, logs / f"{s}.log") for s in SIDES}
     rows = []
     stopped = ""
-    for e in index:
-        for wl in e["workloads"]:
-            if time.time() - t_start > a.deadline_s:
-                stopped = stopped or f"deadline reached at {e['case']}"
+    for e, wl in ((e, wl) for e in index for wl in e["workloads"]):
+        if time.time() - t_start > a.deadline_s:
+            stopped = f"deadline reached at {e['case']}"
+            break
+        row = {"case": e["case"], "uuid": wl["uuid"], "axes": wl.get("axes", {}),
+               **{s: {"windows": [], "errors": []} for s in SIDES}}
+        for s in SIDES:
+            got = workers[s].ask({"op": "load", "case": e["case"], "subset": e["subset"],
+                                  "uuid": wl["uuid"]}, a.timeout_s)
+            if not got.get("ok"):
+                row[s]["errors"].append(f"load: {got.get('error')}")
+            else:
+                row[s]["first_call_ms"] = got["first_call_ms"]
+        for k in range(a.windows):
+            if any(row[s]["errors"] for s in SIDES):
                 break
-            row = {"case": e["case"], "uuid": wl["uuid"], "axes": wl.get("axes", {}),
-                   **{s: {"windows": [], "errors": []} for s in SIDES}}
-            for s in SIDES:
-                got = workers[s].ask({"op": "load", "case": e["case"], "subset": e["subset"],
-                                      "uuid": wl["uuid"]}, a.timeout_s)
-                if not got.get("ok"):
-                    row[s]["errors"].append(f"load: {got.get('error')}")
+            if k >= 2 and statistics.median(row["nvidia"]["windows"][0]) > a.slow_ms:
+                break   # GPU-bound calls repeat (and cost the most): two windows a side
+            for s in (SIDES if k % 2 == 0 else SIDES[::-1]):
+                got = workers[s].ask({"op": "window", "budget_s": a.budget_s}, a.timeout_s)
+                if got.get("ok"):
+                    row[s]["windows"].append(got["times"])
+                    row[s].setdefault("sm_mhz", []).append(got.get("sm_mhz"))
+                    row[s]["method"] = got["method"]
                 else:
-                    row[s]["first_call_ms"] = got["first_call_ms"]
-            for k in range(a.windows):
-                if any(row[s]["errors"] for s in SIDES):
-                    break
-                if k >= 2 and statistics.median(row["nvidia"]["windows"][0]) > a.slow_ms:
-                    break   # GPU-bound calls repeat (and cost the most): two windows a side
-                for s in (SIDES if k % 2 == 0 else SIDES[::-1]):
-                    got = workers[s].ask({"op": "window", "budget_s": a.budget_s}, a.timeout_s)
-                    if got.get("ok"):
-                        row[s]["windows"].append(got["times"])
-                        row[s].setdefault("sm_mhz", []).append(got.get("sm_mhz"))
-                        row[s]["method"] = got["method"]
-                    else:
-                        row[s]["errors"].append(f"window {k}: {got.get('error')}")
-            for s in SIDES:
-                if workers[s].proc.poll() is not None:   # gone (out of memory, a crash): anew
-                    workers[s] = _Worker(s, a, env, logs / f"{s}.log")
-            rows.append(row)
-            med = {s: (statistics.median(statistics.median(w) for w in row[s]["windows"])
-                       if row[s]["windows"] else None) for s in SIDES}
-            print(f"{e['case']} {wl.get('axes')}: nvidia {med['nvidia']} solforge {med['solforge']} "
-                  f"({time.time() - t_start:.0f} s in){' ' + str(row['nvidia']['errors'] + row['solforge']['errors'])[:200] if any(row[s]['errors'] for s in SIDES) else ''}",
-                  flush=True)
-        else:
-            continue
-        break
+                    row[s]["errors"].append(f"window {k}: {got.get('error')}")
+        for s in SIDES:
+            if workers[s].proc.poll() is not None:   # gone (out of memory, a crash): anew
+                workers[s] = _Worker(s, a, env, logs / f"{s}.log")
+        rows.append(row)
+        med = {s: (statistics.median(statistics.median(w) for w in row[s]["windows"])
+                   if row[s]["windows"] else None) for s in SIDES}
+        errors = row["nvidia"]["errors"] + row["solforge"]["errors"]
+        print(f"{e['case']} {wl.get('axes')}: nvidia {med['nvidia']} solforge {med['solforge']} "
+              f"({time.time() - t_start:.0f} s in)" + (f" {str(errors)[:200]}" if errors else ""),
+              flush=True)
     for w in workers.values():
         w.ask({"op": "quit"}, 5)
         w.close()
@@ -313,10 +316,9 @@ def summarize(doc: dict, tol: float = TOL) -> dict:
     problems = []
     for case, c in by_case.items():
         problems.append({"case": case, "workloads": len(c["cross"]),
-                         **{k: _gm(c[k]) for k in ("cross", "first", "nvidia_self", "solforge_self")},
+                         **{k: _gm(c[k]) for k in RATIOS},
                          "nvidia_ms_range": [min(c["ms"]), max(c["ms"])]})
-    count = {k: sum(_within(p[k], tol) for p in problems)
-             for k in ("cross", "first", "nvidia_self", "solforge_self")}
+    count = {k: sum(_within(p[k], tol) for p in problems) for k in RATIOS}
     return {"meta": doc.get("meta", {}), "tol": tol, "problems": problems, "within": count,
             "n": len(problems), "geomean": {k: _gm([p[k] for p in problems]) for k in count}}
 
@@ -329,18 +331,17 @@ def render(sm: dict) -> str:
         "",
         f"`{m.get('command', '')}` (solforge {str(m.get('solforge_commit', ''))[:7]}, "
         f"{m.get('gpu', '')}, torch {m.get('torch', '')}, {m.get('windows')} windows of 50 calls "
-        f"a side per workload, {m.get('wall_s')} s{'; ' + m['stopped'] if m.get('stopped') else ''}).",
+        f"a side per workload, {m.get('wall_s')} s"
+        + (f"; {m['stopped']}" if m.get("stopped") else "") + ").",
         "",
         f"Within {sm['tol']:.0%}, geomean per problem, of {n} problems:",
         "",
         "| measure | within | geomean |",
         "|---|---|---|",
-        f"| solforge / NVIDIA, median window | {w['cross']} | {f(g['cross'])} |",
-        f"| solforge / NVIDIA, first window only (a single reading each) | {w['first']} | {f(g['first'])} |",
-        f"| NVIDIA's own scatter: odd windows / even windows | {w['nvidia_self']} | {f(g['nvidia_self'])} |",
-        f"| solforge's own scatter: odd windows / even windows | {w['solforge_self']} | {f(g['solforge_self'])} |",
+        *(f"| {label} | {w[k]} | {f(g[k])} |" for k, label in RATIOS.items()),
         "",
-        "| problem | workloads | NVIDIA ms (range) | solforge / NVIDIA, median window | first window | NVIDIA odd/even | solforge odd/even |",
+        "| problem | workloads | NVIDIA ms (range) | solforge / NVIDIA, median window "
+        "| first window | NVIDIA odd/even | solforge odd/even |",
         "|---|---|---|---|---|---|---|",
     ]
     for p in sm["problems"]:
@@ -380,15 +381,17 @@ def main() -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--cases", required=True, help="compare_sol_execbench.py prepare's folder")
-    r.add_argument("--sxb", required=True, help="NVIDIA/SOL-ExecBench's source (its src/ is imported)")
+    r.add_argument("--sxb", required=True,
+                   help="NVIDIA/SOL-ExecBench's source (its src/ is imported)")
     r.add_argument("--wheels", nargs="*", default=[])
     r.add_argument("--site", default="/tmp/site")
     r.add_argument("--windows", type=int, default=6, help="per side and workload")
     r.add_argument("--only", nargs="*", help="case name globs (default: every case)")
     r.add_argument("--cpus", help="both sides' processes on these cores (comma list), e.g. 4,5")
     r.add_argument("--slow-ms", type=float, default=2.0,
-                   help="a workload whose first NVIDIA window reads over this gets two windows a side")
-    r.add_argument("--budget-s", type=float, default=3.0, help="solforge's workload budget a window")
+                   help="a workload whose first NVIDIA window reads over this: two windows a side")
+    r.add_argument("--budget-s", type=float, default=3.0,
+                   help="solforge's workload budget a window")
     r.add_argument("--timeout-s", type=float, default=180.0, help="one command's answer")
     r.add_argument("--deadline-s", type=float, default=520.0)
     r.add_argument("--out", required=True)
@@ -399,7 +402,8 @@ def main() -> int:
     wk.add_argument("--reply-fd", type=int, required=True)
     wk.add_argument("--cpus")
     rp = sub.add_parser("report")
-    rp.add_argument("json", nargs="+", help="one run's JSON, or several: a case from the last that has it")
+    rp.add_argument("json", nargs="+",
+                    help="one run's JSON, or several: a case from the last that has it")
     rp.add_argument("--out")
     rp.add_argument("--json-out", help="the combined runs as one JSON")
     a = ap.parse_args()
