@@ -361,6 +361,23 @@ def _f(x):
         return None
 
 
+def parse_cpus(text: "str | None") -> "set | None":
+    """`4,5` -> {4, 5}; None for none given. ValueError naming what is wrong otherwise (a core
+    this process may not use included: both sides would run where the list does not say)."""
+    if not text:
+        return None
+    try:
+        cpus = {int(c) for c in text.split(",") if c.strip()}
+    except ValueError:
+        raise ValueError(f"--cpus {text!r}: a comma list of core numbers, e.g. 4,5") from None
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise ValueError(f"--cpus {text!r}: cores {sorted(cpus - allowed) or '(none)'} are not "
+                         f"among this process's {len(allowed)}")
+    return cpus
+
+
+
 # --------------------------------------------------------------------------------------------- run
 def _install(wheel_dirs: list[str], site: Path) -> None:
     wheels = sorted(str(w) for d in wheel_dirs for w in Path(d).glob("*.whl"))
@@ -499,9 +516,6 @@ def cmd_run(args) -> int:
         # every process of the run on these cores (their CLI and its eval_driver inherit it): a
         # launch-bound eager reference's time is host time, and two processes on two cores of a
         # shared host read it differently for a whole run (eager_timing_windows.py, 2026-12-05)
-        sys.path.insert(0, str(REPO / "benchmarks"))
-        from eager_timing_windows import parse_cpus
-
         try:
             os.sched_setaffinity(0, parse_cpus(args.cpus))
         except ValueError as e:

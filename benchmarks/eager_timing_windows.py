@@ -63,6 +63,7 @@ class _Side:
             self.time_runnable = time_runnable
         self.state: dict = {}       # measure_like_nvidia's (its Timer lives across workloads)
         self.loads = 0
+        self.tmp = None             # where the references' sources are written, one per process
         self.fn = self.args = None
 
     def load(self, case_dir: Path, subset: str, uuid: str) -> dict:
@@ -76,7 +77,8 @@ class _Side:
         w = next(w for w in p.workloads if w.uuid == uuid)
         defn = p.definition
         self.loads += 1
-        mod = load_reference(defn, Path(tempfile.mkdtemp()), name=f"ref_{self.side}_{self.loads}")
+        self.tmp = self.tmp or Path(tempfile.mkdtemp(prefix="eager_windows_"))
+        mod = load_reference(defn, self.tmp, name=f"ref_{self.side}_{self.loads}")
         entry = defn.custom_inputs_entrypoint
         custom = getattr(mod, entry) if entry else None
         factory = InputFactory(w, self.dev, custom_fn=custom, blob_roots=[case_dir / "problem"])
@@ -133,6 +135,9 @@ def cmd_worker(a) -> int:
     if a.cpus:
         # a launch-bound reference's time is host time: both sides on the same cores, or a side
         # that landed on a slower (shared) core reads slower for the whole run
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from compare_sol_execbench import parse_cpus
+
         os.sched_setaffinity(0, parse_cpus(a.cpus))
     reply = os.fdopen(a.reply_fd, "w", buffering=1)
     side = _Side(a.side, a.sxb_src)
@@ -187,25 +192,9 @@ class _Worker:
             self.proc.wait()
 
 
-def parse_cpus(text: "str | None") -> "set | None":
-    """`4,5` -> {4, 5}; None for none given. ValueError naming what is wrong otherwise (a core
-    this process may not use included: both sides would run where the list does not say)."""
-    if not text:
-        return None
-    try:
-        cpus = {int(c) for c in text.split(",") if c.strip()}
-    except ValueError:
-        raise ValueError(f"--cpus {text!r}: a comma list of core numbers, e.g. 4,5") from None
-    allowed = os.sched_getaffinity(0)
-    if not cpus or not cpus <= allowed:
-        raise ValueError(f"--cpus {text!r}: cores {sorted(cpus - allowed) or '(none)'} are not "
-                         f"among this process's {len(allowed)}")
-    return cpus
-
-
 def cmd_run(a) -> int:
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from compare_sol_execbench import _install
+    from compare_sol_execbench import _install, parse_cpus
 
     try:
         parse_cpus(a.cpus)

@@ -156,3 +156,15 @@ def test_reference_only_case_exports_the_reference_even_where_a_kernel_is_saved(
     # without the flag the saved best file is what is exported (and this empty one is refused)
     with pytest.raises(KeyError):
         cmp.prepare_case(src, tmp_path / "cases2", tmp_path, 6, {}, kernels_root=kernels, check=None)
+
+
+def test_cpus_parsed_or_refused_in_one_line(cmp):
+    import os
+
+    mine = sorted(os.sched_getaffinity(0))
+    assert cmp.parse_cpus(None) is None
+    assert cmp.parse_cpus(f"{mine[0]}, {mine[-1]}") == {mine[0], mine[-1]}
+    with pytest.raises(ValueError, match="comma list"):
+        cmp.parse_cpus("4-5")
+    with pytest.raises(ValueError, match="not among"):
+        cmp.parse_cpus(str(max(mine) + 1000))

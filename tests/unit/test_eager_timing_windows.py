@@ -60,14 +60,3 @@ def test_combine_takes_each_case_from_the_last_run_that_has_it(win):
     assert {p["case"]: p["workloads"] for p in sm["problems"]} == {"a": 1, "b": 2, "c": 1}
     assert sm["within"]["cross"] == 3
 
-
-def test_cpus_parsed_or_refused_in_one_line(win):
-    import os
-
-    mine = sorted(os.sched_getaffinity(0))
-    assert win.parse_cpus(None) is None
-    assert win.parse_cpus(f"{mine[0]}, {mine[-1]}") == {mine[0], mine[-1]}
-    with pytest.raises(ValueError, match="comma list"):
-        win.parse_cpus("4-5")
-    with pytest.raises(ValueError, match="not among"):
-        win.parse_cpus(str(max(mine) + 1000))
