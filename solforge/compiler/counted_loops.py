@@ -361,12 +361,6 @@ def count_check(L, node):
     L.kernels.append(check_kernel(L, lambda k: f"{k.c(e)} <= {int(node['count'])}LL", "count_check"))
 
 
-def _at_most(a, b) -> bool:
-    """a <= b for every value of the axes, decided when their ratio is a number (else False)."""
-    q = sympy.cancel(sympy.sympify(b) / sympy.sympify(a))
-    return bool(q.is_number and q >= 1)
-
-
 def collect_start(L, node) -> dict:
     """The collected buffers of a loop (one per `collects` entry) and their running offsets."""
     from .generic import LaunchSpec
@@ -401,15 +395,11 @@ def collect_write(L, node, c: dict, state: dict) -> None:
         state["buf"] = L.new_buffer(x.dtype, bshape)
         state["order"] = order
         state["per_bound"] = dynamic.upper(shape[d], L.dyn)
-        if not hasattr(L, "pinned_sizes"):
-            from .view_bounds import pinned_sizes
-
-            L.pinned_sizes = pinned_sizes(L.ir)
-        cap = L.pinned_sizes.get(name)
+        cap = L.dyn.pinned.get(name)
         loose = sympy.Integer(int(node["count"])) * state["per_bound"]
         # the pinned length, where it is the smaller (an expert's bound is every selected row)
-        state["cap"] = cap if cap is not None and _at_most(cap, loose) and not _at_most(loose, cap) \
-            else None
+        state["cap"] = cap if cap is not None and symexpr.at_most(cap, loose) and \
+            not symexpr.at_most(loose, cap) else None
     buf, order, off = state["buf"], state["order"], state["off"]
     k = Kernel(L.kname("collect"))
     n = sympy.Mul(*shape) if shape else sympy.Integer(1)

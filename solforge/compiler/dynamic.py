@@ -53,9 +53,11 @@ class Sizes:
         self.sliced = {k: v["slice"] for k, v in (ir.get("dynamic") or {}).items() if v.get("slice")}
         self.counts: dict = {}     # name -> int64 workspace buffer holding the count
         self.coords: dict = {}     # name -> the nonzero coordinates (a loader), once computed
-        # products of values read back that a view bounds ({t * (h // 2) * (w // 2): n // 4}),
-        # set by the lowering (view_bounds.py)
+        # set by the lowering (view_bounds.py): products of values read back that a view bounds
+        # ({t * (h // 2) * (w // 2): n // 4}), and sizes a view pins ({a loop's collected rows:
+        # T * K}, counted_loops.collect_write)
         self.products: dict = {}
+        self.pinned: dict = {}
 
     def __bool__(self) -> bool:
         return bool(self.bounds)

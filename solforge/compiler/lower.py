@@ -99,8 +99,9 @@ class Lowering:
         # workspace buffer b2 would both be the kernel parameter p_b2)
         self._io_names = {i["name"] for i in ir.get("inputs", [])} | set(out_specs)
         self.dyn = dynamic.Sizes(ir)        # data-dependent sizes (nonzero's count), if any
-        if self.dyn:   # a product needs a value read back
+        if self.dyn:   # a product needs a value read back, a pinned size is one
             self.dyn.products = view_bounds.view_products(ir, self.dyn.bounds)
+            self.dyn.pinned = view_bounds.pinned_sizes(ir)
         # what epilogue.fuse needs once every kernel is written: each mm/bmm/addmm's call by its
         # output buffer's name, each pointwise kernel's (loader, buffer) items by the kernel
         self.gemm_calls: dict[str, dict] = {}

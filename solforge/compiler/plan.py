@@ -41,14 +41,7 @@ def _fits(size, slot) -> bool:
     or when their ratio is (the same symbolic extent times other constants: a [B, N, 64, 64]
     buffer in the slot of a [B, N, 64, 64, 64] one), compared before the rounding to ALIGN; else
     not, and the buffer gets its own slot."""
-    size, slot = _raw(size), _raw(slot)
-    d = sympy.expand(slot - size)
-    if d.is_number:
-        return bool(d >= 0)
-    if size == 0:
-        return True
-    q = sympy.cancel(slot / size)
-    return bool(q.is_number and q >= 1)
+    return symexpr.at_most(_raw(size), _raw(slot))
 
 
 def pack_workspace(lowering) -> sympy.Expr:

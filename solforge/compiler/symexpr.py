@@ -236,6 +236,19 @@ def to_c(e, name=lambda n: n) -> str:
     return _Printer(name, c=True).p(e)
 
 
+def at_most(a, b) -> bool:
+    """a <= b for every value of the sizes? Decided when b - a is a number, or when b / a is (the
+    same symbolic extent times other constants); else not (False: undecided)."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    d = sympy.expand(b - a)
+    if d.is_number:
+        return bool(d >= 0)
+    if a == 0:
+        return True
+    q = sympy.cancel(b / a)
+    return bool(q.is_number and q >= 1)
+
+
 def as_int(e):
     """The integer if the expression is a constant, else None."""
     e = sympy.sympify(e)

@@ -4,7 +4,8 @@ as `[t, h // 2, 2, w // 2, 2, C]`) is at most what the other side of the view is
 these on its sizes (`dynamic.Sizes.products`), `dynamic.upper` and the grids use them, buffers of
 such rows are allocated flat at the bound (guessed_bounds.guess), and each such view's element count
 is checked on the device (lower._view: `view_check`). And a size a view pins exactly: a loop's
-collected rows viewed as `[T, K, H]` are T * K (`pinned_sizes`, counted_loops.collect_write)."""
+collected rows viewed as `[T, K, H]` are T * K (`pinned_sizes`, `dynamic.Sizes.pinned`,
+counted_loops.collect_write)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import sympy
 from torch.utils._sympy.functions import FloorDiv
 
 from . import dynamic, symexpr
+from .counted_loops import COUNTED_CAT
 from .guessed_bounds import bound_of
 
 
 # ops that keep the element count (counted_cat: a counted loop's collected cat, given its length)
-VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
-            "solforge.counted_cat.default")
+VIEW_OPS = ("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", COUNTED_CAT)
 
 
 def _view_numels(ir: dict):
