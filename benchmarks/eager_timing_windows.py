@@ -309,7 +309,39 @@ def summarize(doc: dict, tol: float = TOL) -> dict:
                          "nvidia_ms_range": [min(c["ms"]), max(c["ms"])]})
     count = {k: sum(_within(p[k], tol) for p in problems) for k in RATIOS}
     return {"meta": doc.get("meta", {}), "tol": tol, "problems": problems, "within": count,
-            "n": len(problems), "geomean": {k: _gm([p[k] for p in problems]) for k in count}}
+            "n": len(problems), "geomean": {k: _gm([p[k] for p in problems]) for k in count},
+            "levels": levels(doc)}
+
+
+BIMODAL = 1.5   # a workload whose window medians span more than this reads two levels
+
+
+def levels(doc: dict) -> dict:
+    """Which of two levels each window reads, on the workloads whose window medians (both sides'
+    together) span more than BIMODAL and that have as many windows a side: a window is fast below
+    the geometric mean of the lowest and highest. Each side's share of fast windows, and how many
+    windows of the same round sat at the same level on both sides, beside what independent draws at
+    those shares would give."""
+    pairs = same = 0
+    fast = {s: 0 for s in SIDES}
+    for r in doc["rows"]:
+        med = {s: [statistics.median(w) for w in r[s]["windows"] if w] for s in SIDES}
+        k = len(med["nvidia"])
+        if k < 2 or len(med["solforge"]) != k:
+            continue
+        lo, hi = min(med["nvidia"] + med["solforge"]), max(med["nvidia"] + med["solforge"])
+        if hi <= BIMODAL * lo:
+            continue
+        cut = math.sqrt(lo * hi)
+        f = {s: [x < cut for x in med[s]] for s in SIDES}
+        pairs += k
+        same += sum(a == b for a, b in zip(f["nvidia"], f["solforge"]))
+        for s in SIDES:
+            fast[s] += sum(f[s])
+    share = {s: fast[s] / pairs if pairs else None for s in SIDES}
+    chance = (share["nvidia"] * share["solforge"] + (1 - share["nvidia"]) * (1 - share["solforge"])
+              if pairs else None)
+    return {"pairs": pairs, "same": same, "fast_share": share, "same_by_chance": chance}
 
 
 def render(sm: dict) -> str:
@@ -329,6 +361,18 @@ def render(sm: dict) -> str:
         "|---|---|---|",
         *(f"| {label} | {w[k]} | {f(g[k])} |" for k, label in RATIOS.items()),
         "",
+    ]
+    lv = sm.get("levels") or {}
+    if lv.get("pairs"):
+        fs = lv["fast_share"]
+        lines += [
+            f"Two levels: on the workloads whose window medians span more than {BIMODAL}x, the fast "
+            f"level in {fs['nvidia']:.0%} of NVIDIA's windows and {fs['solforge']:.0%} of "
+            f"solforge's; both sides' windows of the same round at the same level in {lv['same']} "
+            f"of {lv['pairs']} ({lv['same'] / lv['pairs']:.0%}; {lv['same_by_chance']:.0%} if "
+            "drawn independently at those shares).",
+            ""]
+    lines += [
         "| problem | workloads | NVIDIA ms (range) | solforge / NVIDIA, median window "
         "| first window | NVIDIA odd/even | solforge odd/even |",
         "|---|---|---|---|---|---|---|",

@@ -60,3 +60,16 @@ def test_combine_takes_each_case_from_the_last_run_that_has_it(win):
     assert {p["case"]: p["workloads"] for p in sm["problems"]} == {"a": 1, "b": 2, "c": 1}
     assert sm["within"]["cross"] == 3
 
+
+
+def test_levels_share_and_same_round_agreement(win):
+    # a two-level workload: NVIDIA fast in 2 of 4 windows, solforge in 1 of 4; one round shares it
+    bi = _row("bi", [1.0, 2.0, 1.0, 2.0], [2.0, 2.0, 2.0, 1.0])
+    steady = _row("steady", [1.0, 1.1, 1.0, 1.1], [1.05] * 4)   # under 1.5x: not counted
+    lv = win.levels({"rows": [bi, steady]})
+    assert lv["pairs"] == 4 and lv["same"] == 1
+    assert lv["fast_share"] == {"nvidia": 0.5, "solforge": 0.25}
+    assert lv["same_by_chance"] == pytest.approx(0.5 * 0.25 + 0.5 * 0.75)
+    md = win.render(win.summarize({"meta": {}, "rows": [bi, steady]}))
+    assert "the fast level in 50% of NVIDIA's windows and 25% of solforge's" in md
+    assert "at the same level in 1 of 4 (25%; 50% if drawn independently" in md
