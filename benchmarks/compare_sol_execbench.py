@@ -703,6 +703,11 @@ def compare(index: list, results: dict, tol: float = 0.05) -> dict:
         agree = [x["verdict_agrees"] for x in rows if x["verdict_agrees"] is not None]
         gk = _geomean([x["ratio_kernel_sf_over_nv"] for x in rows])
         gr = _geomean([x["ratio_ref_ours_over_nv"] for x in rows])
+        # a reference-only case: their CLI timed the same reference as the solution and as the
+        # reference, in one process, seconds apart (their own repeatability)
+        selfr = [_ratio(x["nvidia_ms"], x["nvidia_reference_ms"]) for x in rows] \
+            if e.get("kind") == "reference" else []
+        gs = _geomean(selfr)
         cases.append({
             "case": e["case"], "problem": e["problem"], "subset": e["subset"],
             "kind": e.get("kind", "kernel"), "variant": e.get("variant", "-"),
@@ -716,6 +721,10 @@ def compare(index: list, results: dict, tol: float = 0.05) -> dict:
             "geomean_ref_ratio_ours_over_nv": gr,
             "kernel_within_tol": abs(gk - 1) <= tol if gk else None,
             "ref_within_tol": abs(gr - 1) <= tol if gr else None,
+            "geomean_nvidia_self_ratio": gs,
+            "nvidia_self_within_tol": abs(gs - 1) <= tol if gs else None,
+            "nvidia_self_range": [min(x for x in selfr if x), max(x for x in selfr if x)]
+            if any(selfr) else None,
             "nvidia_rc": (r.get("nvidia") or {}).get("rc"), "solforge_error": sf_all.get("error"),
             "eager_error": sf_all.get("eager_error"),
             "nvidia_schema_check": e.get("nvidia_schema_check"),
@@ -726,6 +735,7 @@ def compare(index: list, results: dict, tol: float = 0.05) -> dict:
 def summarize(cases: list, tol: float = 0.05) -> dict:
     k = [c for c in cases if c["kind"] == "kernel"]
     run = [c for c in cases if c["kind"] != "cannot_run"]
+    spans = [c["nvidia_self_range"] for c in run if c.get("nvidia_self_range")]
     return {"problems": len(cases), "with_kernel": len(k),
             "reference_only": sum(c["kind"] == "reference" for c in cases),
             "cannot_run": [c["case"] for c in cases if c["kind"] == "cannot_run"],
@@ -736,6 +746,10 @@ def summarize(cases: list, tol: float = 0.05) -> dict:
             "kernel_within_tol": sum(bool(c["kernel_within_tol"]) for c in k),
             "ref_compared": sum(c["ref_within_tol"] is not None for c in run),
             "ref_within_tol": sum(bool(c["ref_within_tol"]) for c in run),
+            "nvidia_self_compared": sum(c.get("nvidia_self_within_tol") is not None for c in run),
+            "nvidia_self_within_tol": sum(bool(c.get("nvidia_self_within_tol")) for c in run),
+            "nvidia_self_range": [min(r[0] for r in spans), max(r[1] for r in spans)]
+            if spans else None,
             "tol": tol,
             "geomean_kernel_ratio": _geomean([c["geomean_kernel_ratio_sf_over_nv"] for c in k]),
             "geomean_ref_ratio": _geomean([c["geomean_ref_ratio_ours_over_nv"] for c in run])}
@@ -782,6 +796,11 @@ def render(doc: dict) -> str:
            f"{sm['kernel_compared']}; geomean of the ratios {_fmt(sm['geomean_kernel_ratio'], 3)}.",
            f"- Eager reference time within {tol}: {sm['ref_within_tol']} of {sm['ref_compared']}; "
            f"geomean of the ratios {_fmt(sm['geomean_ref_ratio'], 3)}.",
+           *([f"- NVIDIA against itself (reference-only cases: their CLI times the same reference "
+              f"as the solution and as the reference, in one process): within {tol} on "
+              f"{sm['nvidia_self_within_tol']} of {sm['nvidia_self_compared']}; single workloads "
+              f"{_fmt(sm['nvidia_self_range'][0], 2)}x to {_fmt(sm['nvidia_self_range'][1], 2)}x."]
+             if sm.get("nvidia_self_compared") else []),
            f"- Workloads left out because their safetensors blobs are missing from the dataset "
            f"copy (NVIDIA's CLI cannot run them): {sm['workloads_blob_missing']}.", "",
            "## Per problem", "",

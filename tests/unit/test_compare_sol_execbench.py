@@ -168,3 +168,20 @@ def test_cpus_parsed_or_refused_in_one_line(cmp):
         cmp.parse_cpus("4-5")
     with pytest.raises(ValueError, match="not among"):
         cmp.parse_cpus(str(max(mine) + 1000))
+
+
+def test_reference_only_cases_report_nvidia_against_itself(cmp):
+    index = [{"case": "p", "problem": "p", "subset": "L1", "kind": "reference",
+              "workloads": [{"uuid": "a", "axes": {}}, {"uuid": "b", "axes": {}}]}]
+    nv = {"a": {"status": "passed", "latency_ms": 0.2, "reference_latency_ms": 0.1},
+          "b": {"status": "passed", "latency_ms": 0.05, "reference_latency_ms": 0.1}}
+    sf = {"a": {"eager": {"status": "passed", "median_ms": 0.1}},
+          "b": {"eager": {"status": "passed", "median_ms": 0.1}}}
+    doc = cmp.compare(index, {"p": {"nvidia": {"rc": 0, "workloads": nv},
+                                    "solforge": {"workloads": sf}}})
+    c = doc["cases"][0]
+    assert c["geomean_nvidia_self_ratio"] == pytest.approx(1.0)   # 2x and 0.5x
+    assert c["nvidia_self_within_tol"] and c["nvidia_self_range"] == [0.5, 2.0]
+    sm = doc["summary"]
+    assert (sm["nvidia_self_within_tol"], sm["nvidia_self_compared"]) == (1, 1)
+    assert "within 5% on 1 of 1; single workloads 0.50x to 2.00x" in cmp.render(doc)
