@@ -101,9 +101,11 @@ class _Side:
         with self.torch.no_grad():
             return f()
 
-    def window(self, budget_s: float) -> dict:
+    def window(self, budget_s: float, one_input_set: bool = False) -> dict:
         mhz = _sm_clock_mhz()   # before the window: which level a window reads may be the clock's
+        before = _host_state()
         t0 = time.perf_counter()
+        busy = None
         if self.side == "nvidia":
             times = self.time_runnable(self.fn, self.args[0], [], "cuda:0", warmup=10, rep=50,
                                        return_mode="all")
@@ -111,11 +113,16 @@ class _Side:
         else:
             from solforge.evaluate.baseline import measure_like_nvidia
 
-            t = self._grad(lambda: measure_like_nvidia(self.state, self.dev, self.fn, self.args,
+            args = self.args[:1] if one_input_set else self.args
+            t = self._grad(lambda: measure_like_nvidia(self.state, self.dev, self.fn, args,
                                                        50, budget_s))
             times, method = list(t.samples_ms), f"{t.method}/{t.backend}"
-        return {"times": [float(x) for x in times], "wall_s": time.perf_counter() - t0,
-                "method": method, "sm_mhz": mhz}
+            # the GPU's own work a call (per kernel, the median of its summed durations): a level
+            # that moves the span but not this is host time between kernels, not the GPU's clock
+            busy = sum(t.kernel_ms.values()) if t.kernel_ms else None
+        wall = time.perf_counter() - t0
+        return {"times": [float(x) for x in times], "wall_s": wall, "method": method,
+                "sm_mhz": mhz, "busy_ms": busy, "host": _host_delta(before, _host_state(), wall)}
 
 
 def _sm_clock_mhz():
@@ -127,6 +134,43 @@ def _sm_clock_mhz():
                              capture_output=True, text=True, timeout=10)
         return int(out.stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def _host_state() -> dict:
+    """This thread's CPU, context switches and CPU time, and the machine's steal time (a virtual
+    machine's CPUs lent elsewhere): what a host-bound window's level may go with."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return {"cpu": _current_cpu(), "nvcsw": ru.ru_nvcsw, "nivcsw": ru.ru_nivcsw,
+            "thread_s": time.thread_time(), "steal": _steal_ticks()}
+
+
+def _host_delta(a: dict, b: dict, wall_s: float) -> dict:
+    def d(k):
+        return None if a[k] is None or b[k] is None else b[k] - a[k]
+
+    return {"cpus": [a["cpu"], b["cpu"]], "nvcsw": d("nvcsw"), "nivcsw": d("nivcsw"),
+            "cpu_frac": round(d("thread_s") / wall_s, 3) if wall_s > 0 else None,
+            "steal_ticks": d("steal")}
+
+
+def _current_cpu():
+    """The CPU this thread last ran on (/proc/thread-self/stat, field 39), None off Linux."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _steal_ticks():
+    """The machine's steal time so far, in clock ticks (/proc/stat's first line, 8th value)."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+        return int(first[8]) if first[0] == "cpu" else None
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -150,7 +194,7 @@ def cmd_worker(a) -> int:
             if cmd["op"] == "load":
                 out = side.load(cases / cmd["case"], cmd["subset"], cmd["uuid"])
             else:
-                out = side.window(cmd.get("budget_s", 3.0))
+                out = side.window(cmd.get("budget_s", 3.0), cmd.get("one_input_set", False))
             out["ok"] = True
         except Exception as e:  # noqa: BLE001 - the parent records it and goes on
             out = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
@@ -238,10 +282,12 @@ def cmd_run(a) -> int:
             if k >= 2 and statistics.median(row["nvidia"]["windows"][0]) > a.slow_ms:
                 break   # GPU-bound calls repeat (and cost the most): two windows a side
             for s in (SIDES if k % 2 == 0 else SIDES[::-1]):
-                got = workers[s].ask({"op": "window", "budget_s": a.budget_s}, a.timeout_s)
+                got = workers[s].ask({"op": "window", "budget_s": a.budget_s,
+                                      "one_input_set": a.one_input_set}, a.timeout_s)
                 if got.get("ok"):
                     row[s]["windows"].append(got["times"])
-                    row[s].setdefault("sm_mhz", []).append(got.get("sm_mhz"))
+                    for k in ("sm_mhz", "busy_ms", "host"):
+                        row[s].setdefault(k, []).append(got.get(k))
                     row[s]["method"] = got["method"]
                 else:
                     row[s]["errors"].append(f"window {k}: {got.get('error')}")
@@ -260,7 +306,7 @@ def cmd_run(a) -> int:
         w.close()
     meta = {"command": " ".join(["python3", "benchmarks/" + Path(__file__).name, *sys.argv[1:]]),
             "solforge_commit": json.loads((cases / "meta.json").read_text()).get("solforge_commit"),
-            "windows": a.windows, "cpus": a.cpus or "any",
+            "windows": a.windows, "cpus": a.cpus or "any", "one_input_set": a.one_input_set,
             "wall_s": round(time.time() - t_start, 1), "stopped": stopped}
     try:
         import torch
@@ -310,20 +356,16 @@ def summarize(doc: dict, tol: float = TOL) -> dict:
     count = {k: sum(_within(p[k], tol) for p in problems) for k in RATIOS}
     return {"meta": doc.get("meta", {}), "tol": tol, "problems": problems, "within": count,
             "n": len(problems), "geomean": {k: _gm([p[k] for p in problems]) for k in count},
-            "levels": levels(doc)}
+            "levels": levels(doc), "companions": level_companions(doc)}
 
 
 BIMODAL = 1.5   # a workload whose window medians span more than this reads two levels
 
 
-def levels(doc: dict) -> dict:
-    """Which of two levels each window reads, on the workloads whose window medians (both sides'
-    together) span more than BIMODAL and that have as many windows a side: a window is fast below
-    the geometric mean of the lowest and highest. Each side's share of fast windows, and how many
-    windows of the same round sat at the same level on both sides, beside what independent draws at
-    those shares would give."""
-    pairs = same = 0
-    fast = {s: 0 for s in SIDES}
+def _two_level_rows(doc: dict):
+    """(row, medians, fast flags) per workload whose window medians (both sides' together) span
+    more than BIMODAL with as many windows a side: a window is fast below the geometric mean of
+    the lowest and highest."""
     for r in doc["rows"]:
         med = {s: [statistics.median(w) for w in r[s]["windows"] if w] for s in SIDES}
         k = len(med["nvidia"])
@@ -333,8 +375,17 @@ def levels(doc: dict) -> dict:
         if hi <= BIMODAL * lo:
             continue
         cut = math.sqrt(lo * hi)
-        f = {s: [x < cut for x in med[s]] for s in SIDES}
-        pairs += k
+        yield r, med, {s: [x < cut for x in med[s]] for s in SIDES}
+
+
+def levels(doc: dict) -> dict:
+    """Which of two levels each window reads, on the two-level workloads (_two_level_rows). Each
+    side's share of fast windows, and how many windows of the same round sat at the same level on
+    both sides, beside what independent draws at those shares would give."""
+    pairs = same = 0
+    fast = {s: 0 for s in SIDES}
+    for _r, _med, f in _two_level_rows(doc):
+        pairs += len(f["nvidia"])
         same += sum(a == b for a, b in zip(f["nvidia"], f["solforge"]))
         for s in SIDES:
             fast[s] += sum(f[s])
@@ -342,6 +393,85 @@ def levels(doc: dict) -> dict:
     chance = (share["nvidia"] * share["solforge"] + (1 - share["nvidia"]) * (1 - share["solforge"])
               if pairs else None)
     return {"pairs": pairs, "same": same, "fast_share": share, "same_by_chance": chance}
+
+
+def level_companions(doc: dict) -> dict:
+    """On the two-level workloads, what each window's level goes with, of what the worker recorded
+    beside it (runs from before these records have none: windows 0). Fast windows over all, split
+    by: the thread preempted during the window (involuntary context switches), the machine's steal
+    time, the thread moved to another CPU, the CPU it ended on; the SM clock read before fast and
+    before slow windows; and, on solforge's side, the GPU's own work a call (summed kernel
+    durations) on the slow level over the fast one beside the span's: a level the span shows and
+    the kernels do not is host time between kernels."""
+    split: dict = {"preempted": {}, "steal": {}, "moved CPU": {}, "CPU": {}}
+    mhz: dict = {True: [], False: []}
+    busy_ratio, span_ratio = [], []
+    n = 0
+
+    def count(attr, value, fast):
+        c = split[attr].setdefault(value, [0, 0])
+        c[0] += fast
+        c[1] += 1
+
+    for r, med, f in _two_level_rows(doc):
+        for s in SIDES:
+            hosts, clocks = r[s].get("host") or [], r[s].get("sm_mhz") or []
+            for k, fast in enumerate(f[s]):
+                h = hosts[k] if k < len(hosts) else None
+                if not h:
+                    continue
+                n += 1
+                if h.get("nivcsw") is not None:
+                    count("preempted", h["nivcsw"] > 0, fast)
+                if h.get("steal_ticks") is not None:
+                    count("steal", h["steal_ticks"] > 0, fast)
+                cpus = h.get("cpus") or [None, None]
+                if None not in cpus:
+                    count("moved CPU", cpus[0] != cpus[1], fast)
+                    count("CPU", cpus[1], fast)
+                if k < len(clocks) and clocks[k] is not None:
+                    mhz[fast].append(clocks[k])
+        busy = r["solforge"].get("busy_ms") or []
+        pairs = [(fast, b, m) for fast, b, m in zip(f["solforge"], busy, med["solforge"])
+                 if b is not None]
+        fast_w = [(b, m) for fast, b, m in pairs if fast]
+        slow_w = [(b, m) for fast, b, m in pairs if not fast]
+        if fast_w and slow_w:
+            busy_ratio.append(statistics.median(b for b, _ in slow_w)
+                              / statistics.median(b for b, _ in fast_w))
+            span_ratio.append(statistics.median(m for _, m in slow_w)
+                              / statistics.median(m for _, m in fast_w))
+    return {"windows": n, "split": split,
+            "sm_mhz": {"fast": statistics.median(mhz[True]) if mhz[True] else None,
+                       "slow": statistics.median(mhz[False]) if mhz[False] else None},
+            "workloads_both_levels": len(busy_ratio),
+            "busy_slow_over_fast": _gm(busy_ratio), "span_slow_over_fast": _gm(span_ratio)}
+
+
+def _render_companions(lc: dict) -> list[str]:
+    if not lc.get("windows"):
+        return []
+
+    def share(attr):
+        parts = []
+        for value, (fast, total) in sorted(lc["split"][attr].items(), key=lambda kv: str(kv[0])):
+            parts.append(f"{value}: {fast} of {total}")
+        return ", ".join(parts) or "-"
+
+    mz = lc["sm_mhz"]
+    lines = [f"What the level goes with, over {lc['windows']} windows of the two-level workloads "
+             "(fast windows of all, split by what was recorded with each):", "",
+             f"- preempted during the window (involuntary context switches): {share('preempted')}",
+             f"- steal time on the machine during the window: {share('steal')}",
+             f"- thread moved to another CPU during the window: {share('moved CPU')}",
+             f"- CPU it ended on: {share('CPU')}",
+             f"- SM clock before the window (median MHz): fast {mz['fast']}, slow {mz['slow']}"]
+    if lc.get("workloads_both_levels"):
+        lines.append(
+            f"- solforge's side, {lc['workloads_both_levels']} workloads read at both levels: the "
+            f"slow level's span is {lc['span_slow_over_fast']:.2f}x the fast one's, its kernels' "
+            f"own GPU time {lc['busy_slow_over_fast']:.2f}x")
+    return lines + [""]
 
 
 def render(sm: dict) -> str:
@@ -372,6 +502,7 @@ def render(sm: dict) -> str:
             f"of {lv['pairs']} ({lv['same'] / lv['pairs']:.0%}; {lv['same_by_chance']:.0%} if "
             "drawn independently at those shares).",
             ""]
+    lines += _render_companions(sm.get("companions") or {})
     lines += [
         "| problem | workloads | NVIDIA ms (range) | solforge / NVIDIA, median window "
         "| first window | NVIDIA odd/even | solforge odd/even |",
@@ -421,6 +552,9 @@ def main() -> int:
     r.add_argument("--windows", type=int, default=6, help="per side and workload")
     r.add_argument("--only", nargs="*", help="case name globs (default: every case)")
     r.add_argument("--cpus", help="both sides' processes on these cores (comma list), e.g. 4,5")
+    r.add_argument("--one-input-set", action="store_true",
+                   help="solforge's side times the first input set only, as NVIDIA's side does "
+                        "(by default it alternates two, as the T_b timing does)")
     r.add_argument("--slow-ms", type=float, default=2.0,
                    help="a workload whose first NVIDIA window reads over this: two windows a side")
     r.add_argument("--budget-s", type=float, default=3.0,

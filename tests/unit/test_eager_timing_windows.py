@@ -73,3 +73,63 @@ def test_levels_share_and_same_round_agreement(win):
     md = win.render(win.summarize({"meta": {}, "rows": [bi, steady]}))
     assert "the fast level in 50% of NVIDIA's windows and 25% of solforge's" in md
     assert "at the same level in 1 of 4 (25%; 50% if drawn independently" in md
+
+
+def _with_host(row, side, hosts, mhz, busy=None):
+    row[side]["host"] = hosts
+    row[side]["sm_mhz"] = mhz
+    if busy is not None:
+        row[side]["busy_ms"] = busy
+    return row
+
+
+def _h(cpus, nivcsw=0, steal=0):
+    return {"cpus": cpus, "nivcsw": nivcsw, "nvcsw": 3, "cpu_frac": 1.0, "steal_ticks": steal}
+
+
+def test_level_companions_split_windows_by_what_was_recorded_with_them(win):
+    # solforge's slow windows (2.0) were preempted and ended on CPU 7; its kernels' own GPU time is
+    # the same on both levels: the level is host time
+    bi = _row("bi", [1.0, 2.0, 1.0, 2.0], [2.0, 2.0, 1.0, 1.0])
+    _with_host(bi, "nvidia", [_h([4, 4]), _h([4, 4]), _h([4, 4]), _h([4, 4])], [1980] * 4)
+    _with_host(bi, "solforge", [_h([4, 7], nivcsw=2), _h([7, 7], nivcsw=1, steal=3),
+                                _h([4, 4]), _h([4, 4])], [1980, 1980, 1755, 1755],
+               busy=[0.30, 0.30, 0.30, 0.31])
+    old = _row("old_run", [1.0, 2.0], [1.0, 2.0])           # no records: left out
+    lc = win.level_companions({"rows": [bi, old]})
+    assert lc["windows"] == 8
+    # fast: NVIDIA's windows 0 and 2, solforge's 2 and 3
+    assert lc["split"]["preempted"] == {True: [0, 2], False: [4, 6]}
+    assert lc["split"]["steal"] == {True: [0, 1], False: [4, 7]}
+    assert lc["split"]["moved CPU"] == {True: [0, 1], False: [4, 7]}
+    assert lc["split"]["CPU"] == {4: [4, 6], 7: [0, 2]}
+    # [1980, 1980 (NVIDIA fast), 1755, 1755 (solforge fast)] and 4 slow at 1980
+    assert lc["sm_mhz"] == {"fast": (1980 + 1755) / 2, "slow": 1980}
+    # the mark of a host-bound level: the span doubles, the kernels do not
+    assert lc["workloads_both_levels"] == 1
+    assert lc["span_slow_over_fast"] == pytest.approx(2.0)
+    assert lc["busy_slow_over_fast"] == pytest.approx(0.30 / 0.305)
+    md = win.render(win.summarize({"meta": {}, "rows": [bi, old]}))
+    assert "- preempted during the window (involuntary context switches): False: 4 of 6, " \
+           "True: 0 of 2" in md
+    assert "the slow level's span is 2.00x the fast one's, its kernels' own GPU time 0.98x" in md
+
+
+def test_a_run_without_host_records_renders_as_before(win):
+    md = win.render(win.summarize({"meta": {}, "rows": [_row("bi", [1.0, 2.0], [2.0, 1.0])]}))
+    assert "What the level goes with" not in md
+
+
+def test_host_state_reads_this_threads_cpu_and_switches(win):
+    import os
+    import time
+
+    if not os.path.exists("/proc/thread-self/stat"):
+        pytest.skip("no /proc")
+    a = win._host_state()
+    time.sleep(0.01)                                    # one voluntary switch at least
+    d = win._host_delta(a, win._host_state(), 0.01)
+    assert a["cpu"] in os.sched_getaffinity(0)
+    assert d["nvcsw"] >= 1 and d["nivcsw"] >= 0
+    assert 0.0 <= d["cpu_frac"] < 0.9                   # asleep most of the window
+    assert d["steal_ticks"] is None or d["steal_ticks"] >= 0
