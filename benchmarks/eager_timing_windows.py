@@ -104,17 +104,28 @@ class _Side:
     def window(self, budget_s: float, one_input_set: bool = False) -> dict:
         mhz = _sm_clock_mhz()   # before the window: which level a window reads may be the clock's
         before = _host_state()
+        launch_ms: list = []
+        fn = self.fn
+
+        def timed_launch(*a):
+            # the host's time to launch one call (the reference returns once its kernels are
+            # queued): on a host-bound reference, the span a window reads follows it
+            t1 = time.perf_counter()
+            out = fn(*a)
+            launch_ms.append((time.perf_counter() - t1) * 1e3)
+            return out
+
         t0 = time.perf_counter()
         busy = None
         if self.side == "nvidia":
-            times = self.time_runnable(self.fn, self.args[0], [], "cuda:0", warmup=10, rep=50,
-                                       return_mode="all")
+            times = self.time_runnable(timed_launch, self.args[0], [], "cuda:0", warmup=10,
+                                       rep=50, return_mode="all")
             method = "their time_runnable (cupti)"
         else:
             from solforge.evaluate.baseline import measure_like_nvidia
 
             args = self.args[:1] if one_input_set else self.args
-            t = self._grad(lambda: measure_like_nvidia(self.state, self.dev, self.fn, args,
+            t = self._grad(lambda: measure_like_nvidia(self.state, self.dev, timed_launch, args,
                                                        50, budget_s))
             times, method = list(t.samples_ms), f"{t.method}/{t.backend}"
             # the GPU's own work a call (per kernel, the median of its summed durations): a level
@@ -122,7 +133,9 @@ class _Side:
             busy = sum(t.kernel_ms.values()) if t.kernel_ms else None
         wall = time.perf_counter() - t0
         return {"times": [float(x) for x in times], "wall_s": wall, "method": method,
-                "sm_mhz": mhz, "busy_ms": busy, "host": _host_delta(before, _host_state(), wall)}
+                "sm_mhz": mhz, "busy_ms": busy, "host": _host_delta(before, _host_state(), wall),
+                # the timed calls' launches are the last 50 (warm-up calls come first)
+                "launch_ms": statistics.median(launch_ms[-50:]) if launch_ms else None}
 
 
 def _sm_clock_mhz():
@@ -286,7 +299,7 @@ def cmd_run(a) -> int:
                                       "one_input_set": a.one_input_set}, a.timeout_s)
                 if got.get("ok"):
                     row[s]["windows"].append(got["times"])
-                    for k in ("sm_mhz", "busy_ms", "host"):
+                    for k in ("sm_mhz", "busy_ms", "host", "launch_ms"):
                         row[s].setdefault(k, []).append(got.get(k))
                     row[s]["method"] = got["method"]
                 else:
@@ -402,10 +415,11 @@ def level_companions(doc: dict) -> dict:
     time, the thread moved to another CPU, the CPU it ended on; the SM clock read before fast and
     before slow windows; and, on solforge's side, the GPU's own work a call (summed kernel
     durations) on the slow level over the fast one beside the span's: a level the span shows and
-    the kernels do not is host time between kernels."""
+    the kernels do not is host time between kernels; on both sides, the host's time to launch one
+    call on the slow level over the fast one (what a host-bound span follows)."""
     split: dict = {"preempted": {}, "steal": {}, "moved CPU": {}, "CPU": {}}
     mhz: dict = {True: [], False: []}
-    busy_ratio, span_ratio = [], []
+    busy_ratio, span_ratio, launch_ratio = [], [], []
     n = 0
 
     def count(attr, value, fast):
@@ -431,6 +445,12 @@ def level_companions(doc: dict) -> dict:
                     count("CPU", cpus[1], fast)
                 if k < len(clocks) and clocks[k] is not None:
                     mhz[fast].append(clocks[k])
+        for s in SIDES:
+            launches = r[s].get("launch_ms") or []
+            fl = [x for fast, x in zip(f[s], launches) if fast and x is not None]
+            sl = [x for fast, x in zip(f[s], launches) if not fast and x is not None]
+            if fl and sl:
+                launch_ratio.append(statistics.median(sl) / statistics.median(fl))
         busy = r["solforge"].get("busy_ms") or []
         pairs = [(fast, b, m) for fast, b, m in zip(f["solforge"], busy, med["solforge"])
                  if b is not None]
@@ -445,7 +465,8 @@ def level_companions(doc: dict) -> dict:
             "sm_mhz": {"fast": statistics.median(mhz[True]) if mhz[True] else None,
                        "slow": statistics.median(mhz[False]) if mhz[False] else None},
             "workloads_both_levels": len(busy_ratio),
-            "busy_slow_over_fast": _gm(busy_ratio), "span_slow_over_fast": _gm(span_ratio)}
+            "busy_slow_over_fast": _gm(busy_ratio), "span_slow_over_fast": _gm(span_ratio),
+            "sides_both_levels": len(launch_ratio), "launch_slow_over_fast": _gm(launch_ratio)}
 
 
 def _render_companions(lc: dict) -> list[str]:
@@ -471,6 +492,10 @@ def _render_companions(lc: dict) -> list[str]:
             f"- solforge's side, {lc['workloads_both_levels']} workloads read at both levels: the "
             f"slow level's span is {lc['span_slow_over_fast']:.2f}x the fast one's, its kernels' "
             f"own GPU time {lc['busy_slow_over_fast']:.2f}x")
+    if lc.get("sides_both_levels"):
+        lines.append(
+            f"- the host's time to launch one call, slow level over fast ({lc['sides_both_levels']} "
+            f"workload sides read at both levels): {lc['launch_slow_over_fast']:.2f}x")
     return lines + [""]
 
 

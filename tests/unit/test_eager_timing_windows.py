@@ -95,6 +95,9 @@ def test_level_companions_split_windows_by_what_was_recorded_with_them(win):
     _with_host(bi, "solforge", [_h([4, 7], nivcsw=2), _h([7, 7], nivcsw=1, steal=3),
                                 _h([4, 4]), _h([4, 4])], [1980, 1980, 1755, 1755],
                busy=[0.30, 0.30, 0.30, 0.31])
+    # the host's launch of a call: 0.1 ms on the fast level, 0.2 ms on the slow one, both sides
+    bi["nvidia"]["launch_ms"] = [0.1, 0.2, 0.1, 0.2]
+    bi["solforge"]["launch_ms"] = [0.2, 0.2, 0.1, None]
     old = _row("old_run", [1.0, 2.0], [1.0, 2.0])           # no records: left out
     lc = win.level_companions({"rows": [bi, old]})
     assert lc["windows"] == 8
@@ -109,10 +112,12 @@ def test_level_companions_split_windows_by_what_was_recorded_with_them(win):
     assert lc["workloads_both_levels"] == 1
     assert lc["span_slow_over_fast"] == pytest.approx(2.0)
     assert lc["busy_slow_over_fast"] == pytest.approx(0.30 / 0.305)
+    assert lc["sides_both_levels"] == 2 and lc["launch_slow_over_fast"] == pytest.approx(2.0)
     md = win.render(win.summarize({"meta": {}, "rows": [bi, old]}))
     assert "- preempted during the window (involuntary context switches): False: 4 of 6, " \
            "True: 0 of 2" in md
     assert "the slow level's span is 2.00x the fast one's, its kernels' own GPU time 0.98x" in md
+    assert "slow level over fast (2 workload sides read at both levels): 2.00x" in md
 
 
 def test_a_run_without_host_records_renders_as_before(win):
