@@ -176,7 +176,7 @@ def _lower_variants(defn, ir: dict, name: Optional[str], gemm: str = "generic",
         ops.update(n["op"] for n in v["ir"]["nodes"])
         try:
             low = Lowering(v["ir"], output_specs(defn), prefix=f"v{i}", matmul=_matmul_for(gemm),
-                           attention=attention).run()
+                           attention=attention, pins=v.get("pins")).run()
         except Unsupported as e:
             return CompileOutcome(reason=str(e), stage="lower", ops=dict(ops))
         except RecursionError:

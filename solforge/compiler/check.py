@@ -240,9 +240,11 @@ def _reference_answer(problem, cap: Optional[int], folder: Path, timeout_s: floa
     return rw, ans
 
 
-def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.0) -> dict:
-    """The candidate (default: the compiler's plan) emulated on the CPU at a shrunk workload and
-    compared with the reference (run in the sandbox) under the workload's tolerance."""
+def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.0,
+                  uuid: Optional[str] = None) -> dict:
+    """The candidate (default: the compiler's plan) emulated on the CPU at a shrunk workload (the
+    smallest, or the one `uuid` names) and compared with the reference (run in the sandbox) under
+    the workload's tolerance."""
     import shutil
 
     from ..evaluate.correctness import allocate_outputs, compare_all
@@ -258,7 +260,7 @@ def check_problem(problem, cap: int = 8, candidate=None, timeout_s: float = 300.
     folder = Path(tempfile.mkdtemp(prefix="solforge_check_"))
     try:
         try:
-            rw, ans = _reference_answer(problem, cap, folder, timeout_s)
+            rw, ans = _reference_answer(problem, cap, folder, timeout_s, uuid=uuid)
         except SandboxError as e:
             return {"ok": False, "stage": "reference", "reason": f"reference run failed: {e}"}
         try:

@@ -81,7 +81,7 @@ def promote(a: str, b: str) -> str:
 
 class Lowering:
     def __init__(self, ir: dict, out_specs: dict[str, tuple[str, list]], prefix: str = "",
-                 matmul=None, attention: bool = False):
+                 matmul=None, attention: bool = False, pins: Optional[dict] = None):
         # how matmuls and convolutions lower: generic.matmul (the first candidate) unless the caller
         # passes another with the same call (api.py: the GEMM template's adapter, a tunable)
         self.matmul = matmul or templates.matmul
@@ -90,6 +90,10 @@ class Lowering:
         self.ir = ir
         self.prefix = prefix
         self.out_specs = out_specs          # output name -> (dtype, shape exprs) of the definition
+        # sizes this variant's guards fix (`batch_size == 1`, trace._pins): constants in the inputs'
+        # and outputs' shapes, as they already are in its graph, so that a view the graph takes of
+        # an input is seen to be one (not a copy of it)
+        self.pins = {symexpr.sym(k): sympy.Integer(v) for k, v in (pins or {}).items()}
         self.env: dict[str, Any] = {}
         self.kernels: list[templates.LaunchSpec] = []
         self.ws: list[Buffer] = []
@@ -108,6 +112,11 @@ class Lowering:
         self.pointwise_items: dict[int, tuple] = {}
 
     # ---- helpers ---------------------------------------------------------------------------
+    def shape_expr(self, s) -> sympy.Expr:
+        """An input's or output's dim (an axis expression) with this variant's pinned sizes."""
+        e = symexpr.parse(str(s))
+        return e.subs(self.pins) if self.pins else e
+
     def new_buffer(self, dtype: str, shape) -> Buffer:
         self._n += 1
         while f"b{self._n}" in self._io_names:
@@ -193,7 +202,8 @@ class Lowering:
     def _run(self):
         for inp in self.ir["inputs"]:
             if inp["kind"] == "tensor":
-                buf = Buffer(inp["name"], inp["dtype"], [symexpr.parse(s) for s in inp["shape"]], "input")
+                buf = Buffer(inp["name"], inp["dtype"], [self.shape_expr(s) for s in inp["shape"]],
+                             "input")
                 self.env[inp["name"]] = view_of(buf)
         for n in self.ir["nodes"]:
             for a in _refs(n["args"]) + _refs(list(n["kwargs"].values())):
@@ -239,7 +249,7 @@ class Lowering:
             v = self.arg(o)
             if not isinstance(v, Loader):
                 raise Unsupported(f"output {name} is not a tensor")
-            shp = [symexpr.parse(str(s)) for s in shape]
+            shp = [self.shape_expr(s) for s in shape]
             if len(shp) != len(v.shape) and prod(shp) != prod(v.shape):
                 raise Unsupported(f"output {name}: traced shape {v.shape} vs definition {shp}")
             if len(shp) != len(v.shape) or not all(same(a, b) for a, b in zip(shp, v.shape)):

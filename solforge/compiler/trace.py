@@ -957,6 +957,9 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
                         + ")" for e in exprs)
         v = {"pred": c, "names": [n for n in names if n not in float_names],
              "fnames": [n for n in names if n in float_names], "ir": ir, "keep": keep}
+        pins = _pins(exprs)
+        if pins:
+            v["pins"] = pins
         if not v["fnames"]:
             # the same test for the host, over sizes and int scalars only (a float scalar is a
             # float32 argument in the kernels, a double here): its launches carry it as `when`
@@ -974,6 +977,21 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
     for o in out:
         o.pop("keep")
     return {"variants": out, "inputs": irs[0]["inputs"]}
+
+
+def _pins(exprs: list) -> dict:
+    """The sizes a variant's selecting guards fix to a constant (`batch_size == 1`), by name: the
+    variant runs only where they hold, so its lowering may take them as those constants (its graph
+    already does: torch specialised them; only the inputs' shapes still name them)."""
+    import sympy
+
+    pins = {}
+    for e in exprs:
+        if isinstance(e, sympy.Eq):
+            a, b = (e.lhs, e.rhs) if e.lhs.is_Symbol else (e.rhs, e.lhs)
+            if a.is_Symbol and b.is_Integer:
+                pins[str(a)] = int(b)
+    return pins
 
 
 def _symbolic_math() -> None:
