@@ -29,6 +29,9 @@ def register(sub) -> None:
                    help="seconds for one problem's whole line (trace, lowering, compile), in a child "
                         "process; past it the line says so and the next problem starts")
     p.add_argument("--only", default=None, help="only problems whose name contains this")
+    p.add_argument("--problems", default=None,
+                   help="only these problems: names, SUBSET/name or globs, comma-separated, or "
+                        "@FILE with one a line (as every command selects problems)")
     p.add_argument("--jsonl", "--lines", dest="jsonl", default=None,
                    help="append one JSON line per problem to this file")
     p.add_argument("--json", dest="json_out", action="store_true",
@@ -146,6 +149,8 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
             cand = _compiler_first(problem, out)
             row["first"] = "compiler"
         row["candidate"] = cand
+        if cand is not None:
+            row["launches"] = launches_by_variant(cand)
         if do_compile and cand is not None:
             from ..compile import compile_candidate
 
@@ -158,6 +163,17 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
         row["reason"] = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
     row["seconds"] = round(time.time() - t0, 1)
     return row
+
+
+def launches_by_variant(cand) -> dict:
+    """Kernel launches per call of each structure the plan serves, keyed by the variant's `when`
+    (its sizes' test; "all" for a plan of one structure, "device" for a variant selected on the
+    device, whose launches all run and return early)."""
+    out: dict = {}
+    for launch in cand.launches:
+        key = launch.when or ("all" if not any(l.when for l in cand.launches) else "device")
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def cover_problem_boxed(problem, do_compile: bool, arch: str, timeout: float, worker: str,
@@ -191,6 +207,11 @@ def run(args) -> int:
     problems = sorted(rep.problems, key=lambda p: ((p.subset or ""), p.name))
     if args.only:
         problems = [p for p in problems if args.only in p.name]
+    if args.problems:
+        from ..problem.select import expand_file, select
+
+        chosen = set(select([(p.name, p.subset) for p in problems], expand_file(args.problems)))
+        problems = [p for p in problems if (p.name, p.subset) in chosen]
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         done = set()
         for line in Path(args.jsonl).read_text().splitlines():

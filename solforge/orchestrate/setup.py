@@ -94,15 +94,12 @@ def select_problems(store, selector: Optional[str], *, subset: Optional[str] = N
     in the shared SOL-ExecBench tree and ingested from there. `with_family`: only problems a kernel
     family serves, matched in parallel by `matcher` (an OfflineWorker: the run's own, so that its
     loop finds them matched already). Raises InputError when nothing matches."""
-    from pathlib import Path
-
     from ..errors import InputError
-    from ..problem.select import select, unmatched
+    from ..problem.select import expand_file, select, unmatched
     from ..store.problems import load_problems, problem_index, upsert_problems
 
     report = report or _to_stderr
-    if selector and selector.startswith("@"):
-        selector = _read_selector_file(Path(selector[1:]))
+    selector = expand_file(selector)
     if selector and _is_path(selector):
         from ..problem.sources import ingest_path
 
@@ -129,19 +126,6 @@ def select_problems(store, selector: Optional[str], *, subset: Optional[str] = N
     if not probs:
         raise InputError("no problem matches", field="--problems/--subset")
     return probs
-
-
-def _read_selector_file(path) -> str:
-    """@FILE: one name, SUBSET/name or glob per line ('#' starts a comment), as one comma list."""
-    from ..errors import InputError
-
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise InputError(f"cannot read the problem list {path}: {e.strerror}",
-                         field="--problems") from None
-    terms = [ln.split("#", 1)[0].strip() for ln in lines]
-    return ",".join(t for t in terms if t)
 
 
 def _is_path(selector: str) -> bool:

@@ -14,6 +14,24 @@ from typing import Iterable, Optional
 GLOB_CHARS = "*?["
 
 
+def expand_file(selector: Optional[str]) -> Optional[str]:
+    """`@FILE`: one name, SUBSET/name or glob per line ('#' starts a comment), as one comma list;
+    any other selector as it is."""
+    if not selector or not selector.startswith("@"):
+        return selector
+    from pathlib import Path
+
+    from ..errors import InputError
+
+    path = Path(selector[1:])
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise InputError(f"cannot read the problem list {path}: {e.strerror}",
+                         field="--problems") from None
+    return ",".join(t for t in (ln.split("#", 1)[0].strip() for ln in lines) if t)
+
+
 def terms(selector: Optional[str]) -> list[str]:
     return [t.strip() for t in (selector or "").split(",") if t.strip()]
 

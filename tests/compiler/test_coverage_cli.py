@@ -54,3 +54,22 @@ def test_coverage_compiles_and_emulates_what_it_serves(tmp_path):
     s = doc["summary"]
     assert (s["problems"], s["served"], s["served_and_compiles"], s["emulated"], s["emulated_correct"]) == \
         (2, 1, 1, 1, 1), s
+
+
+def test_coverage_selects_problems_as_every_command_does_and_counts_launches(tmp_path):
+    _write(tmp_path, "scaled_softmax", "import torch\ndef run(x):\n"
+           "    return torch.softmax(x * 0.5, dim=-1) + 1.0\n", ["R", "C"])
+    _write(tmp_path, "doubled", "import torch\ndef run(x):\n    return x * 2.0\n", ["R", "C"])
+    _write(tmp_path, "halved", "import torch\ndef run(x):\n    return x * 0.5\n", ["R", "C"])
+    (tmp_path / "list.txt").write_text("# one a line\nscaled_softmax\nhalv*  # a glob\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SOLFORGE_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-m", "solforge.cli", "coverage", str(tmp_path / "mine"),
+                        "--worker", "compiler", "--problems", f"@{tmp_path / 'list.txt'}", "--json"],
+                       capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    by = {p["problem"]: p for p in json.loads(r.stdout)["problems"]}
+    assert set(by) == {"scaled_softmax", "halved"}
+    # one structure: every launch under "all"; the softmax is at least its reduction and the output
+    assert by["halved"]["launches"] == {"all": 1}
+    assert set(by["scaled_softmax"]["launches"]) == {"all"}
+    assert by["scaled_softmax"]["launches"]["all"] >= 1
