@@ -929,8 +929,13 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
                 break
         else:
             groups.append([st, ir, [vals]])
+    groups = _merge_specialised(groups)
     if len(groups) == 1:
-        return groups[0][1]   # every workload retraced to the same graph: no variants
+        # every workload retraced to the same graph (or to one that graph gives at its sizes): no
+        # variants; of its guards, those that hold at every workload it now serves
+        ir, vals = groups[0][1], groups[0][2]
+        guards = [g for g in ir.get("guards", []) if _holds_at_all(g, vals)]
+        return ir if guards == ir.get("guards", []) else {**ir, "guards": guards}
     if len(groups) > 16:
         raise TraceError(f"{len(groups)} different graphs over the workloads")
     all_vals = [v for g in groups for v in g[2]]
@@ -977,6 +982,79 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
     for o in out:
         o.pop("keep")
     return {"variants": out, "inputs": irs[0]["inputs"]}
+
+
+def _holds_at_all(src: str, vals: list) -> bool:
+    try:
+        return all(_eval_guard(src, v) for v in vals)
+    except Exception:  # noqa: BLE001 - a guard we cannot evaluate is not claimed to hold
+        return False
+
+
+def _merge_specialised(groups: list) -> list:
+    """Fold a structure traced at a size torch specialised (its guard `batch_size == 1`: a size of
+    one takes its own graph) into another structure whose graph, at those sizes, is the same graph:
+    that graph then serves both groups of workloads, and the plan needs one variant fewer (each
+    variant renders its kernels and templates anew: source size, compile time, and the template
+    plan's size limit). Equality is checked on the graphs themselves with those sizes substituted,
+    so a merge never changes what any workload computes."""
+    import sympy
+
+    out = [list(g) for g in groups]
+    i = 0
+    while i < len(out):
+        b = out[i]
+        exprs = []
+        for src in b[1].get("guards", []):
+            try:
+                exprs.append(sympy.sympify(eval(src, _guard_ns())))
+            except Exception:  # noqa: BLE001 - a guard we cannot read pins nothing
+                continue
+        pins = {k: v for k, v in _pins(exprs).items() if all(val.get(k) == v for val in b[2])}
+        target = None
+        if pins:
+            want = _structure(_substituted(b[1], pins))
+            target = next((a for a in out if a is not b and
+                           _structure(_substituted(a[1], pins)) == want), None)
+        if target is not None:
+            target[2].extend(b[2])
+            out.pop(i)
+            i = 0          # the merged group may now take another
+        else:
+            i += 1
+    return out
+
+
+def _substituted(ir: dict, pins: dict) -> dict:
+    """The IR with the pinned sizes as their values in every shape and size argument."""
+    import sympy
+
+    from . import symexpr
+
+    subs = {symexpr.sym(k): sympy.Integer(v) for k, v in pins.items()}
+
+    def expr(s: str):
+        try:
+            e = symexpr.parse(s)
+        except Exception:  # noqa: BLE001 - not an axis expression: as it is
+            return s
+        if not (e.free_symbols & set(subs)):
+            return s
+        return symexpr.to_axis(e.subs(subs))
+
+    def walk(x, key=None):
+        if isinstance(x, dict):
+            if set(x) == {"sym"} and isinstance(x["sym"], str):
+                v = expr(x["sym"])
+                return int(v) if v.lstrip("-").isdigit() else {"sym": v}
+            return {k: walk(v, k) for k, v in x.items() if k != "guards"}
+        if isinstance(x, list):
+            if key == "shape":
+                return [expr(v) if isinstance(v, str) else v for v in x]
+            return [walk(v) for v in x]
+        return x
+
+    return walk(ir)
 
 
 def _pins(exprs: list) -> dict:

@@ -1,8 +1,13 @@
-"""A variant selected by a size equal to a constant (`batch_size == 1`: torch specialises a size of
-one, so those workloads trace to a graph of their own) is lowered with that size as the constant in
-its inputs' and outputs' shapes. Without it the graph's `view(x, [seq_len, K])` of an input
-[batch_size, seq_len, K] could not be proven a reshape (the element counts differ unless
-batch_size is 1) and a copy of the whole input ran before the matmul on every such workload."""
+"""Workloads with a size of one (`batch_size == 1`: torch specialises it, so they trace to a graph
+of their own).
+
+- Where that graph is the other workloads' graph at batch_size = 1 (a linear over [B, S, K]: torch
+  views the input as [B * S, K] either way), the two structures are one: no variant, one set of
+  kernels (trace._merge_specialised).
+- Where it is not (the reference branches on the size), the batch-of-one variant is lowered with
+  the size as the constant in its inputs' and outputs' shapes (trace._pins, Lowering.pins): its
+  `x.view(s, k)` of an input [B, S, K] is then a view. Without it the element counts differ unless
+  B is 1, and a copy of the whole input ran ahead of the matmul on every such workload."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from solforge.compiler.trace import trace_definition
 
 from .test_compiler import B, make_problem
 
-REFERENCE = """
+LINEAR = """
 import torch
 def run(x, w):
     b, s, _ = x.shape
@@ -24,51 +29,75 @@ def run(x, w):
     return y.view(b, s, 4, 8).transpose(1, 2).contiguous()
 """
 
+# a path of its own for a batch of one (scaled by 2 and back: the same values, another graph)
+BRANCHED = """
+import torch
+def run(x, w):
+    b, s, k = x.shape
+    if b == 1:
+        y = ((x.view(s, k) * 2.0) @ w.t() * 0.5).view(1, s, -1)
+    else:
+        y = torch.nn.functional.linear(x, w)
+    return y.view(b, s, 4, 8).transpose(1, 2).contiguous()
+"""
+
 # the smallest workload (the one check_problem emulates) is the one of batch 1
 WORKLOADS = [{"B": 1, "S": 6}, {"B": 3, "S": 16}, {"B": 2, "S": 40}]
 
 
-def _problem(tmp_path):
-    return make_problem(tmp_path, "proj", {"B": {"type": "var"}, "S": {"type": "var"},
-                                           "K": {"type": "const", "value": 40},
-                                           "N": {"type": "const", "value": 32}},
+def _problem(tmp_path, name, reference):
+    return make_problem(tmp_path, name, {"B": {"type": "var"}, "S": {"type": "var"},
+                                         "K": {"type": "const", "value": 40},
+                                         "N": {"type": "const", "value": 32}},
                         {"x": B("B", "S", "K"), "w": B("N", "K")}, {"y": B("B", 4, "S", 8)},
-                        REFERENCE, WORKLOADS)
+                        reference, WORKLOADS)
 
 
 def _kinds_by_variant(cand) -> dict:
     out: dict = {}
     for launch in cand.launches:
-        m = re.match(r"v(\d+)k\d+_(\w+)", launch.kernel)
+        m = re.match(r"v?(\d*)k\d+_(\w+)", launch.kernel)
         if m:
             out.setdefault((m.group(1), launch.when), []).append(m.group(2))
     return out
 
 
-def test_the_batch_of_one_variant_pins_its_size(tmp_path):
-    p = _problem(tmp_path)
+def test_a_batch_of_one_taking_the_same_graph_is_no_variant(tmp_path):
+    p = _problem(tmp_path, "proj", LINEAR)
     tr = trace_definition(p.definition, list(p.workloads))
     assert tr.ok, tr.reason
-    assert "variants" in tr.ir, "the batch of one should trace to its own graph"
-    pinned = [v for v in tr.ir["variants"] if v.get("pins")]
-    assert [v["pins"] for v in pinned] == [{"B": 1}]
+    assert "variants" not in tr.ir, "the batch of one is the same graph at B = 1"
+    # the guards that only the other workloads met (B != 1) are not claimed for the merged graph
+    assert not any("Unequality(Symbol('B'" in g and "Integer(1)" in g for g in tr.ir["guards"]), \
+        tr.ir["guards"]
+    out = lower_ir(p.definition, tr.ir)
+    assert out.ok, out.reason
+    assert all(launch.when is None for launch in out.candidate.launches)
+
+
+def test_a_batch_of_one_on_its_own_path_pins_its_size(tmp_path):
+    p = _problem(tmp_path, "branched", BRANCHED)
+    tr = trace_definition(p.definition, list(p.workloads))
+    assert tr.ok, tr.reason
+    assert "variants" in tr.ir, "the batch of one takes its own path"
+    assert [v.get("pins") for v in tr.ir["variants"] if v.get("pins")] == [{"B": 1}]
     out = lower_ir(p.definition, tr.ir)
     assert out.ok, out.reason
     kinds = _kinds_by_variant(out.candidate)
-    one = [k for (v, when), k in kinds.items() if when and "== (1)" in when]
-    rest = [k for (v, when), k in kinds.items() if not (when and "== (1)" in when)]
-    assert len(one) == 1 and len(rest) == 1, kinds
-    # the same kernels as any other batch: no copy of the input ahead of the matmul
-    assert "copy" not in one[0] and len(one[0]) <= len(rest[0]), kinds
-    assert sorted(one[0]) == sorted(rest[0]), kinds
+    assert len([when for (_, when) in kinds if when and "== (1)" in when]) == 1, kinds
+    # no copy of the input ahead of the matmul: its view of x is a view the matmul reads
+    readers = [launch.kernel for launch in out.candidate.launches
+               if launch.when and "== (1)" in launch.when and "x" in launch.args]
+    assert len(readers) == 1 and readers[0].endswith("_mm"), (readers, kinds)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
-def test_the_pinned_variant_is_right_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("reference", [LINEAR, BRANCHED], ids=["merged", "pinned"])
+def test_the_batch_of_one_is_right_on_the_cpu(tmp_path, reference):
     from solforge.compiler.check import check_problem
 
-    p = _problem(tmp_path)
+    p = _problem(tmp_path, "p", reference)
     out = compile_problem(p)
     assert out.ok, out.reason
     r = check_problem(p, cap=64, candidate=out.candidate)
