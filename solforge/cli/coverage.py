@@ -151,6 +151,12 @@ def cover_problem(problem, do_compile: bool, arch: str, timeout: float, worker: 
         row["candidate"] = cand
         if cand is not None:
             row["launches"] = launches_by_variant(cand)
+            if row["first"] == "compiler":
+                from ..kernels.compiled import GEMM_LOWERING, GEMM_PARAM
+
+                # which matmul lowering the first plan takes (the template only while the plan's
+                # source stays under settings.template_first_max_kb)
+                row["gemm_first"] = GEMM_LOWERING.get((cand.params or {}).get(GEMM_PARAM))
         if do_compile and cand is not None:
             from ..compile import compile_candidate
 

@@ -73,3 +73,5 @@ def test_coverage_selects_problems_as_every_command_does_and_counts_launches(tmp
     assert by["halved"]["launches"] == {"all": 1}
     assert set(by["scaled_softmax"]["launches"]) == {"all"}
     assert by["scaled_softmax"]["launches"]["all"] >= 1
+    # no matmul: the generic lowering is the first plan's
+    assert by["halved"]["gemm_first"] == "generic"
