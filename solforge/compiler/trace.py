@@ -915,10 +915,6 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
     """Workloads whose traces differ (a scalar or size steering the reference's Python code): one
     IR per structure, each with the predicate (its guards that other structures break) that picks
     it at run time. Refused when the guards do not tell the structures apart."""
-    import sympy
-
-    from . import symexpr
-
     groups: list[list] = []   # [structure, ir, [values...]]
     for wl, ir in zip(workloads, irs):
         vals = _values(wl)
@@ -929,13 +925,29 @@ def _variants(defn, workloads: list, irs: list, untraced: list = ()) -> dict:
                 break
         else:
             groups.append([st, ir, [vals]])
-    groups = _merge_specialised(groups)
+    merged = _merge_specialised(groups)
+    if len(merged) < len(groups):
+        if len(merged) == 1:
+            # one graph serves every workload, at the sizes the others were specialised to too:
+            # no variants; of its guards, those that hold at every workload it now serves
+            ir, vals = merged[0][1], merged[0][2]
+            return {**ir, "guards": [g for g in ir.get("guards", []) if _holds_at_all(g, vals)]}
+        try:
+            return _select(merged, irs, untraced)
+        except TraceError:
+            pass   # the merged structures' guards cannot tell them apart: the structures as traced
+    return _select(groups, irs, untraced)
+
+
+def _select(groups: list, irs: list, untraced: list) -> dict:
+    """The IR of one structure, or the variants of several, each with the predicate (its guards
+    that hold at all its workloads and fail elsewhere) that picks it at run time."""
+    import sympy
+
+    from . import symexpr
+
     if len(groups) == 1:
-        # every workload retraced to the same graph (or to one that graph gives at its sizes): no
-        # variants; of its guards, those that hold at every workload it now serves
-        ir, vals = groups[0][1], groups[0][2]
-        guards = [g for g in ir.get("guards", []) if _holds_at_all(g, vals)]
-        return ir if guards == ir.get("guards", []) else {**ir, "guards": guards}
+        return groups[0][1]   # every workload retraced to the same graph: no variants
     if len(groups) > 16:
         raise TraceError(f"{len(groups)} different graphs over the workloads")
     all_vals = [v for g in groups for v in g[2]]
@@ -1000,7 +1012,7 @@ def _merge_specialised(groups: list) -> list:
     so a merge never changes what any workload computes."""
     import sympy
 
-    out = [list(g) for g in groups]
+    out = [[g[0], g[1], list(g[2])] for g in groups]
     i = 0
     while i < len(out):
         b = out[i]

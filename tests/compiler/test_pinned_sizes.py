@@ -103,3 +103,40 @@ def test_the_batch_of_one_is_right_on_the_cpu(tmp_path, reference):
     r = check_problem(p, cap=64, candidate=out.candidate)
     assert r["axes"]["B"] == 1, r
     assert r["ok"], r
+
+
+def _ir(nodes, guards):
+    return {"inputs": [{"name": "x", "kind": "tensor", "dtype": "float32", "shape": ["B", "S", "40"]}],
+            "nodes": nodes, "outputs": [{"ref": "n0"}], "guards": guards}
+
+
+def _view(shape_args, shape):
+    return {"name": "n0", "op": "aten.view.default", "args": [{"ref": "x"}, shape_args],
+            "kwargs": {}, "dtype": "float32", "shape": shape}
+
+
+EQ_B1 = "Equality(Symbol('B', integer=True, nonnegative=True), Integer(1))"
+NE_B1 = "Unequality(Symbol('B', integer=True, nonnegative=True), Integer(1))"
+
+
+def test_merging_compares_the_graphs_at_the_pinned_sizes():
+    from solforge.compiler.trace import _merge_specialised, _structure
+
+    general = _ir([_view([{"sym": "(B * S)"}, 40], ["(B * S)", "40"])], [NE_B1])
+    one = _ir([_view([{"sym": "S"}, 40], ["S", "40"])], [EQ_B1])
+    other_op = _ir([dict(_view([{"sym": "S"}, 40], ["S", "40"]), op="aten.reshape.default")], [EQ_B1])
+
+    def groups(*pairs):
+        return [[_structure(ir), ir, vals] for ir, vals in pairs]
+
+    g = groups((general, [{"B": 2, "S": 5}]), (one, [{"B": 1, "S": 7}, {"B": 1, "S": 3}]))
+    merged = _merge_specialised(g)
+    assert len(merged) == 1 and merged[0][1] is general
+    assert merged[0][2] == [{"B": 2, "S": 5}, {"B": 1, "S": 7}, {"B": 1, "S": 3}]
+    assert len(g[0][2]) == 1            # the caller's groups are left as they were
+    # another op at B = 1: two graphs
+    assert len(_merge_specialised(groups((general, [{"B": 2, "S": 5}]),
+                                         (other_op, [{"B": 1, "S": 7}])))) == 2
+    # a guard B == 1 that not every workload of the group meets pins nothing
+    assert len(_merge_specialised(groups((general, [{"B": 2, "S": 5}]),
+                                         (one, [{"B": 1, "S": 7}, {"B": 4, "S": 3}])))) == 2
