@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "solforge.cli.extract",  # extract MODEL (owner: extraction)
     "solforge.cli.report",  # report, export (owner: reports)
     "solforge.cli.coverage",  # coverage: what solforge serves and why not (owner: compiler)
+    "solforge.cli.coverage_diff",  # coverage-diff: two coverage runs side by side (owner: compiler)
     "solforge.cli.results_cmds",  # table, best: the results of a store
     "solforge.cli.doctor_cmd",  # doctor: what this machine can do
 ]
