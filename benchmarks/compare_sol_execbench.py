@@ -377,7 +377,6 @@ def parse_cpus(text: "str | None") -> "set | None":
     return cpus
 
 
-
 # --------------------------------------------------------------------------------------------- run
 def _install(wheel_dirs: list[str], site: Path) -> None:
     wheels = sorted(str(w) for d in wheel_dirs for w in Path(d).glob("*.whl"))

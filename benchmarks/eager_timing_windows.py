@@ -134,8 +134,9 @@ class _Side:
         wall = time.perf_counter() - t0
         return {"times": [float(x) for x in times], "wall_s": wall, "method": method,
                 "sm_mhz": mhz, "busy_ms": busy, "host": _host_delta(before, _host_state(), wall),
-                # the timed calls' launches are the last 50 (warm-up calls come first)
-                "launch_ms": statistics.median(launch_ms[-50:]) if launch_ms else None}
+                # the timed calls' launches are the last ones (warm-up calls come first)
+                "launch_ms": statistics.median(launch_ms[-len(times):]) if launch_ms and times
+                else None}
 
 
 def _sm_clock_mhz():

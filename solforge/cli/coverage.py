@@ -175,9 +175,10 @@ def launches_by_variant(cand) -> dict:
     """Kernel launches per call of each structure the plan serves, keyed by the variant's `when`
     (its sizes' test; "all" for a plan of one structure, "device" for a variant selected on the
     device, whose launches all run and return early)."""
+    unguarded = "device" if any(launch.when for launch in cand.launches) else "all"
     out: dict = {}
     for launch in cand.launches:
-        key = launch.when or ("all" if not any(l.when for l in cand.launches) else "device")
+        key = launch.when or unguarded
         out[key] = out.get(key, 0) + 1
     return out
 

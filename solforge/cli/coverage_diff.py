@@ -41,7 +41,7 @@ def _variants(r: dict) -> int:
 def compare(old: dict, new: dict) -> dict:
     both = sorted(set(old) & set(new))
     served = ({k for k in both if old[k].get("compiler")}, {k for k in both if new[k].get("compiler")})
-    kept = served[0] & served[1]
+    kept = sorted(served[0] & served[1])
     fewer = [k for k in kept if _variants(new[k]) < _variants(old[k])]
     more = [k for k in kept if _variants(new[k]) > _variants(old[k])]
     name = lambda k: f"{k[0]}/{k[1]}" if k[0] else k[1]  # noqa: E731

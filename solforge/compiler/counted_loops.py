@@ -158,14 +158,16 @@ def counted_stack(func, args, kwargs):
     seq = args[0] if args else kwargs.get("tensors")
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     loops = active_loops()
-    if loops is None or not isinstance(seq, (list, tuple)) or len(seq) != SHORT_RUN or             not isinstance(dim, int) or not all(isinstance(t, torch.Tensor) for t in seq):
+    if loops is None or not isinstance(seq, (list, tuple)) or len(seq) != SHORT_RUN or \
+            not isinstance(dim, int) or not all(isinstance(t, torch.Tensor) for t in seq):
         return None
     tags = [getattr(t, ITER_TAG, None) for t in seq]
     if tags[0] is None or any(t != (tags[0][0], i) for i, t in enumerate(tags)):
         return None
     n = loops.finished.get(tags[0][0])
     shape = list(seq[0].shape)
-    if n is None or not shape or free_unbacked_symbols(shape) or             any(list(t.shape) != shape or t.dtype != seq[0].dtype for t in seq[1:]):
+    if n is None or not shape or free_unbacked_symbols(shape) or \
+            any(list(t.shape) != shape or t.dtype != seq[0].dtype for t in seq[1:]):
         return None
     nd = len(shape)
     d = dim + (nd + 1 if stack else nd) if dim < 0 else dim

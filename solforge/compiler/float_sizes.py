@@ -17,14 +17,14 @@ def _truncated_guards(ir: dict) -> list[str]:
     import sympy
 
     from . import symexpr
-    from .guard_eval import _guard_ns
+    from .guard_eval import parse_guard
 
     out = []
     for src in ir.get("guards", []):
         if "TruncToInt" not in src and "FloorToInt" not in src:
             continue
         try:
-            e = sympy.sympify(eval(src, _guard_ns()))
+            e = parse_guard(src)
         except Exception:  # noqa: BLE001 - a guard we cannot read: not one of these
             continue
         if any(symexpr.truncated_float(x) is not None for x in sympy.preorder_traversal(e)):
@@ -35,11 +35,9 @@ def _truncated_guards(ir: dict) -> list[str]:
 def guard(ir: dict, workloads: list) -> dict:
     """The IR as is when no guard reads a truncated float size; else one variant whose predicate is
     those guards. Raises TraceError when a workload breaks one (its graph would differ)."""
-    import sympy
-
     from . import symexpr
     from .errors import TraceError
-    from .guard_eval import _eval_guard, _guard_ns, _values
+    from .guard_eval import _eval_guard, _values, parse_guard
 
     keep = _truncated_guards(ir)
     if not keep:
@@ -55,7 +53,7 @@ def guard(ir: dict, workloads: list) -> dict:
                 raise TraceError("a size truncated from float arithmetic steers the reference's "
                                  "Python code differently at some workload")
     floats = {i["name"] for i in ir["inputs"] if i["kind"] == "float"}
-    exprs = [sympy.sympify(eval(src, _guard_ns())) for src in keep]
+    exprs = [parse_guard(src) for src in keep]
     names = sorted({str(x) for e in exprs for x in e.free_symbols})
     try:
         pred = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in floats else "z_") + n)

@@ -18,14 +18,21 @@ def _guard_ns() -> dict:
 _PARSED_GUARDS: dict = {}
 
 
-def _eval_guard(src: str, values: dict) -> bool:
-    """A guard at these values (each guard parsed once; its symbols replaced by name, whatever
-    their assumptions: a float scalar's is a plain symbol)."""
+def parse_guard(src: str):
+    """A guard's srepr as a sympy expression, parsed once per source."""
     import sympy
 
     if src not in _PARSED_GUARDS:
         _PARSED_GUARDS[src] = sympy.sympify(eval(src, _guard_ns()))
-    e = _PARSED_GUARDS[src]
+    return _PARSED_GUARDS[src]
+
+
+def _eval_guard(src: str, values: dict) -> bool:
+    """A guard at these values (its symbols replaced by name, whatever their assumptions: a float
+    scalar's is a plain symbol)."""
+    import sympy
+
+    e = parse_guard(src)
     rep = {x: (sympy.Float(values[x.name]) if isinstance(values[x.name], float)
                else sympy.Integer(values[x.name]))
            for x in e.free_symbols if x.name in values}

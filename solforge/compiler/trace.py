@@ -157,7 +157,7 @@ def _with_custom_scalars(defn, axes: dict, scalars: dict) -> dict:
     return scalars
 
 
-from .guard_eval import _eval_guard, _f32, _guard_ns, _values  # noqa: E402,F401 - used here and by tests
+from .guard_eval import _eval_guard, _f32, _values, parse_guard  # noqa: E402,F401 - used here and by tests
 from .errors import TraceError  # noqa: E402 - defined there (errors.py), raised here
 
 
@@ -968,7 +968,7 @@ def _select(groups: list, irs: list, untraced: list) -> dict:
         if not keep or any(all(_eval_guard(src, v) for src in keep) for v in others):
             raise TraceError("the graph differs between workloads and no guard on the scalar "
                              "inputs or sizes tells the variants apart")
-        exprs = [sympy.sympify(eval(src, _guard_ns())) for src in keep]
+        exprs = [parse_guard(src) for src in keep]
         names = sorted({str(x) for e in exprs for x in e.free_symbols})
         c = " && ".join("(" + symexpr.to_c_bool(e, lambda n: ("f_" if n in float_names else "z_") + n)
                         + ")" for e in exprs)
@@ -1010,8 +1010,6 @@ def _merge_specialised(groups: list) -> list:
     variant renders its kernels and templates anew: source size, compile time, and the template
     plan's size limit). Equality is checked on the graphs themselves with those sizes substituted,
     so a merge never changes what any workload computes."""
-    import sympy
-
     out = [[g[0], g[1], list(g[2])] for g in groups]
     i = 0
     while i < len(out):
@@ -1019,7 +1017,7 @@ def _merge_specialised(groups: list) -> list:
         exprs = []
         for src in b[1].get("guards", []):
             try:
-                exprs.append(sympy.sympify(eval(src, _guard_ns())))
+                exprs.append(parse_guard(src))
             except Exception:  # noqa: BLE001 - a guard we cannot read pins nothing
                 continue
         pins = {k: v for k, v in _pins(exprs).items() if all(val.get(k) == v for val in b[2])}
