@@ -324,9 +324,10 @@ def _one(path: str, cap: int, emitted, float64: bool = False, timeout_s: float =
 
     try:
         p = load_problem_dir(Path(path))
-        if float64 and workloads:
-            # each named workload (or every one: "all") at full size, one line each
-            uuids = [w.uuid for w in p.workloads] if "all" in workloads else list(workloads)
+        # each named workload (or every one: "all"), one line each
+        uuids = ([w.uuid for w in p.workloads] if "all" in workloads else list(workloads)) \
+            if workloads else []
+        if float64 and uuids:   # at full size
             rows = []
             for u in uuids:
                 r = reference_conditioning(p, None, timeout_s=timeout_s, uuid=u)
@@ -344,6 +345,13 @@ def _one(path: str, cap: int, emitted, float64: bool = False, timeout_s: float =
             if f is None:
                 return {"problem": p.name, "ok": False, "stage": "none", "reason": "no candidate"}
             cand = Candidate.model_validate(json.loads(f.read_text()))
+        if uuids:   # each shrunk to cap
+            rows = []
+            for u in uuids:
+                r = check_problem(p, cap, candidate=cand, timeout_s=timeout_s, uuid=u)
+                r["problem"], r["subset"], r["workload"] = p.name, p.subset, u
+                rows.append(r)
+            return rows
         r = check_problem(p, cap, candidate=cand)
         r["problem"] = p.name
         r["subset"] = p.subset
@@ -367,8 +375,8 @@ def main(argv=None) -> int:
                     help="check the reference against its own float64 evaluation instead of a "
                          "candidate (a reference that fails this is ill-conditioned at its tolerance)")
     ap.add_argument("--workload", nargs="+", default=None, metavar="UUID",
-                    help="with --float64: these workloads (or 'all') at full size instead of the "
-                         "smallest one shrunk to --cap")
+                    help="these workloads (or 'all') instead of the smallest one: shrunk to --cap, "
+                         "with --float64 at full size")
     a = ap.parse_args(argv)
     import torch  # noqa: F401 - forked children start with it
 
