@@ -140,3 +140,16 @@ def test_merging_compares_the_graphs_at_the_pinned_sizes():
     # a guard B == 1 that not every workload of the group meets pins nothing
     assert len(_merge_specialised(groups((general, [{"B": 2, "S": 5}]),
                                          (one, [{"B": 1, "S": 7}, {"B": 4, "S": 3}])))) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_the_check_command_takes_named_workloads(tmp_path):
+    # `python -m solforge.compiler.check DIR --workload UUID...`: one row per workload, each the
+    # compiler's plan emulated there (shrunk to --cap) against the reference
+    from solforge.compiler.check import _one
+
+    _problem(tmp_path, "p", BRANCHED)
+    rows = _one(str(tmp_path / "p"), 64, None, workloads=["p-0", "p-1"])
+    assert [(r["workload"], r["axes"]["B"], r["ok"]) for r in rows] == [("p-0", 1, True),
+                                                                       ("p-1", 3, True)], rows
