@@ -768,7 +768,8 @@ def render(doc: dict) -> str:
     m = doc.get("meta", {})
     sm = doc.get("summary") or summarize(doc["cases"])
     tol = f"{sm['tol'] * 100:.0f}%"
-    out = ["# NVIDIA sol-execbench vs solforge evaluator on the H200", "",
+    # the card the run had: the report's file names keep _h200 (the target) whatever ran them
+    out = [f"# NVIDIA sol-execbench vs solforge evaluator on one {m.get('gpu', 'GPU')}", "",
            f"GPU: {m.get('gpu', '?')}; torch {m.get('torch', '?')}; sol-execbench "
            f"{m.get('sol_execbench', '?')} (their CLI, unmodified, default config: 10 correctness "
            "rounds, 10 warm-up calls, 50 CUPTI-timed calls queued behind a 2 x L2 flush, inputs "
