@@ -74,6 +74,32 @@ def test_eager_reference_timed_like_nvidia():
         torch.cuda.get_device_properties(0).L2_cache_size, "nvidia")
 
 
+def test_eager_t_b_pools_several_readings_of_a_host_bound_reference():
+    """measure_eager: a chain of small kernels (host-bound, under eager_windows_below_ms) gets
+    eager_windows readings pooled; windows=1 (a hurried run) one."""
+    from solforge import settings
+    from solforge.evaluate.baseline import measure_eager
+
+    x = torch.randn(64, 128, device="cuda")
+
+    def ref(a):
+        for _ in range(8):
+            a = torch.sin(a) + 1.0
+        return a
+
+    ref(x)
+    torch.cuda.synchronize()
+    state: dict = {}
+    cfg = settings.get()
+    t = measure_eager(state, torch.device("cuda"), ref, [[x], [x.clone()]], reps=20, budget_s=1.0)
+    assert t.median_ms < cfg.eager_windows_below_ms
+    assert t.n == cfg.eager_windows * timing.NVIDIA_REPS
+    assert t.note.endswith("ms") and f"{cfg.eager_windows} readings" in t.note
+    one = measure_eager(state, torch.device("cuda"), ref, [[x], [x.clone()]], reps=20, budget_s=1.0,
+                        windows=1)
+    assert one.n == timing.NVIDIA_REPS and "readings" not in one.note
+
+
 @pytest.mark.parametrize("backend", ["kineto", "cupti-gpu"])
 def test_one_session_reads_what_one_session_per_measurement_reads(backend):
     """Timer.batched: a measurement, work between, a measurement with setup, in one session; each
