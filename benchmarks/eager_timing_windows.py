@@ -43,6 +43,8 @@ TOL = 0.05
 SIDES = ("nvidia", "solforge")
 RATIOS = {"cross": "solforge / NVIDIA, median window",
           "first": "solforge / NVIDIA, first window only (a single reading each)",
+          "pooled": "solforge / NVIDIA, every window's calls pooled (the eager T_b's way)",
+          "pooled_vs_one": "solforge pooled / NVIDIA's first window (T_b against one CLI reading)",
           "nvidia_self": "NVIDIA's own scatter: odd windows / even windows",
           "solforge_self": "solforge's own scatter: odd windows / even windows"}
 
@@ -354,11 +356,13 @@ def summarize(doc: dict, tol: float = TOL) -> dict:
         med = {s: [statistics.median(w) for w in r[s]["windows"] if w] for s in SIDES}
         if any(len(med[s]) < 2 for s in SIDES):
             continue
-        c = by_case.setdefault(r["case"], {"cross": [], "first": [], "nvidia_self": [],
-                                           "solforge_self": [], "ms": []})
+        c = by_case.setdefault(r["case"], {k: [] for k in (*RATIOS, "ms")})
         m = {s: statistics.median(med[s]) for s in SIDES}
+        pooled = {s: statistics.median([x for w in r[s]["windows"] for x in w]) for s in SIDES}
         c["cross"].append(m["solforge"] / m["nvidia"])
         c["first"].append(med["solforge"][0] / med["nvidia"][0])
+        c["pooled"].append(pooled["solforge"] / pooled["nvidia"])
+        c["pooled_vs_one"].append(pooled["solforge"] / med["nvidia"][0])
         for s in SIDES:
             c[f"{s}_self"].append(statistics.median(med[s][1::2]) / statistics.median(med[s][0::2]))
         c["ms"].append(m["nvidia"])

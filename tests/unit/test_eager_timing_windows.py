@@ -35,7 +35,12 @@ def test_median_window_agrees_where_single_windows_scatter(win):
     # NVIDIA's odd windows [1, 2] -> 1.5 over even [2, 1, 1] -> 1.0
     assert by["launch_bound"]["nvidia_self"] == pytest.approx(1.5)
     assert by["one_kernel"]["cross"] == pytest.approx(1.02)
-    assert sm["within"] == {"cross": 2, "first": 1, "nvidia_self": 1, "solforge_self": 1}
+    # pooled, each side's 15 calls: NVIDIA's median 1.8 (its windows' slow third calls), solforge's
+    # 1.0; against NVIDIA's first window (2.0) 0.5
+    assert by["launch_bound"]["pooled"] == pytest.approx(1.0 / 1.8)
+    assert by["launch_bound"]["pooled_vs_one"] == pytest.approx(0.5)
+    assert sm["within"] == {"cross": 2, "first": 1, "pooled": 1, "pooled_vs_one": 1,
+                            "nvidia_self": 1, "solforge_self": 1}
     md = win.render(sm)
     assert "| launch_bound | 1 | 1.0000-1.0000 | 1.000 | 0.500 | 1.500 |" in md
 
