@@ -279,7 +279,33 @@ def decide(env, expr):
                 counted_splits.tested(d.free_symbols)
                 env.oblivious.append(sympy.Eq(d - c, 0))
                 return sympy.true
-    if isinstance(expr, sympy.Eq):
+    return decide_read_back(env, expr)
+
+
+def decide_read_back(env, expr):
+    """Guards on values read back that hold wherever a loop runs or not: True or False with the
+    decision recorded, or None to refuse as before.
+    - `if start >= end: continue` (also `end <= start`, `start < end`) over two offsets read back:
+      the emptiness test of the segment end - start, its non-empty side, recorded as the
+      size-oblivious tests are (dynamic.check_oblivious refuses what is reduced over it);
+    - an equality (`assert n == ptr[-1].item()`, `cat(out).reshape(T, H)`): assumed, recorded in
+      the IR's `assumed` list and checked on the device after the kernels (a trap where it fails)."""
+    free = expr.free_symbols
+    if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
+                         sympy.LessThan)) and len(free) == 2 and \
+            all(str(s).startswith("u") for s in free):
+        ahead = isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan))
+        strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+        length = expr.lhs - expr.rhs if ahead else expr.rhs - expr.lhs   # > 0: non-empty
+        if not strict:
+            length = -length            # a >= b is b - a <= 0: the test for emptiness
+        if length.is_Add and sorted(length.as_coefficients_dict().values()) == [-1, 1]:
+            from . import counted_splits
+
+            counted_splits.tested(length.free_symbols)
+            env.oblivious.append(sympy.Eq(length, 0))
+            return sympy.true if strict else sympy.false
+    if isinstance(expr, sympy.Eq) and any(str(s).startswith("u") for s in free):
         env.assumed.append(expr)
         return sympy.true
     return None

@@ -45,6 +45,11 @@ def make_shape_env(**kw):
                     side = self.flag_policy[i] if i < len(self.flag_policy) else False
                     self.flag_taken.append((orig_expr, side))
                     return sympy.true if side else sympy.false
+                from .counted_loops import decide_read_back
+
+                r = decide_read_back(self, orig_expr)   # outside a counted loop too
+                if r is not None:
+                    return r
                 raise
 
     env = ObliviousShapeEnv(**kw)

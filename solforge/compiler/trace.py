@@ -422,7 +422,12 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         dynamic_trace.TRACE_INPUTS.clear()
         dynamic_trace.TRACE_INPUTS.update({id(t): k for k, t in zip(names, a) if isinstance(t, torch.Tensor)})
         with _CpuDevice(batching) as mode:
-            return mode.branches.poison(fn(**dict(zip(names, a))))
+            out = fn(**dict(zip(names, a)))
+            if isinstance(out, dict):
+                # outputs returned by name ({"output": o, "lse": l}): the definition's order
+                out = tuple(out[k] for k in defn.outputs) if set(out) == set(defn.outputs) \
+                    else tuple(out.values())
+            return mode.branches.poison(out)
 
     from torch.func import functionalize
 
