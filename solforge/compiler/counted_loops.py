@@ -279,17 +279,19 @@ def decide(env, expr):
                 counted_splits.tested(d.free_symbols)
                 env.oblivious.append(sympy.Eq(d - c, 0))
                 return sympy.true
-    return decide_read_back(env, expr)
+    return decide_read_back(env, expr, any_equality=True)
 
 
-def decide_read_back(env, expr):
+def decide_read_back(env, expr, any_equality: bool = False):
     """Guards on values read back that hold wherever a loop runs or not: True or False with the
     decision recorded, or None to refuse as before.
     - `if start >= end: continue` (also `end <= start`, `start < end`) over two offsets read back:
       the emptiness test of the segment end - start, its non-empty side, recorded as the
       size-oblivious tests are (dynamic.check_oblivious refuses what is reduced over it);
-    - an equality (`assert n == ptr[-1].item()`, `cat(out).reshape(T, H)`): assumed, recorded in
-      the IR's `assumed` list and checked on the device after the kernels (a trap where it fails)."""
+    - an equality of a size and a value read back (`assert n == ptr[-1].item()`; inside a counted
+      loop any equality, `cat(out).reshape(T, H)`): assumed, recorded in the IR's `assumed` list and
+      checked on the device after the kernels (a trap where it fails). Outside one, an equality
+      over values alone (`if (s < 1.0).item() == 1`, a flag) is no size's and still refuses."""
     free = expr.free_symbols
     if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
                          sympy.LessThan)) and len(free) == 2 and \
@@ -305,7 +307,9 @@ def decide_read_back(env, expr):
             counted_splits.tested(length.free_symbols)
             env.oblivious.append(sympy.Eq(length, 0))
             return sympy.true if strict else sympy.false
-    if isinstance(expr, sympy.Eq) and any(str(s).startswith("u") for s in free):
+    read = [s for s in free if str(s).startswith("u")]
+    if isinstance(expr, sympy.Eq) and read and (any_equality or (
+            len(read) < len(free) and not any(_bool_valued(env, u) for u in read))):
         env.assumed.append(expr)
         return sympy.true
     return None
