@@ -62,3 +62,27 @@ def test_outputs_returned_by_name_in_another_order(tmp_path):
     assert out.ok, out.reason
     r = check_problem(p, cap=8)
     assert r["ok"], r
+
+
+def test_outputs_by_name_are_read_as_the_evaluator_reads_them(tmp_path):
+    """Keys beyond the definition's outputs are ignored; an output the dict lacks refuses the
+    trace in one line (the evaluator refuses such a reference too)."""
+    extra = make_problem(tmp_path, "extra", {"M": {"type": "var"}}, {"x": T("M", 8)},
+                         {"a": T("M", 8)},
+                         """
+                         import torch
+                         def run(x):
+                             return {"debug": x.sum(), "a": x * 2.0}
+                         """, [{"M": 4}])
+    tr = trace_definition(extra.definition, list(extra.workloads))
+    assert tr.ok, tr.reason
+    assert len(tr.ir["outputs"]) == 1
+    lacking = make_problem(tmp_path, "lacking", {"M": {"type": "var"}}, {"x": T("M", 8)},
+                           {"a": T("M", 8), "b": T("M")},
+                           """
+                           import torch
+                           def run(x):
+                               return {"a": x * 2.0}
+                           """, [{"M": 4}])
+    tr = trace_definition(lacking.definition, list(lacking.workloads))
+    assert not tr.ok and "without ['b']" in tr.reason and "\n" not in tr.reason, tr.reason
