@@ -293,9 +293,9 @@ def decide_read_back(env, expr, any_equality: bool = False):
       checked on the device after the kernels (a trap where it fails). Outside one, an equality
       over values alone (`if (s < 1.0).item() == 1`, a flag) is no size's and still refuses."""
     free = expr.free_symbols
+    read = [s for s in free if str(s).startswith("u")]
     if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
-                         sympy.LessThan)) and len(free) == 2 and \
-            all(str(s).startswith("u") for s in free):
+                         sympy.LessThan)) and len(read) == len(free) == 2:
         ahead = isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan))
         strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
         length = expr.lhs - expr.rhs if ahead else expr.rhs - expr.lhs   # > 0: non-empty
@@ -307,7 +307,6 @@ def decide_read_back(env, expr, any_equality: bool = False):
             counted_splits.tested(length.free_symbols)
             env.oblivious.append(sympy.Eq(length, 0))
             return sympy.true if strict else sympy.false
-    read = [s for s in free if str(s).startswith("u")]
     if isinstance(expr, sympy.Eq) and read and (any_equality or (
             len(read) < len(free) and not any(_bool_valued(env, u) for u in read))):
         env.assumed.append(expr)
