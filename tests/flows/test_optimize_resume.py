@@ -21,7 +21,10 @@ from solforge.store import Store
 
 
 REPO = Path(__file__).resolve().parents[2]
-PROBLEMS = "FlashInfer-Bench/0[01]*"  # 9 problems a kernel family serves (rmsnorm, gemm): 9 compiles
+# 9 problems a kernel family serves (rmsnorm, gemm): 9 compiles. Not the attention problems after
+# them (012-019): matching traces each reference under the compiler, up to its 300 s limit apiece,
+# which on a 2-core machine pushed the first compiled attempt past this test's own deadline.
+PROBLEMS = "FlashInfer-Bench/00*,FlashInfer-Bench/01[01]_*"
 
 
 def _args(db: Path) -> list[str]:
@@ -41,6 +44,7 @@ def _count(db: Path, sql: str, params=None) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # its own waits: up to 480 s for run 1, 300 s for run 2, 400 s for the reference run
 def test_sigkill_mid_run_then_resume(prefect_api, tmp_path, sol_execbench_dir, request):
     db = tmp_path / "opt.duckdb"
     env = {**prefect_api.env, "SOLFORGE_CACHE_DIR": str(tmp_path / "compile-cache"),
