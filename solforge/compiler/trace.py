@@ -448,9 +448,7 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         if batching.serial:  # a batched loop body that vmap cannot run: unrolled, as before
             return _trace_once(defn, wl, sentinel, symfloat, short_loops, flag_policy, batch_loops=False,
                                symint=symint, baked=baked)
-        err = TraceError(_why(e))
-        err.read_back_guard = _on_read_back_values(e)
-        raise err from None
+        raise TraceError(_why(e)) from None
     # int scalar placeholders: their SymInt is the scalar itself
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, inp in zip(phs, inputs_ir):
@@ -683,19 +681,6 @@ def _why(e: Exception) -> str:
         return "stopped at a data-dependent size or branch (nonzero / boolean mask / .item() / " \
                "a Python loop over tensor values): " + s[:160]
     return s[:300]
-
-
-def _on_read_back_values(e: Exception) -> bool:
-    """Whether a trace stopped at a guard on values read back alone (unbacked symbols: `.item()`,
-    nonzero's count, the length of a slice at offsets read back). Baking the float scalars in
-    backs none of them, so the retry with float scalars as constants only reaches the same guard
-    again: on a paged-attention reference that retry doubled a three-minute trace."""
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-    from torch.utils._sympy.symbol import SymT, symbol_is_type
-
-    free = getattr(getattr(e, "cond", None), "free_symbols", None)
-    return isinstance(e, GuardOnDataDependentSymNode) and bool(free) and all(
-        symbol_is_type(x, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)) for x in free)
 
 
 def _to_ir(gm, inputs_ir, namer: _Namer, shape_env, sentinel: float) -> dict:
@@ -1142,9 +1127,8 @@ def child_main() -> int:
         for i, wl in enumerate(req["workloads"][:2]):
             try:
                 irs.append(_trace_once(defn, wl, _SENTINELS[i]))
-            except TraceError as e:
-                if not any(i_.is_scalar for i_ in defn.inputs.values()) or \
-                        getattr(e, "read_back_guard", False):
+            except TraceError:
+                if not any(i_.is_scalar for i_ in defn.inputs.values()):
                     raise
                 irs.append(_trace_once(defn, wl, _SENTINELS[i], symfloat=False))
         pool = list(req["workloads"]) + list(req.get("extra", []))
