@@ -424,12 +424,11 @@ def _trace_once(defn, wl: dict, sentinel: float, symfloat: bool = True, short_lo
         with _CpuDevice(batching) as mode:
             out = fn(**dict(zip(names, a)))
             if isinstance(out, dict):
-                # outputs returned by name ({"output": o, "lse": l}): the definition's names in its
-                # order, other keys ignored, as the evaluator reads them (normalize_reference_outputs)
-                missing = [k for k in defn.outputs if k not in out]
-                if missing:
-                    raise TraceError(f"the reference returned a dict without {missing}")
-                out = tuple(out[k] for k in defn.outputs)
+                # outputs returned by name ({"output": o, "lse": l}), read as the evaluator reads them
+                try:
+                    out = tuple(defn.outputs_by_name(out))
+                except ValueError as e:
+                    raise TraceError(str(e)) from None
             return mode.branches.poison(out)
 
     from torch.func import functionalize

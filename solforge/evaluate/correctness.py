@@ -190,10 +190,7 @@ def normalize_reference_outputs(result, rw, device) -> dict[str, torch.Tensor]:
 
     names = list(rw.definition.outputs)
     if isinstance(result, dict):
-        items = {k: result[k] for k in names if k in result}
-        missing = [k for k in names if k not in result]
-        if missing:
-            raise ValueError(f"reference returned a dict without {missing}")
+        items = dict(zip(names, rw.definition.outputs_by_name(result)))
     elif isinstance(result, (tuple, list)):
         if len(result) != len(names):
             raise ValueError(f"reference returned {len(result)} values, the definition has "

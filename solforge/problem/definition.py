@@ -250,6 +250,14 @@ class Definition(_Model):
     def output_shapes(self, env: dict[str, int]) -> dict[str, Optional[tuple[int, ...]]]:
         return {k: self.shape_of(t, env) for k, t in self.outputs.items()}
 
+    def outputs_by_name(self, result: dict) -> list:
+        """A reference's dict return value as its outputs in the definition's order (other keys
+        ignored); the evaluator and the compiler's trace read a returned dict this one way."""
+        missing = [k for k in self.outputs if k not in result]
+        if missing:
+            raise ValueError(f"reference returned a dict without {missing}")
+        return [result[k] for k in self.outputs]
+
     @cached_property
     def reference_functions(self) -> set[str]:
         return set(_top_level_functions(self.reference))
