@@ -249,6 +249,16 @@ def write_back(row_entry) -> None:
     x.index_copy_(p, t, sel)
 
 
+_ORDERINGS = (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan, sympy.LessThan)
+
+
+def _ordering(expr) -> tuple:
+    """An ordering guard as (d, strict): the guard reads d > 0 (strict) or d >= 0."""
+    ahead = isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan))
+    strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+    return (expr.lhs - expr.rhs if ahead else expr.rhs - expr.lhs), strict
+
+
 def decide(env, expr):
     """A guard torch cannot decide on sizes read back from the device inside a counted loop: True
     or False with the decision recorded (see the module doc), or None to refuse as before."""
@@ -265,12 +275,9 @@ def decide(env, expr):
         # refuses reductions over it)
         env.oblivious.append(expr)
         return sympy.false if isinstance(expr, sympy.Eq) else sympy.true
-    if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
-                         sympy.LessThan)) and all(str(s).startswith("u") for s in free):
+    if isinstance(expr, _ORDERINGS) and all(str(s).startswith("u") for s in free):
         # `l > 0` on a segment length (a filter dropping empty segments): the non-empty side too
-        d = expr.lhs - expr.rhs if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan)) \
-            else expr.rhs - expr.lhs
-        strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+        d, strict = _ordering(expr)
         if d.is_Symbol or (d.is_Add and d.as_coeff_Add()[1].is_Symbol):
             c = d.as_coeff_Add()[0] if d.is_Add else 0
             if (strict and c == 0) or (not strict and c == -1):
@@ -294,11 +301,8 @@ def decide_read_back(env, expr, any_equality: bool = False):
       over values alone (`if (s < 1.0).item() == 1`, a flag) is no size's and still refuses."""
     free = expr.free_symbols
     read = [s for s in free if str(s).startswith("u")]
-    if isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan, sympy.StrictLessThan,
-                         sympy.LessThan)) and len(read) == len(free) == 2:
-        ahead = isinstance(expr, (sympy.StrictGreaterThan, sympy.GreaterThan))
-        strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
-        length = expr.lhs - expr.rhs if ahead else expr.rhs - expr.lhs   # > 0: non-empty
+    if isinstance(expr, _ORDERINGS) and len(read) == len(free) == 2:
+        length, strict = _ordering(expr)   # > 0: non-empty
         if not strict:
             length = -length            # a >= b is b - a <= 0: the test for emptiness
         if length.is_Add and sorted(length.as_coefficients_dict().values()) == [-1, 1]:
