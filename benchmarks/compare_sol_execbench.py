@@ -53,6 +53,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -872,15 +873,35 @@ TIMINGS = (("solforge_ms", "solforge kernel"), ("nvidia_ms", "NVIDIA kernel"),
            ("our_eager_ms", "solforge eager reference"), ("nvidia_reference_ms", "NVIDIA reference"))
 
 
-def repeatability(docs: list[dict], tol: float = 0.05) -> dict:
+def _live_eager(row: dict) -> Optional[float]:
+    """solforge's eager reading of a row when this run measured it; a case cut at the deadline
+    fills our_eager_ms from baselines_h200.csv (eager_source), which is no reading of this run."""
+    return row.get("our_eager_ms") if row.get("eager_source") in (None, "live") else None
+
+
+def _nvidia_reference_readings(row: dict, reference_only: bool) -> list:
+    """NVIDIA's readings of the reference in one row: reference_latency_ms, and in a reference-only
+    case also the solution's time (the solution calls the reference: a second reading of it, in
+    the same process and window kind)."""
+    vals = [row.get("nvidia_reference_ms")] + ([row.get("nvidia_ms")] if reference_only else [])
+    return [v for v in vals if v]
+
+
+def repeatability(docs: list[dict], tol: float = 0.05, host_bound_below_ms: float = 2.0) -> dict:
     """Two or more `run`s over the same cases (each side measured once per run): per problem, each
     timing's own repeatability (geomean over workloads of run k / run 1, the worst k) and the cross
-    ratios solforge / NVIDIA on the per-workload medians over the runs. A side's own scatter is the
-    floor any agreement between the two sides can reach."""
+    ratios solforge / NVIDIA on the per-workload medians over the runs (NVIDIA's reference: every
+    reading of it, _nvidia_reference_readings). A side's own scatter is the floor any agreement
+    between the two sides can reach. The reference ratio is also split by workload: host-bound
+    (solforge's eager reading under host_bound_below_ms, the rule by which the eager T_b takes
+    several readings: settings.eager_windows_below_ms) and GPU-bound (the rest)."""
     rows: dict = {}
     for k, d in enumerate(docs):
         for c in d["cases"]:
+            ref_only = c.get("kind") == "reference"
             for r in c.get("rows") or []:
+                r = {**r, "our_eager_ms": _live_eager(r),
+                     "_nv_ref": _nvidia_reference_readings(r, ref_only)}
                 rows.setdefault((c["case"], r["uuid"]), {})[k] = r
     problems = {}
     for (case, _uuid), per_run in rows.items():
@@ -901,22 +922,34 @@ def repeatability(docs: list[dict], tol: float = 0.05) -> dict:
         for field, _label in TIMINGS:
             med[field] = [statistics.median(v) if v else None for v in
                           ([w[k][field] for k in w if w[k].get(field)] for w in wls)]
+        nv_ref = [statistics.median(v) if v else None
+                  for v in ([x for k in w for x in w[k]["_nv_ref"]] for w in wls)]
         row["kernel_sf_over_nv"] = _geomean([a / b for a, b in zip(med["solforge_ms"], med["nvidia_ms"])
                                              if a and b])
-        row["ref_sf_over_nv"] = _geomean([a / b for a, b in zip(med["our_eager_ms"],
-                                                                med["nvidia_reference_ms"]) if a and b])
+        pairs = [(a, b) for a, b in zip(med["our_eager_ms"], nv_ref) if a and b]
+        row["ref_sf_over_nv"] = _geomean([a / b for a, b in pairs])
+        row["ref_sf_over_nv_gpu_bound"] = _geomean([a / b for a, b in pairs if a >= host_bound_below_ms])
+        row["ref_sf_over_nv_host_bound"] = _geomean([a / b for a, b in pairs if a < host_bound_below_ms])
+        row["host_bound_workloads"] = sum(a < host_bound_below_ms for a, _ in pairs)
         out.append(row)
 
     def within(x):
         return x is not None and abs(x - 1.0) <= tol
 
-    summary = {"runs": len(docs), "problems": len(out), "tol": tol}
-    for key in [f"repeat_{f}" for f, _ in TIMINGS] + ["kernel_sf_over_nv", "ref_sf_over_nv"]:
+    summary = {"runs": len(docs), "problems": len(out), "tol": tol,
+               "host_bound_below_ms": host_bound_below_ms}
+    for key in [f"repeat_{f}" for f, _ in TIMINGS] + list(CROSS_KEYS):
         vals = [r[key] for r in out if r[key] is not None]
         summary[key] = {"compared": len(vals), "within_tol": sum(map(within, vals)),
                         "geomean": _geomean(vals)}
     return {"problems": out, "summary": summary,
             "commands": [d.get("meta", {}).get("command") for d in docs]}
+
+
+CROSS_KEYS = {"kernel_sf_over_nv": "kernel solforge / NVIDIA",
+              "ref_sf_over_nv": "reference solforge / NVIDIA",
+              "ref_sf_over_nv_gpu_bound": "reference solforge / NVIDIA, GPU-bound workloads",
+              "ref_sf_over_nv_host_bound": "reference solforge / NVIDIA, host-bound workloads"}
 
 
 def render_repeat(doc: dict) -> str:
@@ -925,12 +958,15 @@ def render_repeat(doc: dict) -> str:
     def f(x):
         return "-" if x is None else f"{x:.3f}"
 
-    cols = [(f"repeat_{fld}", f"{label}: run k / run 1") for fld, label in TIMINGS] + [
-        ("kernel_sf_over_nv", "kernel solforge / NVIDIA"), ("ref_sf_over_nv", "reference solforge / NVIDIA")]
+    cols = [(f"repeat_{fld}", f"{label}: run k / run 1") for fld, label in TIMINGS] + list(CROSS_KEYS.items())
     out = ["# Each side twice: repeatability and agreement", "",
            f"{sm['runs']} runs over the same cases: " + " ; ".join(f"`{c}`" for c in doc["commands"]),
            "", f"Ratios are geomeans over a problem's workloads; within = within {tol:.0%}. "
-           "The cross ratios use each workload's median over the runs.", "",
+           "The cross ratios use each workload's median over the runs (NVIDIA's reference: every "
+           "reading of it, in a reference-only case its time as the solution too). Host-bound "
+           f"workloads: solforge's eager reading under {sm.get('host_bound_below_ms', 2.0):g} ms "
+           "a call (the eager T_b's rule for several readings); GPU-bound: the rest. A case cut at "
+           "the deadline has no reading of that run (its CSV fallback is not counted).", "",
            "| measure | problems | within | geomean |", "|---|---|---|---|"]
     for key, label in cols:
         s = sm[key]
@@ -952,8 +988,11 @@ def _write_report(out: Path, stem: str, doc: dict, md: str) -> int:
 
 
 def cmd_repeat(args) -> int:
-    doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs])
-    return _write_report(Path(args.out), "sol_execbench_repeat_h200", doc, render_repeat(doc))
+    from solforge import settings
+
+    doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs],
+                        host_bound_below_ms=settings.get().eager_windows_below_ms)
+    return _write_report(Path(args.out), args.stem, doc, render_repeat(doc))
 
 
 def cmd_combine(args) -> int:
@@ -1042,6 +1081,8 @@ def main() -> int:
                                       "side's own repeatability beside the cross ratios")
     rp.add_argument("docs", nargs="+")
     rp.add_argument("--out", required=True)
+    rp.add_argument("--stem", default="sol_execbench_repeat_h200",
+                    help="the report's file names, STEM.json and STEM.md (name the card that ran)")
     g = sub.add_parser("render")
     g.add_argument("json")
     g.add_argument("--out")

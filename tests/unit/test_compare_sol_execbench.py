@@ -137,6 +137,29 @@ def test_repeat_of_a_recorded_run_with_itself_is_exact(cmp):
     assert all(r["repeat_solforge_ms"] in (None, pytest.approx(1.0)) for r in doc["problems"])
 
 
+def test_repeat_counts_only_this_runs_eager_readings_and_every_nvidia_reading(cmp):
+    """A case cut at the deadline carries the CSV's eager time (eager_source), no reading of that
+    run: it is no repeat. In a reference-only case NVIDIA's time of the solution (which calls the
+    reference) is a reading of the reference too, pooled into the workload's median."""
+    def doc(eager, src, nv_sol, nv_ref):
+        rows = [{"uuid": "a", "our_eager_ms": eager, "eager_source": src, "nvidia_ms": nv_sol,
+                 "nvidia_reference_ms": nv_ref}]
+        return {"cases": [{"case": "p", "kind": "reference", "rows": rows}], "meta": {"command": "run"}}
+
+    d = cmp.repeatability([doc(0.5, "live", 0.4, 0.6), doc(0.9, "baselines_h200.csv", None, None),
+                           doc(0.5, "live", 0.5, 0.9)], host_bound_below_ms=2.0)
+    (p,) = d["problems"]
+    assert p["repeat_our_eager_ms"] == pytest.approx(1.0)          # the CSV row is not a repeat
+    # NVIDIA's four readings 0.4, 0.6, 0.5, 0.9: median 0.55; solforge's two live ones: 0.5
+    assert p["ref_sf_over_nv"] == pytest.approx(0.5 / 0.55)
+    assert p["ref_sf_over_nv_host_bound"] == pytest.approx(0.5 / 0.55)
+    assert p["ref_sf_over_nv_gpu_bound"] is None and p["host_bound_workloads"] == 1
+    # a case with a kernel: its solution time is the kernel's, not a reading of the reference
+    k = cmp.repeatability([{"cases": [{"case": "q", "kind": "kernel", "rows": [
+        {"uuid": "a", "our_eager_ms": 3.0, "nvidia_ms": 1.0, "nvidia_reference_ms": 3.3}]}]}])
+    assert k["problems"][0]["ref_sf_over_nv_gpu_bound"] == pytest.approx(3.0 / 3.3)
+
+
 def test_reference_only_case_exports_the_reference_even_where_a_kernel_is_saved(cmp, tmp_path):
     from tests.unit.adv_problem import ADV, write_problem
 
