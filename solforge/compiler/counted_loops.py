@@ -263,11 +263,11 @@ def decide(env, expr):
     """A guard torch cannot decide on sizes read back from the device inside a counted loop: True
     or False with the decision recorded (see the module doc), or None to refuse as before."""
     free = expr.free_symbols
-    unbacked = [s for s in free if str(s).startswith("u")]
+    unbacked = [s for s in free if symexpr.is_read_back(s)]
     if not unbacked:
         return None
     if isinstance(expr, (sympy.Eq, sympy.Ne)) and expr.rhs == 0 and \
-            all(str(s).startswith("u") for s in free) and (
+            all(symexpr.is_read_back(s) for s in free) and (
                 (expr.lhs.is_Add and all(abs(c) == 1 for c in expr.lhs.as_coefficients_dict().values()))
                 or (expr.lhs.is_Symbol and not _bool_valued(env, expr.lhs))):
         # `if end - start == 0`, `if n == 0` (n a count read back): the non-empty side; the
@@ -275,7 +275,7 @@ def decide(env, expr):
         # refuses reductions over it)
         env.oblivious.append(expr)
         return sympy.false if isinstance(expr, sympy.Eq) else sympy.true
-    if isinstance(expr, _ORDERINGS) and all(str(s).startswith("u") for s in free):
+    if isinstance(expr, _ORDERINGS) and all(symexpr.is_read_back(s) for s in free):
         # `l > 0` on a segment length (a filter dropping empty segments): the non-empty side too
         d, strict = _ordering(expr)
         if d.is_Symbol or (d.is_Add and d.as_coeff_Add()[1].is_Symbol):
@@ -300,7 +300,7 @@ def decide_read_back(env, expr, any_equality: bool = False):
       checked on the device after the kernels (a trap where it fails). Outside one, an equality
       over values alone (`if (s < 1.0).item() == 1`, a flag) is no size's and still refuses."""
     free = expr.free_symbols
-    read = [s for s in free if str(s).startswith("u")]
+    read = [s for s in free if symexpr.is_read_back(s)]
     if isinstance(expr, _ORDERINGS) and len(read) == len(free) == 2:
         length, strict = _ordering(expr)   # > 0: non-empty
         if not strict:

@@ -199,7 +199,7 @@ class DataDependentHooks:
         n = x.shape[0]
         env = n.node.shape_env
         u = env.replace(n.node.expr)
-        if not (isinstance(u, sympy.Symbol) and str(u).startswith("u")):
+        if not (isinstance(u, sympy.Symbol) and symexpr.is_read_back(u)):
             return MISS
         up = env.var_to_range[u].upper if u in env.var_to_range else None
         loops = rolling.active_loops()
@@ -252,7 +252,7 @@ class Tracker:
                 if isinstance(s, torch.SymInt):
                     e = shape_env.replace(s.node.expr)
                     for u in e.free_symbols:
-                        if u not in namer.map and u not in self.names and str(u).startswith("u"):
+                        if u not in namer.map and u not in self.names and symexpr.is_read_back(u):
                             fresh.append(u)
         if not fresh:
             return
@@ -286,7 +286,7 @@ class Tracker:
         if str(n.target) != "aten._local_scalar_dense.default" or not isinstance(v, torch.SymInt):
             return None
         u = shape_env.replace(v.node.expr)
-        if not isinstance(u, sympy.Symbol) or u in namer.map or not str(u).startswith("u"):
+        if not isinstance(u, sympy.Symbol) or u in namer.map or not symexpr.is_read_back(u):
             return None
         name = f"{PREFIX}{len(self.bounds)}"
         self.names[u] = symexpr.sym(name)

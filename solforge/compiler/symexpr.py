@@ -23,6 +23,12 @@ def sym(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, nonnegative=True)
 
 
+def is_read_back(s) -> bool:
+    """Whether a size symbol stands for a value read back from a tensor (torch's unbacked SymInts
+    are named u0, u1, ...), not for an input's size (s0, ...): what a plan must read on the GPU."""
+    return str(s).startswith("u")
+
+
 def parse(expr: str) -> sympy.Expr:
     """An axis-expression string as a sympy expression (names become integer symbols)."""
     return _from_ast(ast.parse(str(expr).strip(), mode="eval").body)

@@ -233,7 +233,7 @@ class _Namer:
         free = [s for s in e.free_symbols]
         bad = [s for s in free if s not in self.map]
         if bad:
-            if any(str(s).startswith("u") for s in bad):
+            if any(symexpr.is_read_back(s) for s in bad):
                 raise TraceError("data-dependent size (a shape that depends on tensor values)")
             raise TraceError(f"size symbol {bad[0]} is not tied to any input dim")
         e = e.xreplace({s: self.map[s] for s in free})
@@ -537,9 +537,11 @@ def _symbolic_max(*a, **kw):
 def _sym_extreme(name, builtin, a, kw):
     import torch
 
+    from . import symexpr
+
     if not kw and len(a) == 2 and all(isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool)
                                       for x in a) and any(
-            isinstance(x, torch.SymInt) and any(str(u).startswith("u") for u in
+            isinstance(x, torch.SymInt) and any(symexpr.is_read_back(u) for u in
                                                 x.node.expr.free_symbols) for x in a):
         return getattr(torch, name)(*a)
     return builtin(*a, **kw)
