@@ -312,7 +312,7 @@ def cmd_prepare(args) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     try:
-        dirs = select_problems(args.problems, Path(args.problems_root))
+        dirs = select_problems(args.problems, Path(args.problems_root or default_problems_root()))
     except ValueError as e:
         print(f"prepare: {e}", file=sys.stderr)
         return 2
@@ -432,7 +432,7 @@ def _eager_times(p, uuids: list[str], roots: list) -> dict:
                                 workload_budget_s=3.0, problem_budget_s=120.0):
             out[row.workload_uuid] = {"status": row.status, "median_ms": row.median_ms,
                                       "n_reps": row.n_reps, "timing_method": row.timing_method,
-                                      "message": (row.message or "")[:300]}
+                                      "busy_ms": row.busy_ms, "message": (row.message or "")[:300]}
     return out
 
 
@@ -687,6 +687,7 @@ def compare(index: list, results: dict, tol: float = 0.05) -> dict:
                    "solforge_ms": s_.get("median_ms"), "nvidia_ms": n.get("latency_ms"),
                    "nvidia_reference_ms": n.get("reference_latency_ms"),
                    "our_eager_ms": eager.get("median_ms"), "our_eager_status": eager.get("status"),
+                   "our_eager_busy_ms": eager.get("busy_ms"),
                    "csv_eager_ms": w.get("csv_eager_ms", w.get("our_eager_ms")),
                    "solforge_max_abs_err": s_.get("max_abs_err"),
                    "nvidia_max_abs_err": n.get("max_abs_err"),
@@ -887,14 +888,27 @@ def _nvidia_reference_readings(row: dict, reference_only: bool) -> list:
     return [v for v in vals if v]
 
 
+# a workload whose eager call keeps the GPU busy for less than this share of its span is host-bound
+HOST_BOUND_BUSY_SHARE = 0.8
+
+
+def _host_bound(eager_ms: float, busy_ms: Optional[float], below_ms: float) -> bool:
+    """Whether solforge's eager reading of a workload is host time: measured where the reading knows
+    the GPU's own time per call (busy_ms, runs since 2026-12-05), else the eager T_b's 2 ms rule."""
+    if busy_ms is not None:
+        return busy_ms < HOST_BOUND_BUSY_SHARE * eager_ms
+    return eager_ms < below_ms
+
+
 def repeatability(docs: list[dict], tol: float = 0.05, host_bound_below_ms: float = 2.0) -> dict:
     """Two or more `run`s over the same cases (each side measured once per run): per problem, each
     timing's own repeatability (geomean over workloads of run k / run 1, the worst k) and the cross
     ratios solforge / NVIDIA on the per-workload medians over the runs (NVIDIA's reference: every
     reading of it, _nvidia_reference_readings). A side's own scatter is the floor any agreement
     between the two sides can reach. The reference ratio is also split by workload: host-bound
-    (solforge's eager reading under host_bound_below_ms, the rule by which the eager T_b takes
-    several readings: settings.eager_windows_below_ms) and GPU-bound (the rest)."""
+    (_host_bound: the GPU busy under HOST_BOUND_BUSY_SHARE of solforge's eager span where the run
+    recorded it, else the eager reading under host_bound_below_ms, the rule by which the eager T_b
+    takes several readings: settings.eager_windows_below_ms) and GPU-bound (the rest)."""
     rows: dict = {}
     for k, d in enumerate(docs):
         for c in d["cases"]:
@@ -926,11 +940,15 @@ def repeatability(docs: list[dict], tol: float = 0.05, host_bound_below_ms: floa
                   for v in ([x for k in w for x in w[k]["_nv_ref"]] for w in wls)]
         row["kernel_sf_over_nv"] = _geomean([a / b for a, b in zip(med["solforge_ms"], med["nvidia_ms"])
                                              if a and b])
-        pairs = [(a, b) for a, b in zip(med["our_eager_ms"], nv_ref) if a and b]
-        row["ref_sf_over_nv"] = _geomean([a / b for a, b in pairs])
-        row["ref_sf_over_nv_gpu_bound"] = _geomean([a / b for a, b in pairs if a >= host_bound_below_ms])
-        row["ref_sf_over_nv_host_bound"] = _geomean([a / b for a, b in pairs if a < host_bound_below_ms])
-        row["host_bound_workloads"] = sum(a < host_bound_below_ms for a, _ in pairs)
+        busy = [statistics.median(v) if v else None for v in
+                ([w[k]["our_eager_busy_ms"] for k in w if w[k].get("our_eager_ms")
+                  and w[k].get("our_eager_busy_ms") is not None] for w in wls)]
+        pairs = [(a, b, _host_bound(a, c, host_bound_below_ms))
+                 for a, b, c in zip(med["our_eager_ms"], nv_ref, busy) if a and b]
+        row["ref_sf_over_nv"] = _geomean([a / b for a, b, _ in pairs])
+        row["ref_sf_over_nv_gpu_bound"] = _geomean([a / b for a, b, h in pairs if not h])
+        row["ref_sf_over_nv_host_bound"] = _geomean([a / b for a, b, h in pairs if h])
+        row["host_bound_workloads"] = sum(h for _, _, h in pairs)
         out.append(row)
 
     def within(x):
@@ -964,8 +982,10 @@ def render_repeat(doc: dict) -> str:
            "", f"Ratios are geomeans over a problem's workloads; within = within {tol:.0%}. "
            "The cross ratios use each workload's median over the runs (NVIDIA's reference: every "
            "reading of it, in a reference-only case its time as the solution too). Host-bound "
-           f"workloads: solforge's eager reading under {sm.get('host_bound_below_ms', 2.0):g} ms "
-           "a call (the eager T_b's rule for several readings); GPU-bound: the rest. A case cut at "
+           f"workloads: the GPU busy under {HOST_BOUND_BUSY_SHARE:.0%} of solforge's eager span "
+           "where the run recorded its busy time, else solforge's eager reading under "
+           f"{sm.get('host_bound_below_ms', 2.0):g} ms a call (the eager T_b's rule for several "
+           "readings); GPU-bound: the rest. A case cut at "
            "the deadline has no reading of that run (its CSV fallback is not counted).", "",
            "| measure | problems | within | geomean |", "|---|---|---|---|"]
     for key, label in cols:
@@ -1048,7 +1068,9 @@ def main() -> int:
     p.add_argument("--out", default=str(REPO / ".carry" / "sxb" / "cases"))
     p.add_argument("--sxb", default=str(REPO / ".carry" / "sxb" / "repo"),
                    help="a checkout of NVIDIA/SOL-ExecBench (its src/ is imported)")
-    p.add_argument("--problems-root", default=str(default_problems_root()))
+    # resolved when prepare runs, not here: importing solforge while the parser is built would make
+    # `run` evaluate with this tree's solforge instead of the cases' committed snapshot
+    p.add_argument("--problems-root", help="the dataset (default: settings.shared_dir/sol_execbench)")
     r = sub.add_parser("run")
     r.add_argument("--cases", required=True)
     r.add_argument("--sxb", required=True)

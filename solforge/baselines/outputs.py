@@ -15,7 +15,7 @@ from pathlib import Path
 CSV_COLS = ["problem", "workload_uuid", "eager_ms", "compile_ms", "T_b_ms", "T_b_variant", "label",
             "gpu", "driver", "clocks", "timing_method", "eager_status", "compile_status",
             "eager_spread", "compile_spread", "eager_message", "compile_message", "subset",
-            "eager_reps", "compile_reps", "torch_version"]
+            "eager_reps", "compile_reps", "torch_version", "eager_busy_ms", "compile_busy_ms"]
 VARIANTS = ("eager", "compile")
 NOT_MEASURED = "not_measured"  # no row for this variant yet: the message says why
 NO_GRAPH = ("torch.compile captures no graph of this reference, so it runs as eager PyTorch (dynamo "
@@ -63,6 +63,8 @@ def merge(run, existing: dict) -> dict:
         e[f"{v}_status"] = r["status"]
         e[f"{v}_message"] = (r.get("message") or "")[:300]
         e[f"{v}_reps"] = str(r.get("n_reps") or "")
+        e[f"{v}_busy_ms"] = f"{r['busy_ms']:.6f}" if r["status"] == "passed" and \
+            r.get("busy_ms") is not None else ""
         e["label"] = r.get("label") or e.get("label", "")
         e["gpu"] = hw.get("gpu_name", e.get("gpu", ""))
         e["driver"] = hw.get("driver", e.get("driver", ""))

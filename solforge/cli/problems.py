@@ -256,8 +256,9 @@ def cmd_show(args) -> int:
            for t in info["tolerances"]])
     if info["baselines"]:
         table("baselines (latest per workload)", ["variant", "label", "hardware", "workloads",
-                                                  "median of median_ms"],
-              [[b["variant"], b["label"], b["hardware_id"], b["workloads"], _num(b["median_ms"])]
+                                                  "median of median_ms", "GPU busy"],
+              [[b["variant"], b["label"], b["hardware_id"], b["workloads"], _num(b["median_ms"]),
+                "-" if b.get("busy_share") is None else f"{b['busy_share']:.0%}"]
                for b in info["baselines"]])
     if info["roofline"]:
         table("roofline", ["gpu", "workloads", "min T_sol ms", "median T_sol ms", "max T_sol ms",

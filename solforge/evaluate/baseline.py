@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -42,6 +43,9 @@ class BaselineRow:
     label: str = ""
     message: str = ""
     seconds: float = 0.0         # wall time spent on this workload (compile included)
+    # the GPU's own time per call (Timing.busy_ms); median_ms - busy_ms is host time between the
+    # reference's launches: a T_b far above its busy time is launch-bound, and reads the host
+    busy_ms: Optional[float] = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -235,7 +239,7 @@ def _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps, w
             row.status = "passed"
             row.median_ms, row.p10_ms, row.p90_ms, row.spread = t.median_ms, t.p10_ms, t.p90_ms, \
                 t.spread
-            row.n_reps, row.timing_method = t.n, t.method
+            row.n_reps, row.timing_method, row.busy_ms = t.n, t.method, t.busy_ms
             return row
         with torch.no_grad():
             t1 = time.perf_counter()
@@ -268,7 +272,7 @@ def _time_workload(name, variant, fn, w, dev, custom, blob_roots, timer, reps, w
                                       min_reps=min_reps)
         row.status = "passed"
         row.median_ms, row.p10_ms, row.p90_ms, row.spread = t.median_ms, t.p10_ms, t.p90_ms, t.spread
-        row.n_reps, row.timing_method = t.n, t.method
+        row.n_reps, row.timing_method, row.busy_ms = t.n, t.method, t.busy_ms
     except Exception as e:  # noqa: BLE001
         row.status, msg = classify_exception(e)
         row.message = (row.message + "; " if row.message else "") + msg[:500]
@@ -322,8 +326,10 @@ def pool_windows(readings: list) -> Timing:
         return first
     meds = sorted(t.median_ms for t in readings)
     note = f"{len(readings)} readings, medians {meds[0]:.4f}-{meds[-1]:.4f} ms"
+    busy = [t.busy_ms for t in readings if t.busy_ms is not None]
     return replace(first, samples_ms=[x for t in readings for x in t.samples_ms],
                    streams=set().union(*(t.streams for t in readings)),
+                   busy_ms=statistics.median(busy) if len(busy) == len(readings) else None,
                    note="; ".join(x for x in (first.note, note) if x))
 
 

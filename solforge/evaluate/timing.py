@@ -93,6 +93,12 @@ class Timing:
     # per kernel name: the median over the timed calls of its summed durations within a call (ms);
     # a plan of several kernels shows which segment the time goes to (profiler records only)
     kernel_ms: dict = field(default_factory=dict)
+    # the GPU's own time per call: the median over the timed calls of the summed durations of the
+    # call's recorded activities (kernels, copies, memsets), in ms. What the span (samples_ms)
+    # holds beyond it is host time between launches: a launch-bound call (a chain of small eager
+    # kernels) reads the host's launch speed, not the GPU's (docs/timing_agreement.md). None when
+    # timed by CUDA events.
+    busy_ms: Optional[float] = None
 
     @property
     def side_streams(self) -> set:
@@ -728,7 +734,7 @@ def _split_calls(events, reps: int, stride: int = 1, strict_streams: bool = Fals
     kernel_ms = {n: statistics.median(c.get(n, 0.0) for c in per_call) for n in names}
     return Timing(samples, "cupti", streams=streams, kernel_names=names,
                   kernels_per_call=sum(counts) / len(counts), base_stream=events[markers[0]][3],
-                  kernel_ms=kernel_ms)
+                  kernel_ms=kernel_ms, busy_ms=statistics.median(sum(c.values()) for c in per_call))
 
 
 def _split_batch(events, pending: list, backend: str, strict_streams: bool = False) -> None:

@@ -298,6 +298,7 @@ def import_baselines(store: Store, path: Path, hardware_id: Optional[str]) -> in
                 rows.append({"problem": r["problem"], "workload_uuid": r["workload_uuid"],
                              "variant": variant, "median_ms": _num(r.get(t_key)),
                              "spread": _num(r.get(sp_key)), "hardware_id": hardware_id,
+                             "busy_ms": _num(r.get(f"{variant}_busy_ms")),
                              "label": r.get("label") or None, "status": status,
                              "message": label if not msg else label + " " + msg})
     store.insert_rows("baselines", rows)

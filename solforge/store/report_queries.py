@@ -128,9 +128,11 @@ def problem_names_with_prefix(store: Store, prefix: str, limit: int = 6) -> list
 
 
 def baseline_summary(store: Store, problem: str) -> list[dict]:
-    """Per variant, label and hardware: workloads measured and the median of their latest T_b."""
+    """Per variant, label and hardware: workloads measured, the median of their latest T_b, and the
+    median share of it the GPU was busy (busy_ms / median_ms; low: launch-bound, host time)."""
     return store.query(
         "SELECT variant, label, hardware_id, count(*) AS workloads, median(median_ms) AS median_ms, "
+        "median(busy_ms / nullif(median_ms, 0)) AS busy_share, "
         "max(created_at) AS latest FROM (SELECT * FROM baselines WHERE problem = ? "
         "QUALIFY row_number() OVER (PARTITION BY workload_uuid, variant, hardware_id "
         "ORDER BY created_at DESC) = 1) GROUP BY ALL ORDER BY variant", [problem])

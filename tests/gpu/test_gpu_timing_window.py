@@ -74,6 +74,20 @@ def test_eager_reference_timed_like_nvidia():
         torch.cuda.get_device_properties(0).L2_cache_size, "nvidia")
 
 
+def test_a_gpu_bound_reference_is_busy_for_its_whole_span():
+    """Timing.busy_ms: one large matmul a call keeps the GPU busy from the span's start to its end
+    (busy within 10% of the span), where a chain of tiny kernels does not (the test below)."""
+    from solforge.evaluate.baseline import measure_like_nvidia
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.mm(a, b)
+    torch.cuda.synchronize()
+    t = measure_like_nvidia({}, torch.device("cuda"), torch.mm, [[a, b], [a.clone(), b.clone()]],
+                            reps=20, budget_s=1.0)
+    assert t.busy_ms is not None and 0.9 * t.median_ms <= t.busy_ms <= 1.001 * t.median_ms
+
+
 def test_eager_t_b_pools_several_readings_of_a_host_bound_reference():
     """measure_eager: a chain of small kernels (host-bound, under eager_windows_below_ms) gets
     eager_windows readings pooled; windows=1 (a hurried run) one."""
@@ -95,6 +109,8 @@ def test_eager_t_b_pools_several_readings_of_a_host_bound_reference():
     assert t.median_ms < cfg.eager_windows_below_ms
     assert t.n == cfg.eager_windows * timing.NVIDIA_REPS
     assert t.note.endswith("ms") and f"{cfg.eager_windows} readings" in t.note
+    # 16 tiny kernels a call: the span is mostly the host launching them, the GPU busy a fraction
+    assert t.busy_ms is not None and 0 < t.busy_ms < 0.7 * t.median_ms
     one = measure_eager(state, torch.device("cuda"), ref, [[x], [x.clone()]], reps=20, budget_s=1.0,
                         windows=1)
     assert one.n == timing.NVIDIA_REPS and "readings" not in one.note

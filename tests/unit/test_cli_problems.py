@@ -129,7 +129,8 @@ def test_show(ingested, sol_execbench_dir):
     s.insert_rows("baselines", [{"problem": d["name"], "workload_uuid": uuid, "variant": "eager",
                                  "median_ms": 3.0, "hardware_id": "h", "created_at": datetime(2026, 1, 1)},
                                 {"problem": d["name"], "workload_uuid": uuid, "variant": "eager",
-                                 "median_ms": 2.0, "hardware_id": "h", "created_at": datetime(2026, 1, 2)}])
+                                 "median_ms": 2.0, "busy_ms": 0.5, "hardware_id": "h",
+                                 "created_at": datetime(2026, 1, 2)}])
     # the newer measurement of a workload wins
     s.upsert_rows("roofline", [{"problem": d["name"], "workload_uuid": uuid, "gpu_profile": "h200",
                                 "t_sol_ms": 0.1, "limiter": "memory"}],
@@ -143,10 +144,12 @@ def test_show(ingested, sol_execbench_dir):
     assert info["best_attempt"]["id"] == a2 and info["best_attempt"]["mean_sol_score"] == 0.7
     assert info["best_kernel_ms"] == pytest.approx({"k0_mm": 0.03, "k1_out": 0.01})
     assert info["baselines"][0]["median_ms"] == 2.0 and info["baselines"][0]["workloads"] == 1
+    assert info["baselines"][0]["busy_share"] == pytest.approx(0.25)   # 0.5 of 2.0 ms: launch-bound
     assert info["roofline"][0]["limiter"] == "memory"
     assert info["attempts"] == {"queued": 2}
     rc, out, err = run_cli("--db", db, "show", d["name"])  # the human view renders
     assert rc == 0 and d["name"] in err and "best attempt" in err and "k0_mm 0.03 ms (75%)" in err
+    assert "GPU busy" in err and "25%" in err
 
 
 def test_show_unknown_and_ambiguous(ingested):

@@ -154,6 +154,14 @@ def test_repeat_counts_only_this_runs_eager_readings_and_every_nvidia_reading(cm
     assert p["ref_sf_over_nv"] == pytest.approx(0.5 / 0.55)
     assert p["ref_sf_over_nv_host_bound"] == pytest.approx(0.5 / 0.55)
     assert p["ref_sf_over_nv_gpu_bound"] is None and p["host_bound_workloads"] == 1
+    # where the run recorded the GPU's busy time, that decides: a 0.5 ms call busy 0.45 ms is
+    # GPU-bound (a short GEMM), whatever the 2 ms rule says
+    g = cmp.repeatability([{"cases": [{"case": "p", "kind": "kernel", "rows": [
+        {"uuid": "a", "our_eager_ms": 0.5, "our_eager_busy_ms": 0.45, "nvidia_reference_ms": 0.5},
+        {"uuid": "b", "our_eager_ms": 0.5, "our_eager_busy_ms": 0.1, "nvidia_reference_ms": 0.4}]}]}],
+        host_bound_below_ms=2.0)["problems"][0]
+    assert g["ref_sf_over_nv_gpu_bound"] == pytest.approx(1.0)
+    assert g["ref_sf_over_nv_host_bound"] == pytest.approx(1.25) and g["host_bound_workloads"] == 1
     # a case with a kernel: its solution time is the kernel's, not a reading of the reference
     k = cmp.repeatability([{"cases": [{"case": "q", "kind": "kernel", "rows": [
         {"uuid": "a", "our_eager_ms": 3.0, "nvidia_ms": 1.0, "nvidia_reference_ms": 3.3}]}]}])
@@ -208,3 +216,19 @@ def test_reference_only_cases_report_nvidia_against_itself(cmp):
     sm = doc["summary"]
     assert (sm["nvidia_self_within_tol"], sm["nvidia_self_compared"]) == (1, 1)
     assert "within 5% on 1 of 1; single workloads 0.50x to 2.00x" in cmp.render(doc)
+
+
+def test_building_the_command_line_imports_no_solforge():
+    """`run` evaluates with the cases' committed snapshot of solforge (prepare's solforge_head), put
+    first on sys.path when it starts: a solforge module imported before that (an argparse default
+    computed from settings) would make every later import this tree's instead."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "compare_sol_execbench.py"
+    code = ("import atexit, runpy, sys\n"
+            "atexit.register(lambda: print('IMPORTED' if 'solforge' in sys.modules else 'CLEAN'))\n"
+            f"sys.argv = ['compare_sol_execbench.py', '--help']\n"
+            f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip().splitlines()[-1] == "CLEAN", r.stdout[-500:] + r.stderr[-500:]

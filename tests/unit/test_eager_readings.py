@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from solforge.evaluate.baseline import eager_window_count, pool_windows
 from solforge.evaluate.timing import Timing
 
@@ -28,6 +30,10 @@ def test_readings_at_two_levels_pool_to_the_level_most_samples_sit_at():
     assert 0.10 <= t.median_ms < 0.16                   # three of five readings at the fast level
     assert t.streams == {7, 9}
     assert t.note == "5 readings, medians 0.1245-0.1845 ms"
+    assert t.busy_ms is None                              # no reading knew its GPU time
+    timed = [Timing(list(fast), "cupti", busy_ms=b) for b in (0.05, 0.07, 0.06)]
+    assert pool_windows(timed).busy_ms == pytest.approx(0.06)
+    assert pool_windows(timed + [Timing(list(slow), "events")]).busy_ms is None
     # one reading is itself, note and all
     only = Timing(fast, "cupti", note="events fallback (x)")
     assert pool_windows([only]) is only

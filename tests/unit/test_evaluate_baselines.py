@@ -289,7 +289,8 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
     hw = {"gpu_name": "NVIDIA H200", "driver": "580.1", "torch_version": "2.11.0+cu130"}
     rows = [{"problem": "p", "workload_uuid": "w4k", "variant": v, "status": "passed", "median_ms": ms,
              "spread": 0.01, "n_reps": 20, "timing_method": "cupti", "label": "", "message": "",
-             "gpu": "0"} for v, ms in (("eager", 0.5), ("compile", 0.25))]
+             "gpu": "0", "busy_ms": busy} for v, ms, busy in (("eager", 0.5, 0.1),
+                                                              ("compile", 0.25, None))]
     rows.append({"problem": "p", "workload_uuid": "w64k", "variant": "compile", "status": "oom",
                  "median_ms": None, "message": "CUDA out of memory", "gpu": "0"})
     run = SimpleNamespace(out=tmp_path / "o", rows=rows, failures=[], lock=threading.Lock(),
@@ -305,6 +306,7 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
     assert (w64["compile_status"], w64["compile_message"]) == ("oom", "CUDA out of memory")
     assert w64["eager_status"] == "not_measured"
     assert table[0]["gpu"] == "NVIDIA H200" and '"sm_mhz": 1980' in table[0]["clocks"]
+    assert (table[0]["eager_busy_ms"], table[0]["compile_busy_ms"]) == ("0.100000", "")
     summary = (run.out / "baselines_summary.md").read_text()
     assert "NVIDIA H200, driver 580.1, torch 2.11.0+cu130" in summary
     assert "| A | p | 2 | 1 | 1 | 1 |" in summary and "oom: CUDA out of memory" in summary
@@ -316,6 +318,9 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
     assert [(g["workload_uuid"], g["variant"], g["status"], g["median_ms"]) for g in got] == [
         ("w4k", "compile", "passed", 0.25), ("w4k", "eager", "passed", 0.5),
         ("w64k", "compile", "oom", None), ("w64k", "eager", "not_measured", None)]
+    busy = store.query("SELECT variant, busy_ms FROM baselines WHERE workload_uuid = 'w4k' "
+                       "ORDER BY variant")
+    assert [(b["variant"], b["busy_ms"]) for b in busy] == [("compile", None), ("eager", 0.1)]
     # T_b as the scoring code reads it: passed rows only, the faster variant
     from solforge.store.attempt_queries import fastest_baselines
 

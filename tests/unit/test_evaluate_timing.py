@@ -76,6 +76,8 @@ def test_split_calls_times_each_kernel_of_a_plan():
     tm = _split_calls(sorted(ev), 3)
     assert tm.kernel_ms == pytest.approx({"k0_mm": 0.012, "k1_out": 0.006})
     assert tm.samples_ms == pytest.approx([0.063] * 3)    # 20 -> 83 us, gaps included
+    # the GPU's own time per call: the kernels' summed durations (16, 18, 46 us), their median
+    assert tm.busy_ms == pytest.approx(0.018)
     top = top_kernels({"a": 3.0, "b": 2.0, "c": 1.0, "d": 0.5}, n=2)
     assert top == {"a": 3.0, "b": 2.0, OTHER_KERNELS: 1.5}
     assert top_kernels({"a": 1.0}) == {"a": 1.0}
