@@ -59,6 +59,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 MAX_WORKLOADS = 6          # per problem, spread from smallest to largest, to fit the device minutes
+# a workload whose eager call keeps the GPU busy for less than this share of its span is host-bound;
+# where a run did not record the busy time, one whose eager call is under
+# settings.eager_windows_below_ms (the eager T_b's rule for several readings: _host_bound_below_ms)
+HOST_BOUND_BUSY_SHARE = 0.8
 GPU_LOCK = "/tmp/sxb_gpu.lock"
 SXB_MIRROR = Path("/work/.mirror/NVIDIA+SOL-ExecBench/repo")
 # what their CLI needs beyond the box's image (click, rich, safetensors are there); .whl (repo root)
@@ -704,6 +708,13 @@ def compare(index: list, results: dict, tol: float = 0.05) -> dict:
         agree = [x["verdict_agrees"] for x in rows if x["verdict_agrees"] is not None]
         gk = _geomean([x["ratio_kernel_sf_over_nv"] for x in rows])
         gr = _geomean([x["ratio_ref_ours_over_nv"] for x in rows])
+        # the same split by workload as `repeat` (_host_bound), over this run's own eager readings
+        split, below_ms = {True: [], False: []}, _host_bound_below_ms()
+        for x in rows:
+            if x["eager_source"] == "live" and x["ratio_ref_ours_over_nv"]:
+                split[_host_bound(x["our_eager_ms"], x.get("our_eager_busy_ms"),
+                                  below_ms)].append(x["ratio_ref_ours_over_nv"])
+        gr_gpu, gr_host = _geomean(split[False]), _geomean(split[True])
         # a reference-only case: their CLI timed the same reference as the solution and as the
         # reference, in one process, seconds apart (their own repeatability)
         selfr = [_ratio(x["nvidia_ms"], x["nvidia_reference_ms"]) for x in rows] \
@@ -722,6 +733,7 @@ def compare(index: list, results: dict, tol: float = 0.05) -> dict:
             "geomean_ref_ratio_ours_over_nv": gr,
             "kernel_within_tol": abs(gk - 1) <= tol if gk else None,
             "ref_within_tol": abs(gr - 1) <= tol if gr else None,
+            "geomean_ref_ratio_gpu_bound": gr_gpu, "geomean_ref_ratio_host_bound": gr_host,
             "geomean_nvidia_self_ratio": gs,
             "nvidia_self_within_tol": abs(gs - 1) <= tol if gs else None,
             "nvidia_self_range": [min(x for x in selfr if x), max(x for x in selfr if x)]
@@ -747,6 +759,10 @@ def summarize(cases: list, tol: float = 0.05) -> dict:
             "kernel_within_tol": sum(bool(c["kernel_within_tol"]) for c in k),
             "ref_compared": sum(c["ref_within_tol"] is not None for c in run),
             "ref_within_tol": sum(bool(c["ref_within_tol"]) for c in run),
+            **{f"ref_{side}_{k}": v for side in ("gpu_bound", "host_bound") for k, v in (
+                ("compared", sum(c.get(f"geomean_ref_ratio_{side}") is not None for c in run)),
+                ("within_tol", sum(abs(c[f"geomean_ref_ratio_{side}"] - 1) <= tol for c in run
+                                   if c.get(f"geomean_ref_ratio_{side}") is not None)))},
             "nvidia_self_compared": sum(c.get("nvidia_self_within_tol") is not None for c in run),
             "nvidia_self_within_tol": sum(bool(c.get("nvidia_self_within_tol")) for c in run),
             "nvidia_self_range": [min(r[0] for r in spans), max(r[1] for r in spans)]
@@ -798,6 +814,12 @@ def render(doc: dict) -> str:
            f"{sm['kernel_compared']}; geomean of the ratios {_fmt(sm['geomean_kernel_ratio'], 3)}.",
            f"- Eager reference time within {tol}: {sm['ref_within_tol']} of {sm['ref_compared']}; "
            f"geomean of the ratios {_fmt(sm['geomean_ref_ratio'], 3)}.",
+           *([f"- The same over a problem's GPU-bound workloads (the GPU busy "
+              f"{HOST_BOUND_BUSY_SHARE:.0%} or more of solforge's eager span where recorded, else an "
+              f"eager call of {_host_bound_below_ms():g} ms or more): {sm['ref_gpu_bound_within_tol']} of "
+              f"{sm['ref_gpu_bound_compared']}; over its host-bound ones: "
+              f"{sm['ref_host_bound_within_tol']} of {sm['ref_host_bound_compared']}."]
+             if sm.get("ref_gpu_bound_compared") is not None else []),
            *([f"- NVIDIA against itself (reference-only cases: their CLI times the same reference "
               f"as the solution and as the reference, in one process): within {tol} on "
               f"{sm['nvidia_self_within_tol']} of {sm['nvidia_self_compared']}; single workloads "
@@ -888,8 +910,10 @@ def _nvidia_reference_readings(row: dict, reference_only: bool) -> list:
     return [v for v in vals if v]
 
 
-# a workload whose eager call keeps the GPU busy for less than this share of its span is host-bound
-HOST_BOUND_BUSY_SHARE = 0.8
+def _host_bound_below_ms() -> float:
+    from solforge import settings
+
+    return settings.get().eager_windows_below_ms
 
 
 def _host_bound(eager_ms: float, busy_ms: Optional[float], below_ms: float) -> bool:
@@ -1008,10 +1032,8 @@ def _write_report(out: Path, stem: str, doc: dict, md: str) -> int:
 
 
 def cmd_repeat(args) -> int:
-    from solforge import settings
-
     doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs],
-                        host_bound_below_ms=settings.get().eager_windows_below_ms)
+                        host_bound_below_ms=_host_bound_below_ms())
     return _write_report(Path(args.out), args.stem, doc, render_repeat(doc))
 
 

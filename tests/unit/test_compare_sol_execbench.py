@@ -218,6 +218,27 @@ def test_reference_only_cases_report_nvidia_against_itself(cmp):
     assert "within 5% on 1 of 1; single workloads 0.50x to 2.00x" in cmp.render(doc)
 
 
+def test_one_run_splits_the_reference_ratio_by_how_busy_the_gpu_was(cmp):
+    """A workload whose eager span the GPU filled (busy_ms near median_ms) is GPU-bound whatever its
+    length; one where the GPU sat idle most of the span is host-bound, even at 3 ms a call."""
+    index = [{"case": "p", "problem": "p", "subset": "L1", "kind": "reference",
+              "workloads": [{"uuid": u, "axes": {}} for u in "abc"]}]
+    nv = {u: {"status": "passed", "latency_ms": t, "reference_latency_ms": t}
+          for u, t in (("a", 0.05), ("b", 0.2), ("c", 3.0))}
+    sf = {"a": {"eager": {"status": "passed", "median_ms": 0.05, "busy_ms": 0.05}},   # a short GEMM
+          "b": {"eager": {"status": "passed", "median_ms": 0.3, "busy_ms": 0.02}},    # tiny kernels
+          "c": {"eager": {"status": "passed", "median_ms": 3.3, "busy_ms": 0.9}}}     # a long chain
+    doc = cmp.compare(index, {"p": {"nvidia": {"rc": 0, "workloads": nv},
+                                    "solforge": {"workloads": sf}}})
+    c = doc["cases"][0]
+    assert c["geomean_ref_ratio_gpu_bound"] == pytest.approx(1.0)
+    assert c["geomean_ref_ratio_host_bound"] == pytest.approx((1.5 * 1.1) ** 0.5)
+    sm = doc["summary"]
+    assert (sm["ref_gpu_bound_within_tol"], sm["ref_gpu_bound_compared"]) == (1, 1)
+    assert (sm["ref_host_bound_within_tol"], sm["ref_host_bound_compared"]) == (0, 1)
+    assert "GPU-bound workloads" in cmp.render(doc)
+
+
 def test_building_the_command_line_imports_no_solforge():
     """`run` evaluates with the cases' committed snapshot of solforge (prepare's solforge_head), put
     first on sys.path when it starts: a solforge module imported before that (an argparse default
