@@ -59,10 +59,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 MAX_WORKLOADS = 6          # per problem, spread from smallest to largest, to fit the device minutes
-# a workload whose eager call keeps the GPU busy for less than this share of its span is host-bound;
-# where a run did not record the busy time, one whose eager call is under
-# settings.eager_windows_below_ms (the eager T_b's rule for several readings: _host_bound_below_ms)
-HOST_BOUND_BUSY_SHARE = 0.8
 GPU_LOCK = "/tmp/sxb_gpu.lock"
 SXB_MIRROR = Path("/work/.mirror/NVIDIA+SOL-ExecBench/repo")
 # what their CLI needs beyond the box's image (click, rich, safetensors are there); .whl (repo root)
@@ -815,7 +811,7 @@ def render(doc: dict) -> str:
            f"- Eager reference time within {tol}: {sm['ref_within_tol']} of {sm['ref_compared']}; "
            f"geomean of the ratios {_fmt(sm['geomean_ref_ratio'], 3)}.",
            *([f"- The same over a problem's GPU-bound workloads (the GPU busy "
-              f"{HOST_BOUND_BUSY_SHARE:.0%} or more of solforge's eager span where recorded, else an "
+              f"{_busy_share():.0%} or more of solforge's eager span where recorded, else an "
               f"eager call of {_host_bound_below_ms():g} ms or more): {sm['ref_gpu_bound_within_tol']} of "
               f"{sm['ref_gpu_bound_compared']}; over its host-bound ones: "
               f"{sm['ref_host_bound_within_tol']} of {sm['ref_host_bound_compared']}."]
@@ -916,11 +912,18 @@ def _host_bound_below_ms() -> float:
     return settings.get().eager_windows_below_ms
 
 
+def _busy_share() -> float:
+    from solforge import settings
+
+    return settings.get().host_bound_busy_share
+
+
 def _host_bound(eager_ms: float, busy_ms: Optional[float], below_ms: float) -> bool:
-    """Whether solforge's eager reading of a workload is host time: measured where the reading knows
-    the GPU's own time per call (busy_ms, runs since 2026-12-05), else the eager T_b's 2 ms rule."""
+    """Whether solforge's eager reading of a workload is host time: the GPU busy under
+    settings.host_bound_busy_share of the span where the reading knows the GPU's own time per call
+    (busy_ms, runs since afdc60a), else the eager T_b's rule (under below_ms a call)."""
     if busy_ms is not None:
-        return busy_ms < HOST_BOUND_BUSY_SHARE * eager_ms
+        return busy_ms < _busy_share() * eager_ms
     return eager_ms < below_ms
 
 
@@ -930,9 +933,9 @@ def repeatability(docs: list[dict], tol: float = 0.05, host_bound_below_ms: floa
     ratios solforge / NVIDIA on the per-workload medians over the runs (NVIDIA's reference: every
     reading of it, _nvidia_reference_readings). A side's own scatter is the floor any agreement
     between the two sides can reach. The reference ratio is also split by workload: host-bound
-    (_host_bound: the GPU busy under HOST_BOUND_BUSY_SHARE of solforge's eager span where the run
-    recorded it, else the eager reading under host_bound_below_ms, the rule by which the eager T_b
-    takes several readings: settings.eager_windows_below_ms) and GPU-bound (the rest)."""
+    (_host_bound: the GPU busy under settings.host_bound_busy_share of solforge's eager span where
+    the run recorded it, else the eager reading under host_bound_below_ms, the rule by which the
+    eager T_b takes several readings: settings.eager_windows_below_ms) and GPU-bound (the rest)."""
     rows: dict = {}
     for k, d in enumerate(docs):
         for c in d["cases"]:
@@ -1006,7 +1009,7 @@ def render_repeat(doc: dict) -> str:
            "", f"Ratios are geomeans over a problem's workloads; within = within {tol:.0%}. "
            "The cross ratios use each workload's median over the runs (NVIDIA's reference: every "
            "reading of it, in a reference-only case its time as the solution too). Host-bound "
-           f"workloads: the GPU busy under {HOST_BOUND_BUSY_SHARE:.0%} of solforge's eager span "
+           f"workloads: the GPU busy under {_busy_share():.0%} of solforge's eager span "
            "where the run recorded its busy time, else solforge's eager reading under "
            f"{sm.get('host_bound_below_ms', 2.0):g} ms a call (the eager T_b's rule for several "
            "readings); GPU-bound: the rest. A case cut at "

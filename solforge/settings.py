@@ -72,6 +72,11 @@ class Settings:
     eager_windows: int = 5
     eager_windows_below_ms: float = 2.0
     eager_window_gap_s: float = 0.05
+    # a timed call whose GPU was busy (Timing.busy_ms) under this share of its span is host-bound:
+    # its time is the host launching small kernels, and moves with the host. Over 48 eager workloads
+    # on an H100 box (2026-12-05) the shares fell at 7-75% and 83-100%, none between
+    # (data/results/sol_execbench_compare/); the baselines' summary and the side by side's split
+    host_bound_busy_share: float = 0.8
     # timing duty cycle (evaluate/timing.py): after each call of at least duty_min_call_ms (wall),
     # idle duty_gap_factor x its time, so power-limited kernels (long bf16 GEMMs) are measured at
     # the same clock every time instead of at whatever the card's recent load left it

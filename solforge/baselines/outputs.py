@@ -164,6 +164,20 @@ def hardware_lines(run) -> list[str]:
     return out or ["- (no GPU worker reported its hardware in this run)"]
 
 
+def host_bound_line(table: dict) -> str:
+    """How many workloads' T_b is host time: eager, with the GPU busy under
+    settings.host_bound_busy_share of the span (rows timed since the busy time was recorded)."""
+    from ..settings import get
+
+    share = get().host_bound_busy_share
+    known = [e for e in table.values() if e.get("T_b_variant") and e.get(f"{e['T_b_variant']}_busy_ms")]
+    host = [e for e in known if float(e[f"{e['T_b_variant']}_busy_ms"]) < share * float(e["T_b_ms"])]
+    return (f"T_b that is host time (the GPU busy under {share:.0%} of the timed call: launch-bound, "
+            f"it moves with the host's speed): {len(host)} of the {len(known)} workloads whose T_b "
+            f"records the GPU's busy time ({sum(1 for e in table.values() if e.get('T_b_ms'))} with a "
+            "T_b).")
+
+
 def summary_md(table: dict, problems: list[dict], run, stats: dict) -> str:
     """Per subset and per problem: how many workloads have eager / compile / T_b, the label, and
     the reasons for the ones without."""
@@ -177,6 +191,7 @@ def summary_md(table: dict, problems: list[dict], run, stats: dict) -> str:
              "per workload and variant, status and message included).",
              "", "Rows by GPU and driver: " + ", ".join(f"{g} / driver {d}: {n}"
                                                         for (g, d), n in gpus.most_common()), "",
+             host_bound_line(table), "",
              "This run's hardware:", *hardware_lines(run), "", *subset_table(stats), "",
              "## Per problem", "",
              "Missing: the most common reason among the workloads of the problem without that "

@@ -310,6 +310,8 @@ def test_the_table_loads_into_duckdb_with_a_reason_for_every_missing_time(tmp_pa
     summary = (run.out / "baselines_summary.md").read_text()
     assert "NVIDIA H200, driver 580.1, torch 2.11.0+cu130" in summary
     assert "| A | p | 2 | 1 | 1 | 1 |" in summary and "oom: CUDA out of memory" in summary
+    # T_b is compile's here, which recorded no busy time: nothing to call host time yet
+    assert "0 of the 0 workloads whose T_b records the GPU's busy time (1 with a T_b)" in summary
 
     store = Store(tmp_path / "b.duckdb")
     assert import_baselines(store, run.out / "baselines_h200.csv", None) == 4
@@ -390,3 +392,18 @@ def test_a_dataset_path_without_problems_is_an_error_not_an_empty_run(tmp_path):
                         str(tmp_path / "nothing"), "--out", str(tmp_path / "o"), "--device", "cpu"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "no problem (*/*/definition.json) under" in r.stderr
+
+
+def test_the_summary_counts_the_t_b_that_is_host_time():
+    """A workload's T_b is host time when its variant's GPU busy time is under
+    settings.host_bound_busy_share of it; rows without a busy time are not counted either way."""
+    from solforge.baselines.outputs import host_bound_line
+
+    table = {("p", "a"): {"T_b_ms": "0.200000", "T_b_variant": "eager", "eager_busy_ms": "0.020000"},
+             ("p", "b"): {"T_b_ms": "0.050000", "T_b_variant": "eager", "eager_busy_ms": "0.049000"},
+             ("p", "c"): {"T_b_ms": "0.100000", "T_b_variant": "compile", "compile_busy_ms": "0.050000",
+                          "eager_busy_ms": "0.300000"},
+             ("p", "d"): {"T_b_ms": "0.300000", "T_b_variant": "eager"},
+             ("p", "e"): {}}
+    line = host_bound_line(table)
+    assert "2 of the 3 workloads whose T_b records the GPU's busy time (4 with a T_b)" in line
