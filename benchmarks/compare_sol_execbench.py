@@ -922,8 +922,10 @@ def _host_bound(eager_ms: float, busy_ms: Optional[float], below_ms: float) -> b
     """Whether solforge's eager reading of a workload is host time: the GPU busy under
     settings.host_bound_busy_share of the span where the reading knows the GPU's own time per call
     (busy_ms, runs since afdc60a), else the eager T_b's rule (under below_ms a call)."""
+    from solforge.evaluate.host_time import is_host_bound
+
     if busy_ms is not None:
-        return busy_ms < _busy_share() * eager_ms
+        return is_host_bound(eager_ms, busy_ms)
     return eager_ms < below_ms
 
 

@@ -167,11 +167,13 @@ def hardware_lines(run) -> list[str]:
 def host_bound_line(table: dict) -> str:
     """How many workloads' T_b is host time: eager, with the GPU busy under
     settings.host_bound_busy_share of the span (rows timed since the busy time was recorded)."""
+    from ..evaluate.host_time import is_host_bound
     from ..settings import get
 
     share = get().host_bound_busy_share
-    known = [e for e in table.values() if e.get("T_b_variant") and e.get(f"{e['T_b_variant']}_busy_ms")]
-    host = [e for e in known if float(e[f"{e['T_b_variant']}_busy_ms"]) < share * float(e["T_b_ms"])]
+    known = [(float(e["T_b_ms"]), float(e[f"{e['T_b_variant']}_busy_ms"])) for e in table.values()
+             if e.get("T_b_variant") and e.get(f"{e['T_b_variant']}_busy_ms")]
+    host = [k for k in known if is_host_bound(*k)]
     return (f"T_b that is host time (the GPU busy under {share:.0%} of the timed call: launch-bound, "
             f"it moves with the host's speed): {len(host)} of the {len(known)} workloads whose T_b "
             f"records the GPU's busy time ({sum(1 for e in table.values() if e.get('T_b_ms'))} with a "
