@@ -1056,7 +1056,7 @@ def cmd_combine(args) -> int:
                    "solforge_commit": first.get("solforge_commit")}
     if args.notes:
         doc["meta"]["notes_md"] = Path(args.notes).read_text()
-    return _write_report(Path(args.out), "sol_execbench_compare_h200", doc, render(doc))
+    return _write_report(Path(args.out), args.stem, doc, render(doc))
 
 
 def cmd_render(args) -> int:
@@ -1126,6 +1126,8 @@ def main() -> int:
     cb.add_argument("docs", nargs="+")
     cb.add_argument("--out", required=True)
     cb.add_argument("--notes")
+    cb.add_argument("--stem", default="sol_execbench_compare_h200",
+                    help="the report's file names, STEM.json and STEM.md (name the card that ran)")
     rp = sub.add_parser("repeat", help="two or more runs of both sides over the same cases: each "
                                       "side's own repeatability beside the cross ratios")
     rp.add_argument("docs", nargs="+")

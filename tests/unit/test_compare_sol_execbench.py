@@ -253,3 +253,29 @@ def test_building_the_command_line_imports_no_solforge():
             f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip().splitlines()[-1] == "CLEAN", r.stdout[-500:] + r.stderr[-500:]
+
+
+def test_combined_halves_repeat_as_each_half_does(cmp, tmp_path):
+    """Two lists run in separate calls, combined run by run (`combine --stem`), then `repeat`: each
+    problem's ratios are those of repeating its own list alone."""
+    import argparse
+
+    stem = "sol_execbench_compare_h100_2026-12-05_{}_busy_run{}.json"
+    halves = ("first", "tail")
+    if not all((RECORDED.parent / stem.format(h, k)).exists() for h in halves for k in (1, 2)):
+        pytest.skip("the recorded busy-time runs are not in this checkout")
+    combined = []
+    for k in (1, 2):
+        ns = argparse.Namespace(docs=[str(RECORDED.parent / stem.format(h, k)) for h in halves],
+                                out=str(tmp_path), notes=None, stem=f"both_run{k}")
+        assert cmp.cmd_combine(ns) == 0
+        combined.append(json.loads((tmp_path / f"both_run{k}.json").read_text()))
+    whole = {p["case"]: p for p in cmp.repeatability(combined)["problems"]}
+    alone = {}
+    for h in halves:
+        docs = [json.loads((RECORDED.parent / stem.format(h, k)).read_text()) for k in (1, 2)]
+        alone.update({p["case"]: p for p in cmp.repeatability(docs)["problems"]})
+    assert len(whole) == len(alone) == 40
+    for name, p in alone.items():
+        assert whole[name]["ref_sf_over_nv"] == pytest.approx(p["ref_sf_over_nv"]), name
+        assert whole[name]["repeat_our_eager_ms"] == pytest.approx(p["repeat_our_eager_ms"]), name
