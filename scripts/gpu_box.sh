@@ -32,6 +32,12 @@
 #     the stages are unpacked once a box (a warm call finds them); PART names the results
 #     ($OUT/sweep_results_$PART.jsonl, run_$PART.log); SKIP: results files of earlier parts on this box
 #     (.carry/boxout/PART/sweep_results.jsonl) or carried ones, whose stages are not run again
+#
+# NVIDIA's CLI beside solforge's evaluator (benchmarks/compare_sol_execbench.py; carry .whl,
+# .carry/sxb, .carry/cupti and the cases):
+#   the box OUT=$OUT CASES=.carry/sxb/cases TAG=first DEADLINE=500 [GPU_TESTS=1] scripts/gpu_box.sh compare
+#     serial, both sides on cores CPUS (default 4,5); $OUT/TAG/{cmp/,run_log.txt,box.txt}; GPU_TESTS
+#     runs tests/gpu/test_gpu_timing_window.py first, once a box; end the call with `bundle $OUT`
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BOX_DB=/tmp/solforge_box.duckdb
@@ -117,6 +123,27 @@ sweep() {
   cp ".carry/boxout/run_$PART.log" "$OUT/"
 }
 
+compare() {  # NVIDIA's CLI beside solforge's evaluator over prepared cases (benchmarks/compare_sol_execbench.py)
+  : "${OUT:?OUT: where results go}" "${CASES:?CASES: a folder made by compare_sol_execbench.py prepare}"
+  local tag=${TAG:-cmp} t0=$SECONDS
+  mkdir -p "$OUT/$tag"
+  setup
+  local gpu; gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+  # the box, beside the results: how far launch-bound times repeat is the host's
+  { echo "gpu: $gpu"; lscpu | grep -E 'Model name|^CPU\(s\)|NUMA node\(s\)'; date -u; } > "$OUT/$tag/box.txt"
+  if [ -n "${GPU_TESTS:-}" ] && [ ! -e /tmp/solforge_gpu_tests_done ]; then  # once a box
+    PYTHONPATH=$PWD timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_gpu_timing_window.py \
+      > "$OUT/$tag/gpu_timing_window.log" 2>&1
+    echo "gpu tests: rc=$?" | tee -a "$OUT/$tag/gpu_timing_window.log"
+    touch /tmp/solforge_gpu_tests_done
+  fi
+  python3 benchmarks/compare_sol_execbench.py run --serial --cpus "${CPUS:-4,5}" --cases "$CASES" \
+    --sxb "${SXB:-.carry/sxb/repo}" --wheels .whl "${SXB_WHL:-.carry/sxb/whl}" --out "$OUT/$tag/cmp" \
+    --deadline-s "${DEADLINE:-500}" > "$OUT/$tag/run_log.txt" 2>&1
+  echo "compare ($tag): rc=$? in $((SECONDS - t0)) s" | tee -a "$OUT/$tag/run_log.txt"
+  grep -E "^- (Eager reference|The same over)" "$OUT/$tag/cmp/sol_execbench_compare_h200.md" 2>/dev/null
+}
+
 bundle() {  # bundle DIR: the files under DIR's subfolders into DIR/bundle.tgz (a device call brings
   # back at most 8 files of $OUT: a run's JSON left in a subfolder was lost so on 2026-12-05)
   local dir=$1
@@ -133,5 +160,6 @@ case "${1:-}" in
   setup) setup ;;
   optimize) optimize ;;
   sweep) sweep ;;
-  *) echo "usage: $0 pack CACHE_DIR OUT.txz | pack-stages SWEEP_DIR OUT.txz | bundle DIR | setup | optimize | sweep (settings in the environment)" >&2; exit 2 ;;
+  compare) compare ;;
+  *) echo "usage: $0 pack CACHE_DIR OUT.txz | pack-stages SWEEP_DIR OUT.txz | bundle DIR | setup | optimize | sweep | compare (settings in the environment)" >&2; exit 2 ;;
 esac

@@ -47,3 +47,17 @@ def test_bundle_puts_the_files_of_subfolders_into_one(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle.tgz", "call.log"]
     with tarfile.open(tmp_path / "bundle.tgz") as tar:
         assert sorted(tar.getnames()) == ["./bl/w/rows.jsonl", "./tp/eval_throughput.json"]
+
+
+def test_compare_without_cases_says_so_in_one_line(tmp_path):
+    """`compare` runs on a box from carried cases: without CASES it stops before installing or
+    starting anything, naming what is missing."""
+    import os
+
+    env = {**os.environ, "OUT": str(tmp_path / "out")}
+    env.pop("CASES", None)
+    r = subprocess.run(["bash", str(REPO / "scripts" / "gpu_box.sh"), "compare"], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode != 0
+    assert "CASES" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
