@@ -12,7 +12,7 @@ import math
 from typing import Any, Optional
 
 import sympy
-from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+from torch.utils._sympy.functions import FloorDiv
 
 from .ir import refs as _refs
 from . import counted_loops, dynamic, dynamic_lower, rolling
@@ -739,7 +739,6 @@ def _prims_var(L, node, x, dims, correction=1, output_dtype=None, **kw):
     L.kernels.append(templates.reduction(L.kname("mean"), x, rd, "sum", mbuf, kshape, scale=n))
     mean = view_of(mbuf)
     keep_map = [d for d in range(len(x.shape)) if d not in rd]
-    dt = x.dtype
 
     def dev(k, idx):
         v = convert(x(k, idx), x.dtype, f32)
@@ -840,7 +839,7 @@ def _convolution(L, node, x, w, bias, stride, padding, dilation, transposed, out
     nsp = len(x.shape) - 2
     x = L.operand(x)
     w = L.operand(w)
-    Nb, Cin = x.shape[0], x.shape[1]
+    Nb = x.shape[0]
     Cout = w.shape[0]
     G = int(groups)
     Cg = w.shape[1]                     # input channels per group
@@ -929,6 +928,17 @@ def _wrap_index(k: Kernel, v: str, size) -> sympy.Symbol:
     return s
 
 
+def _advanced_index(k: Kernel, idx, idx_list, first: int, bshape, sizes) -> list:
+    """The source coordinates of advanced indexing (x[i0, :, i2] read or written) at the iteration
+    index idx: the index tensors' broadcast dims sit at idx[first:first + len(bshape)], the sliced
+    dims around them in order; each index read from its tensor and wrapped (negative from the end)."""
+    nb = len(bshape)
+    bidx = idx[first:first + nb]
+    rest = iter(idx[:first] + idx[first + nb:])
+    return [next(rest) if t is None else _wrap_index(k, _val(k, t, bidx, bshape, "int64"), sizes[d])
+            for d, t in enumerate(idx_list)]
+
+
 def _index(L, node, x, indices, **kw):
     """x[i0, i1, ...] with index tensors (None = full slice): advanced indexing, the index dims
     broadcast together; placed first unless the indexed dims are adjacent."""
@@ -939,23 +949,11 @@ def _index(L, node, x, indices, **kw):
     pos = [i for i, t in enumerate(idx_list) if t is not None]
     tens = [idx_list[i] for i in pos]
     bshape = _bshape(*tens)
-    nb = len(bshape)
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     first = pos[0] if adjacent else 0
 
     def fn(k, idx):
-        bidx = idx[first:first + nb]
-        rest = idx[:first] + idx[first + nb:]
-        src, r = [], 0
-        for d in range(nd):
-            t = idx_list[d]
-            if t is None:
-                src.append(rest[r])
-                r += 1
-            else:
-                v = _val(k, t, bidx, bshape, "int64")
-                src.append(_wrap_index(k, v, x.shape[d]))
-        return x(k, src)
+        return x(k, _advanced_index(k, idx, idx_list, first, bshape, x.shape))
     return Loader(shape, x.dtype, fn, cost=x.cost + 1)
 
 
@@ -1052,7 +1050,6 @@ def _flip(L, node, x, dims, **kw):
 
 
 def _scatter_common(L, node, x, dim, index, src, accumulate: str):
-    out = L.realize(x, None) if False else None
     buf = L.new_buffer(x.dtype, x.shape)
     L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
     dim %= len(x.shape)
@@ -1106,20 +1103,9 @@ def _index_put(L, node, x, indices, values, accumulate=False, into=None, **kw):
         buf = L.new_buffer(x.dtype, x.shape)
         L.kernels.append(templates.pointwise(L.kname("copy"), [(x, buf)]))
     st = loops.contiguous_strides(x.shape)
-    nb = len(bshape)
 
     def index_fn(k, idx):
-        bidx = idx[first:first + nb]
-        rest = idx[:first] + idx[first + nb:]
-        full, r = [], 0
-        for d in range(nd):
-            t = idx_list[d]
-            if t is None:
-                full.append(rest[r])
-                r += 1
-            else:
-                v = _val(k, t, bidx, bshape, "int64")
-                full.append(_wrap_index(k, v, x.shape[d]))
+        full = _advanced_index(k, idx, idx_list, first, bshape, x.shape)
         return k.c(sum((i * t for i, t in zip(full, st)), sympy.Integer(0)))
     val = loops.broadcast_to(values, it_shape) if isinstance(values, Loader) else \
         Loader(it_shape, x.dtype, lambda k, idx: _lit(values, x.dtype))
@@ -1234,8 +1220,6 @@ def _refuse(why):
 
 
 def _constant(L, node, *a, **kw):
-    import json as _json
-
     vals = node.get("value")
     flat = []
 

@@ -26,7 +26,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 from ..problem.definition import Definition
 from .trace_guard import call_budget, quiet_fake_tensor_logs
@@ -48,6 +48,13 @@ class _Scalar(float):
         return result
 
     __hash__ = float.__hash__
+
+    @classmethod
+    def at(cls, value: float, index: int) -> "_Scalar":
+        """The sentinel of the index-th scalar input (the kernel's guard names it by that index)."""
+        sc = cls(value)
+        sc.index = index
+        return sc
 
     def __eq__(self, o): return self._cmp("==", o, float(self) == o)
     def __ne__(self, o): return self._cmp("!=", o, float(self) != o)
@@ -144,25 +151,7 @@ def _run(defn: Definition, sizes: list[int], sentinel: float):
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ..problem.dtypes import to_torch
-
-    vals = pt._axis_values(defn, sizes)
-    ns: dict[str, Any] = {}
-    exec(compile(defn.reference, f"<reference {defn.name}>", "exec"), ns)
-    fn = ns["run"]
-    names = list(defn.inputs)
-    args = []
-    for k in names:
-        spec = defn.inputs[k]
-        if spec.is_scalar:
-            if spec.dtype not in FLOAT_TYPES:
-                raise ValueError(f"non-float scalar input {k}")
-            sc = _Scalar(sentinel + 0.0078125 * len(args))
-            sc.index = sum(defn.inputs[j].is_scalar for j in names[:names.index(k)])
-            args.append(sc)
-        else:
-            args.append(torch.empty(pt._shape(defn, spec.shape, vals), dtype=to_torch(spec.dtype),
-                                    device="meta"))
+    fn, names, vals, args = pt.reference_and_meta_args(defn, sizes, sentinel, _Scalar.at)
     orig_tensor = torch.tensor
     modes = []
 

@@ -301,27 +301,38 @@ def _shape(defn: Definition, dims, vals) -> list[int]:
     return [d if isinstance(d, int) else int(vals[d]) if d in vals else int(d) for d in dims or []]
 
 
-def _run_trace(defn: Definition, sizes: list[int], sentinel: float):
+def reference_and_meta_args(defn: Definition, sizes: list[int], sentinel: float,
+                            scalar=lambda value, index: value):
+    """(run, input names, axis values, arguments) to trace a reference with at these var-axis
+    sizes: meta tensors, and each float scalar input as a distinct sentinel value (sentinel plus
+    1/128 per argument before it) made by scalar(value, index among the scalar inputs), so that the
+    traced graph shows where each one goes."""
     import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
 
     from ..problem.dtypes import to_torch
 
     vals = _axis_values(defn, sizes)
     ns: dict[str, Any] = {}
     exec(compile(defn.reference, f"<reference {defn.name}>", "exec"), ns)
-    fn = ns["run"]
     names = list(defn.inputs)
-    args = []
+    args, n_scalars = [], 0
     for k in names:
         spec = defn.inputs[k]
         if spec.is_scalar:
             if spec.dtype not in FLOAT_TYPES:
                 raise ValueError(f"non-float scalar input {k}")
-            args.append(sentinel + 0.0078125 * len(args))
+            args.append(scalar(sentinel + 0.0078125 * len(args), n_scalars))
+            n_scalars += 1
         else:
             args.append(torch.empty(_shape(defn, spec.shape, vals), dtype=to_torch(spec.dtype),
                                     device="meta"))
+    return ns["run"], names, vals, args
+
+
+def _run_trace(defn: Definition, sizes: list[int], sentinel: float):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    fn, names, vals, args = reference_and_meta_args(defn, sizes, sentinel)
 
     def call(*a):
         with call_budget():
