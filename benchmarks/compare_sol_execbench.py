@@ -929,7 +929,8 @@ def _host_bound(eager_ms: float, busy_ms: Optional[float], below_ms: float) -> b
     return eager_ms < below_ms
 
 
-def repeatability(docs: list[dict], tol: float = 0.05, host_bound_below_ms: float = 2.0) -> dict:
+def repeatability(docs: list[dict], tol: float = 0.05,
+                  host_bound_below_ms: Optional[float] = None) -> dict:
     """Two or more `run`s over the same cases (each side measured once per run): per problem, each
     timing's own repeatability (geomean over workloads of run k / run 1, the worst k) and the cross
     ratios solforge / NVIDIA on the per-workload medians over the runs (NVIDIA's reference: every
@@ -937,7 +938,10 @@ def repeatability(docs: list[dict], tol: float = 0.05, host_bound_below_ms: floa
     between the two sides can reach. The reference ratio is also split by workload: host-bound
     (_host_bound: the GPU busy under settings.host_bound_busy_share of solforge's eager span where
     the run recorded it, else the eager reading under host_bound_below_ms, the rule by which the
-    eager T_b takes several readings: settings.eager_windows_below_ms) and GPU-bound (the rest)."""
+    eager T_b takes several readings, settings.eager_windows_below_ms by default) and GPU-bound (the
+    rest)."""
+    if host_bound_below_ms is None:
+        host_bound_below_ms = _host_bound_below_ms()
     rows: dict = {}
     for k, d in enumerate(docs):
         for c in d["cases"]:
@@ -1037,8 +1041,7 @@ def _write_report(out: Path, stem: str, doc: dict, md: str) -> int:
 
 
 def cmd_repeat(args) -> int:
-    doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs],
-                        host_bound_below_ms=_host_bound_below_ms())
+    doc = repeatability([json.loads(Path(f).read_text()) for f in args.docs])
     return _write_report(Path(args.out), args.stem, doc, render_repeat(doc))
 
 
