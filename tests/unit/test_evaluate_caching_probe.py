@@ -223,7 +223,8 @@ def test_sets_made_ahead_leave_the_timed_loop_copies_alone():
     ins, outs, call = _setup(Honest)
     res = run_probe(WallTimer(), make_inputs, ins, outs, call, reference, Tolerance(), 8,
                     seed=7000, make_ahead=lambda seeds: False)
-    assert not res.caching and len(made_in_setup) == (3 + 8 + 8)
+    # a second round runs when a loaded machine makes the first look suspicious: count per round
+    assert not res.caching and len(made_in_setup) == (3 + 8 + 8) * len(res.rounds)
 
 
 def test_fresh_seeds_differ_between_probes():
