@@ -606,6 +606,7 @@ def cmd_run(args) -> int:
                 results[e["case"]]["nvidia"] = nvidia_case(e)
             if "solforge" in sides:
                 solforge_case(e)
+            _run_report(out, cases, index, results, t_start, sxb_src, args.cpus, complete=False)
     else:
         for e in (runnable if "solforge" in sides else []):  # meanwhile, same GPU lock
             solforge_case(e)
@@ -613,6 +614,14 @@ def cmd_run(args) -> int:
             results[case]["nvidia"] = fut.result()
         pool.shutdown()
 
+    return _run_report(out, cases, index, results, t_start, sxb_src, args.cpus, complete=True)
+
+
+def _run_report(out: Path, cases: Path, index: list, results: dict, t_start: float, sxb_src: Path,
+                cpus: "str | None", complete: bool) -> int:
+    """The run's report from the results so far. A serial run writes it after every case too
+    (complete=False): a call cut short by the device's time limit leaves the report of the cases it
+    finished, since what the command left under $OUT still comes back."""
     doc = compare(index, results)
     doc["index"] = index
     import solforge
@@ -620,7 +629,8 @@ def cmd_run(args) -> int:
     meta = json.loads((cases / "meta.json").read_text())
     doc["meta"] = {"command": " ".join(["python3", "benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]]),
                    "solforge_commit": meta.get("solforge_commit"), "solforge_from": solforge.__file__,
-                   "wall_s": round(time.time() - t_start, 1), "cpus": args.cpus or "any",
+                   "wall_s": round(time.time() - t_start, 1), "complete": complete,
+                   "cpus": cpus or "any",
                    "python": sys.version.split()[0],
                    "sol_execbench": _sxb_version(sxb_src), "gpu_lock": "eval phases serialized",
                    "problems": meta.get("problems")}
@@ -631,6 +641,11 @@ def cmd_run(args) -> int:
         doc["meta"]["gpu"] = torch.cuda.get_device_name(0)
     except Exception:  # noqa: BLE001
         pass
+    if not complete:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out / "sol_execbench_compare_h200.md").write_text(render(doc))
+        return 0
     return _write_report(out, "sol_execbench_compare_h200", doc, render(doc))
 
 
@@ -796,7 +811,9 @@ def render(doc: dict) -> str:
               f"`{m['command_solforge']}` (solforge, wall {m.get('wall_s_solforge', '?')} s); here "
               "`benchmarks/compare_sol_execbench.py merge --nvidia A.json --solforge B.json --out DIR`"
               if m.get("command_solforge") else
-              f"`{m.get('command', '?')}` (wall {m.get('wall_s', '?')} s)")
+              f"`{m.get('command', '?')}` (wall {m.get('wall_s', '?')} s"
+              + ("; cut short: the cases finished before the call ended" if m.get("complete") is False
+                 else "") + ")")
            + f". solforge commit {m.get('solforge_commit', '?')}.", "",
            "## Summary", "",
            f"- {sm['problems']} problems: {sm['with_kernel']} with a solforge kernel, "
