@@ -641,12 +641,7 @@ def _run_report(out: Path, cases: Path, index: list, results: dict, t_start: flo
         doc["meta"]["gpu"] = torch.cuda.get_device_name(0)
     except Exception:  # noqa: BLE001
         pass
-    if not complete:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "sol_execbench_compare_h200.json").write_text(json.dumps(doc, indent=1, default=str))
-        (out / "sol_execbench_compare_h200.md").write_text(render(doc))
-        return 0
-    return _write_report(out, "sol_execbench_compare_h200", doc, render(doc))
+    return _write_report(out, "sol_execbench_compare_h200", doc, render(doc), echo=complete)
 
 
 def _sxb_version(src: Path) -> str:
@@ -1048,12 +1043,13 @@ def render_repeat(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _write_report(out: Path, stem: str, doc: dict, md: str) -> int:
-    """OUT/STEM.json and OUT/STEM.md, the markdown printed too."""
+def _write_report(out: Path, stem: str, doc: dict, md: str, echo: bool = True) -> int:
+    """OUT/STEM.json and OUT/STEM.md, the markdown printed too when `echo`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / f"{stem}.md").write_text(md)
-    print(md)
+    if echo:
+        print(md)
     return 0
 
 
